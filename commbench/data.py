@@ -1,0 +1,88 @@
+"""Buffers, rank-dependent input patterns and the #wrong check (as nccl-tests does it).
+
+Inputs are small integers that depend on the rank and the element index, so every dtype holds
+them exactly and a result from the wrong rank or the wrong offset is caught. The check runs
+after the timed loop, on freshly filled buffers, never inside it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from commbench.collectives import Buffers, CallArgs, Collective, Layout
+from commbench.dtypes import DType
+
+
+def input_pattern(rank: int, numel: int, dtype: DType, op: str | None, device) -> torch.Tensor:
+    idx = torch.arange(numel, dtype=torch.int64, device=device)
+    if op == "prod":
+        values = 1 + (idx + rank) % 2  # products of 1s and 2s stay exact
+    else:
+        values = 1 + (idx + 3 * rank) % 5
+    return values.to(dtype.torch_dtype)
+
+
+def allocate(collective: Collective, layout: Layout, dtype: DType, in_place: bool, device) -> Buffers:
+    td = dtype.torch_dtype
+    if not in_place:
+        return Buffers(torch.empty(layout.send_numel, dtype=td, device=device),
+                       torch.empty(layout.recv_numel, dtype=td, device=device))
+    whole = torch.empty(max(layout.send_numel, layout.recv_numel), dtype=td, device=device)
+    send = whole[layout.send_inplace_offset : layout.send_inplace_offset + layout.send_numel]
+    recv = whole[layout.recv_inplace_offset : layout.recv_inplace_offset + layout.recv_numel]
+    return Buffers(send, recv)
+
+
+def fill(buffers: Buffers, args: CallArgs, dtype: DType, in_place: bool) -> None:
+    """Put this rank's input where the collective reads it (for in-place: the shared buffer)."""
+    pattern = input_pattern(args.rank, buffers.send.numel(), dtype, args.op, buffers.send.device)
+    buffers.send.copy_(pattern)
+    if not in_place:
+        buffers.recv.zero_()
+
+
+def _reducer(op: str | None, world: int, dtype: DType):
+    fold = {None: torch.add, "sum": torch.add, "avg": torch.add, "prod": torch.mul,
+            "max": torch.maximum, "min": torch.minimum}[op]
+
+    def reduce(input_of: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        out = input_of(0).to(torch.float64)
+        for r in range(1, world):
+            out = fold(out, input_of(r).to(torch.float64))
+        if op == "avg":
+            out = out / world
+        if not dtype.is_float:
+            # Integer sums wrap in the collective exactly as they do in int64 -> narrow casts.
+            out = out.to(torch.int64)
+        return out
+
+    return reduce
+
+
+def check_bytes(numel: int) -> int:
+    """Scratch memory count_wrong needs for an output of `numel` elements (float64 fold,
+    one int64 pattern and the widened output)."""
+    return 3 * 8 * numel
+
+
+def count_wrong(collective: Collective, layout: Layout, buffers: Buffers, args: CallArgs,
+                dtype: DType) -> int:
+    """Elements of this rank's output that differ from what the collective must produce."""
+    device = buffers.recv.device
+
+    def inputs(rank: int, numel: int) -> torch.Tensor:
+        return input_pattern(rank, numel, dtype, args.op, device)
+
+    expected = collective.expected(layout, args, inputs, _reducer(args.op, args.world, dtype))
+    if expected is None:
+        return 0
+    expected = expected.to(dtype.torch_dtype).to(torch.float64)
+    got = buffers.recv.to(torch.float64)
+    if dtype.is_float:
+        eps = torch.finfo(dtype.torch_dtype).eps
+        tol = 2 * eps * args.world * expected.abs() + (1.0 if args.op == "avg" else 0.0) * eps
+    else:
+        tol = torch.ones_like(expected) if args.op == "avg" else torch.zeros_like(expected)
+    return int(((got - expected).abs() > tol).sum().item())

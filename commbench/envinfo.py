@@ -1,0 +1,88 @@
+"""What was true about the environment during a run: an allow-listed environment snapshot and
+the interface that carried the traffic. Secrets never leave this module: only names on the
+allow-list are kept, and names that look like credentials are dropped even then.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+
+ALLOWED_PREFIXES = ("NCCL_", "GLOO_", "UCX_", "FI_", "CUDA_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_",
+                    "MASTER_", "OMP_NUM_THREADS")
+ALLOWED_NAMES = {
+    "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
+    "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_ID",
+    "SLURM_CLUSTER_NAME", "SLURM_JOB_PARTITION",
+    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID",
+}
+_SECRETISH = re.compile(r"(TOKEN|SECRET|PASSW|PASSWD|CREDENTIAL|API_?KEY|PRIVATE|AUTH)", re.IGNORECASE)
+
+# /sys/class/net/IF/type values (include/uapi/linux/if_arp.h)
+_ARPHRD = {"1": "ethernet", "32": "infiniband", "772": "loopback"}
+
+
+def env_snapshot(environ: dict | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    kept = {}
+    for name, value in environ.items():
+        if _SECRETISH.search(name):
+            continue
+        if name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES):
+            kept[name] = value
+    return dict(sorted(kept.items()))
+
+
+def _iface_for_address(local_ip: str) -> str | None:
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == local_ip for a in addrs):
+            return name
+    return None
+
+
+def traffic_iface(master_addr: str | None, environ: dict | None = None) -> str | None:
+    """The interface the collectives use: the one named by GLOO/NCCL_SOCKET_IFNAME, else the
+    one the kernel routes MASTER_ADDR through (a UDP connect picks the route; nothing is sent)."""
+    environ = os.environ if environ is None else environ
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        value = environ.get(var, "")
+        first = value.split(",")[0].lstrip("=")
+        if first and not first.startswith("^") and Path(f"/sys/class/net/{first}").exists():
+            return first
+    if not master_addr:
+        return None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master_addr, 9))
+            local_ip = s.getsockname()[0]
+    except OSError:
+        return None
+    return _iface_for_address(local_ip)
+
+
+def iface_facts(iface: str | None, sysfs: Path = Path("/sys/class/net")) -> dict:
+    """MTU, link layer, speed and state of one interface, read from sysfs."""
+    if not iface:
+        return {"iface": None, "mtu": None, "link_layer": None}
+
+    def read(name: str) -> str | None:
+        try:
+            return (sysfs / iface / name).read_text().strip()
+        except OSError:
+            return None
+
+    mtu = read("mtu")
+    speed = read("speed")
+    return {
+        "iface": iface,
+        "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+        "link_layer": _ARPHRD.get(read("type") or "", read("type")),
+        "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None,
+        "operstate": read("operstate"),
+    }

@@ -1,0 +1,180 @@
+"""Where the ranks come from: torchrun, Slurm (srun), Open MPI / PMI, or commbench itself.
+
+`detect()` reads the launcher's environment. With no launcher, `spawn_local()` starts
+`nproc` rank processes on this machine and supervises them: a rank that dies takes the
+others down within a grace period, and Ctrl-C / SIGTERM reach every rank so that rank 0 can
+stop at the current point with its results file complete.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from commbench.errors import EXIT_OK, EXIT_RUNTIME, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, BadInput
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    launcher: str  # local | torchrun | slurm | mpi
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+
+def _int(environ: dict, name: str) -> int:
+    try:
+        return int(environ[name])
+    except ValueError:
+        raise BadInput(f"{name}={environ[name]!r} is not a number: fix the launcher's environment") from None
+
+
+def _slurm_tasks_on_first_node(value: str) -> int:
+    m = re.match(r"(\d+)", value or "")
+    return int(m.group(1)) if m else 1
+
+
+def detect(environ: dict | None = None) -> RankEnv | None:
+    """The launcher that started this process, or None when commbench runs on its own."""
+    env = os.environ if environ is None else environ
+    if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env):
+        world = _int(env, "WORLD_SIZE")
+        return RankEnv("torchrun", _int(env, "RANK"), world, _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0,
+                       _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world,
+                       env.get("MASTER_ADDR", "127.0.0.1"), _int(env, "MASTER_PORT") if "MASTER_PORT" in env else 29500)
+    # Inside an sbatch script SLURM_PROCID is set too; only srun steps (SLURM_STEP_ID) hold ranks.
+    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and "SLURM_NTASKS" in env:
+        import hostlist
+
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")
+        try:
+            hosts = hostlist.expand_hostlist(nodelist) if nodelist else []
+        except hostlist.BadHostlist:
+            raise BadInput(f"SLURM_JOB_NODELIST={nodelist!r} is not a Slurm host list: fix the job's environment") from None
+        master = env.get("MASTER_ADDR") or (hosts[0] if hosts else "127.0.0.1")
+        job = env.get("SLURM_JOB_ID", "0")
+        port = _int(env, "MASTER_PORT") if "MASTER_PORT" in env else 29500 + (int(job) % 10000 if job.isdigit() else 0)
+        return RankEnv("slurm", _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"), _int(env, "SLURM_LOCALID"),
+                       _slurm_tasks_on_first_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "")),
+                       master, port)
+    for rank_var, size_var, local_var, local_size_var in (
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+        ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    ):
+        if rank_var in env and size_var in env:
+            if "MASTER_ADDR" not in env:
+                raise BadInput("started by mpirun but MASTER_ADDR is not set: pass -x MASTER_ADDR=<first host> "
+                               "(and optionally -x MASTER_PORT) to mpirun")
+            return RankEnv("mpi", _int(env, rank_var), _int(env, size_var),
+                           _int(env, local_var) if local_var in env else 0,
+                           _int(env, local_size_var) if local_size_var in env else 1,
+                           env["MASTER_ADDR"], _int(env, "MASTER_PORT") if "MASTER_PORT" in env else 29500)
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Terminated(BaseException):
+    """Raised in a rank on SIGTERM (Slurm preemption, scancel, the supervisor)."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
+def _child(rank: int, world: int, port: int, target: Callable[[RankEnv], int], quiet_others: bool) -> None:
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    if rank != 0 and quiet_others:
+        sys.stdout = open(os.devnull, "w")
+    env = RankEnv("local", rank, world, rank, world, "127.0.0.1", port)
+    try:
+        code = target(env)
+    except KeyboardInterrupt:
+        code = EXIT_SIGINT
+    except _Terminated:
+        code = EXIT_SIGTERM
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def spawn_local(nproc: int, target: Callable[[RankEnv], int], grace: float = 15.0,
+                echo: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> int:
+    """Run `target` in `nproc` fresh processes (ranks 0..nproc-1) and return the run's exit code.
+
+    rank 0's code wins when every rank ends on its own; a rank killed or failing makes it 3.
+    """
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_child, args=(r, nproc, port, target, True), name=f"commbench-rank{r}")
+             for r in range(nproc)]
+    for p in procs:
+        p.start()
+
+    interrupted: int | None = None
+    previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    failed_at: float | None = None
+    try:
+        while any(p.is_alive() for p in procs):
+            try:
+                for r, p in enumerate(procs):
+                    if p.exitcode not in (None, 0, 1) and failed_at is None:
+                        failed_at = time.monotonic()
+                        how = _signal_name(p.exitcode) if p.exitcode < 0 else f"exit code {p.exitcode}"
+                        if p.exitcode < 0 or p.exitcode == EXIT_RUNTIME:
+                            echo(f"commbench: rank {r} (pid {p.pid}) ended with {how}; stopping the other ranks")
+                if failed_at is not None and time.monotonic() - failed_at > grace:
+                    _stop(procs, signal.SIGTERM, 5.0)
+                    break
+                time.sleep(0.05)
+            except (KeyboardInterrupt, _Terminated) as exc:
+                interrupted = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else EXIT_SIGTERM
+                _stop(procs, signal.SIGINT, grace)
+                break
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        _stop(procs, signal.SIGKILL, 0)
+
+    if interrupted is not None:
+        return interrupted
+    codes = [p.exitcode for p in procs]
+    if any(c is not None and c < 0 for c in codes) or EXIT_RUNTIME in codes:
+        return EXIT_RUNTIME
+    if EXIT_USAGE in codes:
+        return EXIT_USAGE
+    for special in (EXIT_SIGINT, EXIT_SIGTERM):
+        if special in codes:
+            return special
+    return codes[0] if codes[0] is not None else EXIT_RUNTIME
+
+
+def _stop(procs, sig: int, wait: float) -> None:
+    for p in procs:
+        if p.is_alive():
+            try:
+                os.kill(p.pid, sig)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + wait
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
