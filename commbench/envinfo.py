@@ -20,7 +20,7 @@ ALLOWED_NAMES = {
     "OMPI_COMM_WORLD_LOCAL_RANK", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
     "TORCHELASTIC_RUN_ID",
 }
-_SECRETISH = re.compile(r"(TOKEN|SECRET|PASSW|PASSWD|CREDENTIAL|API_?KEY|PRIVATE|AUTH)", re.IGNORECASE)
+_SECRETISH = re.compile(r"(TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH|(^|_)KEY$)", re.IGNORECASE)
 
 # /sys/class/net/IF/type values (include/uapi/linux/if_arp.h)
 _ARPHRD = {"1": "ethernet", "32": "infiniband", "772": "loopback"}
@@ -66,23 +66,52 @@ def traffic_iface(master_addr: str | None, environ: dict | None = None) -> str |
     return _iface_for_address(local_ip)
 
 
-def iface_facts(iface: str | None, sysfs: Path = Path("/sys/class/net")) -> dict:
-    """MTU, link layer, speed and state of one interface, read from sysfs."""
+def _live_link(iface: str) -> dict:
+    """MTU, type, speed and state from the kernel for the calling process's network namespace
+    (sysfs shows the namespace that mounted it, which inside a lab host is the wrong one)."""
+    import fcntl
+    import struct
+
+    import psutil
+
+    stats = psutil.net_if_stats().get(iface)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            res = fcntl.ioctl(s.fileno(), 0x8927, struct.pack("256s", iface.encode()[:15]))  # SIOCGIFHWADDR
+        arphrd = str(struct.unpack("H", res[16:18])[0])
+    except OSError:
+        arphrd = None
+    return {
+        "mtu": stats.mtu if stats else None,
+        "type": arphrd,
+        "speed": str(stats.speed) if stats else None,
+        "operstate": ("up" if stats.isup else "down") if stats else None,
+    }
+
+
+def iface_facts(iface: str | None, sysfs: Path | None = None) -> dict:
+    """MTU, link layer, speed and state of one interface: live from the kernel, or read from a
+    recorded sysfs tree (a folder laid out like /sys/class/net) when `sysfs` is given."""
     if not iface:
         return {"iface": None, "mtu": None, "link_layer": None}
 
-    def read(name: str) -> str | None:
-        try:
-            return (sysfs / iface / name).read_text().strip()
-        except OSError:
-            return None
+    if sysfs is None:
+        live = _live_link(iface)
+        read = live.get
+    else:
+        def read(name: str) -> str | None:
+            try:
+                return (sysfs / iface / name).read_text().strip()
+            except OSError:
+                return None
 
     mtu = read("mtu")
     speed = read("speed")
+    kind = read("type")
     return {
         "iface": iface,
-        "mtu": int(mtu) if mtu and mtu.isdigit() else None,
-        "link_layer": _ARPHRD.get(read("type") or "", read("type")),
-        "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None,
+        "mtu": int(mtu) if mtu is not None and str(mtu).isdigit() else None,
+        "link_layer": _ARPHRD.get(kind or "", kind),
+        "speed_mbps": int(speed) if speed and str(speed).lstrip("-").isdigit() and int(speed) > 0 else None,
         "operstate": read("operstate"),
     }

@@ -102,11 +102,17 @@ def validate(plan: SweepPlan, world: int) -> None:
         raise BadInput(f"world size {world} is not valid: run at least one rank")
     if not 0 <= plan.root < world:
         raise BadInput(f"--root {plan.root} is not a rank of this run (0..{world - 1}): pick a rank in range")
-    if plan.collectives and all(c.name == "sendrecv" for c in plan.entries()) and world < 2:
-        raise BadInput("sendrecv needs at least 2 ranks: raise --nproc")
+    if world < 2 and "sendrecv" in plan.collectives:
+        raise BadInput("sendrecv needs at least 2 ranks: raise --nproc or leave sendrecv out")
+    itemsize = get_dtype(plan.dtype).itemsize
     for collective in plan.entries():
+        if not plan.placements_for(collective):
+            raise BadInput(f"{collective.name} cannot run with placement {plan.placement!r}: "
+                           f"use --placement {collective.placements[0]} or both")
         if not plan.points(collective, world):
-            smallest = get_dtype(plan.dtype).itemsize * ALIGN * world
+            smallest = next(count * itemsize for count in range(1, ALIGN * world + 1)
+                            if collective.layout(count, world, 0).recv_numel > 0
+                            and collective.layout(count, world, 0).send_numel > 0)
             raise BadInput(f"every size rounds to 0 elements for {collective.name} on {world} ranks: "
                            f"raise --max-bytes to at least {smallest}")
 

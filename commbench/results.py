@@ -98,7 +98,7 @@ def _write_atomically(table: pa.Table, target: Path, replace: bool) -> None:
 def resolve_out(out: str, run_id: str) -> Path:
     """--out DIR -> DIR/<run_id>.parquet; --out FILE.parquet -> that file."""
     path = Path(out)
-    if path.suffix == ".parquet":
+    if path.suffix.lower() == ".parquet":
         return path
     return path / f"{run_id}.parquet"
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from commbench.errors import BadInput
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\d*\.\d+)(?:e(\d+))?\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\d*\.\d+)(?:e(\d+))?\s*([KMGT]?)(?:I?B)?\s*$",
+                   re.IGNORECASE | re.ASCII)
+_MAX_SIZE = (1 << 63) - 1  # sizes are stored as int64
 
 
 def parse_size(text: str, what: str = "size") -> int:
@@ -16,20 +19,26 @@ def parse_size(text: str, what: str = "size") -> int:
     Raises BadInput for anything else, zero or negative included.
     """
     raw = str(text)
-    m = _SIZE.match(raw)
+    m = _SIZE.match(raw) if len(raw) <= 64 else None
     if not m:
         raise BadInput(
             f"{what} {raw!r} is not a size: use a whole number of bytes with an optional "
             "binary unit, e.g. 8, 4K, 64M, 1G"
         )
-    number = float(m.group(1)) * (10 ** int(m.group(2)) if m.group(2) else 1)
-    value = number * _UNITS[m.group(3).upper()]
-    if value != int(value):
-        raise BadInput(f"{what} {raw!r} is not a whole number of bytes: use e.g. 1536 or 1.5K")
-    value = int(value)
-    if value <= 0:
+    # Exact arithmetic: a float would round 2**53 + 1 and overflow on 1e400.
+    digits, exponent = m.group(1), int(m.group(2) or 0)
+    mantissa = Fraction(digits)
+    if mantissa == 0:
         raise BadInput(f"{what} {raw!r} must be at least 1 byte")
-    return value
+    # mantissa >= 10**-decimals, so this bound keeps 10**exponent cheap and the answer exact.
+    if exponent - len(digits.partition(".")[2]) > 19:
+        raise BadInput(f"{what} {raw!r} is too large: sizes go up to {_MAX_SIZE} bytes")
+    value = mantissa * 10**exponent * _UNITS[m.group(3).upper()]
+    if value.denominator != 1:
+        raise BadInput(f"{what} {raw!r} is not a whole number of bytes: use e.g. 1536 or 1.5K")
+    if value > _MAX_SIZE:
+        raise BadInput(f"{what} {raw!r} is too large: sizes go up to {_MAX_SIZE} bytes")
+    return int(value)
 
 
 def parse_size_list(text: str, what: str = "--sizes") -> list[int]:
@@ -43,7 +52,8 @@ def format_size(nbytes: int | float) -> str:
     """Human label with binary units: 8 B, 4 KiB, 1.5 MiB, 16 GiB."""
     n = float(nbytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
+        # round first, so 1048575 B reads 1.0 MiB rather than 1024.0 KiB
+        if abs(round(n, 1)) < 1024 or unit == "TiB":
             if unit == "B":
                 return f"{int(n)} B"
             return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"

@@ -1,0 +1,155 @@
+"""commbench.results: the parquet schema, atomic incremental writing and careful reading."""
+
+import datetime as dt
+import json
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from commbench.errors import BadInput
+from commbench.results import COLUMNS, SCHEMA, SCHEMA_VERSION, ResultWriter, read_results, resolve_out
+
+CONTRACT = """run_id label started_at collective dtype size_bytes count in_place world_size nnodes ranks_per_node
+backend device iters warmup repetition time_us time_us_min time_us_max time_us_p99 algbw_GBps busbw_GBps wrong
+samples_us workload bucket_bytes zero_stage mtu iface link_layer hosts commbench_version torch_version
+nccl_version env net schema_version""".split()
+
+
+def row(**over) -> dict:
+    base = {
+        "run_id": "20250101-000000-abcdef", "label": "before", "started_at": dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+        "collective": "all_reduce", "dtype": "float32", "op": "sum", "root": -1, "size_bytes": 1024, "count": 256,
+        "in_place": True, "world_size": 2, "nnodes": 1, "ranks_per_node": 2, "backend": "gloo", "device": "cpu",
+        "device_name": "cpu", "launcher": "local", "iters": 10, "warmup": 5, "repetition": 0, "time_us": 12.5,
+        "time_us_min": 10.0, "time_us_max": 20.0, "time_us_p99": 19.5, "algbw_GBps": 1024 / 12.5e-6 / 1e9,
+        "busbw_GBps": 1024 / 12.5e-6 / 1e9, "wrong": 0, "samples_us": [10.0, 12.5, 20.0], "workload": "sweep",
+        "bucket_bytes": None, "zero_stage": None, "mtu": 65536, "iface": "lo", "link_layer": "loopback",
+        "hosts": ["h1"], "commbench_version": "0.1.0", "torch_version": "2.13.0", "nccl_version": None,
+        "env": json.dumps({"NCCL_DEBUG": "INFO"}), "net": "{}", "plan": "{}", "schema_version": SCHEMA_VERSION,
+    }
+    base.update(over)
+    return base
+
+
+def test_schema_holds_every_contract_column():
+    missing = [c for c in CONTRACT if c not in COLUMNS]
+    assert missing == []
+    assert len(set(COLUMNS)) == len(COLUMNS)
+    assert SCHEMA.field("samples_us").type == pa.list_(pa.float64())
+    assert SCHEMA.field("size_bytes").type == pa.int64()
+    assert SCHEMA.field("started_at").type == pa.timestamp("us", tz="UTC")
+
+
+def test_create_writes_a_valid_empty_file_with_the_full_schema(tmp_path):
+    path = tmp_path / "deep" / "er" / "run.parquet"
+    ResultWriter(path).create()
+    table = pq.read_table(path)
+    assert table.num_rows == 0
+    assert table.schema.equals(SCHEMA, check_metadata=False)
+    frame = read_results([path])
+    assert list(frame.columns) == list(COLUMNS) and len(frame) == 0
+    assert [p.name for p in path.parent.iterdir()] == ["run.parquet"]  # no temporary files left
+
+
+def test_append_keeps_the_file_complete_after_every_call(tmp_path):
+    path = tmp_path / "run.parquet"
+    writer = ResultWriter(path)
+    writer.create()
+    writer.append([row(size_bytes=8, count=2, samples_us=[1.0, 2.0])])
+    first = read_results([path])
+    assert first["size_bytes"].tolist() == [8]
+    assert first["samples_us"].iloc[0].tolist() == [1.0, 2.0]
+    writer.append([row(size_bytes=16, count=4, in_place=False, wrong=3),
+                   row(size_bytes=16, count=4, repetition=1, wrong=None, op=None, mtu=None)])
+    frame = read_results([path])
+    assert frame["size_bytes"].tolist() == [8, 16, 16]
+    assert frame["count"].tolist() == [2, 4, 4]
+    assert frame["in_place"].tolist() == [True, False, True]
+    assert frame["wrong"].iloc[1] == 3 and pd.isna(frame["wrong"].iloc[2])
+    assert pd.isna(frame["op"].iloc[2]) and pd.isna(frame["mtu"].iloc[2])
+    assert frame["busbw_GBps"].iloc[0] == pytest.approx(0.08192)
+    assert frame["hosts"].iloc[0].tolist() == ["h1"]
+    assert json.loads(frame["env"].iloc[0]) == {"NCCL_DEBUG": "INFO"}
+    assert frame["started_at"].iloc[0] == pd.Timestamp("2025-01-01", tz="UTC")
+    assert (frame["schema_version"] == SCHEMA_VERSION).all()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.parquet"]
+
+
+def test_create_never_overwrites_an_existing_file(tmp_path):
+    path = tmp_path / "old.parquet"
+    writer = ResultWriter(path)
+    writer.create()
+    writer.append([row()])
+    before = path.read_bytes()
+    with pytest.raises(BadInput, match=r"old\.parquet already exists.*never overwrites"):
+        ResultWriter(path).create()
+    assert path.read_bytes() == before
+    other = tmp_path / "notes.parquet"
+    other.write_bytes(b"somebody else's file")
+    with pytest.raises(BadInput, match="already exists"):
+        ResultWriter(other).create()
+    assert other.read_bytes() == b"somebody else's file"
+
+
+def test_create_refuses_a_file_where_the_folder_should_be(tmp_path):
+    blocker = tmp_path / "results"
+    blocker.write_text("x")
+    with pytest.raises(BadInput, match="is a file, not a folder"):
+        ResultWriter(blocker / "run.parquet").create()
+
+
+def test_read_rejects_an_empty_file(tmp_path):
+    path = tmp_path / "empty.parquet"
+    path.write_bytes(b"")
+    with pytest.raises(BadInput, match=r"empty\.parquet is not a readable parquet file"):
+        read_results([path])
+
+
+def test_read_rejects_a_csv_renamed_parquet(tmp_path):
+    path = tmp_path / "table.parquet"
+    pd.DataFrame({"size_bytes": [8], "busbw_GBps": [1.0]}).to_csv(path)
+    with pytest.raises(BadInput, match=r"table\.parquet is not a readable parquet file"):
+        read_results([path])
+
+
+def test_read_rejects_a_foreign_parquet(tmp_path):
+    path = tmp_path / "foreign.parquet"
+    pq.write_table(pa.table({"collective": ["all_reduce"], "size_bytes": [8], "busbw_GBps": [1.0]}), path)
+    with pytest.raises(BadInput, match=r"foreign\.parquet is not a commbench results file \(no column schema_version\)"):
+        read_results([path])
+
+
+def test_read_rejects_a_newer_schema_version(tmp_path):
+    path = tmp_path / "future.parquet"
+    pq.write_table(pa.Table.from_pylist([row(schema_version=SCHEMA_VERSION + 1)], schema=SCHEMA), path)
+    with pytest.raises(BadInput, match=rf"schema_version {SCHEMA_VERSION + 1}, newer than this commbench reads "
+                                       rf"\({SCHEMA_VERSION}\): upgrade commbench"):
+        read_results([path])
+
+
+def test_read_rejects_missing_paths_and_empty_folders(tmp_path):
+    with pytest.raises(BadInput, match="does not exist"):
+        read_results([tmp_path / "nope.parquet"])
+    with pytest.raises(BadInput, match="no .parquet result files found"):
+        read_results([tmp_path])
+
+
+def test_read_a_folder_and_several_files(tmp_path):
+    for name, size in (("b.parquet", 16), ("a.parquet", 8)):
+        w = ResultWriter(tmp_path / name)
+        w.create()
+        w.append([row(size_bytes=size, run_id=name)])
+    (tmp_path / "notes.txt").write_text("not a result")
+    frame = read_results([tmp_path])
+    assert frame["run_id"].tolist() == ["a.parquet", "b.parquet"]
+    both = read_results([tmp_path / "b.parquet", tmp_path / "a.parquet"])
+    assert both["size_bytes"].tolist() == [16, 8]
+
+
+def test_resolve_out(tmp_path):
+    assert resolve_out("results", "RID") == __import__("pathlib").Path("results/RID.parquet")
+    assert resolve_out(str(tmp_path), "RID") == tmp_path / "RID.parquet"
+    assert resolve_out(str(tmp_path / "mine.parquet"), "RID") == tmp_path / "mine.parquet"
+    assert resolve_out("runs/2025.01", "RID").name == "RID.parquet"
