@@ -70,8 +70,9 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
     entries = collectives.resolve(collective)
     dt = dtypes.get_dtype(dtype)
     op_name = dtypes.get_op(op)
-    for value, flag in ((warmup + 1, "--warmup"), (min_iters, "--min-iters"), (max_iters, "--max-iters"),
-                        (repetitions, "--repetitions")):
+    if warmup < 0:
+        raise BadInput(f"--warmup {warmup} must be 0 or more")
+    for value, flag in ((min_iters, "--min-iters"), (max_iters, "--max-iters"), (repetitions, "--repetitions")):
         _positive_int(value, flag)
     _positive_int(iters, "--iters")
     _positive_float(time_budget, "--time-budget")
@@ -118,7 +119,7 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
             raise BadInput(f"--nproc is for local runs, but {env.launcher} started {env.world_size} ranks: "
                            "drop --nproc or set the rank count in the launcher")
         planning.validate(plan, env.world_size)
-        return rank_main(plan, env)
+        return launch.run_as_rank(functools.partial(rank_main, plan), env)
 
     return _spawn(plan, nproc, chosen_backend)
 
@@ -137,6 +138,15 @@ def _spawn(plan, nproc: int | None, backend: str) -> int:
     return launch.spawn_local(nproc, functools.partial(rank_main, plan))
 
 
+def _register_subcommands() -> None:
+    from commbench.cli_lab import lab
+
+    cli.add_command(lab)
+
+
+_register_subcommands()
+
+
 def _fail(message: str, code: int) -> None:
     print(f"commbench: {message}", file=sys.stderr)
     sys.exit(code)
@@ -149,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         hint = f" (did you mean {exc.possibilities[0]}?)" if exc.possibilities else ""
         _fail(f"no such option {exc.option_name}{hint}: see 'commbench {_sub(exc)} --help'", EXIT_USAGE)
     except click.UsageError as exc:
-        _fail(f"{exc.format_message()}: see 'commbench {_sub(exc)} --help'", EXIT_USAGE)
+        _fail(f"{exc.format_message().rstrip('.')}: see 'commbench {_sub(exc)} --help'", EXIT_USAGE)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.Abort:

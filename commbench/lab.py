@@ -248,8 +248,9 @@ def down() -> list[str]:
     if state is None:
         return []
     removed = []
-    from commbench import labprocs
+    from commbench import labprocs, labslurm
 
+    labslurm.cancel_jobs(state)  # a job step outlives its slurmd: end the jobs while slurmctld runs
     removed += labprocs.stop_recorded(state)
     for kind, name in reversed(state.created):
         if kind == "netns" and _netns_exists(name):

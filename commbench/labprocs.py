@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import psutil
 
 
@@ -28,11 +30,32 @@ def stop_recorded(state, timeout: float = 10.0) -> list[str]:
             p.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs([p for _, p in procs], timeout=timeout)
+    alive = _wait_exited([p for _, p in procs], timeout)
     for p in alive:
         try:
             p.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=timeout)
+    _wait_exited(alive, timeout)
     return [f"process {name} (pid {p.pid})" for name, p in procs]
+
+
+def _exited(proc: psutil.Process) -> bool:
+    """Gone, or a zombie: the daemons outlive the CLI that started them, so their parent is init,
+    which may reap them late (or, in some containers, never)."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def _wait_exited(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until every process has exited; return those still running after `timeout`."""
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if not _exited(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if not _exited(p)]
+    return alive

@@ -49,7 +49,8 @@ def detect(environ: dict | None = None) -> RankEnv | None:
     env = os.environ if environ is None else environ
     if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env):
         world = _int(env, "WORLD_SIZE")
-        return RankEnv("torchrun", _int(env, "RANK"), world, _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0,
+        # `commbench lab run` sets the torchrun variables and names itself
+        return RankEnv(env.get("COMMBENCH_LAUNCHER", "torchrun"), _int(env, "RANK"), world, _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0,
                        _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world,
                        env.get("MASTER_ADDR", "127.0.0.1"), _int(env, "MASTER_PORT") if "MASTER_PORT" in env else 29500)
     # Inside an sbatch script SLURM_PROCID is set too; only srun steps (SLURM_STEP_ID) hold ranks.
@@ -96,17 +97,44 @@ def _raise_terminated(signum, frame):
     raise _Terminated()
 
 
+_stopping = False  # set in a rank by the first SIGINT or SIGTERM
+
+
+def _stop_once(signum, frame):
+    """A rank's handler for SIGINT and SIGTERM: the first one stops the rank; later ones are ignored.
+
+    A terminal's Ctrl-C (or Slurm's SIGTERM) reaches every process of the group, and the supervisor
+    then forwards SIGINT to the ranks as well; a second signal must not interrupt the rank while it
+    reports the rows it kept and leaves the process group.
+    """
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
+    raise KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
+
+
+def install_rank_signal_handlers() -> None:
+    """Make SIGINT / SIGTERM stop a rank once, cleanly (see _stop_once)."""
+    signal.signal(signal.SIGINT, _stop_once)
+    signal.signal(signal.SIGTERM, _stop_once)
+
+
+def run_as_rank(target: Callable[[RankEnv], int], env: RankEnv) -> int:
+    """Run one rank in this process (torchrun, srun, mpirun, lab run started it)."""
+    install_rank_signal_handlers()
+    try:
+        return target(env)
+    except KeyboardInterrupt:
+        return EXIT_SIGINT
+    except _Terminated:
+        return EXIT_SIGTERM
+
+
 def _child(rank: int, world: int, port: int, target: Callable[[RankEnv], int], quiet_others: bool) -> None:
-    signal.signal(signal.SIGTERM, _raise_terminated)
     if rank != 0 and quiet_others:
         sys.stdout = open(os.devnull, "w")
-    env = RankEnv("local", rank, world, rank, world, "127.0.0.1", port)
-    try:
-        code = target(env)
-    except KeyboardInterrupt:
-        code = EXIT_SIGINT
-    except _Terminated:
-        code = EXIT_SIGTERM
+    code = run_as_rank(target, RankEnv("local", rank, world, rank, world, "127.0.0.1", port))
     sys.stdout.flush()
     os._exit(code)
 
@@ -137,12 +165,9 @@ def spawn_local(nproc: int, target: Callable[[RankEnv], int], grace: float = 15.
     try:
         while any(p.is_alive() for p in procs):
             try:
-                for r, p in enumerate(procs):
-                    if p.exitcode not in (None, 0, 1) and failed_at is None:
-                        failed_at = time.monotonic()
-                        how = _signal_name(p.exitcode) if p.exitcode < 0 else f"exit code {p.exitcode}"
-                        if p.exitcode < 0 or p.exitcode == EXIT_RUNTIME:
-                            echo(f"commbench: rank {r} (pid {p.pid}) ended with {how}; stopping the other ranks")
+                if failed_at is None and any(p.exitcode not in (None, 0, 1) for p in procs):
+                    failed_at = time.monotonic()
+                    _report_failure(procs, echo, "; stopping the other ranks")
                 if failed_at is not None and time.monotonic() - failed_at > grace:
                     _stop(procs, signal.SIGTERM, 5.0)
                     break
@@ -157,6 +182,8 @@ def spawn_local(nproc: int, target: Callable[[RankEnv], int], grace: float = 15.
 
     if interrupted is not None:
         return interrupted
+    if failed_at is None:  # every rank ended between two polls: name the cause now
+        _report_failure(procs, echo, "")
     codes = [p.exitcode for p in procs]
     if any(c is not None and c < 0 for c in codes) or EXIT_RUNTIME in codes:
         return EXIT_RUNTIME
@@ -166,6 +193,18 @@ def spawn_local(nproc: int, target: Callable[[RankEnv], int], grace: float = 15.
         if special in codes:
             return special
     return codes[0] if codes[0] is not None else EXIT_RUNTIME
+
+
+def _report_failure(procs, echo: Callable[[str], None], then: str) -> None:
+    """Name the rank whose end explains a failed run: one killed by a signal first (the others then
+    fail in their collectives), else one that reported a runtime failure."""
+    failed = [(r, p) for r, p in enumerate(procs)
+              if p.exitcode is not None and (p.exitcode < 0 or p.exitcode == EXIT_RUNTIME)]
+    if not failed:
+        return
+    r, p = min(failed, key=lambda rp: rp[1].exitcode >= 0)
+    how = _signal_name(p.exitcode) if p.exitcode < 0 else f"exit code {p.exitcode}"
+    echo(f"commbench: rank {r} (pid {p.pid}) ended with {how}{then}")
 
 
 def _stop(procs, sig: int, wait: float) -> None:

@@ -93,6 +93,10 @@ def _write_atomically(table: pa.Table, target: Path, replace: bool) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise RuntimeFailure(f"cannot write results to {target}: {exc.strerror or exc}") from None
+    except BaseException:  # Ctrl-C or SIGTERM mid-write: the target is intact; leave no temporary beside it
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def resolve_out(out: str, run_id: str) -> Path:

@@ -225,9 +225,14 @@ def run_sweep(plan: SweepPlan, env: RankEnv) -> int:
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     check_fits(plan, env.world_size, env.local_world_size, device)
 
-    dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
-                            rank=env.rank, world_size=env.world_size,
-                            timeout=timedelta(seconds=plan.timeout))
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
+                                rank=env.rank, world_size=env.world_size,
+                                timeout=timedelta(seconds=plan.timeout))
+    except (RuntimeError, ValueError) as exc:  # DistError and gloo's connect errors are RuntimeErrors
+        raise RuntimeFailure(f"rank {env.rank} on {socket.gethostname()} could not join the process group at "
+                             f"{env.master_addr}:{env.master_port}: {_first_line(exc)} (check MASTER_ADDR, "
+                             f"the firewall and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME or --iface)") from None
     writer: ResultWriter | None = None
     reporter = Reporter(False, 0)
     try:
@@ -291,7 +296,7 @@ def run_sweep(plan: SweepPlan, env: RankEnv) -> int:
         if any_wrong:
             reporter.close()
             _say(env, "commbench: some results were wrong (see the #wrong column): the collective or the "
-                      "network corrupts data")
+                      "network corrupts data", rank0_only=True)
             return EXIT_BAD_RESULT
         return EXIT_OK
     except BaseException as exc:
