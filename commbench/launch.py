@@ -33,15 +33,23 @@ class RankEnv:
 
 
 def _int(environ: dict, name: str) -> int:
+    if name not in environ:
+        raise BadInput(f"{name} is not set although other launcher variables are: fix the launcher's environment")
     try:
         return int(environ[name])
     except ValueError:
         raise BadInput(f"{name}={environ[name]!r} is not a number: fix the launcher's environment") from None
 
 
-def _slurm_tasks_on_first_node(value: str) -> int:
-    m = re.match(r"(\d+)", value or "")
-    return int(m.group(1)) if m else 1
+def _slurm_tasks_on_node(value: str, node_id: int) -> int:
+    """Tasks on node `node_id` from Slurm's compressed list, e.g. '2(x3),1' -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in filter(None, (value or "").split(",")):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            return 1
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    return counts[node_id] if 0 <= node_id < len(counts) else (counts[0] if counts else 1)
 
 
 def detect(environ: dict | None = None) -> RankEnv | None:
@@ -66,7 +74,8 @@ def detect(environ: dict | None = None) -> RankEnv | None:
         job = env.get("SLURM_JOB_ID", "0")
         port = _int(env, "MASTER_PORT") if "MASTER_PORT" in env else 29500 + (int(job) % 10000 if job.isdigit() else 0)
         return RankEnv("slurm", _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"), _int(env, "SLURM_LOCALID"),
-                       _slurm_tasks_on_first_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "")),
+                       _slurm_tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", ""),
+                                            _int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0),
                        master, port)
     for rank_var, size_var, local_var, local_size_var in (
         ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),

@@ -72,3 +72,16 @@ def test_no_launcher():
 def test_non_numeric_values_are_bad_input(env, name):
     with pytest.raises(BadInput, match=rf"{name}=.* is not a number"):
         detect(env)
+
+
+@pytest.mark.parametrize("node_id, expected", [("0", 2), ("2", 2), ("3", 1)])
+def test_slurm_local_world_size_follows_the_rank_s_own_node(node_id, expected):
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "7", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0",
+           "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_JOB_ID": "7", "SLURM_TASKS_PER_NODE": "2(x3),1",
+           "SLURM_NODEID": node_id}
+    assert detect(env).local_world_size == expected
+
+
+def test_a_missing_launcher_variable_is_bad_input():
+    with pytest.raises(BadInput, match="SLURM_LOCALID is not set"):
+        detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "n1"})
