@@ -138,6 +138,112 @@ def _spawn(plan, nproc: int | None, backend: str) -> int:
     return launch.spawn_local(nproc, functools.partial(rank_main, plan))
 
 
+def _fraction(text: str, flag: str, low_open: bool = False) -> float:
+    """'5%' or '0.05' -> 0.05; anything else is one line of bad input."""
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise BadInput(f"{flag} {text!r} is not a fraction: write e.g. 5% or 0.05") from None
+    if not raw.endswith("%") and value >= 1:
+        raise BadInput(f"{flag} {text} is not a fraction below 1: write {raw}% or {value / 100:g}")
+    ok = (0 < value < 1) if low_open else (0 <= value < 1)
+    if not ok:  # NaN fails too
+        bound = "more than 0" if low_open else "0 or more"
+        raise BadInput(f"{flag} {text} must be {bound} and below 100%: e.g. 5% or 0.05")
+    return value
+
+
+@cli.command()
+@click.argument("before", type=click.Path())
+@click.argument("after", type=click.Path())
+@click.option("--threshold", default="3%", show_default=True,
+              help="Minimum effect for bandwidth-bound points (5% or 0.05).")
+@click.option("--latency-threshold", default="10%", show_default=True,
+              help="Minimum effect for the other (latency-bound) points.")
+@click.option("--alpha", default="0.05", show_default=True, help="Significance level, Holm-corrected over points.")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
+@click.option("--allow-within-run", is_flag=True,
+              help="Let per-iteration samples decide points with too few repetitions (they are not independent).")
+@click.option("--out", default=None, help="Write the report to this file instead of stdout.")
+@click.option("--plot", "plot_path", default=None, help="Also draw the comparison into this image file.")
+def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_within_run, out, plot_path) -> int:
+    """Compare two sets of results (files or folders): a verdict per point and overall.
+
+    Exit 0: no regression; 1: a regression; 3: inconclusive or nothing comparable. See docs/COMPARE.md.
+    """
+    from commbench import compare as comparing, results
+
+    thr = _fraction(threshold, "--threshold")
+    lat = _fraction(latency_threshold, "--latency-threshold")
+    a = _fraction(alpha, "--alpha", low_open=True)
+    if out is not None and (os.path.isdir(out) or out.lower().endswith(".parquet")):
+        raise BadInput(f"--out {out} is a folder or a results file: pass a report file name, e.g. compare.md")
+    before_df = results.read_results([before])
+    after_df = results.read_results([after])
+    comparison = comparing.compare_frames(before_df, after_df, threshold=thr, latency_threshold=lat, alpha=a,
+                                          allow_within_run=allow_within_run)
+    if plot_path is not None:
+        try:
+            from commbench.plot import plot_comparison
+        except ImportError:
+            raise BadInput("--plot needs commbench.plot") from None
+        plot_comparison(before_df, after_df, plot_path)
+    for line in comparison.warnings:
+        print(f"commbench: warning: {line}", file=sys.stderr)
+    if fmt == "json":
+        import json
+
+        text = json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n"
+    elif fmt == "markdown":
+        text = comparing.render_markdown(comparison)
+    else:
+        text = comparing.render_table(comparison)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        try:
+            with open(out, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise BadInput(f"cannot write --out {out}: {exc.strerror or exc}") from None
+        print(f"{comparison.verdict}: report written to {out}")
+    return comparison.exit_code()
+
+
+@cli.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--metric", type=click.Choice(["busbw", "algbw", "time"]), default="busbw", show_default=True,
+              help="What the top panel shows against message size.")
+@click.option("--out", default=None, help="Image file (.png or .svg) [default: next to the first result, as <name>.png].")
+@click.option("--line-rate", default=None, help="Draw the link's rate as a reference line, e.g. 400Gbps, 100000Mbps, 50GB/s.")
+def plot(results, metric, out, line_rate) -> int:
+    """Draw bandwidth (or time) against message size, one line per collective, dtype, placement and run."""
+    from commbench import plot as plotting
+
+    written = plotting.plot_results(list(results), metric=metric, out=out, line_rate=line_rate)
+    print(f"plot written to {written}")
+    return 0
+
+
+@cli.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--baseline", multiple=True, type=click.Path(),
+              help="Results to compare against (before); repeat for several files.")
+@click.option("--out", default=None, help="Report file [default: next to the first result, as <name>.html or .md].")
+@click.option("--format", "fmt", type=click.Choice(["html", "markdown"]), default=None,
+              help="html (one self-contained page) or markdown (figure saved as a PNG beside it) "
+                   "[default: from --out's suffix, else html].")
+@click.option("--line-rate", default=None, help="Reference line on the curves, e.g. 400Gbps or 50GB/s.")
+def report(results, baseline, out, fmt, line_rate) -> int:
+    """Write one report of results: curves, peak busbw, run metadata, and the comparison with --baseline."""
+    from commbench import report as reporting
+
+    written = reporting.write_report(list(results), list(baseline) or None, out=out, fmt=fmt, line_rate=line_rate)
+    print(f"report written to {written[0]}" + (f" (figures: {', '.join(map(str, written[1:]))})" if written[1:] else ""))
+    return 0
+
+
 def _register_subcommands() -> None:
     from commbench.cli_lab import lab
 

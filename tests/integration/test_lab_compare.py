@@ -1,0 +1,80 @@
+"""`commbench compare` on real measurements from the lab (root): A/A, a slower link, jumbo frames."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (network namespaces, veth, tc)"),
+    pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,
+                       reason="iproute2 (ip, tc) is not installed: apt-get install iproute2"),
+]
+
+PREFIX = "cc"
+ENV = {**os.environ, "COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{PREFIX}"}
+SWEEP = ["--collective", "allreduce", "--sizes", "4M,16M", "-n", "5", "-w", "2", "-R", "5"]
+
+
+def cb(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commbench", *args], env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """Four real 2-host runs: 1gbit twice, 800mbit, and 1gbit at MTU 9000."""
+    out = tmp_path_factory.mktemp("lab-compare")
+    cb("lab", "down")
+    up = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.234.0.0/24")
+    assert up.returncode == 0, up.stderr
+    files = {}
+    try:
+        for name, change in [("base", None), ("again", None), ("slow", ["--rate", "800mbit"]),
+                             ("jumbo", ["--rate", "1gbit", "--mtu", "9000"])]:
+            if change:
+                assert cb("lab", "set", *change).returncode == 0
+            files[name] = out / f"{name}.parquet"
+            res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", *SWEEP, "--label", name,
+                     "--out", str(files[name]))
+            assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        cb("lab", "down")
+    return files
+
+
+def compare(before: Path, after: Path) -> tuple[int, dict]:
+    res = cb("compare", str(before), str(after), "--format", "json")
+    assert "Traceback" not in res.stderr
+    return res.returncode, json.loads(res.stdout)
+
+
+def test_the_same_lab_twice_is_not_a_regression(runs):
+    code, report = compare(runs["base"], runs["again"])
+    assert code == 0, report
+    assert report["verdict"] in ("unchanged", "improvement")
+    assert all(p["verdict"] != "regression" for p in report["points"])
+
+
+def test_a_slower_link_is_a_regression_at_the_large_sizes(runs):
+    code, report = compare(runs["base"], runs["slow"])
+    assert code == 1 and report["verdict"] == "regression"
+    largest = max(report["points"], key=lambda p: p["key"]["size_bytes"])
+    assert largest["verdict"] == "regression" and 0.75 < largest["ratio"] < 0.85
+    assert largest["test"] == "repetitions"
+
+
+def test_jumbo_frames_are_an_improvement_of_about_four_percent(runs):
+    code, report = compare(runs["base"], runs["jumbo"])
+    largest = max(report["points"], key=lambda p: p["key"]["size_bytes"])
+    print(f"\nMTU 1500 -> 9000 at 16 MiB: ratio {largest['ratio']:.4f}, verdict {largest['verdict']}")
+    assert largest["verdict"] == "improvement" and 1.02 < largest["ratio"] < 1.07
+    assert code == 0
+    assert any("mtu" in d.lower() and "1500" in d and "9000" in d for d in report["differences"])

@@ -1,0 +1,499 @@
+"""commbench.compare and `commbench compare`: verdicts per point and overall, never failing open.
+
+Frames are synthetic but have the real schema: busbw follows a latency/bandwidth curve, each
+repetition (row) gets its own lognormal run factor and each timed iteration its own jitter, and
+time_us / busbw / samples_us are consistent with each other as the runner writes them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from commbench import compare as cmp
+from commbench import stats
+from commbench.errors import BadInput, RuntimeFailure
+from commbench.results import SCHEMA_VERSION, ResultWriter
+
+SIZES = (1024, 64 << 10, 1 << 20, 16 << 20)  # 1 KiB is latency-bound on the curve below, 1 MiB+ bandwidth-bound
+BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
+CONSTANT = {
+    "run_id": "20250101-000000-abcdef", "label": "", "started_at": dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+    "dtype": "float32", "root": -1, "in_place": True, "backend": "nccl", "device": "cuda",
+    "device_name": "NVIDIA H100 80GB HBM3", "launcher": "slurm", "warmup": 5, "wrong": 0, "workload": "sweep",
+    "bucket_bytes": None, "zero_stage": None, "mtu": 1500, "iface": "eth0", "link_layer": "ethernet",
+    "hosts": ["node01", "node02"], "commbench_version": "0.1.0", "torch_version": "2.13.0",
+    "nccl_version": "2.21.5", "env": json.dumps({"NCCL_IB_HCA": "mlx5_0", "NCCL_DEBUG": "WARN"}), "net": "{}",
+    "plan": "{}", "schema_version": SCHEMA_VERSION,
+}
+
+
+def curve(peak: float = 100.0, half: int = 256 << 10):
+    """busbw (GB/s) of a size: half the peak at `half` bytes."""
+    return lambda s: peak * s / (s + half)
+
+
+def make_frame(busbw_of=None, sizes=SIZES, reps=7, noise=0.015, iters=20, seed=0, rng=None,
+               collective="all_reduce", world=16, nnodes=2, **const) -> pd.DataFrame:
+    """One side: a row per (repetition, size) with the columns compare reads (and the writer needs)."""
+    busbw_of = busbw_of or curve()
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    factor = BUS[collective](world)
+    sizes_col = np.tile(np.asarray(sizes, dtype=np.int64), reps)
+    target = np.array([busbw_of(int(s)) for s in sizes_col])
+    # one rank: busbw is 0 by definition, so the curve gives algbw there
+    t_us = sizes_col * (factor or 1.0) / (target * 1e3) * rng.lognormal(0.0, noise, sizes_col.size)
+    samples = t_us[:, None] * rng.lognormal(0.0, noise, (sizes_col.size, iters))
+    med = np.median(samples, axis=1)
+    alg = sizes_col / (med * 1e-6) / 1e9
+    cols = {
+        "collective": collective, "op": "sum" if collective == "all_reduce" else None, "size_bytes": sizes_col,
+        "count": sizes_col // 4, "world_size": world, "nnodes": nnodes, "ranks_per_node": world // nnodes,
+        "iters": iters, "repetition": np.repeat(np.arange(reps), len(sizes)), "time_us": med,
+        "time_us_min": samples.min(axis=1), "time_us_max": samples.max(axis=1),
+        "time_us_p99": np.percentile(samples, 99, axis=1), "algbw_GBps": alg, "busbw_GBps": alg * factor,
+        "samples_us": list(samples),
+    }
+    n = sizes_col.size
+    for name, value in {**CONSTANT, **cols, **const}.items():
+        if isinstance(value, (list, np.ndarray)) and len(value) == n and name != "hosts":
+            cols[name] = value
+        else:
+            cols[name] = [value] * n
+    return pd.DataFrame(cols)
+
+
+def write(path: Path, frame: pd.DataFrame) -> Path:
+    rows = frame.to_dict("records")
+    for r in rows:
+        r["samples_us"] = list(r["samples_us"])
+    writer = ResultWriter(path)
+    writer.create()
+    writer.append(rows)
+    return path
+
+
+# ---- verdicts ----
+
+
+def test_a_ten_percent_drop_with_seven_repetitions_is_a_regression():
+    before = make_frame(seed=1)
+    after = make_frame(curve(90.0), seed=2)
+    c = cmp.compare_frames(before, after)
+    assert c.verdict == "regression" and c.exit_code() == 1
+    bound = [p for p in c.points if p.bandwidth_bound]
+    assert len(bound) == 2 and all(p.verdict == "regression" for p in bound)
+    # latency-bound points need 10%: a 10% drop sits on that edge, so it may go either way
+    assert {p.verdict for p in c.points} <= {"regression", "unchanged"}
+    for p in c.points:
+        assert p.test == "repetitions" and p.n_before == p.n_after == 7
+        assert p.ratio == pytest.approx(0.9, abs=0.03)
+        assert p.p_value == pytest.approx(stats.min_p_one_sided(7, 7))  # no overlap at all
+        assert p.p_holm < 0.05 and p.q_bh <= p.p_holm
+    for p in bound:
+        assert "Holm p=" in p.note and p.note.startswith("-")
+    assert c.geomean_ratio == pytest.approx(0.9, abs=0.02)
+
+
+# Measured with this exact set-up; docs/COMPARE.md quotes these numbers.
+FP_TRIALS = 200
+
+
+def test_identical_distributions_false_positive_rate():
+    rng = np.random.default_rng(20250101)
+    verdicts, pure = [], []
+    for _ in range(FP_TRIALS):
+        before, after = make_frame(rng=rng), make_frame(rng=rng)
+        c = cmp.compare_frames(before, after)
+        verdicts.append(c.verdict)
+        assert all(p.test == "repetitions" for p in c.points)
+        # the test alone, without the minimum effect (as with --threshold 0): a drop that Holm calls significant
+        pure.append(any(p.ratio < 1 and p.p_holm < c.alpha for p in c.points))
+    assert verdicts.count("regression") == 0, verdicts.count("regression")  # measured: 0 of 200
+    assert verdicts.count("improvement") == 0
+    # Holm keeps the family-wise rate of a significant drop below alpha = 10 of 200
+    assert sum(pure) <= 0.05 * FP_TRIALS, sum(pure)
+    assert sum(pure) == 6  # measured: 6 of 200 (3%)
+
+
+def test_three_repetitions_a_side_are_inconclusive_not_a_pass():
+    c = cmp.compare_frames(make_frame(reps=3, seed=1), make_frame(curve(90.0), reps=3, seed=2))
+    assert c.verdict == "inconclusive" and c.exit_code() == 3
+    need = stats.repetitions_needed(0.05, len(SIZES))
+    assert need == 5 and c.repetitions_needed == 5
+    for p in c.points:
+        assert p.verdict == "inconclusive"
+        assert p.test == "within-run only"
+        assert "needs 5 repetitions a side (-R 5) to decide" in p.note
+        assert "within-run only: -" in p.note  # the samples still say which way it went
+    # identical sides with 3 repetitions are just as undecided: no free pass
+    same = cmp.compare_frames(make_frame(reps=3, seed=1), make_frame(reps=3, seed=2))
+    assert same.verdict == "inconclusive" and same.exit_code() == 3
+    assert "-R 5" in cmp.render_table(same)
+
+
+def test_an_improvement_is_detected():
+    c = cmp.compare_frames(make_frame(seed=1), make_frame(curve(112.0), seed=2))
+    assert c.verdict == "improvement" and c.exit_code() == 0
+    assert {p.verdict for p in c.points if p.bandwidth_bound} == {"improvement"}
+    assert c.geomean_ratio == pytest.approx(1.12, abs=0.02)
+
+
+def test_a_significant_change_below_the_minimum_effect_is_unchanged():
+    before = make_frame(noise=0.001, seed=1)
+    after = make_frame(curve(99.0), noise=0.001, seed=2)
+    c = cmp.compare_frames(before, after)
+    assert c.verdict == "unchanged" and c.exit_code() == 0
+    for p in c.points:
+        assert p.verdict == "unchanged" and p.p_holm < 0.05  # significant, but only ~1%
+        assert "below the" in p.note and "minimum effect" in p.note
+    strict = cmp.compare_frames(before, after, threshold=0.005, latency_threshold=0.005)
+    assert strict.verdict == "regression"
+
+
+def test_large_but_not_significant_changes_are_inconclusive():
+    before = make_frame(noise=0.25, reps=5, seed=3, sizes=(16 << 20,))
+    after = make_frame(curve(85.0), noise=0.25, reps=5, seed=4, sizes=(16 << 20,))
+    c = cmp.compare_frames(before, after)
+    (p,) = c.points
+    assert p.test == "repetitions" and p.p_holm >= 0.05 and abs(p.ratio - 1) >= 0.03
+    assert p.verdict == "inconclusive" and c.exit_code() == 3
+    assert "not significant" in p.note
+
+
+def test_bandwidth_bound_points_use_the_bandwidth_threshold():
+    c = cmp.compare_frames(make_frame(seed=1), make_frame(seed=2), threshold=0.04, latency_threshold=0.2)
+    by_size = {p.key["size_bytes"]: p for p in c.points}
+    # 1 KiB reaches 0.4% of the peak, 64 KiB 20%: latency-bound; 1 MiB 80%, 16 MiB 98%: bandwidth-bound
+    assert [by_size[s].bandwidth_bound for s in SIZES] == [False, False, True, True]
+    assert [by_size[s].threshold for s in SIZES] == [0.2, 0.2, 0.04, 0.04]
+    # a 7% drop only at the small sizes stays below the 10% latency threshold
+    small = lambda s: 100.0 * s / (s + (256 << 10)) * (0.93 if s < (1 << 20) else 1.0)  # noqa: E731
+    c2 = cmp.compare_frames(make_frame(seed=1, noise=0.002), make_frame(small, seed=2, noise=0.002))
+    assert c2.verdict == "unchanged"
+    assert {p.verdict for p in c2.points if not p.bandwidth_bound} == {"unchanged"}
+
+
+def test_geometric_mean_is_over_bandwidth_bound_points_only():
+    def shifted(s):  # -20% at the latency-bound sizes, -4% / +4% at the bandwidth-bound ones
+        f = {1024: 0.8, 64 << 10: 0.8, 1 << 20: 0.96, 16 << 20: 1.04}[s]
+        return curve()(s) * f
+
+    c = cmp.compare_frames(make_frame(noise=0.0), make_frame(shifted, noise=0.0))
+    assert c.geomean_ratio == pytest.approx((0.96 * 1.04) ** 0.5, rel=1e-9)
+    assert c.verdict == "regression"
+    verdicts = {p.key["size_bytes"]: p.verdict for p in c.points}
+    assert verdicts == {1024: "regression", 64 << 10: "regression", 1 << 20: "regression", 16 << 20: "improvement"}
+
+
+def test_points_on_one_side_only_are_listed_never_dropped():
+    before = make_frame(sizes=(1024, 1 << 20, 16 << 20), seed=1)
+    after = make_frame(sizes=(1 << 20, 16 << 20, 64 << 20), seed=2)
+    c = cmp.compare_frames(before, after)
+    assert [p.key["size_bytes"] for p in c.points] == [1 << 20, 16 << 20]
+    assert [k["size_bytes"] for k in c.only_before] == [1024]
+    assert [k["size_bytes"] for k in c.only_after] == [64 << 20]
+    assert set(c.only_before[0]) == set(cmp.KEY_COLUMNS)
+    table = cmp.render_table(c)
+    assert "before only: all_reduce float32 sum 1 KiB" in table and "after only: all_reduce float32 sum 64 MiB" in table
+    assert "1 before only, 1 after only" in table
+
+
+def test_nothing_comparable_is_exit_3():
+    c = cmp.compare_frames(make_frame(seed=1), make_frame(seed=2, workload="buckets"))
+    assert c.verdict == "nothing comparable" and c.exit_code() == 3
+    assert len(c.only_before) == len(c.only_after) == len(SIZES) and c.points == []
+    empty = cmp.compare_frames(make_frame(seed=1).iloc[0:0], make_frame(seed=2))
+    assert empty.verdict == "nothing comparable" and empty.exit_code() == 3
+
+
+def test_the_join_is_nan_safe_for_nullable_key_columns():
+    before = make_frame(collective="all_gather", seed=1)  # op None
+    after = make_frame(collective="all_gather", seed=2)
+    after["op"] = np.nan
+    after["bucket_bytes"] = np.nan  # float NaN on one side, None on the other
+    after["size_bytes"] = after["size_bytes"].astype(float)
+    after["zero_stage"] = pd.array([pd.NA] * len(after), dtype="Int32")
+    c = cmp.compare_frames(before, after)
+    assert len(c.points) == len(SIZES) and not c.only_before and not c.only_after
+    assert c.points[0].key["op"] is None and c.points[0].key["bucket_bytes"] is None
+    assert isinstance(c.points[0].key["size_bytes"], int)
+
+
+def test_warnings_for_what_should_not_differ_and_differences_for_what_may():
+    before = make_frame(seed=1)
+    after = make_frame(seed=2, torch_version="2.14.0", nccl_version="2.23.4", hosts=["node03", "node04"],
+                       mtu=9000, label="mtu9000",
+                       env=json.dumps({"NCCL_IB_HCA": "mlx5_1", "NCCL_DEBUG": "WARN", "GLOO_SOCKET_IFNAME": "ib0",
+                                       "UCX_TLS": "rc"}))
+    c = cmp.compare_frames(before, after)
+    assert "torch_version differs: before 2.13.0, after 2.14.0" in c.warnings
+    assert "nccl_version differs: before 2.21.5, after 2.23.4" in c.warnings
+    assert "hosts differs: before node01,node02, after node03,node04" in c.warnings
+    assert not any("commbench_version" in w or "mtu" in w for w in c.warnings)
+    assert "mtu: before 1500, after 9000" in c.differences
+    assert "label: before \"\", after mtu9000" in c.differences
+    assert "NCCL_IB_HCA: before mlx5_0, after mlx5_1" in c.differences
+    assert "GLOO_SOCKET_IFNAME: before (unset), after ib0" in c.differences
+    assert not any("NCCL_DEBUG" in d or "UCX_TLS" in d for d in c.differences)
+    same = cmp.compare_frames(make_frame(seed=1), make_frame(seed=2))
+    assert same.warnings == [] and same.differences == []
+    md = cmp.render_markdown(c)
+    assert "**Warnings**" in md and "NCCL_IB_HCA: before mlx5_0, after mlx5_1" in md
+
+
+def test_text_from_the_files_cannot_restructure_the_reports():
+    after = make_frame(seed=2, label="<img src=x onerror=alert(1)>\n| a | b |", dtype="float32\r")
+    before = make_frame(seed=1, dtype="float32\r")
+    c = cmp.compare_frames(before, after)
+    md = cmp.render_markdown(c)
+    assert "<img" not in md and "&lt;img src=x onerror=alert(1)&gt;?\\| a \\| b \\|" in md
+    table = cmp.render_table(c)
+    assert "\r" not in table and "label: before \"\", after <img src=x onerror=alert(1)>?| a | b |" in table
+    assert all(line.count("|") == md.splitlines()[-1].count("|") for line in md.splitlines() if line.startswith("| "))
+
+
+def test_allow_within_run_lets_the_samples_decide():
+    before = make_frame(reps=1, seed=1)
+    after = make_frame(curve(90.0), reps=1, seed=2)
+    plain = cmp.compare_frames(before, after)
+    assert plain.verdict == "inconclusive"
+    opted = cmp.compare_frames(before, after, allow_within_run=True)
+    assert opted.verdict == "regression" and opted.exit_code() == 1
+    bound = [p for p in opted.points if p.bandwidth_bound]
+    assert bound and all(p.test == "within-run only" and p.verdict == "regression" for p in bound)
+    assert all(p.note.startswith("within-run only: -") for p in bound)
+    assert all(p.p_holm < 0.05 / 10 for p in bound)
+    # one repetition: the spread is the IQR of the per-iteration busbw, inside which the median lies
+    for p in opted.points:
+        assert p.before_spread[0] <= p.before_busbw <= p.before_spread[1]
+    # Without the opt-in, one launch a side is never a verdict, whatever the samples say. (With it,
+    # identical set-ups whose launches differ by 1.5% were called a regression in 26 of 200 trials:
+    # samples of one launch do not see launch-to-launch variation; docs/COMPARE.md.)
+    for seed in range(5):
+        same = cmp.compare_frames(make_frame(reps=1, seed=seed), make_frame(reps=1, seed=seed + 100))
+        assert same.verdict == "inconclusive" and same.exit_code() == 3
+
+
+@given(st.floats(0.75, 0.95), st.floats(0.01, 100.0), st.integers(0, 10_000))
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_swapping_sides_turns_a_regression_into_an_improvement_and_scale_does_not_matter(drop, scale, seed):
+    before = make_frame(sizes=(1 << 20, 16 << 20), seed=seed)
+    after = make_frame(lambda s: curve()(s) * drop, sizes=(1 << 20, 16 << 20), seed=seed + 1)
+    forward = cmp.compare_frames(before, after)
+    backward = cmp.compare_frames(after, before)
+    assert forward.verdict == "regression"
+    assert backward.verdict == "improvement"
+    for f, b in zip(forward.points, backward.points):
+        assert f.p_value == pytest.approx(b.p_value) and f.ratio * b.ratio == pytest.approx(1.0)
+    scaled_b, scaled_a = before.copy(), after.copy()
+    for frame in (scaled_b, scaled_a):
+        frame["busbw_GBps"] *= scale
+    scaled = cmp.compare_frames(scaled_b, scaled_a)
+    assert [p.verdict for p in scaled.points] == [p.verdict for p in forward.points]
+    assert [p.p_value for p in scaled.points] == pytest.approx([p.p_value for p in forward.points])
+
+
+def test_one_rank_points_compare_algbw():
+    before = make_frame(world=1, nnodes=1, seed=1)
+    after = make_frame(curve(90.0), world=1, nnodes=1, seed=2)
+    assert (before["busbw_GBps"] == 0).all()
+    c = cmp.compare_frames(before, after)
+    assert c.verdict == "regression"
+    assert all("algbw compared" in p.note for p in c.points)
+
+
+# ---- refusals: bad data and bad arguments raise, they never pass ----
+
+
+def test_refuses_schema_versions_it_cannot_read():
+    after = make_frame(seed=2, schema_version=SCHEMA_VERSION + 1)
+    with pytest.raises(BadInput, match=rf"after results have schema_version {SCHEMA_VERSION + 1}, which this "
+                                       "commbench cannot compare"):
+        cmp.compare_frames(make_frame(seed=1), after)
+    with pytest.raises(BadInput, match="no column busbw_GBps"):
+        cmp.compare_frames(make_frame(seed=1).drop(columns=["busbw_GBps"]), make_frame(seed=2))
+
+
+def test_damaged_values_raise_instead_of_passing():
+    after = make_frame(seed=2)
+    after.loc[3, "busbw_GBps"] = np.nan
+    with pytest.raises(BadInput, match=r"after results hold busbw_GBps nan for all_reduce float32 16 MiB"):
+        cmp.compare_frames(make_frame(seed=1), after)
+    after = make_frame(seed=2, reps=1)
+    after.at[0, "samples_us"] = np.array([1.0, 0.0])
+    with pytest.raises(BadInput, match="not a positive number"):
+        cmp.compare_frames(make_frame(seed=1, reps=1), after)
+    after = make_frame(seed=2, env="{not json")
+    with pytest.raises(BadInput, match="env column that is not JSON"):
+        cmp.compare_frames(make_frame(seed=1), after)
+
+
+def test_a_statistics_failure_raises_instead_of_passing(monkeypatch):
+    import scipy.stats
+
+    class Nan:
+        pvalue = float("nan")
+
+    monkeypatch.setattr(scipy.stats, "mannwhitneyu", lambda *a, **k: Nan())
+    with pytest.raises(RuntimeFailure, match="statistics failed for all_reduce") as info:
+        cmp.compare_frames(make_frame(seed=1), make_frame(seed=2))
+    assert info.value.exit_code == 3
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"alpha": 0.0}, "alpha 0.0 must be more than 0"),
+    ({"alpha": 1.0}, "alpha 1.0 must be more than 0"),
+    ({"threshold": -0.1}, "threshold -0.1 must be 0 or more"),
+    ({"latency_threshold": float("nan")}, "latency threshold nan"),
+    ({"threshold": "x"}, "threshold 'x' is not a number"),
+])
+def test_bad_arguments_are_bad_input(kwargs, message):
+    with pytest.raises(BadInput, match=message):
+        cmp.compare_frames(make_frame(seed=1), make_frame(seed=2), **kwargs)
+
+
+def test_to_dict_is_json_ready():
+    c = cmp.compare_frames(make_frame(seed=1), make_frame(curve(90.0), seed=2, mtu=9000))
+    d = json.loads(json.dumps(c.to_dict(), allow_nan=False))
+    assert d["verdict"] == "regression" and d["exit_code"] == 1
+    assert d["points"][0]["key"]["size_bytes"] == 1024 and isinstance(d["points"][0]["before_spread"], list)
+    assert d["differences"] == ["mtu: before 1500, after 9000"]
+    assert set(d) >= {"points", "only_before", "only_after", "geomean_ratio", "verdict", "warnings",
+                      "differences", "alpha", "threshold", "latency_threshold"}
+
+
+# ---- the command line, on real files ----
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "commbench", "compare", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=120)
+
+
+def _one_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("commbench: ") and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("compare")
+    out = {
+        "before": write(d / "before.parquet", make_frame(seed=1)),
+        "same": write(d / "same.parquet", make_frame(seed=2)),
+        "worse": write(d / "worse.parquet", make_frame(curve(90.0), seed=3, torch_version="2.14.0")),
+        "few_b": write(d / "few_b.parquet", make_frame(reps=3, seed=4)),
+        "few_a": write(d / "few_a.parquet", make_frame(reps=3, seed=5)),
+    }
+    (d / "folder").mkdir()
+    write(d / "folder" / "part1.parquet", make_frame(seed=6))
+    (d / "table.parquet").write_text(make_frame(seed=1).drop(columns=["samples_us"]).to_csv())
+    (d / "truncated.parquet").write_bytes(out["before"].read_bytes()[:1500])
+    (d / "empty.parquet").write_bytes(b"")
+    pq.write_table(pa.table({"collective": ["all_reduce"], "size_bytes": [8], "busbw_GBps": [1.0]}),
+                   d / "foreign.parquet")
+    write(d / "future.parquet", make_frame(seed=7, schema_version=SCHEMA_VERSION + 1))
+    out["dir"] = d
+    return out
+
+
+def test_cli_exit_codes_on_real_files(files):
+    """The real entry point in a subprocess: 0 unchanged, 1 regression, 3 inconclusive."""
+    d = files["dir"]
+    b = str(files["before"])
+    cases = {
+        "unchanged": [b, str(files["same"])],
+        "regression": [b, str(files["worse"])],
+        "inconclusive": [str(files["few_b"]), str(files["few_a"])],
+    }
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        procs = dict(zip(cases, pool.map(lambda args: run_cli(*args, cwd=d), cases.values())))
+    ok = procs["unchanged"]
+    assert ok.returncode == 0, ok.stderr
+    assert "verdict: unchanged (exit 0)" in ok.stdout and ok.stderr == ""
+    reg = procs["regression"]
+    assert reg.returncode == 1 and "verdict: regression (exit 1)" in reg.stdout and "REGRESSION" in reg.stdout
+    assert _one_line(reg) == "commbench: warning: torch_version differs: before 2.13.0, after 2.14.0"
+    inc = procs["inconclusive"]
+    assert inc.returncode == 3 and "-R 5" in inc.stdout, inc.stderr
+
+
+def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """cli.main as the console script runs it, without the cost of a new interpreter."""
+    from commbench.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["compare", *args])
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def test_cli_formats_folders_and_out(files, capsys):
+    d = files["dir"]
+    b, worse = str(files["before"]), str(files["worse"])
+    code, out, _ = main_in_process(capsys, b, worse, "--format", "json")
+    data = json.loads(out)
+    assert code == 1 and data["verdict"] == "regression" and data["exit_code"] == 1
+    assert len(data["points"]) == len(SIZES)
+    code, out, _ = main_in_process(capsys, b, worse, "--format", "markdown", "--threshold", "5%", "--alpha", "1%")
+    assert code == 1
+    assert "| collective | dtype |" in out and "|---|" in out and "**regression**" in out
+    assert "Holm alpha 0.01" in out and "minimum effect 5%" in out
+    code, out, _ = main_in_process(capsys, b, str(d / "folder"), "--latency-threshold", "0.2")
+    assert code == 0 and "10%" not in out and "20% (others)" in out
+    report = d / "report.md"
+    code, out, _ = main_in_process(capsys, b, worse, "--out", str(report), "--format", "markdown")
+    assert code == 1 and out.strip() == f"regression: report written to {report}"
+    assert "| collective |" in report.read_text()
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["@missing"], "nope.parquet does not exist"),
+    (["@table.parquet"], "table.parquet is not a readable parquet file"),
+    (["@empty.parquet"], "empty.parquet is not a readable parquet file"),
+    (["@truncated.parquet"], "truncated.parquet is not a readable parquet file"),
+    (["@foreign.parquet"], "foreign.parquet is not a commbench results file (no column schema_version)"),
+    (["@future.parquet"], f"future.parquet has schema_version {SCHEMA_VERSION + 1}, newer than this commbench"),
+    (["--threshold", "5"], "--threshold 5 is not a fraction below 1: write 5% or 0.05"),
+    (["--threshold", "lots"], "--threshold 'lots' is not a fraction"),
+    (["--latency-threshold", "-3%"], "--latency-threshold -3% must be 0 or more"),
+    (["--alpha", "0"], "--alpha 0 must be more than 0"),
+    (["--alpha", "150%"], "--alpha 150% must be more than 0 and below 100%"),
+    (["--alpha", "nan"], "--alpha nan must be more than 0"),
+    (["--format", "html"], "'html' is not one of"),
+    (["--out", "@x.parquet"], "is a folder or a results file"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(files, capsys, extra, needle):
+    d = files["dir"]
+    after = str(files["same"])
+    args = []
+    for a in extra:
+        if a == "@missing":
+            after = str(d / "nope.parquet")
+        elif a.startswith("@") and a != "@x.parquet":
+            after = str(d / a[1:])
+        else:
+            args.append(str(d / a[1:]) if a.startswith("@") else a)
+    code, out, err = main_in_process(capsys, str(files["before"]), after, *args)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("commbench: ") and needle in lines[0], err

@@ -1,0 +1,283 @@
+"""commbench.report: the self-contained HTML page (tables, embedded figures, escaping, no external
+resources), the Markdown report, comparison_html on a Comparison-shaped object, and the `report`
+command's files and bad input. Synthetic rows through the real results module; no processes."""
+
+from __future__ import annotations
+
+import base64
+import re
+from html.parser import HTMLParser
+from types import SimpleNamespace
+
+import pytest
+
+from commbench import report
+from commbench.cli import main
+from commbench.errors import BadInput
+
+from .synthetic import frame, make_rows, write
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+EVIL = "<script>alert(1)</script>"
+
+
+class Page(HTMLParser):
+    """Tags, attributes and tables of a page, as a browser's tokenizer sees them."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.tables: list[list[list[str]]] = []
+        self._cell: list[str] | None = None
+        self._row: list[str] | None = None
+        self.text: list[str] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self._row = []
+            self.tables[-1].append(self._row)
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self._row.append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def table_with(self, header: str) -> list[list[str]]:
+        return next(t for t in self.tables if t and header in t[0])
+
+
+@pytest.fixture(scope="module")
+def df(tmp_path_factory):
+    rows = make_rows(label=f"mtu1500 {EVIL}", mtu=1500, wrong=2,
+                     env={"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": '"><img src=x onerror=alert(2)>'})
+    rows += make_rows(collectives=("all_reduce",), placements=(True,), label="mtu9000", run_id="20250102-000000-bbbbbb",
+                      mtu=9000, speed_gbps=800, hosts=("gpu-a1", "gpu-a2"))
+    return frame(rows, tmp_path_factory.mktemp("report"))
+
+
+@pytest.fixture(scope="module")
+def page_html(df):
+    return report.build_html(df, ["results/run.parquet"])
+
+
+@pytest.fixture(scope="module")
+def page(page_html):
+    return Page(page_html)
+
+
+def test_html_is_self_contained_no_external_urls_no_scripts(page_html, page):
+    assert not re.search(r"https?://", page_html, re.IGNORECASE)
+    assert not re.search(r"(src|href)\s*=\s*[\"']?//", page_html)
+    assert "script" not in {tag for tag, _ in page.tags}
+    for tag, attrs in page.tags:
+        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
+        if "src" in attrs:
+            assert attrs["src"].startswith("data:image/png;base64,")
+        if "href" in attrs:
+            assert attrs["href"].startswith("#")
+    assert "<link" not in page_html and "@import" not in page_html and "url(" not in page_html
+
+
+def test_html_embeds_the_figure_as_a_png(page):
+    imgs = [attrs for tag, attrs in page.tags if tag == "img"]
+    assert len(imgs) == 1 and imgs[0]["alt"]
+    data = base64.b64decode(imgs[0]["src"].split(",", 1)[1])
+    assert data.startswith(PNG_MAGIC) and len(data) > 20_000
+
+
+def test_untrusted_values_are_escaped(page_html, page):
+    assert EVIL not in page_html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page_html
+    assert "<img src=x" not in page_html and "onerror=alert(2)" not in "".join(
+        f"{k}={v}" for _, attrs in page.tags for k, v in attrs.items())
+    # and the text still reads as the user wrote it
+    assert f"mtu1500 {EVIL}" in "".join(page.text)
+    assert '"><img src=x onerror=alert(2)>' in "".join(page.text)
+
+
+def test_peak_table_has_a_row_per_line_with_the_peak_its_size_algbw_and_wrong(df, page):
+    table = page.table_with("peak busbw (GB/s)")
+    header = table[0]
+    assert header[:4] == ["collective", "dtype", "placement", "run"]
+    assert {"at size", "algbw there (GB/s)", "#wrong (total)"} <= set(header)
+    body = [dict(zip(header, r)) for r in table[1:]]
+    assert len(body) == 5
+    row = next(r for r in body if r["collective"] == "all_reduce" and r["run"] == "mtu9000")
+    d = df[(df.collective == "all_reduce") & (df.label == "mtu9000")]
+    med = d.groupby("size_bytes")[["busbw_GBps", "algbw_GBps"]].median()
+    peak = med["busbw_GBps"].idxmax()
+    assert row["at size"] == report.format_size(peak)
+    assert row["peak busbw (GB/s)"] == report.fnum(med.loc[peak, "busbw_GBps"])
+    assert row["algbw there (GB/s)"] == report.fnum(med.loc[peak, "algbw_GBps"])
+    assert row["#wrong (total)"] == "0"
+    bad = next(r for r in body if r["collective"] == "all_gather" and r["placement"] == "out-of-place")
+    assert bad["#wrong (total)"] == "4"  # 2 wrong elements at the largest size x 2 repetitions
+
+
+def test_peak_rows_say_not_checked_when_wrong_is_null(tmp_path):
+    rows = report.peak_rows(frame(make_rows(wrong=None), tmp_path))
+    assert all(r["wrong"] is None for r in rows)
+    html_text = report.peak_table_html(rows)
+    assert "not checked" in html_text
+
+
+def test_run_metadata_is_shown(page):
+    text = " ".join(page.text)
+    for want in ("20250101-000000-abcdef", "20250102-000000-bbbbbb", "node[01-02]", "gpu-a[1-2]", "nccl",
+                 "NVIDIA H100 80GB HBM3", "2.21.5", "2.13.0", "slurm", "NCCL_IB_HCA", "mlx5_0", "800 Gbit/s"):
+        assert want in text, want
+    net = page.table_with("link layer")
+    assert ["node01", "eth0", "1500", "ethernet", "400 Gbit/s", "up"] in net
+    facts = [r for t in page.tables for r in t if len(r) == 2]
+    assert ["MTU", "1500"] in facts and ["MTU", "9000"] in facts and ["ranks (world size)", "16"] in facts
+
+
+def test_all_points_table_is_there_collapsed(page_html, page, df):
+    assert "<details><summary>" in page_html
+    table = page.table_with("bytes")
+    assert len(table) - 1 == df.groupby(["run_id", "collective", "in_place", "size_bytes"]).ngroups
+
+
+def stand_in_comparison(**over):
+    """The shape of commbench.compare.Comparison (field names only), for comparison_html alone."""
+    point = lambda **kw: SimpleNamespace(**{  # noqa: E731
+        "key": {"collective": "all_reduce", "dtype": "float32", "in_place": True, "size_bytes": 1 << 20},
+        "before_busbw": 40.0, "after_busbw": 30.0, "ratio": 0.75, "p_value": 0.00001, "p_holm": 0.0004,
+        "q_bh": 0.0002, "test": "repetitions", "verdict": "regression", "note": f"slower {EVIL}",
+        "threshold": 0.03, "bandwidth_bound": True, **kw})
+    base = dict(
+        points=[point(), point(key={"collective": "all_gather", "dtype": "float32", "in_place": False,
+                                     "size_bytes": 8}, ratio=1.01, p_value=0.6, p_holm=1.0, q_bh=0.8,
+                               verdict="no change", note="", bandwidth_bound=False)],
+        only_before=[{"collective": "broadcast", "dtype": "float32", "in_place": True, "size_bytes": 4096}],
+        only_after=[], geomean_ratio=0.87, verdict="regression", warnings=[f"backend differs {EVIL}"],
+        differences=["mtu: before 1500, after 9000"], alpha=0.05, threshold=0.03)
+    base.update(over)
+    return SimpleNamespace(**base)
+
+
+def test_comparison_html_renders_verdict_points_warnings_differences_and_one_sided():
+    text = report.comparison_html(stand_in_comparison())
+    page = Page(text)
+    badge = next(attrs for tag, attrs in page.tags if tag == "span" and "badge" in attrs.get("class", ""))
+    assert "bad" in badge["class"]
+    assert "REGRESSION" in "".join(page.text) and "0.870×" in text
+    table = page.table_with("Holm p")
+    header = table[0]
+    for col in ("collective", "size", "placement", "ratio", "p", "Holm p", "BH q", "verdict", "note"):
+        assert col in header
+    first = dict(zip(header, table[1]))
+    assert first["size"] == "1 MiB" and first["ratio"] == "0.750×" and first["p"] == "<0.0001"
+    assert first["Holm p"] == "0.0004" and first["BH q"] == "0.0002" and first["verdict"] == "regression"
+    assert first["note"] == f"slower {EVIL}"
+    second = dict(zip(header, table[2]))
+    assert second["size"] == "8 B" and second["placement"] == "out-of-place" and second["Holm p"] == "1"
+    assert EVIL not in text and "&lt;script&gt;" in text
+    assert "backend differs" in text and "mtu: before 1500, after 9000" in text
+    assert "Only in the baseline (before): 1 points" in text and "broadcast" in text
+
+
+@pytest.mark.parametrize("verdict, cls", [("improvement", "good"), ("no change", "neutral"),
+                                          ("inconclusive", "warn"), ("regression", "bad")])
+def test_comparison_badge_colour_follows_the_verdict(verdict, cls):
+    text = report.comparison_html(stand_in_comparison(verdict=verdict, points=[], warnings=[], differences=[]))
+    assert f'class="badge {cls}"' in text
+
+
+def test_html_report_with_a_baseline_has_the_comparison_and_its_overlay(tmp_path):
+    pytest.importorskip("commbench.compare")
+    before = write(tmp_path / "before.parquet", make_rows(label="before", mtu=1500, speed_gbps=200, repetitions=3))
+    after = write(tmp_path / "after.parquet", make_rows(label="after", run_id="20250105-000000-eeeeee", mtu=9000,
+                                                        repetitions=3))
+    out = report.write_report([after], [before], out=tmp_path / "r.html")
+    assert out == [tmp_path / "r.html"]
+    text = out[0].read_text()
+    page = Page(text)
+    assert 'id="comparison"' in text and "Holm p" in text
+    assert len([a for t, a in page.tags if t == "img"]) == 2
+    assert not re.search(r"https?://", text)
+
+
+def test_markdown_report_has_tables_and_a_linked_png_beside_it(df, tmp_path):
+    res = write(tmp_path / "run.parquet", make_rows(label=f"x | {EVIL} [a](b)"))
+    written = report.write_report([res], out=tmp_path / "ticket.md")
+    md_path, png = written
+    assert md_path == tmp_path / "ticket.md" and png == tmp_path / "ticket.png"
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    text = md_path.read_text()
+    assert "![" in text and "](ticket.png)" in text
+    assert re.search(r"^\| collective \| dtype \| placement \|.*peak busbw", text, re.MULTILINE)
+    assert re.search(r"^\|---\|---\|---\|---:\|", text, re.MULTILINE)
+    assert EVIL not in text and "&lt;script&gt;" in text
+    assert "x \\| " in text and "\\[a\\](b)" in text  # no column break, no link
+    lines = [ln for ln in text.splitlines() if ln.startswith("| all_reduce")]
+    assert lines and all(ln.count(" | ") == lines[0].count(" | ") for ln in lines)
+
+
+def test_md_escapes_what_markdown_would_interpret():
+    assert report.md("a|b") == "a\\|b"
+    assert report.md("<b>") == "&lt;b&gt;"
+    assert report.md("[x](javascript:y)") == "\\[x\\](javascript:y)"
+    assert report.md("all_reduce") == "all_reduce" and report.md("_e_") == "\\_e\\_"
+    assert report.md("line\nbreak") == "line break"
+
+
+def test_format_follows_the_out_suffix_and_default_out_is_next_to_the_first_result(tmp_path):
+    assert report.resolve_format(None, "x.md") == "markdown"
+    assert report.resolve_format(None, "x.html") == "html" and report.resolve_format(None, None) == "html"
+    assert report.resolve_format("markdown", "x.txt") == "markdown"
+    res = write(tmp_path / "run.parquet", make_rows(repetitions=1))
+    assert report.write_report([res]) == [tmp_path / "run.html"]
+
+
+def test_never_overwrites_the_report_or_its_figure(tmp_path):
+    res = write(tmp_path / "run.parquet", make_rows(repetitions=1))
+    (tmp_path / "r.html").write_text("mine")
+    with pytest.raises(BadInput, match="r.html already exists"):
+        report.write_report([res], out=tmp_path / "r.html")
+    assert (tmp_path / "r.html").read_text() == "mine"
+    (tmp_path / "t.png").write_bytes(b"mine")
+    with pytest.raises(BadInput, match="t.png already exists"):
+        report.write_report([res], out=tmp_path / "t.md")
+    assert not (tmp_path / "t.md").exists() and (tmp_path / "t.png").read_bytes() == b"mine"
+
+
+def run_cli(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    return exit_.value.code, capsys.readouterr()
+
+
+def test_report_command_writes_html_and_markdown(tmp_path, capsys):
+    res = write(tmp_path / "run.parquet", make_rows(repetitions=1))
+    code, out = run_cli(["report", str(res), "--out", str(tmp_path / "r.html")], capsys)
+    assert code == 0, out.err
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    code, out = run_cli(["report", str(res), "--format", "markdown", "--out", str(tmp_path / "r.txt")], capsys)
+    assert code == 0, out.err
+    assert (tmp_path / "r.txt").read_text().startswith("# commbench report") and (tmp_path / "r.png").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--out", "{tmp}/run.parquet"], "run.parquet already exists"),
+    (["--baseline", "{tmp}/missing.parquet", "--out", "{tmp}/x.html"], "missing.parquet does not exist"),
+    (["--format", "pdf"], "'pdf' is not one of"),
+    (["--line-rate", "fast", "--out", "{tmp}/y.html"], "--line-rate 'fast' is not a rate"),
+])
+def test_report_command_bad_input_is_one_line_exit_2(tmp_path, capsys, extra, message):
+    res = write(tmp_path / "run.parquet", make_rows(repetitions=1))
+    code, out = run_cli(["report", str(res)] + [e.format(tmp=tmp_path) for e in extra], capsys)
+    assert code == 2
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in out.err
