@@ -33,6 +33,86 @@ def cli() -> None:
     """Communication benchmarks for distributed deep learning (NCCL, gloo)."""
 
 
+def run_options(command):
+    """The options every measuring command shares (iteration policy, launch, output)."""
+    options = [
+        click.option("-w", "--warmup", type=int, default=5, show_default=True, help="Warm-up iterations per point."),
+        click.option("-n", "--iters", type=int, default=None, help="Timed iterations per point [default: adaptive]."),
+        click.option("--time-budget", type=float, default=0.2, show_default=True,
+                     help="Seconds of timed iterations per point (adaptive)."),
+        click.option("--min-iters", type=int, default=10, show_default=True),
+        click.option("--max-iters", type=int, default=2000, show_default=True),
+        click.option("-R", "--repetitions", type=int, default=1, show_default=True,
+                     help="Run the whole grid this many times, interleaved."),
+        click.option("--check/--no-check", default=True, show_default=True,
+                     help="Check every output, like nccl-tests' #wrong."),
+        click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
+                     help="auto: nccl when CUDA GPUs are visible, else gloo."),
+        click.option("--nproc", type=int, default=None,
+                     help="Local ranks to spawn when no launcher started us [default: visible GPUs, or 2]."),
+        click.option("--iface", default=None,
+                     help="Network interface for the traffic (sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME)."),
+        click.option("--timeout", type=float, default=300.0, show_default=True,
+                     help="Seconds any collective may take before the run fails."),
+        click.option("--out", default="results", show_default=True,
+                     help="Folder for <run_id>.parquet, or a .parquet file name."),
+        click.option("--label", default="", help="Free text stored with every row (e.g. mtu9000-after)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, check, backend, nproc, iface,
+                timeout, out, label, workload: str) -> dict:
+    """Validate the shared options; return the RunOptions fields (backend resolved)."""
+    from commbench import plan as planning
+    from commbench.runner import choose_backend
+
+    if warmup < 0:
+        raise BadInput(f"--warmup {warmup} must be 0 or more")
+    for value, flag in ((min_iters, "--min-iters"), (max_iters, "--max-iters"), (repetitions, "--repetitions")):
+        _positive_int(value, flag)
+    _positive_int(iters, "--iters")
+    _positive_float(time_budget, "--time-budget")
+    _positive_float(timeout, "--timeout")
+    if min_iters > max_iters:
+        raise BadInput(f"--min-iters {min_iters} is larger than --max-iters {max_iters}: lower one of them")
+    if nproc is not None and nproc < 1:
+        raise BadInput(f"--nproc {nproc} must be at least 1: e.g. --nproc 2")
+    if iface:
+        os.environ["GLOO_SOCKET_IFNAME"] = iface
+        os.environ["NCCL_SOCKET_IFNAME"] = iface
+    return dict(warmup=warmup, iters=iters, time_budget=time_budget, min_iters=min_iters, max_iters=max_iters,
+                repetitions=repetitions, check=check, timeout=timeout, backend=choose_backend(backend),
+                label=label, out=out, run_id=planning.make_run_id(), workload=workload)
+
+
+def _launch(workload, nproc: int | None) -> int:
+    """Run `workload` on the ranks a launcher started, or spawn `nproc` local ranks."""
+    import torch
+
+    from commbench import launch, results
+    from commbench.runner import rank_main
+
+    env = launch.detect()
+    if env is not None:
+        if nproc is not None:
+            raise BadInput(f"--nproc is for local runs, but {env.launcher} started {env.world_size} ranks: "
+                           "drop --nproc or set the rank count in the launcher")
+        workload.validate(env.world_size)
+        return launch.run_as_rank(functools.partial(rank_main, workload), env)
+
+    backend = workload.plan.backend
+    if nproc is None:
+        nproc = torch.cuda.device_count() if backend == "nccl" else 2
+    workload.validate(nproc)
+    device = torch.device("cpu") if backend == "gloo" else torch.device("cuda", 0)
+    workload.prepare(backend, device, launch.RankEnv("local", 0, nproc, 0, nproc, "127.0.0.1", 0))
+    results.check_writable(results.resolve_out(workload.plan.out, workload.plan.run_id))
+    return launch.spawn_local(nproc, functools.partial(rank_main, workload))
+
+
 @cli.command()
 @click.option("--collective", "collective", default="all_reduce", show_default=True,
               help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce, sendrecv, "
@@ -47,40 +127,17 @@ def cli() -> None:
 @click.option("-r", "--root", type=int, default=0, show_default=True, help="Root rank of broadcast and reduce.")
 @click.option("--placement", type=click.Choice(["out", "in", "both"]), default="both", show_default=True,
               help="Out-of-place, in-place or both (each where torch offers it).")
-@click.option("-w", "--warmup", type=int, default=5, show_default=True, help="Warm-up iterations per point.")
-@click.option("-n", "--iters", type=int, default=None, help="Timed iterations per point [default: adaptive].")
-@click.option("--time-budget", type=float, default=0.2, show_default=True, help="Seconds of timed iterations per point (adaptive).")
-@click.option("--min-iters", type=int, default=10, show_default=True)
-@click.option("--max-iters", type=int, default=2000, show_default=True)
-@click.option("-R", "--repetitions", type=int, default=1, show_default=True, help="Run the whole grid this many times, interleaved.")
-@click.option("--check/--no-check", default=True, show_default=True, help="Check every output, like nccl-tests' #wrong.")
-@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
-              help="auto: nccl when CUDA GPUs are visible, else gloo.")
-@click.option("--nproc", type=int, default=None, help="Local ranks to spawn when no launcher started us [default: visible GPUs, or 2].")
-@click.option("--iface", default=None, help="Network interface for the traffic (sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME).")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds any collective may take before the run fails.")
-@click.option("--out", default="results", show_default=True, help="Folder for <run_id>.parquet, or a .parquet file name.")
-@click.option("--label", default="", help="Free text stored with every row (e.g. mtu9000-after).")
-def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtype, op, root, placement, warmup,
-          iters, time_budget, min_iters, max_iters, repetitions, check, backend, nproc, iface, timeout, out,
-          label) -> int:
+@run_options
+def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtype, op, root, placement,
+          nproc, **run) -> int:
     """Measure collectives over a range of message sizes (the nccl-tests grid)."""
-    from commbench import collectives, dtypes, launch, plan as planning, units
+    from commbench import collectives, dtypes, plan as planning, units
+    from commbench.workloads.sweep import SweepWorkload
 
     entries = collectives.resolve(collective)
     dt = dtypes.get_dtype(dtype)
     op_name = dtypes.get_op(op)
-    if warmup < 0:
-        raise BadInput(f"--warmup {warmup} must be 0 or more")
-    for value, flag in ((min_iters, "--min-iters"), (max_iters, "--max-iters"), (repetitions, "--repetitions")):
-        _positive_int(value, flag)
-    _positive_int(iters, "--iters")
-    _positive_float(time_budget, "--time-budget")
-    _positive_float(timeout, "--timeout")
-    if min_iters > max_iters:
-        raise BadInput(f"--min-iters {min_iters} is larger than --max-iters {max_iters}: lower one of them")
-    if nproc is not None and nproc < 1:
-        raise BadInput(f"--nproc {nproc} must be at least 1: e.g. --nproc 2")
+    fields = _run_fields(nproc=nproc, workload="sweep", **run)
 
     if placement != "both":
         unable = [c for c in entries if not c.supports(placement)]
@@ -90,52 +147,53 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
                            f"{unable[0].placements[0]} or both")
         entries = [c for c in entries if c.supports(placement)]
 
-    env = launch.detect()
-    from commbench.runner import choose_backend
-
-    chosen_backend = choose_backend(backend)
     if sizes is not None:
         grid = units.parse_size_list(sizes)
     else:
         lo = units.parse_size(min_bytes, "--min-bytes")
-        hi = units.parse_size(max_bytes or (GPU_MAX_BYTES if chosen_backend == "nccl" else CPU_MAX_BYTES), "--max-bytes")
+        hi = units.parse_size(max_bytes or (GPU_MAX_BYTES if fields["backend"] == "nccl" else CPU_MAX_BYTES),
+                              "--max-bytes")
         step = units.parse_size(step_bytes, "--step-bytes") if step_bytes else None
         grid = planning.size_grid(lo, hi, step_factor, step)
 
-    plan = planning.SweepPlan(
-        collectives=[c.name for c in entries], sizes=grid, dtype=dt.name, op=op_name, root=root,
-        placement=placement, warmup=warmup, iters=iters, time_budget=time_budget, min_iters=min_iters,
-        max_iters=max_iters, repetitions=repetitions, check=check, timeout=timeout, backend=chosen_backend,
-        label=label, out=out, run_id=planning.make_run_id())
-    dtypes.check_backend_support(chosen_backend, dt, op_name if any(c.reduces for c in entries) else None)
-    if iface:
-        os.environ["GLOO_SOCKET_IFNAME"] = iface
-        os.environ["NCCL_SOCKET_IFNAME"] = iface
-
-    from commbench.runner import rank_main
-
-    if env is not None:
-        if nproc is not None:
-            raise BadInput(f"--nproc is for local runs, but {env.launcher} started {env.world_size} ranks: "
-                           "drop --nproc or set the rank count in the launcher")
-        planning.validate(plan, env.world_size)
-        return launch.run_as_rank(functools.partial(rank_main, plan), env)
-
-    return _spawn(plan, nproc, chosen_backend)
+    plan = planning.SweepPlan(collectives=[c.name for c in entries], sizes=grid, dtype=dt.name, op=op_name,
+                              root=root, placement=placement, **fields)
+    dtypes.check_backend_support(fields["backend"], dt, op_name if any(c.reduces for c in entries) else None)
+    return _launch(SweepWorkload(plan), nproc)
 
 
-def _spawn(plan, nproc: int | None, backend: str) -> int:
-    import torch
+@cli.command()
+@click.option("--params", default=None, help="Model parameters whose gradients are reduced, e.g. 125M, 1.3B.")
+@click.option("--grad-bytes", default=None, help="Or gradient bytes per step directly, e.g. 2G [default: 64M].")
+@click.option("-d", "--dtype", default="bfloat16", show_default=True, help="Gradient dtype (bf16, fp16, float32).")
+@click.option("--bucket-size", default="1e5,1e6,1e7,5e7,5e8", show_default=True,
+              help="Bucket sizes in ELEMENTS, as DeepSpeed's reduce_bucket_size counts them.")
+@click.option("--op", "op", default="all_reduce", show_default=True,
+              help="all_reduce (ZeRO 1/2, DDP) or reduce_scatter (ZeRO 3) per bucket.")
+@click.option("--overlap", type=int, default=1, show_default=True,
+              help="Buckets in flight at once (async collectives, each waited on).")
+@run_options
+def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -> int:
+    """Reduce one step's gradients in buckets, per bucket size, as DeepSpeed does."""
+    from commbench import collectives, dtypes, units
+    from commbench.workloads.buckets import OPS, BucketPlan, BucketWorkload
 
-    from commbench import launch, memory, plan as planning, results
-    from commbench.runner import rank_main
-
-    if nproc is None:
-        nproc = torch.cuda.device_count() if backend == "nccl" else 2
-    planning.validate(plan, nproc)
-    memory.check_fits(plan, nproc, nproc, torch.device("cpu") if backend == "gloo" else torch.device("cuda", 0))
-    results.check_writable(results.resolve_out(plan.out, plan.run_id))
-    return launch.spawn_local(nproc, functools.partial(rank_main, plan))
+    dt = dtypes.get_dtype(dtype)
+    if params is not None and grad_bytes is not None:
+        raise BadInput("--params and --grad-bytes both set the gradient size: pass one of them")
+    n_params = units.parse_count(params, "--params") if params is not None else None
+    size = n_params * dt.itemsize if n_params else units.parse_size(grad_bytes or "64M", "--grad-bytes")
+    sizes = [units.parse_count(b, "--bucket-size") for b in bucket_size.split(",") if b.strip()]
+    if not sizes:
+        raise BadInput("--bucket-size is empty: give element counts, e.g. 1e6,5e7,5e8")
+    entry = collectives.resolve(op)
+    if len(entry) != 1 or entry[0].name not in OPS:
+        raise BadInput(f"--op {op} is not a gradient reduction: use all_reduce or reduce_scatter")
+    _positive_int(overlap, "--overlap")
+    fields = _run_fields(nproc=nproc, workload="buckets", **run)
+    plan = BucketPlan(grad_bytes=size, bucket_elems=sizes, dtype=dt.name, op=entry[0].name, overlap=overlap,
+                      params=n_params, **fields)
+    return _launch(BucketWorkload(plan), nproc)
 
 
 def _fraction(text: str, flag: str, low_open: bool = False) -> float:

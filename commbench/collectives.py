@@ -84,17 +84,17 @@ def _bind_all_reduce(b: Buffers, a: CallArgs) -> Callable[[], None]:
 
 
 # torch 2.13 renamed the flat-tensor calls; older releases only have the *_tensor names.
-_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def _bind_all_gather(b: Buffers, a: CallArgs) -> Callable[[], None]:
-    return lambda: _all_gather_flat(b.recv, b.send)
+    return lambda: all_gather_flat(b.recv, b.send)
 
 
 def _bind_reduce_scatter(b: Buffers, a: CallArgs) -> Callable[[], None]:
     op = torch_op(a.op)
-    return lambda: _reduce_scatter_flat(b.recv, b.send, op=op)
+    return lambda: reduce_scatter_flat(b.recv, b.send, op=op)
 
 
 def _bind_all_to_all(b: Buffers, a: CallArgs) -> Callable[[], None]:

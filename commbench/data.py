@@ -43,7 +43,7 @@ def fill(buffers: Buffers, args: CallArgs, dtype: DType, in_place: bool) -> None
         buffers.recv.zero_()
 
 
-def _reducer(op: str | None, world: int, dtype: DType):
+def reducer(op: str | None, world: int, dtype: DType):
     fold = {None: torch.add, "sum": torch.add, "avg": torch.add, "prod": torch.mul,
             "max": torch.maximum, "min": torch.minimum}[op]
 
@@ -75,11 +75,16 @@ def count_wrong(collective: Collective, layout: Layout, buffers: Buffers, args: 
     def inputs(rank: int, numel: int) -> torch.Tensor:
         return input_pattern(rank, numel, dtype, args.op, device)
 
-    expected = collective.expected(layout, args, inputs, _reducer(args.op, args.world, dtype))
+    expected = collective.expected(layout, args, inputs, reducer(args.op, args.world, dtype))
     if expected is None:
         return 0
+    return count_mismatches(buffers.recv, expected, dtype, args)
+
+
+def count_mismatches(got: torch.Tensor, expected: torch.Tensor, dtype: DType, args: CallArgs) -> int:
+    """Elements of `got` that differ from `expected` (as `reducer` builds it) beyond rounding."""
     expected = expected.to(dtype.torch_dtype).to(torch.float64)
-    got = buffers.recv.to(torch.float64)
+    got = got.to(torch.float64)
     if dtype.is_float:
         eps = torch.finfo(dtype.torch_dtype).eps
         tol = 2 * eps * args.world * expected.abs() + (1.0 if args.op == "avg" else 0.0) * eps

@@ -39,13 +39,9 @@ class Point:
 
 
 @dataclass
-class SweepPlan:
-    collectives: list[str]
-    sizes: list[int]  # requested byte sizes, before nccl-tests rounding
-    dtype: str = "float32"
-    op: str = "sum"
-    root: int = 0
-    placement: str = "both"
+class RunOptions:
+    """What every workload shares: iteration policy, failure bounds, where results go."""
+
     warmup: int = 5
     iters: int | None = None  # None: adaptive
     time_budget: float = 0.2  # seconds of timed iterations per point when adaptive
@@ -65,8 +61,18 @@ class SweepPlan:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "SweepPlan":
+    def from_json(cls, text: str):
         return cls(**json.loads(text))
+
+
+@dataclass
+class SweepPlan(RunOptions):
+    collectives: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)  # requested byte sizes, before nccl-tests rounding
+    dtype: str = "float32"
+    op: str = "sum"
+    root: int = 0
+    placement: str = "both"
 
     def entries(self) -> list[Collective]:
         return [BY_NAME[c] for c in self.collectives]

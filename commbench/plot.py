@@ -219,6 +219,9 @@ class Line:
     marker: str = "o"
 
 
+BUCKETS_SUFFIX = " in buckets"
+
+
 def _prepare(df, column: str):
     import pandas as pd
 
@@ -237,6 +240,11 @@ def _prepare(df, column: str):
     d["run_id"] = d["run_id"].fillna("?")
     if "wrong" not in d.columns:
         d["wrong"] = pd.NA
+    if "bucket_bytes" in d.columns and "workload" in d.columns:
+        # A buckets row measures one step reduced in buckets: its message size is the bucket.
+        buckets = d["workload"].eq("buckets") & d["bucket_bytes"].notna()
+        d.loc[buckets, "collective"] = d.loc[buckets, "collective"].astype(str) + BUCKETS_SUFFIX
+        d.loc[buckets, "size_bytes"] = d.loc[buckets, "bucket_bytes"]
     values = pd.to_numeric(d[column], errors="coerce")
     keep = np.isfinite(values.to_numpy(dtype=float)) & (pd.to_numeric(d["size_bytes"], errors="coerce") > 0)
     if column == "time_us":
@@ -471,7 +479,8 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
     name_lines(lines)
     d = _prepare(df, column)
     # The latency panel only when there are small sizes to show: an empty panel is noise.
-    has_small = bool((d["size_bytes"] <= SMALL_BYTES).any())
+    in_buckets = d["collective"].astype(str).str.endswith(BUCKETS_SUFFIX)
+    has_small = bool(((d["size_bytes"] <= SMALL_BYTES) & ~in_buckets).any())
     fig = _new_figure()
     if has_small:
         top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
@@ -496,8 +505,13 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
         top.set_ylim(top=max(top.get_ylim()[1], line_rate * 1.08))
         extra_h.append(Line2D([], [], color="black", linestyle=(0, (6, 3)), linewidth=1.2))
         extra_l.append(mpl_text("line rate" + (f" {line_rate_text}" if line_rate_text else "")))
+    if in_buckets.all():
+        top.set_xlabel("Bucket size (each point: one step's gradients reduced in buckets of this size)")
     if bottom is not None:
-        _latency_panel(bottom, lines if column == "time_us" else aggregate(df, "time_us"), lines)
+        # a buckets row's time is a whole step, not one operation: it has no place in this panel
+        time_lines = [ln for ln in (lines if column == "time_us" else aggregate(df, "time_us"))
+                      if not str(ln.key["collective"]).endswith(BUCKETS_SUFFIX)]
+        _latency_panel(bottom, time_lines, lines)
     _legend(fig, lines, extra_h, extra_l)
     return fig
 

@@ -53,6 +53,8 @@ SCHEMA = pa.schema([
     ("workload", pa.string()),
     ("bucket_bytes", pa.int64()),
     ("zero_stage", pa.int32()),
+    ("n_collectives", pa.int32()),
+    ("overlap", pa.int32()),
     ("mtu", pa.int32()),
     ("iface", pa.string()),
     ("link_layer", pa.string()),

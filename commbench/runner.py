@@ -1,9 +1,11 @@
-"""The measurement loop every rank runs, and the records rank 0 writes.
+"""The harness every workload runs on, on every rank.
 
-Per point: allocate and fill buffers, warm up, choose the iteration count (fixed, or adaptive
-from the warm-up times, agreed by all ranks), time every iteration, take each iteration's
-maximum over ranks (the slowest rank bounds a collective), then check the output once on
-fresh inputs, outside the timed loop.
+It chooses backend and device, joins the process group (bounded by --timeout), gathers host and
+network facts, opens the results file on rank 0, and hands a `Session` to the workload. The
+session's `time_call` is the one timing loop of commbench: warm up, agree on the iteration count
+(fixed, or adaptive from the warm-up times), time every iteration, and take each iteration's
+maximum over ranks (the slowest rank bounds a collective). `record` builds a result row with the
+columns every workload shares. Failures map to exit codes here, once, for every workload.
 """
 
 from __future__ import annotations
@@ -13,23 +15,20 @@ import json
 import os
 import socket
 import statistics
+import sys
 from dataclasses import dataclass
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 import commbench
-from commbench import faults
-from commbench.collectives import CallArgs, Collective, Layout
-from commbench.console import PLACEMENT_HEADER, Cell, Reporter, format_row
-from commbench.data import allocate, count_wrong, fill
-from commbench.dtypes import DType, check_backend_support, get_dtype
+from commbench.console import Reporter
 from commbench.envinfo import env_snapshot, iface_facts, traffic_iface
 from commbench.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, BadInput, CommbenchError, RuntimeFailure
 from commbench.launch import RankEnv
-from commbench.memory import check_fits
-from commbench.plan import Point, SweepPlan
+from commbench.plan import RunOptions
 from commbench.results import SCHEMA_VERSION, ResultWriter, resolve_out
 from commbench.timing import Timer, adaptive_iters, timer_for
 
@@ -45,7 +44,7 @@ class Measurement:
 class RunContext:
     """Facts about the run that every record repeats."""
 
-    plan: SweepPlan
+    plan: RunOptions
     env: RankEnv
     backend: str
     device: torch.device
@@ -56,6 +55,24 @@ class RunContext:
     net: dict
     started_at: dt.datetime
     nccl_version: str | None
+
+
+class Workload(Protocol):
+    """What a run measures (workloads/sweep.py, workloads/buckets.py, ...)."""
+
+    plan: RunOptions
+
+    def validate(self, world: int) -> None:
+        """Checks that need the world size (raise BadInput)."""
+
+    def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
+        """Refuse what cannot run (dtype, op, memory) before the process group exists."""
+
+    def total_points(self, world: int) -> int:
+        """Points per repetition, for the progress bar."""
+
+    def run(self, session: "Session") -> bool:
+        """Measure everything; return True if any output was wrong."""
 
 
 def choose_backend(requested: str) -> str:
@@ -81,91 +98,81 @@ def _nccl_version(backend: str) -> str | None:
     return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 
 
-def measure_point(collective: Collective, layout: Layout, point: Point, dtype: DType, args: CallArgs,
-                  plan: SweepPlan, device: torch.device, timer: Timer) -> Measurement:
-    bufs = allocate(collective, layout, dtype, point.in_place, device)
-    fill(bufs, args, dtype, point.in_place)
-    call = collective.bind(bufs, args)
+@dataclass
+class Session:
+    """One rank's view of a running measurement."""
 
-    warm = timer.run(call, max(1, plan.warmup))
-    if plan.iters:
-        iters = plan.iters
-        dist.barrier()
-    else:
-        tail = warm[len(warm) // 2:]
-        estimate = torch.tensor([statistics.median(tail)], dtype=torch.float64, device=device)
-        dist.all_reduce(estimate, op=dist.ReduceOp.MAX)  # every rank must run the same count
-        iters = adaptive_iters(float(estimate.item()), plan.time_budget, plan.min_iters, plan.max_iters)
+    ctx: RunContext
+    timer: Timer
+    reporter: Reporter
+    writer: ResultWriter | None  # rank 0 only
 
-    samples = timer.run(call, iters)
+    @property
+    def rank(self) -> int:
+        return self.ctx.env.rank
 
-    slowest = torch.tensor(samples, dtype=torch.float64, device=device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    @property
+    def world(self) -> int:
+        return self.ctx.env.world_size
 
-    wrong = None
-    if plan.check:
-        fill(bufs, args, dtype, point.in_place)
-        call()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if faults.corrupts_output(args.rank):
-            bufs.recv.view(-1)[0] += 1
-        n_wrong = torch.tensor([count_wrong(collective, layout, bufs, args, dtype)], dtype=torch.int64, device=device)
-        dist.all_reduce(n_wrong)
-        wrong = int(n_wrong.item())
-    return Measurement(slowest.cpu().tolist(), iters, wrong)
+    @property
+    def device(self) -> torch.device:
+        return self.ctx.device
 
+    def time_call(self, call: Callable[[], None]) -> tuple[list[float], int]:
+        """Warm up, agree on the count, time each iteration; per-iteration max over ranks (s)."""
+        plan, device = self.ctx.plan, self.ctx.device
+        warm = self.timer.run(call, max(1, plan.warmup))
+        if plan.iters:
+            iters = plan.iters
+            dist.barrier()
+        else:
+            tail = warm[len(warm) // 2:]
+            estimate = torch.tensor([statistics.median(tail)], dtype=torch.float64, device=device)
+            dist.all_reduce(estimate, op=dist.ReduceOp.MAX)  # every rank must run the same count
+            iters = adaptive_iters(float(estimate.item()), plan.time_budget, plan.min_iters, plan.max_iters)
 
-def make_record(ctx: RunContext, collective: Collective, point: Point, dtype: DType, m: Measurement,
-                repetition: int) -> dict:
-    us = np.asarray(m.samples_s) * 1e6
-    median_us = float(np.median(us))
-    algbw = point.size_bytes / (median_us * 1e-6) / 1e9
-    plan = ctx.plan
-    return {
-        "run_id": plan.run_id,
-        "label": plan.label,
-        "started_at": ctx.started_at,
-        "collective": collective.name,
-        "dtype": dtype.name,
-        "op": plan.op if collective.reduces else None,
-        "root": plan.root if collective.rooted else -1,
-        "size_bytes": point.size_bytes,
-        "count": point.count,
-        "in_place": point.in_place,
-        "world_size": ctx.env.world_size,
-        "nnodes": ctx.nnodes,
-        "ranks_per_node": ctx.ranks_per_node,
-        "backend": ctx.backend,
-        "device": ctx.device.type,
-        "device_name": ctx.device_name,
-        "launcher": ctx.env.launcher,
-        "iters": m.iters,
-        "warmup": max(1, plan.warmup),
-        "repetition": repetition,
-        "time_us": median_us,
-        "time_us_min": float(us.min()),
-        "time_us_max": float(us.max()),
-        "time_us_p99": float(np.percentile(us, 99)),
-        "algbw_GBps": algbw,
-        "busbw_GBps": algbw * collective.busbw_factor(ctx.env.world_size),
-        "wrong": m.wrong,
-        "samples_us": us.tolist(),
-        "workload": plan.workload,
-        "bucket_bytes": None,
-        "zero_stage": None,
-        "mtu": ctx.net.get("mtu"),
-        "iface": ctx.net.get("iface"),
-        "link_layer": ctx.net.get("link_layer"),
-        "hosts": ctx.hosts,
-        "commbench_version": commbench.__version__,
-        "torch_version": torch.__version__,
-        "nccl_version": ctx.nccl_version,
-        "env": json.dumps(env_snapshot(), sort_keys=True),
-        "net": json.dumps(ctx.net["per_host"], sort_keys=True),
-        "plan": plan.to_json(),
-        "schema_version": SCHEMA_VERSION,
-    }
+        samples = self.timer.run(call, iters)
+
+        slowest = torch.tensor(samples, dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        return slowest.cpu().tolist(), iters
+
+    def sum_over_ranks(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.int64, device=self.ctx.device)
+        dist.all_reduce(t)
+        return int(t.item())
+
+    def record(self, *, collective: str, dtype: str, op: str | None, root: int, size_bytes: int, count: int,
+               in_place: bool, busbw_factor: float, m: Measurement, repetition: int, **extra) -> dict:
+        """A result row: the shared columns, the statistics of `m`, and workload columns in `extra`."""
+        ctx, plan = self.ctx, self.ctx.plan
+        us = np.asarray(m.samples_s) * 1e6
+        median_us = float(np.median(us))
+        algbw = size_bytes / (median_us * 1e-6) / 1e9
+        row = {
+            "run_id": plan.run_id, "label": plan.label, "started_at": ctx.started_at,
+            "collective": collective, "dtype": dtype, "op": op, "root": root,
+            "size_bytes": size_bytes, "count": count, "in_place": in_place,
+            "world_size": ctx.env.world_size, "nnodes": ctx.nnodes, "ranks_per_node": ctx.ranks_per_node,
+            "backend": ctx.backend, "device": ctx.device.type, "device_name": ctx.device_name,
+            "launcher": ctx.env.launcher, "iters": m.iters, "warmup": max(1, plan.warmup), "repetition": repetition,
+            "time_us": median_us, "time_us_min": float(us.min()), "time_us_max": float(us.max()),
+            "time_us_p99": float(np.percentile(us, 99)),
+            "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor, "wrong": m.wrong,
+            "samples_us": us.tolist(), "workload": plan.workload, "bucket_bytes": None, "zero_stage": None,
+            "mtu": ctx.net.get("mtu"), "iface": ctx.net.get("iface"), "link_layer": ctx.net.get("link_layer"),
+            "hosts": ctx.hosts, "commbench_version": commbench.__version__, "torch_version": torch.__version__,
+            "nccl_version": ctx.nccl_version, "env": json.dumps(env_snapshot(), sort_keys=True),
+            "net": json.dumps(ctx.net["per_host"], sort_keys=True), "plan": plan.to_json(),
+            "schema_version": SCHEMA_VERSION,
+        }
+        row.update(extra)
+        return row
+
+    def write(self, rows: list[dict]) -> None:
+        if self.writer is not None and rows:
+            self.writer.append(rows)
 
 
 def _gather_ranks(env: RankEnv, device: torch.device, device_name: str) -> list[dict]:
@@ -190,7 +197,7 @@ def _header_lines(ctx: RunContext, ranks: list[dict]) -> list[str]:
     iters = f"iters: {plan.iters}" if plan.iters else (
         f"iters: adaptive ({plan.time_budget:g} s per point, {plan.min_iters}..{plan.max_iters})")
     lines = [
-        f"# commbench {commbench.__version__}  run {plan.run_id}  torch {torch.__version__}"
+        f"# commbench {commbench.__version__}  run {plan.run_id}  workload {plan.workload}  torch {torch.__version__}"
         + (f"  nccl {ctx.nccl_version}" if ctx.nccl_version else ""),
         f"# backend {ctx.backend}  launcher {ctx.env.launcher}  ranks {ctx.env.world_size} "
         f"({ctx.nnodes} node(s) x {ctx.ranks_per_node})  warmup iters: {max(1, plan.warmup)}  {iters}  "
@@ -205,25 +212,24 @@ def _header_lines(ctx: RunContext, ranks: list[dict]) -> list[str]:
     return lines
 
 
-def rank_main(plan: SweepPlan, env: RankEnv) -> int:
+def rank_main(workload: Workload, env: RankEnv) -> int:
     """The entry point of every rank, however it was launched; returns its exit code."""
     try:
-        return run_sweep(plan, env)
+        return run_workload(workload, env)
     except CommbenchError as exc:
         _say(env, f"commbench: {exc}", rank0_only=isinstance(exc, BadInput))
         return exc.exit_code
 
 
-def run_sweep(plan: SweepPlan, env: RankEnv) -> int:
+def run_workload(workload: Workload, env: RankEnv) -> int:
     """Every rank calls this; returns the rank's exit code. Rank 0 prints and writes."""
     from datetime import timedelta
 
+    plan = workload.plan
     backend = choose_backend(plan.backend)
-    dtype = get_dtype(plan.dtype)
-    check_backend_support(backend, dtype, plan.op if any(c.reduces for c in plan.entries()) else None)
     device = _device_for(backend, env)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    check_fits(plan, env.world_size, env.local_world_size, device)
+    workload.prepare(backend, device, env)
 
     try:
         dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
@@ -255,42 +261,13 @@ def run_sweep(plan: SweepPlan, env: RankEnv) -> int:
                 writer = None
         _agree_on(setup_error, device)
 
-        work = [(c, plan.points(c, env.world_size, env.rank)) for c in plan.entries()]
-        total = plan.repetitions * sum(len(pts) for _, grid in work for _, pts in grid)
-        reporter = Reporter(env.rank == 0, total)
+        reporter = Reporter(env.rank == 0, plan.repetitions * workload.total_points(env.world_size))
         for line in _header_lines(ctx, ranks):
             reporter.line(line)
-
-        timer = timer_for(device)
-        any_wrong = False
-        for repetition in range(plan.repetitions):
-            for collective, grid in work:
-                args = CallArgs(env.rank, env.world_size, plan.root, plan.op if collective.reduces else None)
-                reporter.line(f"# Collective test starting: {collective.name}"
-                              + (f"  (repetition {repetition + 1}/{plan.repetitions})" if plan.repetitions > 1 else ""))
-                reporter.line(PLACEMENT_HEADER)
-                for layout, points in grid:
-                    cells: dict[bool, Cell] = {}
-                    records = []
-                    for point in points:
-                        m = measure_point(collective, layout, point, dtype, args, plan, device, timer)
-                        if env.rank == 0:
-                            rec = make_record(ctx, collective, point, dtype, m, repetition)
-                            records.append(rec)
-                            cells[point.in_place] = Cell(rec["time_us"], rec["algbw_GBps"], rec["busbw_GBps"], m.wrong)
-                        any_wrong = any_wrong or bool(m.wrong)
-                        reporter.advance(f"{collective.name} {point.size_bytes} B")
-                    if writer is not None:
-                        writer.append(records)
-                    first = points[0]
-                    reporter.line(format_row(first.size_bytes, first.count, dtype.nccl_name,
-                                             (plan.op if collective.reduces else "none"),
-                                             plan.root if collective.rooted else -1,
-                                             cells.get(False), cells.get(True)))
-                reporter.line(f"# Collective test concluded: {collective.name}")
+        any_wrong = workload.run(Session(ctx, timer_for(device), reporter, writer))
         if writer is not None:
             busbws = [r["busbw_GBps"] for r in writer.rows]
-            reporter.line(f"# Out of bounds values : 0 OK")
+            reporter.line("# Out of bounds values : 0 OK")
             reporter.line(f"# Avg bus bandwidth    : {statistics.fmean(busbws) if busbws else 0.0:.4f} ")
             reporter.line(f"# Results: {writer.path} ({len(writer.rows)} rows)")
         if any_wrong:
@@ -326,8 +303,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _say(env: RankEnv, message: str, rank0_only: bool = False) -> None:
-    import sys
-
     if rank0_only and env.rank != 0:
         return
     print(message, file=sys.stderr, flush=True)

@@ -59,3 +59,19 @@ def format_size(nbytes: int | float) -> str:
             return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?|\d*\.\d+)(?:e(\d+))?\s*([KMBT]?)\s*$", re.IGNORECASE | re.ASCII)
+_COUNT_UNITS = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+def parse_count(text: str, what: str) -> int:
+    """Decimal counts as people write model and bucket sizes: '1.3B', '125M', '5e8' -> elements."""
+    raw = str(text)
+    m = _COUNT.match(raw) if len(raw) <= 32 else None
+    if not m:
+        raise BadInput(f"{what} {raw!r} is not a count: use e.g. 5e8, 125M, 1.3B")
+    value = Fraction(m.group(1)) * 10 ** int(m.group(2) or 0) * _COUNT_UNITS[m.group(3).upper()]
+    if value < 1 or value > _MAX_SIZE:
+        raise BadInput(f"{what} {raw!r} is out of range: use a count from 1 up to about 9e18")
+    return int(value)

@@ -58,9 +58,10 @@ def compare(before: Path, after: Path) -> tuple[int, dict]:
 
 def test_the_same_lab_twice_is_not_a_regression(runs):
     code, report = compare(runs["base"], runs["again"])
-    assert code == 0, report
-    assert report["verdict"] in ("unchanged", "improvement")
+    # Not a regression: unchanged, or inconclusive when the machine was busy (never exit 1).
+    assert code in (0, 3) and report["verdict"] != "regression", report
     assert all(p["verdict"] != "regression" for p in report["points"])
+    assert 0.97 < report["geomean_ratio"] < 1.03
 
 
 def test_a_slower_link_is_a_regression_at_the_large_sizes(runs):

@@ -1,0 +1,88 @@
+"""The size sweep: every collective of the plan at every size of the nccl-tests grid, printed
+as the nccl-tests table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from commbench import faults
+from commbench.collectives import CallArgs, Collective, Layout
+from commbench.console import PLACEMENT_HEADER, Cell, format_row
+from commbench.data import allocate, count_wrong, fill
+from commbench.dtypes import DType, check_backend_support, get_dtype
+from commbench.launch import RankEnv
+from commbench.memory import check_fits
+from commbench.plan import Point, SweepPlan, validate
+from commbench.runner import Measurement, Session
+
+
+def measure_point(session: Session, collective: Collective, layout: Layout, point: Point, dtype: DType,
+                  args: CallArgs) -> Measurement:
+    bufs = allocate(collective, layout, dtype, point.in_place, session.device)
+    fill(bufs, args, dtype, point.in_place)
+    call = collective.bind(bufs, args)
+    samples, iters = session.time_call(call)
+
+    wrong = None
+    if session.ctx.plan.check:
+        fill(bufs, args, dtype, point.in_place)
+        call()
+        if session.device.type == "cuda":
+            torch.cuda.synchronize(session.device)
+        if faults.corrupts_output(args.rank):
+            bufs.recv.view(-1)[0] += 1
+        wrong = session.sum_over_ranks(count_wrong(collective, layout, bufs, args, dtype))
+    return Measurement(samples, iters, wrong)
+
+
+@dataclass
+class SweepWorkload:
+    plan: SweepPlan
+
+    def validate(self, world: int) -> None:
+        validate(self.plan, world)
+
+    def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
+        reduces = any(c.reduces for c in self.plan.entries())
+        check_backend_support(backend, get_dtype(self.plan.dtype), self.plan.op if reduces else None)
+        check_fits(self.plan, env.world_size, env.local_world_size, device)
+
+    def total_points(self, world: int) -> int:
+        return sum(len(pts) for c in self.plan.entries() for _, pts in self.plan.points(c, world))
+
+    def run(self, session: Session) -> bool:
+        plan, rank, world = self.plan, session.rank, session.world
+        dtype = get_dtype(plan.dtype)
+        work = [(c, plan.points(c, world, rank)) for c in plan.entries()]
+        reporter = session.reporter
+        any_wrong = False
+        for repetition in range(plan.repetitions):
+            for collective, grid in work:
+                op = plan.op if collective.reduces else None
+                root = plan.root if collective.rooted else -1
+                args = CallArgs(rank, world, plan.root, op)
+                reporter.line(f"# Collective test starting: {collective.name}"
+                              + (f"  (repetition {repetition + 1}/{plan.repetitions})" if plan.repetitions > 1 else ""))
+                reporter.line(PLACEMENT_HEADER)
+                for layout, points in grid:
+                    cells: dict[bool, Cell] = {}
+                    records = []
+                    for point in points:
+                        m = measure_point(session, collective, layout, point, dtype, args)
+                        if rank == 0:
+                            rec = session.record(collective=collective.name, dtype=dtype.name, op=op, root=root,
+                                                 size_bytes=point.size_bytes, count=point.count,
+                                                 in_place=point.in_place, busbw_factor=collective.busbw_factor(world),
+                                                 m=m, repetition=repetition)
+                            records.append(rec)
+                            cells[point.in_place] = Cell(rec["time_us"], rec["algbw_GBps"], rec["busbw_GBps"], m.wrong)
+                        any_wrong = any_wrong or bool(m.wrong)
+                        reporter.advance(f"{collective.name} {point.size_bytes} B")
+                    session.write(records)
+                    first = points[0]
+                    reporter.line(format_row(first.size_bytes, first.count, dtype.nccl_name, op or "none", root,
+                                             cells.get(False), cells.get(True)))
+                reporter.line(f"# Collective test concluded: {collective.name}")
+        return any_wrong
