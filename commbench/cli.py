@@ -196,6 +196,68 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -
     return _launch(BucketWorkload(plan), nproc)
 
 
+@cli.command()
+@click.option("--ds-config", "ds_config", default=None, type=click.Path(dir_okay=False),
+              help="Your ds_config.json: its stage and bucket sizes (elements) shape the schedule.")
+@click.option("--model", default="1.3b", show_default=True, help="Model shape: gpt2-125m, 1.3b, 7b.")
+@click.option("--layers", type=int, default=None, help="Custom shape: transformer layers (with --hidden).")
+@click.option("--hidden", type=int, default=None, help="Custom shape: hidden size.")
+@click.option("--vocab", type=int, default=None, help="Custom shape: vocabulary [default: 50257].")
+@click.option("--stages", default=None, help="ZeRO stages to run, e.g. 0,1,2,3 [default: all, or the config's].")
+@click.option("-d", "--dtype", default="bfloat16", show_default=True, help="Communication dtype.")
+@click.option("--scale", default="auto", show_default=True,
+              help="Multiply every message by this (auto: fit the model in 32 MiB on CPU, 1 on GPU).")
+@run_options
+def zero(ds_config, model, layers, hidden, vocab, stages, dtype, scale, nproc, **run) -> int:
+    """One training step's ZeRO communication schedule per stage, run with real collectives."""
+    from commbench import dtypes
+    from commbench.workloads.zero import DEFAULT_CPU_STEP_BYTES, MODELS, ZeroPlan, ZeroWorkload, module_sizes
+
+    dt = dtypes.get_dtype(dtype)
+    if (layers is None) != (hidden is None):
+        raise BadInput("--layers and --hidden go together: pass both for a custom shape, or --model")
+    if layers is not None:
+        _positive_int(layers, "--layers")
+        _positive_int(hidden, "--hidden")
+        shape, name = (layers, hidden, vocab or 50257), f"custom-{layers}x{hidden}"
+    else:
+        if model.lower() not in MODELS:
+            raise BadInput(f"unknown --model {model!r}: use one of {', '.join(MODELS)}, or --layers/--hidden")
+        shape, name = MODELS[model.lower()], model.lower()
+        if vocab is not None:
+            shape = (shape[0], shape[1], _positive_int(vocab, "--vocab"))
+    buckets = {}
+    wanted = [0, 1, 2, 3]
+    if ds_config:
+        from commbench import dsconfig
+
+        cfg = dsconfig.load(ds_config)
+        buckets = dict(reduce_bucket_size=cfg.reduce_bucket_size, allgather_bucket_size=cfg.allgather_bucket_size,
+                       prefetch_bucket_size=cfg.stage3_prefetch_bucket_size)
+        wanted = [cfg.zero_stage]
+    if stages is not None:
+        try:
+            wanted = [int(s) for s in stages.split(",") if s.strip()]
+        except ValueError:
+            raise BadInput(f"--stages {stages!r} is not a list of stages: e.g. 0,1,2,3") from None
+        if not wanted or any(s not in (0, 1, 2, 3) for s in wanted):
+            raise BadInput(f"--stages {stages!r}: ZeRO stages are 0, 1, 2 and 3")
+    fields = _run_fields(nproc=nproc, workload="zero", **run)
+    params_bytes = sum(module_sizes(*shape)) * dt.itemsize
+    if scale == "auto":
+        factor = 1.0 if fields["backend"] == "nccl" else min(1.0, DEFAULT_CPU_STEP_BYTES / params_bytes)
+    else:
+        try:
+            factor = float(scale)
+        except ValueError:
+            raise BadInput(f"--scale {scale!r} is not a number: e.g. 0.01, or auto") from None
+        if not 0 < factor <= 1:
+            raise BadInput(f"--scale {scale} must be in (0, 1]: it shrinks every message")
+    plan = ZeroPlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, dtype=dt.name,
+                    scale=factor, ds_config=ds_config, **buckets, **fields)
+    return _launch(ZeroWorkload(plan), nproc)
+
+
 def _fraction(text: str, flag: str, low_open: bool = False) -> float:
     """'5%' or '0.05' -> 0.05; anything else is one line of bad input."""
     raw = str(text).strip()

@@ -1,0 +1,217 @@
+"""ZeRO schedules: one training step's communication for a model shape and a DeepSpeed
+config, per ZeRO stage, run with real collectives.
+
+The schedule is a list of collectives (op, elements) that mirrors what DeepSpeed 0.19 issues for
+one step (docs/DEEPSPEED.md has the code references):
+
+- stage 0: gradients all-reduced in buckets of reduce_bucket_size;
+- stages 1 and 2: gradients reduced per bucket of reduce_bucket_size (DeepSpeed's
+  `reduce_scatter: true` path reduces each bucket's slices to their owners), then the updated
+  parameter partitions all-gathered in chunks of allgather_bucket_size;
+- stage 3: parameters all-gathered module by module in forward and again in backward (grouped
+  up to stage3_prefetch_bucket_size), gradients reduce-scattered in buckets of
+  reduce_bucket_size.
+
+Per stage the row records the bytes each rank moves per step (sum of size x bus factor), next to
+the ZeRO paper's volume (2P, 2P, 3P, times (n-1)/n), the time per step and the collectives by
+type. `--scale` multiplies every collective's size (the structure, i.e. how many collectives of
+which kind, is kept) so that a 1.3B-shaped step runs on a small machine; it is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from commbench.collectives import ALIGN, all_gather_flat, reduce_scatter_flat
+from commbench.dtypes import check_backend_support, get_dtype
+from commbench.errors import BadInput
+from commbench.launch import RankEnv
+from commbench.plan import RunOptions
+from commbench.runner import Measurement, Session
+from commbench.units import format_size
+
+# name -> (layers, hidden, vocab): GPT-2 small, GPT-3 XL (1.3B), LLaMA-7B-like
+MODELS = {"gpt2-125m": (12, 768, 50257), "1.3b": (24, 2048, 50257), "7b": (32, 4096, 32000)}
+PAPER_VOLUME = {0: 2, 1: 2, 2: 2, 3: 3}  # x P, per rank per step (ZeRO paper, section 7)
+DEFAULT_CPU_STEP_BYTES = 32 << 20  # --scale auto on CPU: the scaled model holds this many bytes
+
+
+def module_sizes(layers: int, hidden: int, vocab: int) -> list[int]:
+    """Parameter elements per module of the synthetic transformer (the one the DeepSpeed engine
+    workload trains): embedding, per block LayerNorm, qkv, proj, mlp up, mlp down; the head."""
+    h = hidden
+    block = [2 * h, 3 * h * h + 3 * h, h * h + h, 4 * h * h + 4 * h, 4 * h * h + h]
+    return [vocab * h] + block * layers + [h * vocab]
+
+
+@dataclass(frozen=True)
+class Comm:
+    op: str  # all_reduce | reduce | all_gather | reduce_scatter
+    numel: int  # elements of the whole message (nccl-tests S / itemsize)
+    phase: str  # forward | backward | step
+
+
+def _chunks(total: int, size: int) -> list[int]:
+    size = max(1, size)
+    return [min(size, total - start) for start in range(0, total, size)]
+
+
+def _grouped(sizes: list[int], limit: int) -> list[int]:
+    """Consecutive modules fetched together until `limit` elements (stage 3 prefetch)."""
+    groups, current = [], 0
+    for s in sizes:
+        if current and current + s > limit:
+            groups.append(current)
+            current = 0
+        current += s
+    return groups + ([current] if current else [])
+
+
+def step_schedule(stage: int, modules: list[int], reduce_bucket: int, allgather_bucket: int,
+                  prefetch_bucket: int) -> list[Comm]:
+    total = sum(modules)
+    if stage == 0:
+        return [Comm("all_reduce", n, "backward") for n in _chunks(total, reduce_bucket)]
+    if stage in (1, 2):
+        grads = [Comm("reduce", n, "backward") for n in _chunks(total, reduce_bucket)]
+        params = [Comm("all_gather", n, "step") for n in _chunks(total, allgather_bucket)]
+        return grads + params
+    if stage == 3:
+        fwd = [Comm("all_gather", n, "forward") for n in _grouped(modules, prefetch_bucket)]
+        bwd = [Comm("all_gather", n, "backward") for n in _grouped(list(reversed(modules)), prefetch_bucket)]
+        grads = [Comm("reduce_scatter", n, "backward") for n in _chunks(total, reduce_bucket)]
+        return fwd + bwd + grads
+    raise BadInput(f"ZeRO stage {stage} does not exist: use 0, 1, 2 or 3")
+
+
+def scaled(schedule: list[Comm], scale: float, world: int) -> list[Comm]:
+    """Every message times `scale`, rounded to a whole chunk per rank (ALIGN x world elements)."""
+    unit = ALIGN * world
+    return [Comm(c.op, max(unit, int(c.numel * scale) // unit * unit), c.phase) for c in schedule]
+
+
+def volume_factor(op: str, world: int) -> float:
+    """Bytes a rank sends per byte of message, on average over ranks (the ZeRO paper's
+    accounting): an all-reduce is a reduce-scatter plus an all-gather, 2(n-1)/n; a reduce to one
+    owner, an all-gather or a reduce-scatter moves (n-1)/n of the message per rank."""
+    return (2 if op == "all_reduce" else 1) * (world - 1) / world
+
+
+@dataclass
+class ZeroPlan(RunOptions):
+    stages: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
+    layers: int = 24
+    hidden: int = 2048
+    vocab: int = 50257
+    model: str = "1.3b"
+    dtype: str = "bfloat16"
+    reduce_bucket_size: int = 500_000_000
+    allgather_bucket_size: int = 500_000_000
+    prefetch_bucket_size: int = 50_000_000
+    scale: float = 1.0
+    ds_config: str | None = None
+    workload: str = "zero"
+
+
+@dataclass
+class ZeroWorkload:
+    plan: ZeroPlan
+
+    def modules(self) -> list[int]:
+        return module_sizes(self.plan.layers, self.plan.hidden, self.plan.vocab)
+
+    def schedule(self, stage: int, world: int) -> list[Comm]:
+        p = self.plan
+        full = step_schedule(stage, self.modules(), p.reduce_bucket_size, p.allgather_bucket_size,
+                             p.prefetch_bucket_size)
+        return scaled(full, p.scale, world)
+
+    def validate(self, world: int) -> None:
+        if world < 2:
+            raise BadInput("a ZeRO schedule needs at least 2 ranks: raise --nproc")
+
+    def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
+        check_backend_support(backend, get_dtype(self.plan.dtype), "sum")
+        itemsize = get_dtype(self.plan.dtype).itemsize
+        # every collective of a step has its own buffers (message + one rank's part)
+        need = max(sum(c.numel for c in self.schedule(s, env.world_size)) for s in self.plan.stages) * itemsize * 1.5
+        have = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else psutil.virtual_memory().available
+        ranks = 1 if device.type == "cuda" else env.local_world_size
+        if need * ranks > 0.9 * have:
+            raise BadInput(f"the buffers of one step need about {format_size(need * ranks)} here "
+                           f"but {format_size(have)} is free: lower --scale")
+
+    def total_points(self, world: int) -> int:
+        return len(self.plan.stages)
+
+    def run(self, session: Session) -> bool:
+        plan, world = self.plan, session.world
+        dtype = get_dtype(plan.dtype)
+        params = sum(self.modules())
+        reporter = session.reporter
+        reporter.line(f"# ZeRO schedules: {plan.model} shape ({params / 1e9:.3g}B parameters, {plan.layers} layers, "
+                      f"hidden {plan.hidden}), {dtype.name}, scale {plan.scale:g}, "
+                      f"buckets reduce {plan.reduce_bucket_size:.3g} / allgather {plan.allgather_bucket_size:.3g} "
+                      f"/ prefetch {plan.prefetch_bucket_size:.3g} elements")
+        reporter.line("#  stage  collectives                                   bytes/rank/step   paper (xP)   "
+                      "ratio   time/step (us)   busbw")
+        for repetition in range(plan.repetitions):
+            for stage in plan.stages:
+                sched = self.schedule(stage, world)
+                call = _bind(sched, dtype.torch_dtype, session.device, session.rank, world)
+                samples, iters = session.time_call(call)
+                moved = sum(c.numel * dtype.itemsize * volume_factor(c.op, world) for c in sched)
+                total = sum(c.numel * dtype.itemsize for c in sched)
+                paper = PAPER_VOLUME[stage] * params * plan.scale * dtype.itemsize * (world - 1) / world
+                ops = Counter(c.op for c in sched)
+                by_op = {op: {"count": ops[op], "bytes": sum(c.numel for c in sched if c.op == op) * dtype.itemsize}
+                         for op in sorted(ops)}
+                if session.rank == 0:
+                    row = session.record(collective="zero_step", dtype=dtype.name, op="sum", root=-1,
+                                         size_bytes=total, count=sum(c.numel for c in sched), in_place=True,
+                                         busbw_factor=moved / total, m=Measurement(samples, iters, None),
+                                         repetition=repetition, zero_stage=stage,
+                                         bucket_bytes=plan.reduce_bucket_size * dtype.itemsize,
+                                         n_collectives=len(sched), scale=plan.scale,
+                                         bytes_per_rank=int(moved), paper_bytes_per_rank=int(paper),
+                                         ops=json.dumps(by_op, sort_keys=True))
+                    session.write([row])
+                    counts = ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
+                    reporter.line(f"  {stage:5d}  {counts:44s}  {format_size(moved):>15s}   "
+                                  f"{PAPER_VOLUME[stage]}P={format_size(paper):>9s}  {moved / paper:6.3f}  "
+                                  f"{row['time_us']:15.0f}  {row['busbw_GBps']:6.3f}")
+                reporter.advance(f"stage {stage}")
+        return False
+
+
+def _bind(sched: list[Comm], torch_dtype, device, rank: int, world: int) -> Callable[[], None]:
+    """One step: every collective of the schedule, in order, each on its own buffers."""
+    calls = []
+    for c in sched:
+        full = torch.ones(c.numel, dtype=torch_dtype, device=device)
+        part = torch.ones(c.numel // world, dtype=torch_dtype, device=device)
+        if c.op == "all_reduce":
+            calls.append(lambda t=full: dist.all_reduce(t))
+        elif c.op == "reduce":
+            # DeepSpeed reduces each bucket's slices to the ranks that own them: one reduce per owner
+            owners = [full[r * part.numel():(r + 1) * part.numel()] for r in range(world)]
+            calls.append(lambda owners=owners: [dist.reduce(t, dst=r) for r, t in enumerate(owners)])
+        elif c.op == "all_gather":
+            calls.append(lambda o=full, i=part: all_gather_flat(o, i))
+        elif c.op == "reduce_scatter":
+            calls.append(lambda o=part, i=full: reduce_scatter_flat(o, i))
+        else:
+            raise ValueError(c.op)
+
+    def step() -> None:
+        for call in calls:
+            call()
+
+    return step
