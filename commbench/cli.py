@@ -127,8 +127,10 @@ def _launch(workload, nproc: int | None) -> int:
 @click.option("-r", "--root", type=int, default=0, show_default=True, help="Root rank of broadcast and reduce.")
 @click.option("--placement", type=click.Choice(["out", "in", "both"]), default="both", show_default=True,
               help="Out-of-place, in-place or both (each where torch offers it).")
+@click.option("--mtu", "mtus", default=None,
+              help="MTU axis (root): e.g. 1500,9000 set on --iface of every host in turn, restored at the end.")
 @run_options
-def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtype, op, root, placement,
+def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtype, op, root, placement, mtus,
           nproc, **run) -> int:
     """Measure collectives over a range of message sizes (the nccl-tests grid)."""
     from commbench import collectives, dtypes, plan as planning, units
@@ -156,10 +158,30 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
         step = units.parse_size(step_bytes, "--step-bytes") if step_bytes else None
         grid = planning.size_grid(lo, hi, step_factor, step)
 
+    mtu_axis = _mtu_axis(mtus, run.get("iface"))
     plan = planning.SweepPlan(collectives=[c.name for c in entries], sizes=grid, dtype=dt.name, op=op_name,
-                              root=root, placement=placement, **fields)
+                              root=root, placement=placement, mtus=mtu_axis, iface=run.get("iface"), **fields)
     dtypes.check_backend_support(fields["backend"], dt, op_name if any(c.reduces for c in entries) else None)
     return _launch(SweepWorkload(plan), nproc)
+
+
+def _mtu_axis(text: str | None, iface: str | None) -> list[int]:
+    if text is None:
+        return []
+    try:
+        mtus = [int(m) for m in text.split(",") if m.strip()]
+    except ValueError:
+        raise BadInput(f"--mtu {text!r} is not a list of MTUs: e.g. --mtu 1500,9000") from None
+    if not mtus or any(not 576 <= m <= 65535 for m in mtus):
+        raise BadInput(f"--mtu {text!r}: MTUs are whole numbers from 576 to 65535, e.g. 1500,9000")
+    if not iface:
+        raise BadInput("--mtu changes an interface: name it with --iface (e.g. --iface eth0)")
+    if os.geteuid() != 0:
+        raise BadInput("--mtu sets the MTU of --iface on every host and needs root: run as root, or drop --mtu")
+    from commbench import netctl
+
+    netctl.get_mtu(iface)  # the interface must exist here
+    return mtus
 
 
 @cli.command()

@@ -54,6 +54,7 @@ class CallArgs:
     world: int
     root: int
     op: str | None
+    group: object = None  # the process group (None: the default one)
 
 
 def _full(count: int, world: int, rank: int) -> Layout:
@@ -80,7 +81,7 @@ def _alltoall(count: int, world: int, rank: int) -> Layout:
 
 def _bind_all_reduce(b: Buffers, a: CallArgs) -> Callable[[], None]:
     op = torch_op(a.op)
-    return lambda: dist.all_reduce(b.recv, op=op)
+    return lambda: dist.all_reduce(b.recv, op=op, group=a.group)
 
 
 # torch 2.13 renamed the flat-tensor calls; older releases only have the *_tensor names.
@@ -89,32 +90,32 @@ reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduc
 
 
 def _bind_all_gather(b: Buffers, a: CallArgs) -> Callable[[], None]:
-    return lambda: all_gather_flat(b.recv, b.send)
+    return lambda: all_gather_flat(b.recv, b.send, group=a.group)
 
 
 def _bind_reduce_scatter(b: Buffers, a: CallArgs) -> Callable[[], None]:
     op = torch_op(a.op)
-    return lambda: reduce_scatter_flat(b.recv, b.send, op=op)
+    return lambda: reduce_scatter_flat(b.recv, b.send, op=op, group=a.group)
 
 
 def _bind_all_to_all(b: Buffers, a: CallArgs) -> Callable[[], None]:
-    return lambda: dist.all_to_all_single(b.recv, b.send)
+    return lambda: dist.all_to_all_single(b.recv, b.send, group=a.group)
 
 
 def _bind_broadcast(b: Buffers, a: CallArgs) -> Callable[[], None]:
-    return lambda: dist.broadcast(b.recv, src=a.root)
+    return lambda: dist.broadcast(b.recv, src=a.root, group=a.group)
 
 
 def _bind_reduce(b: Buffers, a: CallArgs) -> Callable[[], None]:
     op = torch_op(a.op)
-    return lambda: dist.reduce(b.recv, dst=a.root, op=op)
+    return lambda: dist.reduce(b.recv, dst=a.root, op=op, group=a.group)
 
 
 def _bind_sendrecv(b: Buffers, a: CallArgs) -> Callable[[], None]:
     nxt, prv = (a.rank + 1) % a.world, (a.rank - 1) % a.world
 
     def ring() -> None:
-        ops = [dist.P2POp(dist.isend, b.send, nxt), dist.P2POp(dist.irecv, b.recv, prv)]
+        ops = [dist.P2POp(dist.isend, b.send, nxt, group=a.group), dist.P2POp(dist.irecv, b.recv, prv, group=a.group)]
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 

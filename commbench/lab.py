@@ -28,6 +28,7 @@ STATE_DIR = Path(os.environ.get("COMMBENCH_LAB_DIR", f"/run/commbench-lab-{PREFI
 BRIDGE = f"{PREFIX}br0"
 NS_IFACE = "eth0"
 DEFAULT_SUBNET = "10.231.0.0/24"
+SWITCH_MTU = 9216
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$", re.IGNORECASE)
 _RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 
@@ -141,7 +142,9 @@ def _shape(node: LabNode, state: LabState) -> None:
     burst = int(max(bits / 8 * 0.002, 32 * (node.mtu + 14)))
     tbf = ["root", "tbf", "rate", node.rate, "burst", str(burst), "latency", "100ms"]
     _ip("link", "set", "dev", NS_IFACE, "mtu", str(node.mtu), netns=node.name)
-    _ip("link", "set", "dev", node.port, "mtu", str(node.mtu))
+    # The bridge ports are the switch: jumbo-capable (9216, as switches are usually set), so
+    # the hosts' own eth0 MTU decides, and a host may change it itself (sweep --mtu).
+    _ip("link", "set", "dev", node.port, "mtu", str(max(SWITCH_MTU, node.mtu)))
     _tc("qdisc", "replace", "dev", NS_IFACE, *tbf, netns=node.name)
     _tc("qdisc", "replace", "dev", node.port, *tbf)
 

@@ -73,6 +73,8 @@ class SweepPlan(RunOptions):
     op: str = "sum"
     root: int = 0
     placement: str = "both"
+    mtus: list[int] = field(default_factory=list)  # the MTU axis: set on `iface` of every host in turn
+    iface: str | None = None
 
     def entries(self) -> list[Collective]:
         return [BY_NAME[c] for c in self.collectives]

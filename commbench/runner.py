@@ -106,6 +106,9 @@ class Session:
     timer: Timer
     reporter: Reporter
     writer: ResultWriter | None  # rank 0 only
+    # The process group the workload measures on: None is the default one. A workload may put
+    # a fresh group here (new connections, e.g. after an MTU change: TCP keeps its MSS).
+    group: object = None
 
     @property
     def rank(self) -> int:
@@ -125,22 +128,22 @@ class Session:
         warm = self.timer.run(call, max(1, plan.warmup))
         if plan.iters:
             iters = plan.iters
-            dist.barrier()
+            dist.barrier(group=self.group)
         else:
             tail = warm[len(warm) // 2:]
             estimate = torch.tensor([statistics.median(tail)], dtype=torch.float64, device=device)
-            dist.all_reduce(estimate, op=dist.ReduceOp.MAX)  # every rank must run the same count
+            dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=self.group)  # every rank must run the same count
             iters = adaptive_iters(float(estimate.item()), plan.time_budget, plan.min_iters, plan.max_iters)
 
         samples = self.timer.run(call, iters)
 
         slowest = torch.tensor(samples, dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=self.group)
         return slowest.cpu().tolist(), iters
 
     def sum_over_ranks(self, value: int) -> int:
         t = torch.tensor([value], dtype=torch.int64, device=self.ctx.device)
-        dist.all_reduce(t)
+        dist.all_reduce(t, group=self.group)
         return int(t.item())
 
     def record(self, *, collective: str, dtype: str, op: str | None, root: int, size_bytes: int, count: int,

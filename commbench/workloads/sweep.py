@@ -6,14 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
-from commbench import faults
+from commbench import faults, netctl
 from commbench.collectives import CallArgs, Collective, Layout
 from commbench.console import PLACEMENT_HEADER, Cell, format_row
 from commbench.data import allocate, count_wrong, fill
 from commbench.dtypes import DType, check_backend_support, get_dtype
 from commbench.launch import RankEnv
 from commbench.memory import check_fits
+from commbench.errors import RuntimeFailure
 from commbench.plan import Point, SweepPlan, validate
 from commbench.runner import Measurement, Session
 
@@ -50,9 +52,43 @@ class SweepWorkload:
         check_fits(self.plan, env.world_size, env.local_world_size, device)
 
     def total_points(self, world: int) -> int:
-        return sum(len(pts) for c in self.plan.entries() for _, pts in self.plan.points(c, world))
+        return max(1, len(self.plan.mtus)) * sum(len(pts) for c in self.plan.entries() for _, pts in self.plan.points(c, world))
 
     def run(self, session: Session) -> bool:
+        if not self.plan.mtus:
+            return self._grid(session, {})
+        return self._mtu_axis(session)
+
+    def _mtu_axis(self, session: Session) -> bool:
+        """The grid once per MTU, set on --iface of every host (by its first local rank), checked
+        on every rank, and the original MTU put back at the end, also on Ctrl-C or an error."""
+        iface, env = self.plan.iface, session.ctx.env
+        sets_mtu = env.local_rank == 0
+        original = netctl.get_mtu(iface)
+        any_wrong = False
+        try:
+            for mtu in self.plan.mtus:
+                if sets_mtu:
+                    netctl.set_mtu(iface, mtu)
+                dist.barrier()
+                off = session.sum_over_ranks(int(netctl.get_mtu(iface) != mtu))
+                if off:
+                    raise RuntimeFailure(f"MTU {mtu} did not take on {iface} of {off} rank(s): "
+                                         "check that every host runs a rank and the interface allows it")
+                session.reporter.line(f"# MTU {mtu} on {iface} of every host")
+                # New connections for this MTU: TCP keeps the MSS it agreed when it connected.
+                session.group = dist.new_group(list(range(session.world)))
+                try:
+                    any_wrong |= self._grid(session, {"mtu": mtu})
+                finally:
+                    dist.destroy_process_group(session.group)
+                    session.group = None
+        finally:
+            if sets_mtu:
+                netctl.set_mtu(iface, original)
+        return any_wrong
+
+    def _grid(self, session: Session, extra: dict) -> bool:
         plan, rank, world = self.plan, session.rank, session.world
         dtype = get_dtype(plan.dtype)
         work = [(c, plan.points(c, world, rank)) for c in plan.entries()]
@@ -62,7 +98,7 @@ class SweepWorkload:
             for collective, grid in work:
                 op = plan.op if collective.reduces else None
                 root = plan.root if collective.rooted else -1
-                args = CallArgs(rank, world, plan.root, op)
+                args = CallArgs(rank, world, plan.root, op, session.group)
                 reporter.line(f"# Collective test starting: {collective.name}"
                               + (f"  (repetition {repetition + 1}/{plan.repetitions})" if plan.repetitions > 1 else ""))
                 reporter.line(PLACEMENT_HEADER)
@@ -75,7 +111,7 @@ class SweepWorkload:
                             rec = session.record(collective=collective.name, dtype=dtype.name, op=op, root=root,
                                                  size_bytes=point.size_bytes, count=point.count,
                                                  in_place=point.in_place, busbw_factor=collective.busbw_factor(world),
-                                                 m=m, repetition=repetition)
+                                                 m=m, repetition=repetition, **extra)
                             records.append(rec)
                             cells[point.in_place] = Cell(rec["time_us"], rec["algbw_GBps"], rec["busbw_GBps"], m.wrong)
                         any_wrong = any_wrong or bool(m.wrong)
