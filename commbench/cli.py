@@ -88,6 +88,17 @@ def _run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, c
                 label=label, out=out, run_id=planning.make_run_id(), workload=workload)
 
 
+def _warn_socket_ifname(env) -> None:
+    """Before running: one stderr line per NCCL/GLOO_SOCKET_IFNAME that matches no interface here
+    (rank 0 under a launcher, or the local parent)."""
+    if env is not None and env.rank != 0:
+        return
+    from commbench.netinfo import socket_ifname_warnings
+
+    for line in socket_ifname_warnings():
+        print(f"commbench: warning: {line} (see `commbench doctor`)", file=sys.stderr)
+
+
 def _launch(workload, nproc: int | None) -> int:
     """Run `workload` on the ranks a launcher started, or spawn `nproc` local ranks."""
     import torch
@@ -96,6 +107,7 @@ def _launch(workload, nproc: int | None) -> int:
     from commbench.runner import rank_main
 
     env = launch.detect()
+    _warn_socket_ifname(env)
     if env is not None:
         if nproc is not None:
             raise BadInput(f"--nproc is for local runs, but {env.launcher} started {env.world_size} ranks: "
@@ -129,9 +141,12 @@ def _launch(workload, nproc: int | None) -> int:
               help="Out-of-place, in-place or both (each where torch offers it).")
 @click.option("--mtu", "mtus", default=None,
               help="MTU axis (root): e.g. 1500,9000 set on --iface of every host in turn, restored at the end.")
+@click.option("--nccl-debug", is_flag=True,
+              help="NCCL_DEBUG=INFO into <out>/<run_id>.nccl-debug.<host>.<pid>.log; the transport column "
+                   "records what NCCL used (NET/IB, NET/Socket, P2P/IPC, SHM).")
 @run_options
 def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtype, op, root, placement, mtus,
-          nproc, **run) -> int:
+          nccl_debug, nproc, **run) -> int:
     """Measure collectives over a range of message sizes (the nccl-tests grid)."""
     from commbench import collectives, dtypes, plan as planning, units
     from commbench.workloads.sweep import SweepWorkload
@@ -162,6 +177,9 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
     plan = planning.SweepPlan(collectives=[c.name for c in entries], sizes=grid, dtype=dt.name, op=op_name,
                               root=root, placement=placement, mtus=mtu_axis, iface=run.get("iface"), **fields)
     dtypes.check_backend_support(fields["backend"], dt, op_name if any(c.reduces for c in entries) else None)
+    if nccl_debug:
+        from commbench.ncclinfo import enable_debug_file
+        enable_debug_file(fields["out"], fields["run_id"], fields["backend"])
     return _launch(SweepWorkload(plan), nproc)
 
 
@@ -229,8 +247,14 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -
 @click.option("-d", "--dtype", default="bfloat16", show_default=True, help="Communication dtype.")
 @click.option("--scale", default="auto", show_default=True,
               help="Multiply every message by this (auto: fit the model in 32 MiB on CPU, 1 on GPU).")
+@click.option("--engine", type=click.Choice(["schedule", "deepspeed"]), default="schedule", show_default=True,
+              help="schedule: commbench's collectives; deepspeed: the real DeepSpeed engine and its comms logger.")
+@click.option("--steps", type=int, default=2, show_default=True, help="Timed optimizer steps (--engine deepspeed).")
+@click.option("--validate", "validate_schedule", is_flag=True,
+              help="With --engine deepspeed: compare the schedule's bytes per op type with the engine's.")
 @run_options
-def zero(ds_config, model, layers, hidden, vocab, stages, dtype, scale, nproc, **run) -> int:
+def zero(ds_config, model, layers, hidden, vocab, stages, dtype, scale, engine, steps, validate_schedule, nproc,
+         **run) -> int:
     """One training step's ZeRO communication schedule per stage, run with real collectives."""
     from commbench import dtypes
     from commbench.workloads.zero import DEFAULT_CPU_STEP_BYTES, MODELS, ZeroPlan, ZeroWorkload, module_sizes
@@ -254,8 +278,9 @@ def zero(ds_config, model, layers, hidden, vocab, stages, dtype, scale, nproc, *
         from commbench import dsconfig
 
         cfg = dsconfig.load(ds_config)
-        buckets = dict(reduce_bucket_size=cfg.reduce_bucket_size, allgather_bucket_size=cfg.allgather_bucket_size,
-                       prefetch_bucket_size=cfg.stage3_prefetch_bucket_size)
+        buckets = dict(reduce_bucket_size=cfg.reduce_bucket_size, prefetch_bucket_size=cfg.stage3_prefetch_bucket_size,
+                       micro_batches=cfg.gradient_accumulation_steps or 1,
+                       multi_rank_allreduce=cfg.use_multi_rank_bucket_allreduce)
         wanted = [cfg.zero_stage]
     if stages is not None:
         try:
@@ -275,6 +300,21 @@ def zero(ds_config, model, layers, hidden, vocab, stages, dtype, scale, nproc, *
             raise BadInput(f"--scale {scale!r} is not a number: e.g. 0.01, or auto") from None
         if not 0 < factor <= 1:
             raise BadInput(f"--scale {scale} must be in (0, 1]: it shrinks every message")
+    if validate_schedule and engine != "deepspeed":
+        raise BadInput("--validate compares the schedule with the real engine: add --engine deepspeed")
+    if engine == "deepspeed":
+        from commbench.workloads.engine import SMALL_SHAPE, EnginePlan, EngineWorkload
+
+        _positive_int(steps, "--steps")
+        if layers is None:  # a preset shape does not train on a small machine: say what runs instead
+            shape, name = (SMALL_SHAPE["layers"], SMALL_SHAPE["hidden"], SMALL_SHAPE["vocab"]), "small-2x64"
+            print(f"commbench: note: --engine deepspeed trains a {shape[0]}-layer, hidden-{shape[1]} model here; "
+                  "pass --layers/--hidden for another shape", file=sys.stderr)
+        fields["workload"] = "deepspeed"
+        plan = EnginePlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name,
+                          dtype=dt.name, scale=1.0, ds_config=ds_config, steps=steps,
+                          validate_schedule=validate_schedule, **buckets, **fields)
+        return _launch(EngineWorkload(plan), nproc)
     plan = ZeroPlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, dtype=dt.name,
                     scale=factor, ds_config=ds_config, **buckets, **fields)
     return _launch(ZeroWorkload(plan), nproc)
@@ -386,10 +426,26 @@ def report(results, baseline, out, fmt, line_rate) -> int:
     return 0
 
 
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (facts per host, findings, exit code).")
+@click.option("--root", "roots", multiple=True, metavar="DIR",
+              help="Check a recorded sysfs tree instead of this host (repeat for several hosts).")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for the other hosts under a launcher.")
+def doctor(as_json, roots, timeout) -> int:
+    """Check the network setup for NCCL/gloo: interfaces, RDMA ports, GPUs, NCCL_* settings, across hosts."""
+    from commbench import doctor as doctoring
+
+    _positive_float(timeout, "--timeout")
+    return doctoring.run(as_json=as_json, roots=list(roots), timeout=timeout)
+
+
 def _register_subcommands() -> None:
     from commbench.cli_lab import lab
+    from commbench.cli_nccl_tests import nccl_tests
 
     cli.add_command(lab)
+    cli.add_command(nccl_tests)
 
 
 _register_subcommands()
@@ -405,9 +461,9 @@ def main(argv: list[str] | None = None) -> None:
         code = cli.main(args=argv, prog_name="commbench", standalone_mode=False)
     except click.exceptions.NoSuchOption as exc:
         hint = f" (did you mean {exc.possibilities[0]}?)" if exc.possibilities else ""
-        _fail(f"no such option {exc.option_name}{hint}: see 'commbench {_sub(exc)} --help'", EXIT_USAGE)
+        _fail(f"no such option {exc.option_name}{hint}: see '{_help(exc)}'", EXIT_USAGE)
     except click.UsageError as exc:
-        _fail(f"{exc.format_message().rstrip('.')}: see 'commbench {_sub(exc)} --help'", EXIT_USAGE)
+        _fail(f"{exc.format_message().rstrip('.')}: see '{_help(exc)}'", EXIT_USAGE)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.Abort:
@@ -422,6 +478,11 @@ def main(argv: list[str] | None = None) -> None:
 def _sub(exc: click.ClickException) -> str:
     ctx = getattr(exc, "ctx", None)
     return ctx.command_path.removeprefix("commbench").strip() or "" if ctx else ""
+
+
+def _help(exc: click.ClickException) -> str:
+    """'commbench lab up --help', or 'commbench --help' for the program itself."""
+    return " ".join(filter(None, ("commbench", _sub(exc), "--help")))
 
 
 if __name__ == "__main__":

@@ -122,10 +122,18 @@ def _column(frame: pd.DataFrame, name: str) -> list:
     return [_scalar(v) for v in frame[name].to_numpy(dtype=object)]
 
 
+# Workloads that measure the same thing: an imported nccl-tests log and commbench's own sweep are
+# both one collective at one size, with the same definitions (DESIGN.md), so they pair up; the
+# workload then shows as a difference between the sides.
+SAME_MEASUREMENT = {"nccl-tests": "sweep"}
+
+
 def _key_values(frame: pd.DataFrame) -> list[tuple]:
     cols = []
     for name in KEY_COLUMNS:
         values = _column(frame, name)
+        if name == "workload":
+            values = [SAME_MEASUREMENT.get(v, v) for v in values]
         if name in _INT_KEYS:
             values = [int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in values]
         elif name == "in_place":
@@ -243,6 +251,8 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
                 alpha=alpha, threshold=threshold, latency_threshold=latency_threshold,
                 allow_within_run=allow_within_run)
     if not common:
+        if (hint := _workload_only_hint(b, a)) is not None:
+            warnings.append(hint)
         return Comparison(points=[], geomean_ratio=None, verdict="nothing comparable", **base)
 
     m = len(common)
@@ -282,6 +292,18 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
     else:
         verdict = "unchanged"
     return Comparison(points=points, geomean_ratio=geo, verdict=verdict, repetitions_needed=needed, **base)
+
+
+def _workload_only_hint(b: _Side, a: _Side) -> str | None:
+    """Name the cause when the sides would share points but for the workload column."""
+    i = KEY_COLUMNS.index("workload")
+    rest = lambda k: k[:i] + k[i + 1:]  # noqa: E731
+    if not {rest(k) for k in b.rows} & {rest(k) for k in a.rows}:
+        return None
+    bw = ", ".join(sorted({str(k[i]) for k in b.rows}))
+    aw = ", ".join(sorted({str(k[i]) for k in a.rows}))
+    return (f"nothing compared only because the workload differs (before {bw}, after {aw}): the workload is "
+            "part of a point's key, so these results share sizes but are never paired")
 
 
 def _peak_group(k: tuple) -> tuple:
@@ -434,7 +456,7 @@ def _differences(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
     out = []
     if len(before) == 0 or len(after) == 0:
         return out
-    for name in DIFFERENCE_COLUMNS:
+    for name in DIFFERENCE_COLUMNS + ("workload",):
         bv, av = _values(before, name), _values(after, name)
         if (bv or av) and bv != av:
             out.append(f"{name}: before {_show(bv)}, after {_show(av)}")

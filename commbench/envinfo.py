@@ -49,11 +49,14 @@ def _iface_for_address(local_ip: str) -> str | None:
 def traffic_iface(master_addr: str | None, environ: dict | None = None) -> str | None:
     """The interface the collectives use: the one named by GLOO/NCCL_SOCKET_IFNAME, else the
     one the kernel routes MASTER_ADDR through (a UDP connect picks the route; nothing is sent)."""
+    import psutil
+
     environ = os.environ if environ is None else environ
+    here = psutil.net_if_stats()  # this network namespace's interfaces (/sys/class/net may show another)
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         value = environ.get(var, "")
         first = value.split(",")[0].lstrip("=")
-        if first and not first.startswith("^") and Path(f"/sys/class/net/{first}").exists():
+        if first and not first.startswith("^") and first in here:
             return first
     if not master_addr:
         return None
@@ -66,21 +69,27 @@ def traffic_iface(master_addr: str | None, environ: dict | None = None) -> str |
     return _iface_for_address(local_ip)
 
 
-def _live_link(iface: str) -> dict:
-    """MTU, type, speed and state from the kernel for the calling process's network namespace
-    (sysfs shows the namespace that mounted it, which inside a lab host is the wrong one)."""
+def hw_type(iface: str) -> str | None:
+    """The interface's ARPHRD type ('1' ethernet, '32' infiniband, '772' loopback) from the
+    SIOCGIFHWADDR ioctl, for this process's network namespace; None if there is no such interface."""
     import fcntl
     import struct
 
-    import psutil
-
-    stats = psutil.net_if_stats().get(iface)
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             res = fcntl.ioctl(s.fileno(), 0x8927, struct.pack("256s", iface.encode()[:15]))  # SIOCGIFHWADDR
-        arphrd = str(struct.unpack("H", res[16:18])[0])
     except OSError:
-        arphrd = None
+        return None
+    return str(struct.unpack("H", res[16:18])[0])
+
+
+def _live_link(iface: str) -> dict:
+    """MTU, type, speed and state from the kernel for the calling process's network namespace
+    (sysfs shows the namespace that mounted it, which inside a lab host is the wrong one)."""
+    import psutil
+
+    stats = psutil.net_if_stats().get(iface)
+    arphrd = hw_type(iface)
     return {
         "mtu": stats.mtu if stats else None,
         "type": arphrd,

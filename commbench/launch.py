@@ -42,14 +42,21 @@ def _int(environ: dict, name: str) -> int:
 
 
 def _slurm_tasks_on_node(value: str, node_id: int) -> int:
-    """Tasks on node `node_id` from Slurm's compressed list, e.g. '2(x3),1' -> [2, 2, 2, 1]."""
-    counts: list[int] = []
+    """Tasks on node `node_id` from Slurm's compressed list, e.g. '2(x3),1' -> [2, 2, 2, 1].
+
+    Walked, not expanded: '2(x99999999999)' must not build a list of that many nodes."""
+    runs: list[tuple[int, int]] = []
     for part in filter(None, (value or "").split(",")):
         m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
         if not m:
             return 1
-        counts += [int(m.group(1))] * int(m.group(2) or 1)
-    return counts[node_id] if 0 <= node_id < len(counts) else (counts[0] if counts else 1)
+        runs.append((int(m.group(1)), int(m.group(2) or 1)))
+    start = 0
+    for tasks, repeat in runs:
+        if 0 <= node_id < start + repeat:
+            return tasks
+        start += repeat
+    return runs[0][0] if runs else 1
 
 
 def detect(environ: dict | None = None) -> RankEnv | None:
@@ -129,6 +136,13 @@ def install_rank_signal_handlers() -> None:
     signal.signal(signal.SIGTERM, _stop_once)
 
 
+def ignore_further_signals() -> None:
+    """The rank has already stopped (a failure, or a first signal): a launcher's SIGTERM now (torchrun
+    stops the survivors of a lost rank at once) must not cut short its report of the rows it kept."""
+    global _stopping
+    _stopping = True
+
+
 def run_as_rank(target: Callable[[RankEnv], int], env: RankEnv) -> int:
     """Run one rank in this process (torchrun, srun, mpirun, lab run started it)."""
     install_rank_signal_handlers()
@@ -138,6 +152,11 @@ def run_as_rank(target: Callable[[RankEnv], int], env: RankEnv) -> int:
         return EXIT_SIGINT
     except _Terminated:
         return EXIT_SIGTERM
+    finally:
+        # The rank is done and exits with its own code: the interpreter's shutdown puts the default
+        # handlers back, which would turn a late SIGTERM into a kill by signal instead of that code.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _child(rank: int, world: int, port: int, target: Callable[[RankEnv], int], quiet_others: bool) -> None:

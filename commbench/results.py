@@ -69,6 +69,8 @@ SCHEMA = pa.schema([
     ("env", pa.string()),
     ("net", pa.string()),
     ("plan", pa.string()),
+    ("check_error", pa.float64()),
+    ("transport", pa.string()),
     ("schema_version", pa.int32()),
 ])
 
@@ -79,10 +81,19 @@ def _table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMA)
 
 
+def _file_mode() -> int:
+    """rw-r--r-- narrowed by the umask: results are shared, never group- or world-writable
+    (mkstemp alone would make them 0600)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o644 & ~mask
+
+
 def _write_atomically(table: pa.Table, target: Path, replace: bool) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), _file_mode())
             pq.write_table(table, fh, compression="zstd")
             fh.flush()
             os.fsync(fh.fileno())
@@ -140,8 +151,9 @@ class ResultWriter:
         _write_atomically(_table([]), self.path, replace=False)
 
     def append(self, rows: Iterable[dict]) -> None:
-        self.rows.extend(rows)
-        _write_atomically(_table(self.rows), self.path, replace=True)
+        everything = self.rows + list(rows)
+        _write_atomically(_table(everything), self.path, replace=True)
+        self.rows = everything  # only rows that are in the file count as kept (a full disk fails the write)
 
 
 def read_results(paths: Iterable[str | os.PathLike]):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import socket
 import statistics
 import sys
@@ -27,7 +28,8 @@ import commbench
 from commbench.console import Reporter
 from commbench.envinfo import env_snapshot, iface_facts, traffic_iface
 from commbench.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, BadInput, CommbenchError, RuntimeFailure
-from commbench.launch import RankEnv
+from commbench.launch import RankEnv, ignore_further_signals
+from commbench.netinfo import host_summary
 from commbench.plan import RunOptions
 from commbench.results import SCHEMA_VERSION, ResultWriter, resolve_out
 from commbench.timing import Timer, adaptive_iters, timer_for
@@ -181,7 +183,8 @@ class Session:
 def _gather_ranks(env: RankEnv, device: torch.device, device_name: str) -> list[dict]:
     iface = traffic_iface(env.master_addr)
     mine = {"rank": env.rank, "host": socket.gethostname(), "pid": os.getpid(), "device": str(device),
-            "device_name": device_name, **iface_facts(iface)}
+            "device_name": device_name, **iface_facts(iface), "host_net": host_summary(iface),
+            "addr": _local_addr(env.master_addr)}
     everyone: list[dict] = [None] * env.world_size  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
     return everyone
@@ -244,12 +247,13 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
                              f"the firewall and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME or --iface)") from None
     writer: ResultWriter | None = None
     reporter = Reporter(False, 0)
+    ranks: list[dict] = []
     try:
         ranks = _gather_ranks(env, device, device_name)
         hosts = list(dict.fromkeys(r["host"] for r in ranks))
         per_host_counts = [sum(1 for r in ranks if r["host"] == h) for h in hosts]
         per_host = {h: {k: v for k, v in next(r for r in ranks if r["host"] == h).items()
-                        if k in ("iface", "mtu", "link_layer", "speed_mbps", "operstate")} for h in hosts}
+                        if k in ("iface", "mtu", "link_layer", "speed_mbps", "operstate", "host_net")} for h in hosts}
         ctx = RunContext(plan, env, backend, device, device_name, hosts, len(hosts), max(per_host_counts),
                          {**ranks[0], "per_host": per_host}, dt.datetime.now(dt.timezone.utc),
                          _nccl_version(backend))
@@ -268,6 +272,9 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
         for line in _header_lines(ctx, ranks):
             reporter.line(line)
         any_wrong = workload.run(Session(ctx, timer_for(device), reporter, writer))
+        if writer is not None and backend == "nccl":
+            from commbench.ncclinfo import record_transport
+            record_transport(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport NCCL used
         if writer is not None:
             busbws = [r["busbw_GBps"] for r in writer.rows]
             reporter.line("# Out of bounds values : 0 OK")
@@ -275,11 +282,13 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
             reporter.line(f"# Results: {writer.path} ({len(writer.rows)} rows)")
         if any_wrong:
             reporter.close()
-            _say(env, "commbench: some results were wrong (see the #wrong column): the collective or the "
-                      "network corrupts data", rank0_only=True)
+            _say(env, getattr(workload, "failure_message", "commbench: some results were wrong (see the #wrong "
+                                                             "column): the collective or the network corrupts data"),
+                 rank0_only=True)
             return EXIT_BAD_RESULT
         return EXIT_OK
     except BaseException as exc:
+        ignore_further_signals()  # stopping now: a launcher's SIGTERM must not cut the report short
         reporter.close()
         if isinstance(exc, CommbenchError):
             _say(env, f"commbench: {exc}", rank0_only=isinstance(exc, BadInput))
@@ -287,7 +296,7 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
             return exc.exit_code
         if isinstance(exc, RuntimeError) or isinstance(exc, dist.DistBackendError):
             _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: "
-                      f"{_first_line(exc)}")
+                      f"{_failure(exc, env, ranks, plan.timeout)}")
             _kept(env, writer)
             return EXIT_RUNTIME
         _kept(env, writer)
@@ -303,6 +312,39 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _local_addr(master_addr: str) -> str | None:
+    """This rank's address towards MASTER_ADDR (the one its peers see), to name a lost peer later."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master_addr, 9))  # picks the route; nothing is sent
+            return s.getsockname()[0]
+    except OSError:
+        return None
+
+
+_SOURCE = re.compile(r"^\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\]\s*")  # gloo's "[.../pair.cc:537] "
+_PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")  # gloo names the peer as [addr]:port
+
+
+def _failure(exc: BaseException, env: RankEnv, ranks: list[dict], timeout: float) -> str:
+    """One line on why a collective failed: the timeout, or the peer that went away (by rank and host
+    where the address tells), then the backend's own words."""
+    text = _SOURCE.sub("", _first_line(exc))
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        return (f"no answer within --timeout {timeout:g} s (a rank, its host or the link stopped "
+                f"responding): {text}")
+    m = _PEER.search(text)
+    if m:
+        peers = [r for r in ranks if r["rank"] != env.rank and r.get("addr") == m.group(1)]
+        if len(peers) == 1:
+            p = peers[0]
+            return f"lost rank {p['rank']} on {p['host']} (pid {p['pid']}, {m.group(1)}): {text}"
+        if peers and len({p["host"] for p in peers}) == 1:
+            which = ", ".join(str(p["rank"]) for p in peers)
+            return f"lost a rank on {peers[0]['host']} (one of ranks {which}, {m.group(1)}): {text}"
+    return text
 
 
 def _say(env: RankEnv, message: str, rank0_only: bool = False) -> None:

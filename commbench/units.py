@@ -71,7 +71,12 @@ def parse_count(text: str, what: str) -> int:
     m = _COUNT.match(raw) if len(raw) <= 32 else None
     if not m:
         raise BadInput(f"{what} {raw!r} is not a count: use e.g. 5e8, 125M, 1.3B")
-    value = Fraction(m.group(1)) * 10 ** int(m.group(2) or 0) * _COUNT_UNITS[m.group(3).upper()]
+    digits, exponent = m.group(1), int(m.group(2) or 0)
+    # As in parse_size: a nonzero mantissa is at least 10**-decimals, so past this bound the count is
+    # beyond int64 whatever it is, and 10**exponent is never computed ('1e99999999' would take minutes).
+    if Fraction(digits) == 0 or exponent - len(digits.partition(".")[2]) > 19:
+        raise BadInput(f"{what} {raw!r} is out of range: use a count from 1 up to about 9e18")
+    value = Fraction(digits) * 10 ** exponent * _COUNT_UNITS[m.group(3).upper()]
     if value < 1 or value > _MAX_SIZE:
         raise BadInput(f"{what} {raw!r} is out of range: use a count from 1 up to about 9e18")
     return int(value)

@@ -4,6 +4,7 @@ as the nccl-tests table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -77,7 +78,9 @@ class SweepWorkload:
                                          "check that every host runs a rank and the interface allows it")
                 session.reporter.line(f"# MTU {mtu} on {iface} of every host")
                 # New connections for this MTU: TCP keeps the MSS it agreed when it connected.
-                session.group = dist.new_group(list(range(session.world)))
+                # new_group's own default timeout is 30 minutes: keep --timeout on every collective.
+                session.group = dist.new_group(list(range(session.world)),
+                                               timeout=timedelta(seconds=self.plan.timeout))
                 try:
                     any_wrong |= self._grid(session, {"mtu": mtu})
                 finally:

@@ -1,21 +1,25 @@
-"""ZeRO schedules: one training step's communication for a model shape and a DeepSpeed
+"""ZeRO schedules: one optimizer step's communication for a model shape and a DeepSpeed
 config, per ZeRO stage, run with real collectives.
 
-The schedule is a list of collectives (op, elements) that mirrors what DeepSpeed 0.19 issues for
-one step (docs/DEEPSPEED.md has the code references):
+The schedule mirrors what DeepSpeed 0.19.8 really issues (verified in its source and with its
+comms logger; docs/DEEPSPEED.md has the references), which is not the ZeRO paper's 2P/2P/3P:
 
-- stage 0: gradients all-reduced in buckets of reduce_bucket_size;
-- stages 1 and 2: gradients reduced per bucket of reduce_bucket_size (DeepSpeed's
-  `reduce_scatter: true` path reduces each bucket's slices to their owners), then the updated
-  parameter partitions all-gathered in chunks of allgather_bucket_size;
-- stage 3: parameters all-gathered module by module in forward and again in backward (grouped
-  up to stage3_prefetch_bucket_size), gradients reduce-scattered in buckets of
+- stage 0: gradients all-reduced in fixed buckets of 5e8 elements (reduce_bucket_size is not
+  used), once per optimizer step;
+- stages 1 and 2: gradients all-reduced per bucket of reduce_bucket_size (the default
+  use_multi_rank_bucket_allreduce: true; with false, each bucket's slices are reduced to their
+  owners), then ONE all-gather of the updated partitions (allgather_bucket_size is ignored on
+  torch >= 1.13). Stage 1 reduces once per optimizer step, stage 2 after every micro-batch;
+- stage 3: per micro-batch, parameters all-gathered module by module in forward and again in
+  backward (grouped up to stage3_prefetch_bucket_size), gradients reduce-scattered per bucket of
   reduce_bucket_size.
 
-Per stage the row records the bytes each rank moves per step (sum of size x bus factor), next to
-the ZeRO paper's volume (2P, 2P, 3P, times (n-1)/n), the time per step and the collectives by
-type. `--scale` multiplies every collective's size (the structure, i.e. how many collectives of
-which kind, is kept) so that a 1.3B-shaped step runs on a small machine; it is recorded.
+So per optimizer step with g micro-batches a rank moves 2P (stage 0), 3P (stage 1), (2g+1)P
+(stage 2), 3gP (stage 3), in the paper's units (an all-reduce counts 2(n-1)/n of its message,
+the others (n-1)/n); with use_multi_rank_bucket_allreduce: false stages 1/2 drop to 2P and
+(g+1)P. Each row stores the schedule's volume next to the paper's (2P, 2P, 2P, 3P per
+micro-batch) so the difference is visible. `--scale` multiplies every collective's size (how
+many collectives of which kind is kept) so that a 1.3B-shaped step runs on a small machine.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from commbench.units import format_size
 
 # name -> (layers, hidden, vocab): GPT-2 small, GPT-3 XL (1.3B), LLaMA-7B-like
 MODELS = {"gpt2-125m": (12, 768, 50257), "1.3b": (24, 2048, 50257), "7b": (32, 4096, 32000)}
-PAPER_VOLUME = {0: 2, 1: 2, 2: 2, 3: 3}  # x P, per rank per step (ZeRO paper, section 7)
+PAPER_VOLUME = {0: 2, 1: 2, 2: 2, 3: 3}  # x P per rank per micro-batch (ZeRO paper, section 7)
 DEFAULT_CPU_STEP_BYTES = 32 << 20  # --scale auto on CPU: the scaled model holds this many bytes
 
 
@@ -74,20 +78,26 @@ def _grouped(sizes: list[int], limit: int) -> list[int]:
     return groups + ([current] if current else [])
 
 
-def step_schedule(stage: int, modules: list[int], reduce_bucket: int, allgather_bucket: int,
-                  prefetch_bucket: int) -> list[Comm]:
+STAGE0_BUCKET = 500_000_000  # DeepSpeed's stage-0 allreduce bucket (engine.allreduce_gradients)
+
+
+def step_schedule(stage: int, modules: list[int], reduce_bucket: int, prefetch_bucket: int,
+                  micro_batches: int = 1, multi_rank_allreduce: bool = True) -> list[Comm]:
+    """The collectives of one optimizer step (micro_batches forward/backward passes + step)."""
     total = sum(modules)
+    g = max(1, micro_batches)
     if stage == 0:
-        return [Comm("all_reduce", n, "backward") for n in _chunks(total, reduce_bucket)]
+        return [Comm("all_reduce", n, "backward") for n in _chunks(total, STAGE0_BUCKET)]
     if stage in (1, 2):
-        grads = [Comm("reduce", n, "backward") for n in _chunks(total, reduce_bucket)]
-        params = [Comm("all_gather", n, "step") for n in _chunks(total, allgather_bucket)]
-        return grads + params
+        grad_op = "all_reduce" if multi_rank_allreduce else "reduce"
+        grads = [Comm(grad_op, n, "backward") for n in _chunks(total, reduce_bucket)]
+        reductions = grads * (g if stage == 2 else 1)
+        return reductions + [Comm("all_gather", total, "step")]
     if stage == 3:
         fwd = [Comm("all_gather", n, "forward") for n in _grouped(modules, prefetch_bucket)]
         bwd = [Comm("all_gather", n, "backward") for n in _grouped(list(reversed(modules)), prefetch_bucket)]
         grads = [Comm("reduce_scatter", n, "backward") for n in _chunks(total, reduce_bucket)]
-        return fwd + bwd + grads
+        return (fwd + bwd + grads) * g
     raise BadInput(f"ZeRO stage {stage} does not exist: use 0, 1, 2 or 3")
 
 
@@ -113,8 +123,9 @@ class ZeroPlan(RunOptions):
     model: str = "1.3b"
     dtype: str = "bfloat16"
     reduce_bucket_size: int = 500_000_000
-    allgather_bucket_size: int = 500_000_000
     prefetch_bucket_size: int = 50_000_000
+    micro_batches: int = 1  # gradient_accumulation_steps
+    multi_rank_allreduce: bool = True  # use_multi_rank_bucket_allreduce
     scale: float = 1.0
     ds_config: str | None = None
     workload: str = "zero"
@@ -129,8 +140,8 @@ class ZeroWorkload:
 
     def schedule(self, stage: int, world: int) -> list[Comm]:
         p = self.plan
-        full = step_schedule(stage, self.modules(), p.reduce_bucket_size, p.allgather_bucket_size,
-                             p.prefetch_bucket_size)
+        full = step_schedule(stage, self.modules(), p.reduce_bucket_size, p.prefetch_bucket_size,
+                             p.micro_batches, p.multi_rank_allreduce)
         return scaled(full, p.scale, world)
 
     def validate(self, world: int) -> None:
@@ -158,8 +169,8 @@ class ZeroWorkload:
         reporter = session.reporter
         reporter.line(f"# ZeRO schedules: {plan.model} shape ({params / 1e9:.3g}B parameters, {plan.layers} layers, "
                       f"hidden {plan.hidden}), {dtype.name}, scale {plan.scale:g}, "
-                      f"buckets reduce {plan.reduce_bucket_size:.3g} / allgather {plan.allgather_bucket_size:.3g} "
-                      f"/ prefetch {plan.prefetch_bucket_size:.3g} elements")
+                      f"buckets reduce {plan.reduce_bucket_size:.3g} / prefetch {plan.prefetch_bucket_size:.3g} elements, "
+                      f"{plan.micro_batches} micro-batch(es) per step")
         reporter.line("#  stage  collectives                                   bytes/rank/step   paper (xP)   "
                       "ratio   time/step (us)   busbw")
         for repetition in range(plan.repetitions):
@@ -169,7 +180,8 @@ class ZeroWorkload:
                 samples, iters = session.time_call(call)
                 moved = sum(c.numel * dtype.itemsize * volume_factor(c.op, world) for c in sched)
                 total = sum(c.numel * dtype.itemsize for c in sched)
-                paper = PAPER_VOLUME[stage] * params * plan.scale * dtype.itemsize * (world - 1) / world
+                paper = (PAPER_VOLUME[stage] * plan.micro_batches * params * plan.scale * dtype.itemsize
+                         * (world - 1) / world)
                 ops = Counter(c.op for c in sched)
                 by_op = {op: {"count": ops[op], "bytes": sum(c.numel for c in sched if c.op == op) * dtype.itemsize}
                          for op in sorted(ops)}
@@ -185,7 +197,7 @@ class ZeroWorkload:
                     session.write([row])
                     counts = ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
                     reporter.line(f"  {stage:5d}  {counts:44s}  {format_size(moved):>15s}   "
-                                  f"{PAPER_VOLUME[stage]}P={format_size(paper):>9s}  {moved / paper:6.3f}  "
+                                  f"{PAPER_VOLUME[stage] * plan.micro_batches}P={format_size(paper):>9s}  {moved / paper:6.3f}  "
                                   f"{row['time_us']:15.0f}  {row['busbw_GBps']:6.3f}")
                 reporter.advance(f"stage {stage}")
         return False

@@ -33,7 +33,7 @@ def test_bucket_knee_on_a_1gbit_link(tmp_path):
     out = tmp_path / "buckets.parquet"
     try:
         res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "buckets", "--grad-bytes", "32M",
-                 "-d", "float32", "--bucket-size", "1e4,1e5,1e6,1e7", "-n", "3", "-w", "1", "--out", str(out))
+                 "-d", "float32", "--bucket-size", "3e3,1e5,1e6,1e7", "-n", "3", "-w", "1", "--out", str(out))
         assert res.returncode == 0, res.stdout + res.stderr
     finally:
         cb("lab", "down")

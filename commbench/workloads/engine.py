@@ -1,0 +1,143 @@
+"""The real DeepSpeed engine, per ZeRO stage: step times and DeepSpeed's own comms-logger
+breakdown as rows (workload "deepspeed"), and with --validate a check of commbench's ZeRO
+schedule (workloads/zero.py) against what the engine really issued, op type by op type."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import torch
+
+from commbench.errors import BadInput
+from commbench.launch import RankEnv
+from commbench.runner import Measurement, Session
+from commbench.workloads.zero import PAPER_VOLUME, ZeroPlan, module_sizes, step_schedule, volume_factor
+
+# A model DeepSpeed trains in seconds on two CPU ranks (the 1.3B shape cannot run here).
+SMALL_SHAPE = {"layers": 2, "hidden": 64, "vocab": 256, "seq": 32}
+# With --validate, stage 3 partitions every parameter (as it does for a large model): a tiny
+# model's parameters all sit below stage3_param_persistence_threshold otherwise.
+STAGE3_AS_LARGE = {"stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0,
+                   "stage3_prefetch_bucket_size": 0}
+DEFAULT_CONFIG = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                  "bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}
+TOLERANCE = 0.10
+# Ops the schedule leaves out because they carry next to nothing (scalars for loss scaling and
+# gradient norms, stage-3 bookkeeping broadcasts): under this share of the step's bytes.
+CONTROL_SHARE = 0.01
+
+
+@dataclass
+class EnginePlan(ZeroPlan):
+    steps: int = 2
+    seq: int = 32
+    validate_schedule: bool = False
+    workload: str = "deepspeed"
+
+
+@dataclass
+class EngineWorkload:
+    plan: EnginePlan
+    failure_message: str = ("commbench: the ZeRO schedule differs from what DeepSpeed issued by more than "
+                            f"{TOLERANCE:.0%} (see the validation table)")
+
+    def shape(self) -> dict:
+        p = self.plan
+        return {"layers": p.layers, "hidden": p.hidden, "vocab": p.vocab, "seq": p.seq}
+
+    def validate(self, world: int) -> None:
+        if world < 2:
+            raise BadInput("the DeepSpeed engine workload needs at least 2 ranks: raise --nproc")
+        try:
+            import deepspeed  # noqa: F401
+        except ImportError:
+            raise BadInput("--engine deepspeed needs DeepSpeed: pip install deepspeed") from None
+
+    def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
+        pass
+
+    def total_points(self, world: int) -> int:
+        return len(self.plan.stages)
+
+    def run(self, session: Session) -> bool:
+        import warnings
+
+        from commbench.workloads.deepspeed_engine import run_engine
+
+        # DeepSpeed 0.19 calls torch's deprecated *_tensor collectives: not the user's concern
+        warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+
+        plan, world, reporter = self.plan, session.world, session.reporter
+        config = plan.ds_config or dict(DEFAULT_CONFIG)
+        shape = self.shape()
+        reporter.line(f"# DeepSpeed engine: model {shape['layers']} layers x hidden {shape['hidden']}, vocab "
+                      f"{shape['vocab']}, seq {shape['seq']}; {plan.steps} timed step(s) per stage"
+                      + ("; --validate: stage 3 partitions every parameter" if plan.validate_schedule else ""))
+        differs = False
+        for repetition in range(plan.repetitions):
+            for stage in plan.stages:
+                overrides = STAGE3_AS_LARGE if (stage == 3 and plan.validate_schedule) else None
+                result = run_engine(config, stage, shape, plan.steps, session.device, zero_overrides=overrides)
+                if repetition == 0 and stage == plan.stages[0]:
+                    for note in result.notes:
+                        reporter.line(f"# config: {note}")
+                by_op = result.by_collective()
+                if session.rank == 0:
+                    session.write(self._rows(session, result, by_op, stage, repetition))
+                reporter.line(f"  stage {stage}: step {1e3 * sum(result.step_times_s) / len(result.step_times_s):.1f} ms, "
+                              f"{result.volume_ratio:.3f} P per step ({result.micro_batches_per_step} micro-batch(es)); "
+                              + ", ".join(f"{op} x{v['count']:g} ({v['bytes'] / 1e3:.1f} kB)" for op, v in sorted(by_op.items())))
+                if plan.validate_schedule:
+                    differs |= self._validate(reporter, result, by_op, stage)
+                reporter.advance(f"stage {stage}")
+        return differs
+
+    def _rows(self, session: Session, result, by_op: dict, stage: int, repetition: int) -> list[dict]:
+        g, world = result.micro_batches_per_step, result.world_size
+        total = int(sum(v["bytes"] for v in by_op.values())) or 1
+        volume = result.volume_bytes_per_step
+        paper = PAPER_VOLUME[stage] * g * result.param_bytes * (world - 1) / world
+        common = dict(dtype=result.dtype, op="sum", root=-1, in_place=True, repetition=repetition, zero_stage=stage)
+        rows = [session.record(collective="deepspeed_step", size_bytes=total, count=result.param_count,
+                               busbw_factor=volume / total, m=Measurement(list(result.step_times_s), result.steps, None),
+                               n_collectives=int(round(sum(v["count"] for v in by_op.values()))),
+                               bytes_per_rank=int(volume), paper_bytes_per_rank=int(paper),
+                               ops=json.dumps(by_op, sort_keys=True), **common)]
+        for op, v in sorted(by_op.items()):
+            latencies = [lat / 1e3 for rec in result.comm if rec.collective == op for lat in rec.latencies_ms]
+            rows.append(session.record(collective=op, size_bytes=int(v["bytes"]), count=int(round(v["count"])),
+                                       busbw_factor=volume_factor(op, world) if op in ("all_reduce", "all_gather",
+                                                                                        "reduce_scatter", "reduce") else 1.0,
+                                       m=Measurement(latencies or list(result.step_times_s), len(latencies), None),
+                                       n_collectives=int(round(v["count"])), bytes_per_rank=int(v["volume_bytes"]),
+                                       **common))
+        return rows
+
+    def _validate(self, reporter, result, by_op: dict, stage: int) -> bool:
+        """Schedule bytes per op type against the engine's, per optimizer step."""
+        from commbench import dsconfig
+
+        cfg = dsconfig.parse(result.config)
+        itemsize = result.param_bytes // result.param_count
+        modules = module_sizes(self.plan.layers, self.plan.hidden, self.plan.vocab)
+        prefetch = 0 if stage == 3 else cfg.stage3_prefetch_bucket_size
+        sched = step_schedule(stage, modules, cfg.reduce_bucket_size, prefetch, result.micro_batches_per_step,
+                              cfg.use_multi_rank_bucket_allreduce)
+        expected: dict[str, float] = {}
+        for c in sched:
+            expected[c.op] = expected.get(c.op, 0.0) + c.numel * itemsize
+        total = sum(v["bytes"] for v in by_op.values()) or 1.0
+        differs = False
+        for op in sorted(set(expected) | set(by_op)):
+            want, got = expected.get(op, 0.0), by_op.get(op, {}).get("bytes", 0.0)
+            ratio = got / want if want else float("inf")
+            if want == 0 and got < CONTROL_SHARE * total:
+                verdict = "control traffic (not in the schedule)"  # loss scale, grad norm, ...
+            else:
+                ok = want > 0 and abs(ratio - 1) <= TOLERANCE
+                differs |= not ok
+                verdict = "ok" if ok else "DIFFERS"
+            reporter.line(f"    validate stage {stage} {op:15s} schedule {want / 1e3:10.1f} kB  DeepSpeed "
+                          f"{got / 1e3:10.1f} kB  ratio {ratio:6.3f}  {verdict}")
+        return differs

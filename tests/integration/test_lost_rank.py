@@ -1,0 +1,221 @@
+"""A rank lost mid-sweep under torchrun and across lab hosts, a lab link taken down mid-sweep, and
+SIGTERM to `commbench lab run` (what scancel does): the survivors stop within --timeout + 15 s, say
+why, keep a valid file with every finished point, and leave no process behind.
+
+The local spawner's cases (kill -9 of a rank, Ctrl-C, SIGTERM) are in test_sweep_ranks.py. The lab
+tests use their own instance (prefix `cr`, subnet 10.238.0.0/24) and never touch another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from test_sweep_ranks import LONG_SWEEP, assert_no_processes_left, clean_env, kill_quietly, kept_rows, wait_for_rows
+
+pytestmark = pytest.mark.integration
+
+
+
+def needs_lab(test):
+    """Root and iproute2, and the module's lab instance."""
+    test = pytest.mark.usefixtures("lab")(test)
+    test = pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,
+                              reason="iproute2 (ip, tc) is not installed: apt-get install iproute2")(test)
+    return pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (network namespaces, veth, tc)")(test)
+
+
+def rank_pids(stdout: str) -> dict[int, int]:
+    """rank -> pid, from rank 0's header."""
+    return {int(r): int(p) for r, p in re.findall(r"^#\s+Rank\s+(\d+) Pid\s+(\d+)", stdout, re.MULTILINE)}
+
+
+def wait_for_ranks(stdout: Path, n: int, proc: subprocess.Popen, timeout: float = 90) -> dict[int, int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"exited early with {proc.returncode}"
+        pids = rank_pids(stdout.read_text())
+        if len(pids) == n:
+            return pids
+        time.sleep(0.1)
+    raise AssertionError(f"no header with {n} ranks after {timeout} s")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if p.info["status"] != psutil.STATUS_ZOMBIE and any(text in a for a in (p.info["cmdline"] or [])):
+            found.append(p)
+    return found
+
+
+def assert_valid_results(out: Path, before: int, err: str) -> pd.DataFrame:
+    df = pd.read_parquet(out)
+    assert before <= len(df) < 100, (before, len(df))  # every finished point; it really was cut short
+    assert (df.wrong == 0).all() and df.time_us.notna().all()
+    assert kept_rows(err, out) == len(df)
+    assert not re.search(r'File ".*/commbench/', err), err  # no traceback from a rank
+    return df
+
+
+# ---------------------------------------------------------------- torchrun
+
+
+def test_torchrun_rank_killed_mid_sweep(tmp_path):
+    out = tmp_path / "torchrun.parquet"
+    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(stdout, "w") as so, open(stderr, "w") as se:
+        proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                                 "-m", "commbench", *LONG_SWEEP, "--timeout", "20", "--out", str(out)],
+                                stdout=so, stderr=se, env=clean_env(), start_new_session=True)
+    try:
+        pids = wait_for_ranks(stdout, 2, proc)
+        before = wait_for_rows(proc, out, stderr)
+        os.kill(pids[1], signal.SIGKILL)
+        t0 = time.monotonic()
+        code = proc.wait(60)
+        elapsed = time.monotonic() - t0
+    finally:
+        kill_quietly(proc)
+    err = stderr.read_text()
+    assert code != 0, err  # torchrun's own code (1): a worker failed
+    assert elapsed < 20 + 15, elapsed
+    assert_valid_results(out, before, err)
+    # torchrun names the lost rank; rank 0 ends with 3 (its collective failed) unless torchrun's SIGTERM
+    # reached it first (143), and when it reports the failure itself it names the lost rank too.
+    assert re.search(rf"rank\s*: 1 \(local_rank: 1\)\s*\n\s*exitcode\s*: -9 \(pid: {pids[1]}\)", err), err
+    rank0 = re.search(rf"exitcode\s*: (-?\d+) \(pid: {pids[0]}\)", err)
+    assert rank0 and int(rank0.group(1)) in (3, 143), err
+    if int(rank0.group(1)) == 3:
+        assert re.search(rf"commbench: rank 0 on \S+: collective failed: lost rank 1 on \S+ \(pid {pids[1]}, ", err), err
+    # no orphans: torchrun starts each worker in its own session, so look for them by pid and by argv
+    deadline = time.monotonic() + 10
+    while (any(alive(p) for p in pids.values()) or processes_mentioning(str(out))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids.values()) and processes_mentioning(str(out)) == []
+    assert_no_processes_left(proc.pid)
+
+
+# ---------------------------------------------------------------- the lab
+
+PREFIX = "cr"
+SUBNET = "10.238.0.0/24"
+LAB_ENV = clean_env(COMMBENCH_LAB_PREFIX=PREFIX, COMMBENCH_LAB_DIR=f"/run/commbench-lab-{PREFIX}")
+TIMEOUT = 10
+
+
+def cb(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commbench", *args], env=LAB_ENV, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    cb("lab", "down")
+    up = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--subnet", SUBNET)
+    assert up.returncode == 0, up.stderr
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "link", "set", f"{PREFIX}veth2", "up"], capture_output=True)
+        cb("lab", "down")
+
+
+def host_mtus() -> dict[str, int]:
+    return {h["host"]: h["mtu"] for h in json.loads(cb("lab", "status", "--json").stdout)["hosts"]}
+
+
+def lab_sweep(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path, Path]:
+    out = tmp_path / "lab.parquet"
+    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(stdout, "w") as so, open(stderr, "w") as se:
+        proc = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m",
+                                 "commbench", *LONG_SWEEP, "--timeout", str(TIMEOUT), *extra, "--out", str(out)],
+                                stdout=so, stderr=se, env=LAB_ENV, start_new_session=True)
+    return proc, out, stdout, stderr
+
+
+@needs_lab
+def test_lab_rank_on_the_second_host_killed(tmp_path):
+    proc, out, stdout, stderr = lab_sweep(tmp_path)
+    try:
+        pids = wait_for_ranks(stdout, 2, proc)
+        before = wait_for_rows(proc, out, stderr)
+        assert pids[1] in {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        os.kill(pids[1], signal.SIGKILL)
+        t0 = time.monotonic()
+        code = proc.wait(TIMEOUT + 30)
+        elapsed = time.monotonic() - t0
+    finally:
+        kill_quietly(proc)
+    err = stderr.read_text()
+    assert code == 3, err
+    assert elapsed < TIMEOUT + 15, elapsed
+    assert "Traceback" not in err
+    assert re.search(rf"commbench: rank 0 on {PREFIX}node1: collective failed: lost rank 1 on {PREFIX}node2 "
+                     rf"\(pid {pids[1]}, 10\.238\.0\.2\)", err), err
+    assert_valid_results(out, before, err)
+    assert_no_processes_left(proc.pid)
+
+
+@needs_lab
+def test_lab_link_taken_down_mid_sweep(tmp_path):
+    # with an MTU axis as well: the MTU set for the pass is put back on this exit path too
+    proc, out, stdout, stderr = lab_sweep(tmp_path, "--mtu", "9000", "--iface", "eth0")
+    try:
+        wait_for_ranks(stdout, 2, proc)
+        before = wait_for_rows(proc, out, stderr)
+        assert host_mtus() == {f"{PREFIX}node1": 9000, f"{PREFIX}node2": 9000}
+        subprocess.run(["ip", "link", "set", f"{PREFIX}veth2", "down"], check=True)  # host 2's switch port
+        t0 = time.monotonic()
+        code = proc.wait(TIMEOUT + 30)
+        elapsed = time.monotonic() - t0
+    finally:
+        subprocess.run(["ip", "link", "set", f"{PREFIX}veth2", "up"], check=True)
+        kill_quietly(proc)
+    err = stderr.read_text()
+    assert code == 3, err
+    assert elapsed < TIMEOUT + 15, elapsed
+    assert "Traceback" not in err
+    assert re.search(rf"commbench: rank 0 on {PREFIX}node1: collective failed: no answer within --timeout "
+                     rf"{TIMEOUT} s", err), err
+    assert_valid_results(out, before, err)
+    assert_no_processes_left(proc.pid)
+    assert host_mtus() == {f"{PREFIX}node1": 1500, f"{PREFIX}node2": 1500}
+
+
+@needs_lab
+def test_lab_run_sigterm_stops_the_ranks(tmp_path):
+    proc, out, stdout, stderr = lab_sweep(tmp_path, "--mtu", "9000", "--iface", "eth0")
+    try:
+        pids = wait_for_ranks(stdout, 2, proc)
+        before = wait_for_rows(proc, out, stderr)
+        os.kill(proc.pid, signal.SIGTERM)  # lab run only, as scancel or a job's time limit would
+        code = proc.wait(30)
+    finally:
+        kill_quietly(proc)
+    err = stderr.read_text()
+    assert code == 143, err
+    assert "Traceback" not in err
+    assert_valid_results(out, before, err)
+    assert not any(alive(p) for p in pids.values())
+    assert_no_processes_left(proc.pid)
+    assert host_mtus() == {f"{PREFIX}node1": 1500, f"{PREFIX}node2": 1500}
