@@ -26,6 +26,8 @@ from test_sweep_ranks import LONG_SWEEP, assert_no_processes_left, clean_env, ki
 
 pytestmark = pytest.mark.integration
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 
 def needs_lab(test):
@@ -219,3 +221,55 @@ def test_lab_run_sigterm_stops_the_ranks(tmp_path):
     assert not any(alive(p) for p in pids.values())
     assert_no_processes_left(proc.pid)
     assert host_mtus() == {f"{PREFIX}node1": 1500, f"{PREFIX}node2": 1500}
+
+
+SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scancel", "scontrol")
+
+
+def _missing_slurm_tools() -> list[str]:
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/usr/local/sbin"
+    return [t for t in SLURM_TOOLS if shutil.which(t, path=path) is None]
+
+
+@needs_lab
+@pytest.mark.skipif(bool(_missing_slurm_tools()), reason=f"Slurm/munge not installed "
+                    f"({', '.join(_missing_slurm_tools())} missing): apt-get install slurm-wlm munge")
+def test_lab_slurm_job_scancelled_mid_sweep(tmp_path):
+    up = cb("lab", "slurm", "up")
+    assert up.returncode == 0, up.stderr
+    conf = re.search(r"SLURM_CONF=(\S+)", up.stdout).group(1)
+    try:
+        results = tmp_path / "results"
+        args = " ".join([a for a in LONG_SWEEP if a != "sweep"] + ["--timeout", str(TIMEOUT)])
+        env = {**{k: v for k, v in LAB_ENV.items() if not k.startswith("SLURM_")},
+               "COMMBENCH_ARGS": args, "RESULTS_DIR": str(results), "COMMBENCH": f"{sys.executable} -m commbench"}
+        sub = subprocess.run([sys.executable, "-m", "commbench", "lab", "slurm", "submit", str(ROOT / "slurm" /
+                              "commbench.sbatch")], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        job = re.search(r"Submitted batch job (\d+)", sub.stdout).group(1)
+        out, log = results / f"slurm-{job}.parquet", tmp_path / f"slurm-{job}.out"
+        deadline = time.monotonic() + 90
+        before = 0
+        while before == 0 and time.monotonic() < deadline:
+            try:
+                before = len(pd.read_parquet(out))
+            except (OSError, ValueError):
+                time.sleep(0.2)
+        assert before >= 1, log.read_text() if log.exists() else "no job output"
+        cancel = subprocess.run([sys.executable, "-m", "commbench", "lab", "exec", f"{PREFIX}node1", "--", "scancel",
+                                 job], env={**LAB_ENV, "SLURM_CONF": conf}, capture_output=True, text=True, timeout=60)
+        assert cancel.returncode == 0, cancel.stderr
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < TIMEOUT + 15 and (processes_mentioning(str(out))
+                                                        or log.read_text().count("Exited with exit code") < 2):
+            time.sleep(0.2)
+        elapsed = time.monotonic() - t0
+        text = log.read_text()
+        assert elapsed < TIMEOUT + 15, text
+        assert processes_mentioning(str(out)) == []  # every rank of the job ended
+        # Slurm's SIGTERM reached both ranks: each stopped at its point, rank 0 kept the file
+        assert f"{PREFIX}node1: task 0: Exited with exit code 143" in text, text
+        assert f"{PREFIX}node2: task 1: Exited with exit code 143" in text, text
+        assert "Traceback" not in text
+        assert_valid_results(out, before, text)
+    finally:
+        cb("lab", "slurm", "down")

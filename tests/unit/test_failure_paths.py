@@ -1,0 +1,102 @@
+"""Failure paths that need no ranks and no root: how a failed collective is explained (which peer
+was lost, or the timeout), `lab run`'s supervision of its ranks on SIGTERM and Ctrl-C, and Slurm's
+task counts read without expanding them. The real runs are in tests/integration/test_lost_rank.py."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from commbench import launch
+from commbench.launch import RankEnv
+from commbench.runner import _failure
+
+RESET = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+                     "[10.238.0.2]:41118: Connection reset by peer. This is typically caused by a remote worker")
+TIMEOUT = RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 20000ms "
+                       "for recv operation to complete")
+
+
+def ranks(*entries):
+    return [{"rank": r, "host": h, "pid": 100 + r, "addr": a} for r, h, a in entries]
+
+
+def env(rank=0):
+    return RankEnv("lab", rank, 2, 0, 1, "10.238.0.1", 29400)
+
+
+def test_a_lost_peer_is_named_by_rank_host_pid_and_address():
+    line = _failure(RESET, env(), ranks((0, "crnode1", "10.238.0.1"), (1, "crnode2", "10.238.0.2")), 20)
+    assert line.startswith("lost rank 1 on crnode2 (pid 101, 10.238.0.2): Read error [10.238.0.2]:41118: "
+                           "Connection reset by peer"), line
+    assert "pair.cc" not in line  # gloo's source location is noise to a user
+
+
+def test_several_ranks_behind_one_address_name_the_host():
+    same = ranks((0, "vm", "10.238.0.1"), (1, "n2", "10.238.0.2"), (2, "n2", "10.238.0.2"))
+    assert _failure(RESET, env(), same, 20).startswith("lost a rank on n2 (one of ranks 1, 2, 10.238.0.2): ")
+
+
+def test_an_unknown_peer_or_no_rank_table_keeps_the_backend_s_words():
+    assert _failure(RESET, env(), [], 20).startswith("Read error [10.238.0.2]:41118")
+    other = ranks((0, "a", "10.0.0.1"), (1, "b", "10.0.0.9"))
+    assert _failure(RESET, env(), other, 20).startswith("Read error [10.238.0.2]")
+
+
+def test_a_timeout_says_which_timeout():
+    line = _failure(TIMEOUT, env(), ranks((0, "a", "1.1.1.1"), (1, "b", "2.2.2.2")), 20)
+    assert line.startswith("no answer within --timeout 20 s (a rank, its host or the link stopped responding): "
+                           "Timed out waiting 20000ms"), line
+
+
+SUPERVISED = textwrap.dedent("""
+    import subprocess, sys
+    from commbench.labrun import _wait_all
+    child = '''
+    import signal, sys, time
+    def stop(signum, frame):
+        print(signal.Signals(signum).name, flush=True)
+        sys.exit(143 if signum == signal.SIGTERM else 130)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print("up", flush=True)
+    time.sleep(60)
+    '''
+    procs = [subprocess.Popen([sys.executable, "-c", child], stdout=open(f"{sys.argv[1]}.{i}", "w")) for i in range(2)]
+    sys.exit(_wait_all(procs))
+""")
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_lab_run_forwards_the_signal_to_every_rank_and_waits(tmp_path, sig, code):
+    marks = tmp_path / "rank"
+    proc = subprocess.Popen([sys.executable, "-c", SUPERVISED, str(marks)])
+    try:
+        deadline = time.monotonic() + 30
+        while not all((tmp_path / f"rank.{i}").exists() and "up" in (tmp_path / f"rank.{i}").read_text()
+                      for i in range(2)):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(sig)  # to `lab run` only, as scancel or kill would
+        assert proc.wait(30) == code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for i in range(2):  # each rank got the signal and ended on its own (it wrote its name), none left
+        assert (tmp_path / f"rank.{i}").read_text().split() == ["up", sig.name]
+
+
+@pytest.mark.parametrize("value, node, tasks", [
+    ("2(x3),1", 0, 2), ("2(x3),1", 2, 2), ("2(x3),1", 3, 1), ("2(x3),1", 9, 2), ("1(x0),4", 0, 4),
+    ("2(x99999999999999),1", 99999999999998, 2), ("2(x99999999999999),1", 99999999999999, 1), ("", 0, 1),
+    ("junk", 0, 1),
+])
+def test_slurm_tasks_per_node_are_walked_not_expanded(value, node, tasks):
+    start = time.monotonic()
+    assert launch._slurm_tasks_on_node(value, node) == tasks
+    assert time.monotonic() - start < 0.1
