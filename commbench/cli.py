@@ -38,8 +38,11 @@ def run_options(command):
     options = [
         click.option("-w", "--warmup", type=int, default=5, show_default=True, help="Warm-up iterations per point."),
         click.option("-n", "--iters", type=int, default=None, help="Timed iterations per point [default: adaptive]."),
-        click.option("--time-budget", type=float, default=0.2, show_default=True,
-                     help="Seconds of timed iterations per point (adaptive)."),
+        click.option("--time-budget", type=float, default=0.05, show_default=True,
+                     help="Most seconds of timed iterations per point (adaptive)."),
+        click.option("--precision", type=float, default=0.03, show_default=True,
+                     help="Adaptive: stop a point once its median is known to this fraction (95%% CI "
+                          "half-width); 0 fills --time-budget."),
         click.option("--min-iters", type=int, default=10, show_default=True),
         click.option("--max-iters", type=int, default=2000, show_default=True),
         click.option("-R", "--repetitions", type=int, default=1, show_default=True,
@@ -64,7 +67,7 @@ def run_options(command):
 
 
 def _run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, check, backend, nproc, iface,
-                timeout, out, label, workload: str) -> dict:
+                timeout, out, label, workload: str, precision: float = 0.03) -> dict:
     """Validate the shared options; return the RunOptions fields (backend resolved)."""
     from commbench import plan as planning
     from commbench.runner import choose_backend
@@ -75,6 +78,8 @@ def _run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, c
         _positive_int(value, flag)
     _positive_int(iters, "--iters")
     _positive_float(time_budget, "--time-budget")
+    if not 0 <= precision < 1:
+        raise BadInput(f"--precision {precision} must be 0 (off) or a fraction below 1, e.g. 0.03 for 3%")
     _positive_float(timeout, "--timeout")
     if min_iters > max_iters:
         raise BadInput(f"--min-iters {min_iters} is larger than --max-iters {max_iters}: lower one of them")
@@ -83,7 +88,8 @@ def _run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, c
     if iface:
         os.environ["GLOO_SOCKET_IFNAME"] = iface
         os.environ["NCCL_SOCKET_IFNAME"] = iface
-    return dict(warmup=warmup, iters=iters, time_budget=time_budget, min_iters=min_iters, max_iters=max_iters,
+    return dict(warmup=warmup, iters=iters, time_budget=time_budget, precision=precision, min_iters=min_iters,
+                max_iters=max_iters,
                 repetitions=repetitions, check=check, timeout=timeout, backend=choose_backend(backend),
                 label=label, out=out, run_id=planning.make_run_id(), workload=workload)
 
@@ -237,6 +243,51 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -
 
 
 @cli.command()
+@click.option("--size", default=None, help="Bytes per transfer, binary units [default: 64M].")
+@click.option("--mode", type=click.Choice(["sendrecv", "bidir"]), default=None,
+              help="sendrecv: each direction in turn, a row each; bidir: both at once, GB/s per direction "
+                   "[default: sendrecv].")
+@click.option("--hosts-only", is_flag=True,
+              help="With several ranks per host: pair only the first rank of each host (others idle).")
+@click.option("--slow-below", default="80%", show_default=True,
+              help="Name a host whose best link is below this share of the median host's best.")
+@click.option("--from", "from_results", multiple=True, type=click.Path(), metavar="RESULTS",
+              help="Rank the links of pairs results (file or folder) instead of measuring; repeatable.")
+@run_options
+def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int:
+    """Bandwidth between every pair of hosts, in rounds of disjoint pairs; ranks the slowest links.
+
+    Exit 1 when a host is singled out as slow (or data arrived wrong). See docs/PAIRS.md.
+    """
+    from commbench import linkrank, units
+
+    threshold = _fraction(slow_below, "--slow-below", low_open=True)
+    if from_results:
+        if size is not None or mode is not None or hosts_only:
+            raise BadInput("--from ranks results already measured: drop --size, --mode and --hosts-only")
+        from commbench.results import read_results
+
+        lines, verdicts = linkrank.report(read_results(list(from_results)), threshold)
+        click.echo("\n".join(lines))
+        for line in verdicts:
+            print(f"commbench: {line}", file=sys.stderr)
+        return 1 if verdicts else 0
+    from commbench.workloads.pairs import PairsPlan, PairsWorkload
+
+    nbytes = units.parse_size(size or "64M", "--size")
+    fields = _run_fields(nproc=nproc, workload="pairs", **run)
+    if hosts_only:
+        from commbench import launch
+
+        if launch.detect() is None:
+            raise BadInput("--hosts-only pairs the hosts of a launcher's ranks, but no launcher started this run: "
+                           "run under torchrun/srun/lab run, or drop --hosts-only")
+    plan = PairsPlan(size_bytes=nbytes, mode=mode or "sendrecv", hosts_only=hosts_only, threshold=threshold,
+                     **fields)
+    return _launch(PairsWorkload(plan), nproc)
+
+
+@cli.command()
 @click.option("--ds-config", "ds_config", default=None, type=click.Path(dir_okay=False),
               help="Your ds_config.json: its stage and bucket sizes (elements) shape the schedule.")
 @click.option("--model", default="1.3b", show_default=True, help="Model shape: gpt2-125m, 1.3b, 7b.")
@@ -244,6 +295,9 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -
 @click.option("--hidden", type=int, default=None, help="Custom shape: hidden size.")
 @click.option("--vocab", type=int, default=None, help="Custom shape: vocabulary [default: 50257].")
 @click.option("--stages", default=None, help="ZeRO stages to run, e.g. 0,1,2,3 [default: all, or the config's].")
+@click.option("--bucket-size", "bucket_size", default=None,
+              help="reduce_bucket_size in ELEMENTS, or a list (e.g. 1e6,5e7,5e8) for a stage x bucket grid "
+                   "[default: the config's, else 5e8].")
 @click.option("-d", "--dtype", default="bfloat16", show_default=True, help="Communication dtype.")
 @click.option("--scale", default="auto", show_default=True,
               help="Multiply every message by this (auto: fit the model in 32 MiB on CPU, 1 on GPU).")
@@ -253,10 +307,10 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -
 @click.option("--validate", "validate_schedule", is_flag=True,
               help="With --engine deepspeed: compare the schedule's bytes per op type with the engine's.")
 @run_options
-def zero(ds_config, model, layers, hidden, vocab, stages, dtype, scale, engine, steps, validate_schedule, nproc,
-         **run) -> int:
+def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, scale, engine, steps,
+         validate_schedule, nproc, **run) -> int:
     """One training step's ZeRO communication schedule per stage, run with real collectives."""
-    from commbench import dtypes
+    from commbench import dtypes, units
     from commbench.workloads.zero import DEFAULT_CPU_STEP_BYTES, MODELS, ZeroPlan, ZeroWorkload, module_sizes
 
     dt = dtypes.get_dtype(dtype)
@@ -289,6 +343,15 @@ def zero(ds_config, model, layers, hidden, vocab, stages, dtype, scale, engine, 
             raise BadInput(f"--stages {stages!r} is not a list of stages: e.g. 0,1,2,3") from None
         if not wanted or any(s not in (0, 1, 2, 3) for s in wanted):
             raise BadInput(f"--stages {stages!r}: ZeRO stages are 0, 1, 2 and 3")
+    bucket_grid = []
+    if bucket_size is not None:
+        if engine == "deepspeed":
+            raise BadInput("--bucket-size shapes the schedule; the engine takes reduce_bucket_size from --ds-config: "
+                           "set it there, or drop --engine deepspeed")
+        bucket_grid = [units.parse_count(b, "--bucket-size") for b in bucket_size.split(",") if b.strip()]
+        if not bucket_grid:
+            raise BadInput("--bucket-size is empty: give element counts, e.g. 1e6,5e7,5e8")
+        bucket_grid = list(dict.fromkeys(bucket_grid))
     fields = _run_fields(nproc=nproc, workload="zero", **run)
     params_bytes = sum(module_sizes(*shape)) * dt.itemsize
     if scale == "auto":
@@ -316,7 +379,7 @@ def zero(ds_config, model, layers, hidden, vocab, stages, dtype, scale, engine, 
                           validate_schedule=validate_schedule, **buckets, **fields)
         return _launch(EngineWorkload(plan), nproc)
     plan = ZeroPlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, dtype=dt.name,
-                    scale=factor, ds_config=ds_config, **buckets, **fields)
+                    scale=factor, ds_config=ds_config, reduce_bucket_sizes=bucket_grid, **buckets, **fields)
     return _launch(ZeroWorkload(plan), nproc)
 
 
@@ -361,8 +424,16 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
     a = _fraction(alpha, "--alpha", low_open=True)
     if out is not None and (os.path.isdir(out) or out.lower().endswith(".parquet")):
         raise BadInput(f"--out {out} is a folder or a results file: pass a report file name, e.g. compare.md")
-    before_df = results.read_results([before])
-    after_df = results.read_results([after])
+    # Read only what the comparison (and its figure) use: per-rank lists and plan stay on disk.
+    read: dict = {"columns": comparing.READ_COLUMNS}
+    if plot_path is not None:
+        try:
+            from commbench.plot import UNUSED_COLUMNS
+        except ImportError:
+            raise BadInput("--plot needs commbench.plot") from None
+        read = {"skip": [c for c in UNUSED_COLUMNS if c not in comparing.READ_COLUMNS]}
+    before_df = results.read_results([before], **read)
+    after_df = results.read_results([after], **read)
     comparison = comparing.compare_frames(before_df, after_df, threshold=thr, latency_threshold=lat, alpha=a,
                                           allow_within_run=allow_within_run)
     if plot_path is not None:
@@ -373,24 +444,86 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
         plot_comparison(before_df, after_df, plot_path)
     for line in comparison.warnings:
         print(f"commbench: warning: {line}", file=sys.stderr)
+    _emit(_render(fmt, comparison, comparing.render_markdown, comparing.render_table), out)
+    if out is not None:
+        print(f"{comparison.verdict}: report written to {out}")
+    return comparison.exit_code()
+
+
+def _render(fmt: str, result, markdown, table) -> str:
+    """A verdict object (compare's, gate's) as json (its to_dict), markdown or a table."""
     if fmt == "json":
         import json
 
-        text = json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n"
-    elif fmt == "markdown":
-        text = comparing.render_markdown(comparison)
-    else:
-        text = comparing.render_table(comparison)
+        return json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n"
+    return markdown(result) if fmt == "markdown" else table(result)
+
+
+def _emit(text: str, out: str | None) -> None:
+    """To stdout, or to the --out file."""
     if out is None:
         sys.stdout.write(text)
-    else:
-        try:
-            with open(out, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise BadInput(f"cannot write --out {out}: {exc.strerror or exc}") from None
-        print(f"{comparison.verdict}: report written to {out}")
-    return comparison.exit_code()
+        return
+    try:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise BadInput(f"cannot write --out {out}: {exc.strerror or exc}") from None
+
+
+@cli.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--expect", "expect", default=None, metavar="FILE.yaml", help="Reference bands to judge RESULTS against.")
+@click.option("--suggest", is_flag=True, help="Write starting bands from RESULTS (a good run) instead of judging.")
+@click.option("--lower", default=None, help="With --suggest: lower tolerance (5% or 0.05) [default: 5%, widened to "
+              "3x the run's own spread].")
+@click.option("--upper", default=None, help="With --suggest: upper tolerance (10% or 0.1) [default: none].")
+@click.option("--min-size", default=None, help="With --suggest: smallest size to band [default: 1M].")
+@click.option("--system", default=None, help="With --suggest: the system's name in the file [default: the hosts].")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
+@click.option("--out", default=None, help="Write the report (or, with --suggest, the bands) to this file.")
+def gate(results, expect, suggest, lower, upper, min_size, system, fmt, out) -> int:
+    """Judge RESULTS against reference bands (--expect FILE.yaml), or suggest bands (--suggest).
+
+    Exit 0: every entry within its band; 1: an entry missed (named in the summary); 2: bad input.
+    See docs/GATE.md.
+    """
+    from commbench import gate as gating, results as store
+    from commbench.units import parse_size
+
+    if suggest == (expect is not None):
+        raise BadInput("gate needs exactly one of --expect FILE.yaml (judge a run) and --suggest (write bands)")
+    if out is not None and (os.path.isdir(out) or out.lower().endswith(".parquet")):
+        raise BadInput(f"--out {out} is a folder or a results file: pass a file name, e.g. bands.yaml")
+    if suggest:
+        if fmt != "table":
+            raise BadInput("--format is for judging; --suggest always writes YAML: remove --format")
+        low = gating.DEFAULT_LOWER if lower is None else _fraction(lower, "--lower")
+        up = None if upper is None else _fraction(upper, "--upper")
+        if out is not None and os.path.exists(out):  # before reading anything: never overwrite
+            raise BadInput(f"{out} already exists: gate --suggest never overwrites a file; pass another --out "
+                           "or remove it first")
+        smallest = gating.DEFAULT_MIN_SIZE if min_size is None else parse_size(min_size, "--min-size")
+        made = gating.suggest(store.read_results(list(results)), sources=results, lower=low, upper=up,
+                              min_size=smallest, system=system)
+        for note in made.notes:
+            print(f"commbench: note: {note}", file=sys.stderr)
+        if out is None:
+            sys.stdout.write(made.text)
+        else:
+            gating.write_new(out, made.text)
+            print(f"{made.entries} bands written to {out}")
+        return 0
+    stray = [flag for flag, v in (("--lower", lower), ("--upper", upper), ("--min-size", min_size),
+                                         ("--system", system)) if v is not None]
+    if stray:
+        raise BadInput(f"{stray[0]} is for --suggest; tolerances of --expect live in the bands file")
+    bands = gating.load_bands(expect)
+    report = gating.judge(bands, store.read_results(list(results)))
+    _emit(_render(fmt, report, gating.render_markdown, gating.render_table), out)
+    if out is not None or fmt != "table":
+        print(report.summary(), file=sys.stderr)  # the verdict stays visible in a CI log
+    return report.exit_code()
 
 
 @cli.command()
@@ -400,11 +533,12 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
 @click.option("--out", default=None, help="Image file (.png or .svg) [default: next to the first result, as <name>.png].")
 @click.option("--line-rate", default=None, help="Draw the link's rate as a reference line, e.g. 400Gbps, 100000Mbps, 50GB/s.")
 def plot(results, metric, out, line_rate) -> int:
-    """Draw bandwidth (or time) against message size, one line per collective, dtype, placement and run."""
+    """Draw bandwidth (or time) against message size, one line per collective, dtype, placement and run;
+    `zero --bucket-size` grids and `pairs` runs as heat maps (beside the curves when both are there)."""
     from commbench import plot as plotting
 
     written = plotting.plot_results(list(results), metric=metric, out=out, line_rate=line_rate)
-    print(f"plot written to {written}")
+    print(f"plot written to {written[0]}" + (f" (also: {', '.join(map(str, written[1:]))})" if written[1:] else ""))
     return 0
 
 

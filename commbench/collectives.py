@@ -174,6 +174,10 @@ class Collective:
     rooted: bool = False  # takes --root
     # Placements torch can express: torch's all_reduce, broadcast and reduce work in place only.
     placements: tuple[str, ...] = ("out", "in")
+    # Every rank leaves when the last one has entered (each needs data from all): a late rank then
+    # spends less time inside, which is what the arrival skew column reads. Not so for a root
+    # that only sends or only receives, or a ring of pairs.
+    exits_together: bool = True
 
     def supports(self, placement: str) -> bool:
         return placement in self.placements
@@ -193,11 +197,12 @@ COLLECTIVES: tuple[Collective, ...] = (
     Collective("all_to_all", ("alltoall", "a2a"), _alltoall, _ring_factor,
                _bind_all_to_all, _exp_all_to_all, placements=("out",)),
     Collective("broadcast", ("bcast",), _full, lambda n: 1.0,
-               _bind_broadcast, _exp_broadcast, rooted=True, placements=("in",)),
+               _bind_broadcast, _exp_broadcast, rooted=True, placements=("in",), exits_together=False),
     Collective("reduce", (), _full, lambda n: 1.0,
-               _bind_reduce, _exp_reduce, reduces=True, rooted=True, placements=("in",)),
+               _bind_reduce, _exp_reduce, reduces=True, rooted=True, placements=("in",),
+               exits_together=False),
     Collective("sendrecv", ("send_recv", "p2p", "ring"), _full, lambda n: 1.0,
-               _bind_sendrecv, _exp_sendrecv, placements=("out",)),
+               _bind_sendrecv, _exp_sendrecv, placements=("out",), exits_together=False),
 )
 
 BY_NAME = {c.name: c for c in COLLECTIVES}

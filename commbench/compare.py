@@ -24,8 +24,10 @@ from commbench.errors import BadInput, RuntimeFailure
 from commbench.results import SCHEMA_VERSION
 
 KEY_COLUMNS = ("collective", "dtype", "op", "size_bytes", "in_place", "world_size", "nnodes",
-               "ranks_per_node", "workload", "bucket_bytes", "zero_stage")
-_INT_KEYS = {"size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage"}
+               "ranks_per_node", "workload", "bucket_bytes", "zero_stage",
+               "src_host", "dst_host", "src_rank", "dst_rank")  # pairs: one point per link
+_INT_KEYS = {"size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage", "src_rank",
+             "dst_rank"}
 # A collective's peak busbw is taken over the before side's points of the same collective on
 # the same topology.
 PEAK_GROUP = ("collective", "world_size", "nnodes", "ranks_per_node")
@@ -40,6 +42,9 @@ WARN_COLUMNS = ("commbench_version", "torch_version", "nccl_version", "hosts", "
 # Expected to differ (that is usually the point of the comparison): shown, not warned about.
 DIFFERENCE_COLUMNS = ("mtu", "link_layer", "iface", "label")
 ENV_PREFIXES = ("NCCL_", "GLOO_")
+# Every column compare_frames reads: callers reading files for it read only these (results.read_results).
+READ_COLUMNS = tuple(dict.fromkeys(REQUIRED_COLUMNS + KEY_COLUMNS + WARN_COLUMNS + DIFFERENCE_COLUMNS + (
+    "schema_version", "algbw_GBps", "time_us", "samples_us", "repetition", "env")))
 
 VERDICTS = ("regression", "improvement", "unchanged", "inconclusive")
 
@@ -128,25 +133,71 @@ def _column(frame: pd.DataFrame, name: str) -> list:
 SAME_MEASUREMENT = {"nccl-tests": "sweep"}
 
 
-def _key_values(frame: pd.DataFrame) -> list[tuple]:
-    cols = []
+def _key_value(name: str, value: Any) -> Any:
+    """One key column's value as the point's key holds it."""
+    v = _scalar(value)
+    if name == "workload":
+        v = SAME_MEASUREMENT.get(v, v)
+    if name in _INT_KEYS:
+        v = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+    elif name == "in_place":
+        v = bool(v) if v is not None else None
+    return v
+
+
+def _points(frame: pd.DataFrame) -> tuple[list[tuple], np.ndarray]:
+    """The distinct point keys, in the order of their first row, and the point of every row.
+
+    Each column's distinct values are normalised once (not once a row: a million rows), then the
+    columns' codes are combined into one number per row."""
+    n = len(frame)
+    codes, values = [], []
     for name in KEY_COLUMNS:
-        values = _column(frame, name)
-        if name == "workload":
-            values = [SAME_MEASUREMENT.get(v, v) for v in values]
-        if name in _INT_KEYS:
-            values = [int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in values]
-        elif name == "in_place":
-            values = [bool(v) if v is not None else None for v in values]
-        cols.append(values)
-    return list(zip(*cols)) if cols else []
+        if name not in frame.columns:
+            codes.append(np.zeros(n, dtype=np.int64))
+            values.append([None])
+            continue
+        raw, distinct = pd.factorize(frame[name], use_na_sentinel=False)
+        ids: dict = {}
+        normal = [ids.setdefault(_key_value(name, v), len(ids)) for v in distinct]
+        codes.append(np.asarray(normal, dtype=np.int64)[raw] if n else np.zeros(0, dtype=np.int64))
+        values.append(list(ids))
+    combined, size = np.zeros(n, dtype=np.int64), 1
+    for c, v in zip(codes, values):
+        if size * len(v) >= 2 ** 62:  # renumber densely before the product overflows
+            combined = np.unique(combined, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            size = int(combined.max()) + 1 if n else 1
+        combined, size = combined * len(v) + c, size * len(v)
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # points numbered in the order of their first row
+    number = np.empty_like(order)
+    number[order] = np.arange(order.size)
+    firsts = first[order]
+    columns = []
+    for c, v in zip(codes, values):
+        distinct = np.empty(len(v), dtype=object)
+        distinct[:] = v
+        columns.append(distinct[c[firsts]])
+    return list(zip(*columns)), number[inverse.reshape(-1)]
+
+
+def _floats(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """A column as floats, NaN where missing: np.asarray(_column(frame, name), dtype=float)
+    without a Python object a row."""
+    if name not in frame.columns:
+        return np.full(len(frame), np.nan)
+    try:
+        return frame[name].to_numpy(dtype=float, na_value=np.nan)
+    except (TypeError, ValueError):
+        return np.asarray(_column(frame, name), dtype=float)
 
 
 def _describe(key: dict) -> str:
     from commbench.units import format_size
 
     place = "in-place" if key.get("in_place") else "out-of-place"
-    return (f"{key.get('collective')} {key.get('dtype')} {format_size(key.get('size_bytes') or 0)} {place} "
+    link = f" {key['src_host']} -> {key['dst_host']}" if key.get("src_host") else ""
+    return (f"{key.get('collective')}{link} {key.get('dtype')} {format_size(key.get('size_bytes') or 0)} {place} "
             f"on {key.get('world_size')} ranks")
 
 
@@ -168,52 +219,95 @@ def _check_frame(frame: pd.DataFrame, side: str) -> None:
 
 @dataclass
 class _Side:
-    """The rows of one side, grouped by point."""
+    """The rows of one side, grouped by point; everything per row is an array (a million rows)."""
 
-    rows: dict[tuple, list[int]]
+    name: str
+    rows: dict[tuple, np.ndarray]  # point -> its rows, ascending; points in the order of their first row
     value: np.ndarray  # the busbw (or algbw, world_size 1) of every row
-    time_us: list
-    samples: list
+    summary: dict[tuple, tuple[float, float, float]]  # point -> median, min, max of its values
+    has_samples: np.ndarray  # per row: it holds per-iteration samples
+    damaged: np.ndarray  # per row: samples with a time or a sample that is not a positive number
+    offsets: np.ndarray  # row i's samples are [offsets[i]:offsets[i + 1]] of them all, flattened
+    samples: list  # per row: its samples_us (None where missing)
+    time_us: np.ndarray
+    iterations: np.ndarray | None = None  # value * time_us / sample of every sample, once a point needs them
+
+    def check_samples(self, idx: np.ndarray, key: dict) -> bool:
+        """Whether any of the point's rows holds samples; a damaged one fails the comparison."""
+        if self.damaged[idx].any():
+            raise BadInput(f"the {self.name} results hold a time that is not a positive number for "
+                           f"{_describe(key)}: a damaged or hand-edited file; re-run the measurement")
+        return bool(self.has_samples[idx].any())
+
+    def iteration_values(self, idx: np.ndarray) -> np.ndarray:
+        """Per-iteration bandwidth of every timed iteration of the point (after check_samples).
+        Computed for every row at the first point that needs them: with enough repetitions no
+        point does, and a million rows' samples are not held twice."""
+        if self.iterations is None:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # damaged rows are never used
+                self.iterations = (np.repeat(self.value * self.time_us, np.diff(self.offsets))
+                                   / _flat_samples(self.samples, self.has_samples, self.name))
+        return np.concatenate([self.iterations[self.offsets[i]:self.offsets[i + 1]] for i in idx])
 
 
 def _group(frame: pd.DataFrame, side: str) -> _Side:
-    keys = _key_values(frame)
-    rows: dict[tuple, list[int]] = {}
-    for i, k in enumerate(keys):
-        rows.setdefault(k, []).append(i)
-    busbw = np.asarray(_column(frame, "busbw_GBps"), dtype=float)
-    world = _column(frame, "world_size")
-    if any(w == 1 for w in world):
+    keys, point = _points(frame)
+    busbw = _floats(frame, "busbw_GBps")
+    one = _floats(frame, "world_size") == 1
+    if one.any():
         # busbw is 0 by definition on one rank (factor 2(n-1)/n): compare algbw there.
         if "algbw_GBps" not in frame.columns:
             raise BadInput(f"the {side} results hold world_size 1 points but no algbw_GBps column")
-        alg = np.asarray(_column(frame, "algbw_GBps"), dtype=float)
-        busbw = np.where(np.asarray([w == 1 for w in world]), alg, busbw)
+        busbw = np.where(one, _floats(frame, "algbw_GBps"), busbw)
     bad = np.flatnonzero(~(np.isfinite(busbw) & (busbw > 0)))
     if bad.size:
         i = int(bad[0])
-        key = dict(zip(KEY_COLUMNS, keys[i]))
+        key = dict(zip(KEY_COLUMNS, keys[point[i]]))
         raise BadInput(f"the {side} results hold busbw_GBps {busbw[i]} for {_describe(key)} (repetition "
                        f"{_scalar(frame['repetition'].iloc[i]) if 'repetition' in frame.columns else '?'}): "
                        "a damaged or hand-edited file; re-run the measurement")
-    return _Side(rows, busbw, _column(frame, "time_us"), _column(frame, "samples_us") if "samples_us" in frame.columns
-                 else [None] * len(frame))
+    counts = np.bincount(point, minlength=len(keys))
+    ends = np.cumsum(counts)
+    rows = dict(zip(keys, np.split(np.argsort(point, kind="stable"), ends[:-1])))
+    # median, min and max of every point at once: its values sorted, then read at positions
+    # (the median of an even count is the mean of the middle two, as np.median takes it)
+    ordered = busbw[np.lexsort((busbw, point))]
+    starts = ends - counts
+    low, high = ordered[starts + (counts - 1) // 2], ordered[starts + counts // 2]
+    with np.errstate(over="ignore"):
+        median = np.where(counts % 2 == 1, low, (low + high) / 2)
+    summary = dict(zip(keys, zip(median.tolist(), ordered[starts].tolist(), ordered[ends - 1].tolist())))
+    samples = _column(frame, "samples_us") if "samples_us" in frame.columns else [None] * len(frame)
+    time_us = _floats(frame, "time_us")
+    has, damaged, offsets = _check_samples(samples, time_us, side)
+    return _Side(side, rows, busbw, summary, has, damaged, offsets, samples, time_us)
 
 
-def _iteration_values(side: _Side, idx: list[int], name: str, key: dict) -> np.ndarray | None:
-    """Per-iteration bandwidth of every timed iteration of the point: value * time_us / sample."""
-    parts = []
-    for i in idx:
-        samples = side.samples[i]
-        if samples is None or len(samples) == 0:
-            continue
-        t = side.time_us[i]
-        arr = np.asarray(samples, dtype=float)
-        if t is None or not (math.isfinite(t) and t > 0) or not np.all(np.isfinite(arr) & (arr > 0)):
-            raise BadInput(f"the {name} results hold a time that is not a positive number for {_describe(key)}: "
-                           "a damaged or hand-edited file; re-run the measurement")
-        parts.append(side.value[i] * t / arr)
-    return np.concatenate(parts) if parts else None
+def _flat_samples(samples: list, has: np.ndarray, side: str) -> np.ndarray:
+    """The samples of every row that has some, one flat array."""
+    if not has.any():
+        return np.zeros(0)
+    try:
+        return np.concatenate([np.asarray(v, dtype=float).reshape(-1) for v, h in zip(samples, has) if h])
+    except (TypeError, ValueError):
+        raise BadInput(f"the {side} results hold samples_us that are not numbers: a damaged or hand-edited "
+                       "file; re-run the measurement") from None
+
+
+def _check_samples(samples: list, time_us: np.ndarray, side: str):
+    """Every row's samples checked at once: which rows hold some, which are damaged (a time or a
+    sample that is not a positive number), and where each row's samples start."""
+    n = len(samples)
+    lengths = np.fromiter((0 if v is None else len(v) for v in samples), dtype=np.int64, count=n)
+    has = lengths > 0
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    flat = _flat_samples(samples, has, side)
+    positive = np.isfinite(flat) & (flat > 0)
+    ok = np.zeros(n, dtype=bool)
+    if has.any():
+        ok[has] = (np.logical_and.reduceat(positive, offsets[:-1][has]) & np.isfinite(time_us[has])
+                   & (time_us[has] > 0))
+    return has, has & ~ok, offsets
 
 
 # ---- the comparison ----
@@ -258,8 +352,7 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
     m = len(common)
     needed = stats.repetitions_needed(alpha, m)
     peaks: dict[tuple, float] = {}
-    before_medians = {k: stats.median(b.value[idx]) for k, idx in b.rows.items()}
-    for k, med in before_medians.items():
+    for k, (med, _, _) in b.summary.items():
         g = _peak_group(k)
         peaks[g] = max(peaks.get(g, 0.0), med)
 
@@ -267,10 +360,10 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
     for k in common:
         key = dict(zip(KEY_COLUMNS, k))
         try:
-            drafts.append(_measure_point(key, b, a, b.rows[k], a.rows[k], before_medians[k], peaks[_peak_group(k)],
-                                         alpha, m))
+            drafts.append(_measure_point(key, b, a, k, peaks[_peak_group(k)], alpha, m))
         except ValueError as exc:  # the statistics could not answer: never a pass
             raise RuntimeFailure(f"statistics failed for {_describe(key)}: {exc}") from None
+    _test_points(drafts)
 
     rep = [i for i, d in enumerate(drafts) if d["test"] == "repetitions"]
     within = [i for i, d in enumerate(drafts) if d["test"] == "within-run only"]
@@ -311,31 +404,57 @@ def _peak_group(k: tuple) -> tuple:
     return tuple(key[c] for c in PEAK_GROUP)
 
 
-def _measure_point(key: dict, b: _Side, a: _Side, bidx: list[int], aidx: list[int], before_med: float,
-                   peak: float, alpha: float, m: int) -> dict:
-    bv, av = b.value[bidx], a.value[aidx]
-    after_med = stats.median(av)
+def _measure_point(key: dict, b: _Side, a: _Side, k: tuple, peak: float, alpha: float, m: int) -> dict:
+    """A point's numbers; the test's samples wait in "pending" for _test_points."""
+    bidx, aidx = b.rows[k], a.rows[k]
+    before_med, after_med = b.summary[k][0], a.summary[k][0]
     ratio = after_med / before_med
     direction = "less" if ratio < 1 else "greater"
-    b_iter = _iteration_values(b, bidx, "before", key)
-    a_iter = _iteration_values(a, aidx, "after", key)
+    b_has = b.check_samples(bidx, key)
+    a_has = a.check_samples(aidx, key)
 
-    def spread(values: np.ndarray, iters: np.ndarray | None) -> tuple[float, float]:
-        if values.size >= 2:
-            return stats.min_max(values)
-        return stats.iqr(iters) if iters is not None else stats.min_max(values)
+    def spread(side: _Side, idx: np.ndarray, has: bool) -> tuple[float, float]:
+        if idx.size >= 2 or not has:
+            return side.summary[k][1:]
+        return stats.iqr(side.iteration_values(idx))
 
-    d = dict(key=key, before_busbw=before_med, after_busbw=after_med, before_spread=spread(bv, b_iter),
-             after_spread=spread(av, a_iter), ratio=ratio, n_before=int(bv.size), n_after=int(av.size),
+    d = dict(key=key, before_busbw=before_med, after_busbw=after_med, before_spread=spread(b, bidx, b_has),
+             after_spread=spread(a, aidx, a_has), ratio=ratio, n_before=int(bidx.size), n_after=int(aidx.size),
              bandwidth_bound=bool(before_med >= BANDWIDTH_BOUND_FRACTION * peak), p_value=None, p_holm=None,
              q_bh=None, world1=key.get("world_size") == 1)
-    if stats.can_reach(bv.size, av.size, alpha, m):
-        d.update(test="repetitions", p_value=stats.mannwhitney_one_sided(av, bv, direction))
-    elif b_iter is not None and a_iter is not None:
-        d.update(test="within-run only", p_value=stats.mannwhitney_one_sided(a_iter, b_iter, direction))
+    if stats.can_reach(bidx.size, aidx.size, alpha, m):
+        d.update(test="repetitions", pending=(a.value[aidx], b.value[bidx], direction))
+    elif b_has and a_has:
+        d.update(test="within-run only", pending=(a.iteration_values(aidx), b.iteration_values(bidx), direction))
     else:
         d.update(test="none")
     return d
+
+
+def _test_points(drafts: list[dict]) -> None:
+    """The one-sided Mann-Whitney p-value of every point with a test, in batches of points whose
+    samples have the same sizes (one vectorised call each instead of one call a point)."""
+    batches: dict[tuple[int, int], list[dict]] = {}
+    for d in drafts:
+        if "pending" in d:
+            x, y, _ = d["pending"]
+            batches.setdefault((x.size, y.size), []).append(d)
+    for batch in batches.values():
+        try:
+            ps = stats.mannwhitney_one_sided_many(np.stack([d["pending"][0] for d in batch]),
+                                                  np.stack([d["pending"][1] for d in batch]),
+                                                  [d["pending"][2] for d in batch])
+        except ValueError:
+            ps = None
+        for i, d in enumerate(batch):
+            x, y, direction = d.pop("pending")
+            if ps is not None:
+                d["p_value"] = ps[i]
+                continue
+            try:
+                d["p_value"] = stats.mannwhitney_one_sided(x, y, direction)
+            except ValueError as exc:  # the statistics could not answer: never a pass
+                raise RuntimeFailure(f"statistics failed for {_describe(d['key'])}: {exc}") from None
 
 
 def _pct(ratio: float) -> str:
@@ -399,8 +518,10 @@ def _values(frame: pd.DataFrame, name: str) -> set:
     column = frame[name]
     try:
         distinct = column.unique()
-    except TypeError:  # list columns (hosts) hold arrays, which do not hash
-        distinct = column.to_numpy(dtype=object)
+    except TypeError:  # list columns (hosts) hold arrays, which do not hash: each distinct list once
+        rows = {id(v): v for v in column.to_numpy(dtype=object)}.values()  # rows may share one array
+        distinct = {tuple(v.tolist()) if isinstance(v, np.ndarray) else tuple(v) if isinstance(v, list) else v
+                    for v in rows}
     return {_hashable(v) for v in distinct}
 
 
@@ -436,7 +557,11 @@ def _env_values(frame: pd.DataFrame, side: str) -> dict[str, set]:
     if "env" not in frame.columns:
         return {}
     snapshots = []
-    for text in set(_column(frame, "env")):
+    try:
+        texts = {_scalar(v) for v in frame["env"].unique()}  # a run repeats its snapshot on every row
+    except TypeError:
+        texts = set(_column(frame, "env"))
+    for text in texts:
         if text is None or text == "":
             snapshots.append({})
             continue

@@ -16,12 +16,13 @@ from commbench.dtypes import DType
 
 
 def input_pattern(rank: int, numel: int, dtype: DType, op: str | None, device) -> torch.Tensor:
-    idx = torch.arange(numel, dtype=torch.int64, device=device)
-    if op == "prod":
-        values = 1 + (idx + rank) % 2  # products of 1s and 2s stay exact
-    else:
-        values = 1 + (idx + 3 * rank) % 5
-    return values.to(dtype.torch_dtype)
+    """1 + (i + 3 rank) % 5 (for prod: 1 + (i + rank) % 2, products of 1s and 2s stay exact).
+
+    Built as one period repeated: an int64 modulo over every element took 0.4 s per 64 MiB, and
+    the sweep builds a pattern per rank for each fill and each check (a third of a default run)."""
+    period, step = (2, 1) if op == "prod" else (5, 3)
+    one = (1 + (torch.arange(period, dtype=torch.int64, device=device) + step * rank) % period).to(dtype.torch_dtype)
+    return one.repeat(-(-numel // period))[:numel]
 
 
 def allocate(collective: Collective, layout: Layout, dtype: DType, in_place: bool, device) -> Buffers:
@@ -83,7 +84,10 @@ def count_wrong(collective: Collective, layout: Layout, buffers: Buffers, args: 
 
 def count_mismatches(got: torch.Tensor, expected: torch.Tensor, dtype: DType, args: CallArgs) -> int:
     """Elements of `got` that differ from `expected` (as `reducer` builds it) beyond rounding."""
-    expected = expected.to(dtype.torch_dtype).to(torch.float64)
+    expected = expected.to(dtype.torch_dtype)
+    if torch.equal(got, expected):
+        return 0  # the usual answer, without widening both to float64 (NaN is never equal: full check)
+    expected = expected.to(torch.float64)
     got = got.to(torch.float64)
     if dtype.is_float:
         eps = torch.finfo(dtype.torch_dtype).eps

@@ -44,7 +44,8 @@ class RunOptions:
 
     warmup: int = 5
     iters: int | None = None  # None: adaptive
-    time_budget: float = 0.2  # seconds of timed iterations per point when adaptive
+    time_budget: float = 0.05  # adaptive: the most seconds of timed iterations per point (benchmarks/README.md)
+    precision: float = 0.03  # adaptive: stop once the median's 95% CI half-width is this fraction (0: fill the budget)
     min_iters: int = 10
     max_iters: int = 2000
     repetitions: int = 1

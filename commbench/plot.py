@@ -37,6 +37,9 @@ MAX_BANDED_LATENCY_LINES = 4
 
 # Line identity: everything that makes two rows different curves.
 GROUP_KEYS = ("collective", "dtype", "in_place", "label", "run_id")
+# Columns no figure reads, left on disk when reading results to plot (the lists are most of a
+# million rows' memory). A figure that starts using one takes it out of here.
+UNUSED_COLUMNS = ("samples_us", "rank_time_us", "rank_skew_us", "env", "plan")
 
 # A fixed colour per collective, in the collectives table's order, so all_reduce has the same
 # colour in every figure and report. tab10 without grey (kept for "other").
@@ -230,7 +233,9 @@ def _prepare(df, column: str):
     missing = [c for c in ("collective", "size_bytes", column) if c not in df.columns]
     if missing:
         raise BadInput(f"the results have no column {missing[0]}: pass files written by commbench")
-    d = df.copy()
+    # Changing d must not change the caller's frame. pandas >= 3 copies on write, so a shallow copy
+    # is enough there; a deep one of a million rows was most of the time a figure took.
+    d = df.copy(deep=int(pd.__version__.split(".")[0]) < 3)
     for k in GROUP_KEYS:
         if k not in d.columns:
             d[k] = ""
@@ -244,12 +249,14 @@ def _prepare(df, column: str):
         # A buckets row measures one step reduced in buckets: its message size is the bucket.
         buckets = d["workload"].eq("buckets") & d["bucket_bytes"].notna()
         d.loc[buckets, "collective"] = d.loc[buckets, "collective"].astype(str) + BUCKETS_SUFFIX
-        d.loc[buckets, "size_bytes"] = d.loc[buckets, "bucket_bytes"]
+        # bucket_bytes is an object column in frames built from dicts with None: numbers first
+        d.loc[buckets, "size_bytes"] = pd.to_numeric(d.loc[buckets, "bucket_bytes"]).astype("int64")
     values = pd.to_numeric(d[column], errors="coerce")
     keep = np.isfinite(values.to_numpy(dtype=float)) & (pd.to_numeric(d["size_bytes"], errors="coerce") > 0)
     if column == "time_us":
         keep &= values.to_numpy(dtype=float) > 0
-    d = d[keep]
+    if not keep.all():  # filtering copies every column again: only when a row goes
+        d = d[keep]
     if len(d) == 0:
         raise BadInput(f"the results hold no finite {column} values: nothing to plot")
     return d
@@ -258,16 +265,22 @@ def _prepare(df, column: str):
 def aggregate(df, column: str) -> list[Line]:
     """One Line per group: median, min and max over repetitions at every size."""
     d = _prepare(df, column)
+    keys = list(GROUP_KEYS)
+    # One grouping by line and size over just the columns it needs (a million rows), then a
+    # small one by line over its result.
+    per = (d[keys + ["size_bytes", column]].assign(_wrong=(d["wrong"].fillna(0) > 0).astype(bool))
+           .groupby(keys + ["size_bytes"], sort=False, dropna=False)
+           .agg(median=(column, "median"), min=(column, "min"), max=(column, "max"), count=(column, "count"),
+                wrong=("_wrong", "any"))
+           .reset_index())
     lines = []
-    for key, g in d.groupby(list(GROUP_KEYS), sort=False, dropna=False):
-        per = g.groupby("size_bytes", sort=True)
-        stats = per[column].agg(["median", "min", "max", "count"])
-        wrong = per["wrong"].apply(lambda s: bool((s.fillna(0) > 0).any()))
+    for key, g in per.groupby(keys, sort=False, dropna=False):
+        g = g.sort_values("size_bytes", kind="stable")
+        sizes = g["size_bytes"].to_numpy(dtype=float)
         lines.append(Line(
-            key=dict(zip(GROUP_KEYS, key)), sizes=stats.index.to_numpy(dtype=float),
-            median=stats["median"].to_numpy(float), lo=stats["min"].to_numpy(float),
-            hi=stats["max"].to_numpy(float), reps=stats["count"].to_numpy(int),
-            wrong_sizes=stats.index.to_numpy(dtype=float)[wrong.reindex(stats.index).to_numpy(bool)]))
+            key=dict(zip(GROUP_KEYS, key)), sizes=sizes, median=g["median"].to_numpy(float),
+            lo=g["min"].to_numpy(float), hi=g["max"].to_numpy(float), reps=g["count"].to_numpy(int),
+            wrong_sizes=sizes[g["wrong"].to_numpy(bool)]))
     return lines
 
 
@@ -447,8 +460,8 @@ def _titles(df) -> str:
 
 
 def _what(df, metric_label: str) -> str:
-    colls = sorted(set(df["collective"]), key=_order)
-    dtypes = sorted(set(df["dtype"].dropna().astype(str))) if "dtype" in df.columns else []
+    colls = sorted(set(df["collective"].unique()), key=_order)  # unique first: a million rows
+    dtypes = sorted({str(v) for v in df["dtype"].dropna().unique()}) if "dtype" in df.columns else []
     what = ", ".join(colls) if len(colls) <= 4 else f"{len(colls)} collectives"
     if dtypes and len(dtypes) <= 2:
         what += " · " + ", ".join(dtypes)
@@ -516,6 +529,44 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
     return fig
 
 
+def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str],
+                 texts: Sequence[Sequence[str]] | None = None, higher_is_better: bool = True,
+                 marked: Iterable[tuple[int, int]] = ()):
+    """A matrix as coloured cells with a text in each (the ZeRO grid, the host x host pairs).
+    Better cells are lighter (the eye goes to the dark ones); NaN cells stay blank; `marked`
+    cells get a black box. Returns the image for a colour bar."""
+    import matplotlib
+
+    values = np.asarray(values, dtype=float)
+    cmap = matplotlib.colormaps["viridis" if higher_is_better else "viridis_r"].with_extremes(bad="#f0f0f0")
+    finite = values[np.isfinite(values)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    # values spanning more than 10x (a step of 10 s beside 0.5 s) get a log scale: else one cell is
+    # dark and every other one the same light colour
+    if lo > 0 and hi > 10 * lo:
+        from matplotlib.colors import LogNorm
+
+        norm, mid = LogNorm(vmin=lo, vmax=hi), math.sqrt(lo * hi)
+    else:
+        from matplotlib.colors import Normalize
+
+        norm, mid = Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1), (lo + hi) / 2
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", norm=norm)
+    ax.set_xticks(range(len(col_labels)), [mpl_text(c) for c in col_labels], fontsize=8)
+    ax.set_yticks(range(len(row_labels)), [mpl_text(r) for r in row_labels], fontsize=8)
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            text = texts[i][j] if texts is not None else (f"{values[i, j]:.3g}" if np.isfinite(values[i, j]) else "")
+            dark = np.isfinite(values[i, j]) and ((values[i, j] < mid) == higher_is_better)
+            ax.text(j, i, mpl_text(text), ha="center", va="center", fontsize=8,
+                    color="white" if dark else "black")
+    for i, j in marked:
+        from matplotlib.patches import Rectangle
+
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2.2))
+    return image
+
+
 def _latency_panel(ax, time_lines: list[Line], named: list[Line]) -> None:
     style = {tuple(ln.key.values()): ln for ln in named}
     for ln in time_lines:
@@ -543,9 +594,9 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
     column, ylabel = METRICS[metric]
     sides = []
     for name, df, style in ((before_name, before_df, "--"), (after_name, after_df, "-")):
-        d = _prepare(df, column).copy()
+        d = _prepare(df, column)  # a frame of its own: renaming its runs leaves the caller's alone
         d["run_id"], d["label"] = name, ""
-        t = _prepare(df, "time_us").copy()
+        t = _prepare(df, "time_us")
         t["run_id"], t["label"] = name, ""
         sides.append((name, d, t, style))
     everything = [ln for _, d, _, _ in sides for ln in aggregate(d, column)]
@@ -656,8 +707,9 @@ def save_figure(fig, out: str | Path, flag: str = "--out") -> Path:
 
 
 def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | Path | None = None,
-                 line_rate: str | None = None) -> Path:
-    """The `commbench plot` command: read, draw, save; returns the file written."""
+                 line_rate: str | None = None) -> list[Path]:
+    """The `commbench plot` command: read, draw, save; returns the files written: the one asked for
+    first, then a heat map beside it for each other view the results hold (see split_views)."""
     from commbench.results import read_results
 
     if metric not in METRICS:
@@ -667,9 +719,60 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
     if target.suffix.lower() not in FORMATS:
         raise BadInput(f"--out {target} must end in .png or .svg")
     check_new(target, "plot")  # before the (slower) reading and drawing
-    df = read_results(paths)
-    fig = build_figure(df, metric, rate, line_rate.strip() if line_rate else None)
-    return save_figure(fig, target)
+    df = read_results(paths, skip=UNUSED_COLUMNS)
+    views = split_views(df)
+    if views.pairs is not None and metric == "time":
+        raise BadInput("the pairs heat map shows bandwidth: use --metric busbw (or algbw, the same for pairs)")
+    # The view that comes first gets the file asked for; the others go beside it as <name>-zero.png
+    # and <name>-pairs.png. Every name is checked before anything is drawn.
+    drawers = []
+    if views.curves is not None:
+        drawers.append(("", lambda: build_figure(views.curves, metric, rate, line_rate.strip() if line_rate else None)))
+    if views.zero is not None:
+        from commbench import zerogrid
+
+        drawers.append(("-zero", lambda: zerogrid.build_figure(views.zero, metric)))
+    if views.pairs is not None:
+        from commbench import pairsplot
+
+        drawers.append(("-pairs", lambda: pairsplot.build_figure(views.pairs)))
+    paths_out = [target] + [check_new(target.with_name(target.stem + suffix + target.suffix), "plot")
+                            for suffix, _ in drawers[1:]]
+    return [save_figure(draw(), path) for path, (_, draw) in zip(paths_out, drawers)]
+
+
+@dataclass
+class Views:
+    """The parts of a results table that are drawn differently (None: no such rows): curves over
+    message size, the ZeRO stage x bucket grid, the pairs host x host matrix."""
+
+    curves: object
+    zero: object
+    pairs: object
+
+
+def split_views(df) -> Views:
+    """A ZeRO step or a link between two hosts has no message-size curve: their rows get their own view."""
+    from commbench.pairsplot import pairs_rows
+
+    rest, zero = split_zero(df)
+    pairs = pairs_rows(rest) if rest is not None else None
+    if pairs is not None:
+        rest = rest.drop(index=pairs.index)
+        rest = rest if len(rest) else None
+    return Views(rest, zero, pairs)
+
+
+def split_zero(df):
+    """(rows drawn against message size, `commbench zero` rows drawn as a stage x bucket grid);
+    None for a part with no rows. A ZeRO step has no message size: it is not a point on a curve."""
+    from commbench.zerogrid import zero_rows
+
+    grid = zero_rows(df)
+    if grid is None or len(grid) == 0:
+        return df, None
+    rest = df.drop(index=grid.index)
+    return (rest if len(rest) else None), grid
 
 
 def plot_comparison(before_df, after_df, out_path: str | Path, metric: str = "busbw",

@@ -25,6 +25,7 @@ from commbench.errors import BadInput, RuntimeFailure
 from commbench.units import format_size
 
 FORMATS = ("html", "markdown")
+UNUSED_COLUMNS = ("rank_time_us", "rank_skew_us")  # no section reads them; a section that starts to takes them out
 KEYS = plot.GROUP_KEYS
 
 CSS = """
@@ -555,16 +556,77 @@ def _where_html(df) -> str:
     return '<ul class="sub where">' + "".join(items) + "</ul>"
 
 
+ZERO_NOTE = ("Each cell: one training step's communication for that ZeRO stage with that reduce_bucket_size "
+             "(elements, as in ds_config.json), median over repetitions: step time and effective bus bandwidth. "
+             "The boxed cell is the shortest step of its stage. Stage 0 ignores reduce_bucket_size (DeepSpeed's "
+             "fixed 5e8-element buckets): its row is the data-parallel reference.")
+
+
+def zero_html(grid_df) -> str:
+    from commbench import zerogrid
+
+    out = ['<section id="zero"><h2>ZeRO stages x bucket sizes</h2>']
+    out.append(_figure_html(zerogrid.build_figure(grid_df), "heat map of step time by ZeRO stage and bucket size",
+                            ZERO_NOTE))
+    for g in zerogrid.grids(grid_df):
+        out.append(f"<h3>{esc(g.name)}</h3>")
+        out.append(_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), num=range(3, 7)))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+PAIRS_NOTE = ("Point-to-point bandwidth of every pair of hosts (`commbench pairs`), median over repetitions: "
+              "senders on rows, receivers on columns; the slowest links are boxed and hosts singled out as "
+              "slow are named in red. Below, the ranking `commbench pairs --from` prints.")
+
+
+def pairs_html(pairs_df) -> str:
+    from commbench import linkrank, pairsplot
+
+    lines, _ = linkrank.report(pairs_df)
+    return "\n".join(['<section id="pairs"><h2>Links between hosts</h2>',
+                      _figure_html(pairsplot.build_figure(pairs_df), "heat map of bandwidth between hosts",
+                                   PAIRS_NOTE),
+                      f"<pre>{esc(chr(10).join(lines))}</pre>", "</section>"])
+
+
+def pairs_markdown(pairs_df, figure_name: str | None) -> list[str]:
+    from commbench import linkrank
+
+    lines, _ = linkrank.report(pairs_df)
+    out = ["## Links between hosts", "", PAIRS_NOTE, ""]
+    if figure_name:
+        out += [f"![bandwidth between hosts]({quote(figure_name)})", ""]
+    return out + ["```", *(line.replace("`", "'") for line in lines), "```", ""]
+
+
+def zero_markdown(grid_df, figure_name: str | None) -> list[str]:
+    from commbench import zerogrid
+
+    out = ["## ZeRO stages x bucket sizes", "", ZERO_NOTE, ""]
+    if figure_name:
+        out += [f"![ZeRO stage x bucket size heat map]({quote(figure_name)})", ""]
+    for g in zerogrid.grids(grid_df):
+        out += [f"### {md(g.name)}", "", _md_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), right=range(3, 7)), ""]
+    return out
+
+
 def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=None,
                baseline_sources: Sequence[str] = (), line_rate: float | None = None) -> str:
     """The whole page as a string (no external resources, no scripts)."""
     from commbench import __version__
 
-    fig = plot.build_figure(df, "busbw", line_rate)
-    peaks = peak_rows(df)
+    views = plot.split_views(df)
+    curves, grid = views.curves, views.zero
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    sections = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth"), ("runs", "Runs"),
-                ("points", "All points")]
+    sections = [("runs", "Runs")]
+    if curves is not None:
+        sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
+        sections.append(("points", "All points"))
+    if grid is not None:
+        sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
+    if views.pairs is not None:
+        sections.insert(0, ("pairs", "Links between hosts"))
     if comparison is not None:
         sections.insert(0, ("comparison", "Comparison with the baseline"))
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -585,21 +647,29 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
                                   "repetition of each side; below, the time of the small sizes.")
         out.append(comparison_html(comparison, figure))
         out.append("</section>")
-    out.append('<section id="curves"><h2>Bandwidth and latency</h2>')
-    out.append(_figure_html(fig, "bus bandwidth and small-size latency against message size",
-                            "Top: bus bandwidth (nccl-tests definition) against message size, median over "
-                            "repetitions, band from min to max. Bottom: time per operation of sizes ≤ 64 KiB."))
-    out.append("</section>")
-    out.append('<section id="peaks"><h2>Peak bus bandwidth</h2>')
-    out.append('<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
-               "over repetitions; #wrong sums every row of the line.</p>")
-    out.append(peak_table_html(peaks))
-    out.append("</section>")
+    if views.pairs is not None:
+        out.append(pairs_html(views.pairs))
+    if grid is not None:
+        out.append(zero_html(grid))
+    if curves is not None:
+        out.append('<section id="curves"><h2>Bandwidth and latency</h2>')
+        out.append(_figure_html(plot.build_figure(curves, "busbw", line_rate),
+                                "bus bandwidth and small-size latency against message size",
+                                "Top: bus bandwidth (nccl-tests definition) against message size, median over "
+                                "repetitions, band from min to max. Bottom: time per operation of sizes ≤ 64 KiB."))
+        out.append("</section>")
+        out.append('<section id="peaks"><h2>Peak bus bandwidth</h2>')
+        out.append('<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
+                   "over repetitions; #wrong sums every row of the line.</p>")
+        out.append(peak_table_html(peak_rows(curves)))
+        out.append("</section>")
     out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df)}</section>')
-    out.append('<section id="points"><h2>All points</h2><details><summary>'
-               f"{len(point_rows(df))} points (median over repetitions)</summary>")
-    out.append(points_table_html(point_rows(df)))
-    out.append("</details></section>")
+    if curves is not None:
+        points = point_rows(curves)
+        out.append('<section id="points"><h2>All points</h2><details><summary>'
+                   f"{len(points)} points (median over repetitions)</summary>")
+        out.append(points_table_html(points))
+        out.append("</details></section>")
     out.append(f"<footer>Generated {esc(now)} by commbench {esc(__version__)} from "
                f"{esc(', '.join(map(str, sources)) or 'a DataFrame')}. GB/s = 1e9 bytes/s; sizes in binary "
                "units (KiB = 1024 B); busbw and algbw as defined by nccl-tests.</footer>")
@@ -615,8 +685,9 @@ def _md_table(headers: Sequence[str], rows: Iterable[Sequence], right: Iterable[
     return "\n".join(lines)
 
 
-def build_markdown(df, figure_name: str, sources: Sequence[str] = (), comparison=None,
-                   comparison_figure_name: str | None = None, baseline_sources: Sequence[str] = ()) -> str:
+def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), comparison=None,
+                   comparison_figure_name: str | None = None, baseline_sources: Sequence[str] = (),
+                   zero_figure_name: str | None = None, pairs_figure_name: str | None = None) -> str:
     out = [f"# {md(_title(df))}", ""]
     for r in plot.run_rows(df):
         out.append(f"- **{md(r['run_id'])}**" + (f" ({md(r['label'])})" if r.get("label") else "")
@@ -629,17 +700,27 @@ def build_markdown(df, figure_name: str, sources: Sequence[str] = (), comparison
         if comparison_figure_name:
             out += ["", f"![busbw before (dashed) and after (solid)]({quote(comparison_figure_name)})"]
         out.append("")
-    out += ["## Bandwidth and latency", "", f"![busbw and small-size latency vs message size]({quote(figure_name)})", "",
-            "## Peak bus bandwidth", ""]
-    peaks = peak_rows(df)
-    several = len({p["run_id"] for p in peaks}) > 1
-    headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
-        "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong"]
-    rows = [[p["collective"], p["dtype"], p["placement"]] + ([p["run"]] if several else []) + [
-        fnum(p["peak_busbw"]), _size(p["size_bytes"]), fnum(p["algbw"]), fnum(p["time_us"]), p["reps"],
-        _wrong_cell(p["wrong"], p["unchecked"])[0]] for p in peaks]
-    first = 4 if several else 3
-    out += [_md_table(headers, rows, right=range(first, len(headers))), "", "## Runs", ""]
+    views = plot.split_views(df)
+    curves, grid = views.curves, views.zero
+    if views.pairs is not None:
+        out += pairs_markdown(views.pairs, pairs_figure_name)
+    if grid is not None:
+        out += zero_markdown(grid, zero_figure_name)
+    if curves is not None:
+        out += ["## Bandwidth and latency", ""]
+        if figure_name:
+            out += [f"![busbw and small-size latency vs message size]({quote(figure_name)})", ""]
+        out += ["## Peak bus bandwidth", ""]
+        peaks = peak_rows(curves)
+        several = len({p["run_id"] for p in peaks}) > 1
+        headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
+            "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong"]
+        rows = [[p["collective"], p["dtype"], p["placement"]] + ([p["run"]] if several else []) + [
+            fnum(p["peak_busbw"]), _size(p["size_bytes"]), fnum(p["algbw"]), fnum(p["time_us"]), p["reps"],
+            _wrong_cell(p["wrong"], p["unchecked"])[0]] for p in peaks]
+        first = 4 if several else 3
+        out += [_md_table(headers, rows, right=range(first, len(headers))), ""]
+    out += ["## Runs", ""]
     for r in plot.run_rows(df):
         out += [f"### {md(r['run_id'])}", "", _md_table(["fact", "value"], run_facts(r, df)), ""]
         net_rows = _net_rows(_json(r.get("net")))
@@ -698,17 +779,24 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     rate = plot.parse_line_rate(line_rate) if line_rate is not None else None
     figure = target.with_name(target.stem + ".png")
     cfigure = target.with_name(target.stem + "-comparison.png")
+    zfigure = target.with_name(target.stem + "-zero.png")
+    pfigure = target.with_name(target.stem + "-pairs.png")
     plot.check_new(target, "report")
-    if fmt == "markdown":
-        plot.check_new(figure, "figure")
-        if baseline:
-            plot.check_new(cfigure, "figure")
-    df = read_results(paths)
+    # What no section reads stays on disk (most of a million rows' memory): the per-rank lists,
+    # the per-iteration samples unless a comparison tests them, the baseline's plan.
+    df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline else ("samples_us",)))
     if len(df) == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
+    views = plot.split_views(df)
+    curves, grid = views.curves, views.zero
+    if fmt == "markdown":  # before anything is drawn or written: never half a report
+        for path, wanted in ((figure, curves is not None), (cfigure, bool(baseline)), (zfigure, grid is not None),
+                             (pfigure, views.pairs is not None)):
+            if wanted:
+                plot.check_new(path, "figure")
     baseline_df = comparison = None
     if baseline:
-        baseline_df = read_results(baseline)
+        baseline_df = read_results(baseline, skip=UNUSED_COLUMNS + ("plan",))
         if len(baseline_df) == 0:
             raise BadInput(f"--baseline {baseline[0]} holds no points: nothing to compare with")
         comparison = _compare(baseline_df, df)
@@ -718,10 +806,21 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
         page = build_html(df, sources, baseline_df, comparison, bsources, line_rate=rate)
         return [plot.write_new(target, page.encode("utf-8"), "report")]
     written = []
-    plot.write_new(figure, plot.figure_bytes(plot.build_figure(df, "busbw", rate), "png"), "figure")
-    written.append(figure)
+    if curves is not None:
+        written.append(plot.write_new(figure, plot.figure_bytes(plot.build_figure(curves, "busbw", rate), "png"),
+                                      "figure"))
+    if grid is not None:
+        from commbench import zerogrid
+
+        written.append(plot.write_new(zfigure, plot.figure_bytes(zerogrid.build_figure(grid), "png"), "figure"))
+    if views.pairs is not None:
+        from commbench import pairsplot
+
+        written.append(plot.write_new(pfigure, plot.figure_bytes(pairsplot.build_figure(views.pairs), "png"), "figure"))
     if baseline_df is not None:
         plot.write_new(cfigure, plot.figure_bytes(plot.build_comparison_figure(baseline_df, df), "png"), "figure")
         written.append(cfigure)
-    text = build_markdown(df, figure.name, sources, comparison, cfigure.name if baseline_df is not None else None, bsources)
+    text = build_markdown(df, figure.name if curves is not None else None, sources, comparison,
+                          cfigure.name if baseline_df is not None else None, bsources,
+                          zfigure.name if grid is not None else None, pfigure.name if views.pairs is not None else None)
     return [plot.write_new(target, text.encode("utf-8"), "report")] + written

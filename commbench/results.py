@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commbench.errors import BadInput, RuntimeFailure
@@ -50,6 +51,9 @@ SCHEMA = pa.schema([
     ("busbw_GBps", pa.float64()),
     ("wrong", pa.int64()),
     ("samples_us", pa.list_(pa.float64())),
+    # per rank (index = rank): its own median time and its median arrival skew (docs/RESULTS.md)
+    ("rank_time_us", pa.list_(pa.float64())),
+    ("rank_skew_us", pa.list_(pa.float64())),
     ("workload", pa.string()),
     ("bucket_bytes", pa.int64()),
     ("zero_stage", pa.int32()),
@@ -71,6 +75,11 @@ SCHEMA = pa.schema([
     ("plan", pa.string()),
     ("check_error", pa.float64()),
     ("transport", pa.string()),
+    # workload pairs: the link a row measured (src sends to dst; bidir: both ways at once)
+    ("src_host", pa.string()),
+    ("dst_host", pa.string()),
+    ("src_rank", pa.int32()),
+    ("dst_rank", pa.int32()),
     ("schema_version", pa.int32()),
 ])
 
@@ -156,9 +165,20 @@ class ResultWriter:
         self.rows = everything  # only rows that are in the file count as kept (a full disk fails the write)
 
 
-def read_results(paths: Iterable[str | os.PathLike]):
-    """Read one or more result files (or folders of them) into one pandas DataFrame."""
+REQUIRED_COLUMNS = ("schema_version", "collective", "size_bytes", "busbw_GBps")
+
+
+def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | None = None,
+                 skip: Iterable[str] = ()):
+    """Read one or more result files (or folders of them) into one pandas DataFrame.
+
+    columns: read only these (those a file holds; the ones every results file must hold are always
+    read); skip: read every column but these. An analysis that reads only what it uses keeps a
+    million rows (per-iteration and per-rank lists) within memory."""
     import pandas as pd
+
+    wanted = None if columns is None else set(columns) | set(REQUIRED_COLUMNS)
+    skipped = set(skip) - set(REQUIRED_COLUMNS)
 
     files: list[Path] = []
     for p in map(Path, paths):
@@ -173,20 +193,93 @@ def read_results(paths: Iterable[str | os.PathLike]):
     frames = []
     for f in files:
         try:
-            table = pq.read_table(f)
+            schema = pq.read_schema(f)
+            names = [c for c in schema.names if (wanted is None or c in wanted) and c not in skipped]
+            shared = [c for c in SHARED_STRINGS if c in names and pa.types.is_string(schema.field(c).type)]
+            lists = [c for c in names if pa.types.is_list(schema.field(c).type)
+                     and pa.types.is_string(schema.field(c).type.value_type)]
+            # A buffered stream rather than pre-buffered column chunks: on a local file it reads a
+            # million rows in half the time, with less memory at the peak.
+            table = pq.read_table(f, columns=names, read_dictionary=shared, pre_buffer=False, buffer_size=1 << 20)
         except Exception as exc:  # pyarrow raises several types for a foreign or broken file
             raise BadInput(f"{f} is not a readable parquet file ({type(exc).__name__}): "
                            "pass a file written by commbench") from None
-        missing = [c for c in ("schema_version", "collective", "size_bytes", "busbw_GBps") if c not in table.column_names]
+        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
         if missing:
             raise BadInput(f"{f} is not a commbench results file (no column {missing[0]}): "
                            "pass a file written by commbench")
-        versions = set(table.column("schema_version").to_pylist())
-        if versions and max(versions) > SCHEMA_VERSION:
-            raise BadInput(f"{f} has schema_version {max(versions)}, newer than this commbench reads "
+        newest = pc.max(table.column("schema_version")).as_py()
+        if newest is not None and newest > SCHEMA_VERSION:
+            raise BadInput(f"{f} has schema_version {newest}, newer than this commbench reads "
                            f"({SCHEMA_VERSION}): upgrade commbench")
-        frames.append(table.to_pandas())
+        frame = table.drop_columns(shared + lists).to_pandas()
+        for name in table.column_names:
+            if name in shared or name in lists:
+                convert = _shared_strings if name in shared else _shared_lists
+                frame.insert(table.column_names.index(name), name, convert(table.column(name)))
+        frames.append(frame)
+        del table
+        pa.default_memory_pool().release_unused()  # decoding buffers back to the system, not kept for later
     return pd.concat(frames, ignore_index=True)
+
+
+# JSON columns repeat one long string on every row of a run (net holds every host's facts: kilobytes
+# a host). Read dictionary-encoded, as parquet stores them, and share one Python string per distinct
+# value: decoded per row, a million rows of a 32-node run would take tens of gigabytes.
+SHARED_STRINGS = ("env", "net", "plan")
+
+
+def _shared_strings(column: pa.ChunkedArray):
+    """An object column (NaN where missing, as pandas shows a missing string) whose rows point at
+    one str per distinct value of the dictionary-encoded column. Object dtype on purpose: pandas
+    would turn an array of str into its own string dtype, a copy per row again."""
+    import numpy as np
+    import pandas as pd
+
+    values = np.empty(len(column), dtype=object)
+    at = 0
+    for chunk in column.chunks:
+        distinct = np.empty(len(chunk.dictionary) + 1, dtype=object)
+        distinct[:-1] = chunk.dictionary.to_pylist()
+        distinct[-1] = np.nan
+        index = chunk.indices.fill_null(len(chunk.dictionary)).to_numpy(zero_copy_only=False)
+        values[at:at + len(chunk)] = distinct[index]
+        at += len(chunk)
+    return pd.Series(values, dtype=object, copy=False)
+
+
+def _shared_lists(column: pa.ChunkedArray):
+    """A list-of-strings column (hosts: one list on every row of a run) as an object column whose
+    rows share one array per distinct list, the array to_pandas makes for that list (a million
+    rows of a 32-host list would otherwise be a million arrays)."""
+    import numpy as np
+    import pandas as pd
+
+    values = np.empty(len(column), dtype=object)
+    at = 0
+    for chunk in column.chunks:
+        n = len(chunk)
+        if n == 0:
+            continue
+        # One text per list that no other list shares: every item as <length>:<item>, joined.
+        items = chunk.values
+        tagged = pc.binary_join_element_wise(pc.cast(pc.utf8_length(items), pa.string()), items, ":")
+        text = pc.binary_join(pa.ListArray.from_arrays(chunk.offsets, tagged), "")
+        codes = pc.dictionary_encode(text).indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        plain = (codes >= 0) & ~chunk.is_null().to_numpy(zero_copy_only=False)
+        part = np.empty(n, dtype=object)
+        rows = np.flatnonzero(plain)
+        if rows.size:
+            distinct, first = np.unique(codes[rows], return_index=True)
+            lookup = np.empty(int(distinct.max()) + 1, dtype=object)
+            lookup[distinct] = chunk.take(pa.array(rows[first])).to_pandas().to_numpy(dtype=object)
+            part[rows] = lookup[codes[rows]]
+        others = np.flatnonzero(~plain)  # null lists, lists holding a null: as to_pandas makes them
+        if others.size:
+            part[others] = chunk.take(pa.array(others)).to_pandas().to_numpy(dtype=object)
+        values[at:at + n] = part
+        at += n
+    return pd.Series(values, dtype=object, copy=False)
 
 
 def env_json(env: dict) -> str:

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 import commbench
+from commbench import faults
 from commbench.console import Reporter
 from commbench.envinfo import env_snapshot, iface_facts, traffic_iface
 from commbench.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, BadInput, CommbenchError, RuntimeFailure
@@ -32,7 +33,37 @@ from commbench.launch import RankEnv, ignore_further_signals
 from commbench.netinfo import host_summary
 from commbench.plan import RunOptions
 from commbench.results import SCHEMA_VERSION, ResultWriter, resolve_out
-from commbench.timing import Timer, adaptive_iters, timer_for
+from commbench.stragglers import rank_summary, straggler_warnings
+from commbench.timing import StopRule, Timer, adaptive_iters, timer_for
+
+
+@dataclass
+class RankTimes:
+    """Every rank's own view of one point, index = rank, gathered once after the timed loop.
+
+    The arrival skew needs no clocks compared across hosts: in a collective that every rank
+    leaves together, a rank that enters late spends that much less time inside it, so in each
+    iteration its lateness behind the first rank to enter is the slowest rank's time minus its
+    own (docs/RESULTS.md, "Per-rank timing")."""
+
+    time_s: list[float]  # each rank's median time inside the call
+    skew_s: list[float] | None  # each rank's median arrival skew; None where ranks do not leave together
+
+
+@dataclass
+class Timing:
+    """What `Session.time_call` measured."""
+
+    samples_s: list[float]  # per iteration, max over ranks
+    iters: int
+    ranks: RankTimes
+
+    def measurement(self, wrong: int | None) -> "Measurement":
+        return Measurement(self.samples_s, self.iters, wrong, self.ranks)
+
+    def __iter__(self):
+        # `samples, iters = session.time_call(call)` keeps working where a workload needs no more
+        return iter((self.samples_s, self.iters))
 
 
 @dataclass
@@ -40,6 +71,7 @@ class Measurement:
     samples_s: list[float]  # per iteration, max over ranks
     iters: int
     wrong: int | None
+    ranks: RankTimes | None = None  # the per-rank columns; None: not measured (e.g. the DeepSpeed engine)
 
 
 @dataclass
@@ -111,6 +143,7 @@ class Session:
     # The process group the workload measures on: None is the default one. A workload may put
     # a fresh group here (new connections, e.g. after an MTU change: TCP keeps its MSS).
     group: object = None
+    warmup_done: int | None = None  # warm-up iterations of the last time_call (adaptive may run fewer)
 
     @property
     def rank(self) -> int:
@@ -124,10 +157,40 @@ class Session:
     def device(self) -> torch.device:
         return self.ctx.device
 
-    def time_call(self, call: Callable[[], None]) -> tuple[list[float], int]:
-        """Warm up, agree on the count, time each iteration; per-iteration max over ranks (s)."""
+    def time_call(self, call: Callable[[], None]) -> Timing:
+        """Warm up, agree on the count, time each iteration; per-iteration max over ranks (s), and
+        every rank's own median time and arrival skew."""
+        samples, iters = self._own_samples(call)
+        slowest = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=self.group)
+        slowest_s = slowest.cpu().tolist()
+        return Timing(slowest_s, iters, self._gather_rank_times(samples, slowest_s))
+
+    def _gather_rank_times(self, own_s: list[float], slowest_s: list[float]) -> RankTimes:
+        """One all_gather of (median time, median arrival skew) from every rank, after the timed loop."""
+        mine = torch.tensor(rank_summary(own_s, slowest_s), dtype=torch.float64, device=self.ctx.device)
+        everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.group))]
+        dist.all_gather(everyone, mine, group=self.group)
+        pairs = torch.stack(everyone).cpu().tolist()  # one copy off the device
+        return RankTimes([p[0] for p in pairs], [p[1] for p in pairs])
+
+    def time_each(self, call: Callable[[], None]) -> tuple[list[list[float]], int]:
+        """The same loop, but every rank's own per-iteration times (s), indexed by rank: for
+        workloads where ranks run different operations at once (disjoint pairs, workloads/pairs.py)
+        and the max over all ranks would mix them."""
+        samples, iters = self._own_samples(call)
+        mine = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
+        everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.group))]
+        dist.all_gather(everyone, mine, group=self.group)  # same count everywhere: equal shapes
+        return [t.cpu().tolist() for t in everyone], iters
+
+    def _own_samples(self, call: Callable[[], None]) -> tuple[list[float], int]:
+        """Warm up, agree on the count with every rank, time each iteration on this rank (s)."""
         plan, device = self.ctx.plan, self.ctx.device
+        if not plan.iters and plan.precision > 0:
+            return self._until_precise(call)
         warm = self.timer.run(call, max(1, plan.warmup))
+        self.warmup_done = len(warm)
         if plan.iters:
             iters = plan.iters
             dist.barrier(group=self.group)
@@ -136,12 +199,31 @@ class Session:
             estimate = torch.tensor([statistics.median(tail)], dtype=torch.float64, device=device)
             dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=self.group)  # every rank must run the same count
             iters = adaptive_iters(float(estimate.item()), plan.time_budget, plan.min_iters, plan.max_iters)
+        return self.timer.run(call, iters), iters
 
-        samples = self.timer.run(call, iters)
-
-        slowest = torch.tensor(samples, dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=self.group)
-        return slowest.cpu().tolist(), iters
+    def _until_precise(self, call: Callable[[], None]) -> tuple[list[float], int]:
+        """Warm up (StopRule.warmups: up to --warmup, within a share of the budget), then timed
+        batches until StopRule is met. Between batches (never inside one) one all_reduce (MAX) of
+        the batch's times gives every rank the same per-iteration maxima, hence the same decision;
+        the loop inside a batch is the plain timer loop."""
+        plan = self.ctx.plan
+        rule = StopRule(plan.time_budget, plan.min_iters, plan.max_iters, plan.precision)
+        first = self.timer.run(call, min(2, max(1, plan.warmup)))
+        pace = torch.tensor(first, dtype=torch.float64, device=self.ctx.device)
+        dist.all_reduce(pace, op=dist.ReduceOp.MAX, group=self.group)  # every rank warms up as often
+        self.warmup_done = rule.warmups(min(pace.cpu().tolist()), max(1, plan.warmup))
+        self.timer.run(call, self.warmup_done - len(first))
+        own: list[float] = []
+        slowest: list[float] = []
+        batch = rule.next_batch(slowest)
+        while batch:
+            times = self.timer.run(call, batch)
+            worst = torch.tensor(times, dtype=torch.float64, device=self.ctx.device)
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=self.group)
+            own += times
+            slowest += worst.cpu().tolist()
+            batch = rule.next_batch(slowest)
+        return own, len(own)
 
     def sum_over_ranks(self, value: int) -> int:
         t = torch.tensor([value], dtype=torch.int64, device=self.ctx.device)
@@ -161,11 +243,13 @@ class Session:
             "size_bytes": size_bytes, "count": count, "in_place": in_place,
             "world_size": ctx.env.world_size, "nnodes": ctx.nnodes, "ranks_per_node": ctx.ranks_per_node,
             "backend": ctx.backend, "device": ctx.device.type, "device_name": ctx.device_name,
-            "launcher": ctx.env.launcher, "iters": m.iters, "warmup": max(1, plan.warmup), "repetition": repetition,
+            "launcher": ctx.env.launcher, "iters": m.iters,
+            "warmup": self.warmup_done if self.warmup_done is not None else max(1, plan.warmup), "repetition": repetition,
             "time_us": median_us, "time_us_min": float(us.min()), "time_us_max": float(us.max()),
             "time_us_p99": float(np.percentile(us, 99)),
             "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor, "wrong": m.wrong,
-            "samples_us": us.tolist(), "workload": plan.workload, "bucket_bytes": None, "zero_stage": None,
+            "samples_us": us.tolist(), **_rank_columns(m.ranks),
+            "workload": plan.workload, "bucket_bytes": None, "zero_stage": None,
             "mtu": ctx.net.get("mtu"), "iface": ctx.net.get("iface"), "link_layer": ctx.net.get("link_layer"),
             "hosts": ctx.hosts, "commbench_version": commbench.__version__, "torch_version": torch.__version__,
             "nccl_version": ctx.nccl_version, "env": json.dumps(env_snapshot(), sort_keys=True),
@@ -178,6 +262,14 @@ class Session:
     def write(self, rows: list[dict]) -> None:
         if self.writer is not None and rows:
             self.writer.append(rows)
+
+
+def _rank_columns(ranks: RankTimes | None) -> dict:
+    def us(values: list[float] | None) -> list[float] | None:
+        return None if values is None else [v * 1e6 for v in values]
+
+    return {"rank_time_us": us(ranks.time_s) if ranks else None,
+            "rank_skew_us": us(ranks.skew_s) if ranks else None}
 
 
 def _gather_ranks(env: RankEnv, device: torch.device, device_name: str) -> list[dict]:
@@ -201,12 +293,14 @@ def _agree_on(error: str | None, device: torch.device) -> None:
 def _header_lines(ctx: RunContext, ranks: list[dict]) -> list[str]:
     plan = ctx.plan
     iters = f"iters: {plan.iters}" if plan.iters else (
+        f"iters: adaptive (until the median is known to {plan.precision:.0%} or {plan.time_budget:g} s per point, "
+        f"{plan.min_iters}..{plan.max_iters})" if plan.precision > 0 else
         f"iters: adaptive ({plan.time_budget:g} s per point, {plan.min_iters}..{plan.max_iters})")
     lines = [
         f"# commbench {commbench.__version__}  run {plan.run_id}  workload {plan.workload}  torch {torch.__version__}"
         + (f"  nccl {ctx.nccl_version}" if ctx.nccl_version else ""),
         f"# backend {ctx.backend}  launcher {ctx.env.launcher}  ranks {ctx.env.world_size} "
-        f"({ctx.nnodes} node(s) x {ctx.ranks_per_node})  warmup iters: {max(1, plan.warmup)}  {iters}  "
+        f"({ctx.nnodes} node(s) x {ctx.ranks_per_node})  warmup iters: {'' if plan.iters or not plan.precision else 'up to '}{max(1, plan.warmup)}  {iters}  "
         f"repetitions: {plan.repetitions}  validation: {int(plan.check)}",
         "#",
         "# Using devices",
@@ -236,6 +330,7 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
     device = _device_for(backend, env)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     workload.prepare(backend, device, env)
+    timer = faults.late_timer(timer_for(device), env.rank)  # the timer itself unless a test delays this rank
 
     try:
         dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
@@ -271,11 +366,16 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
         reporter = Reporter(env.rank == 0, plan.repetitions * workload.total_points(env.world_size))
         for line in _header_lines(ctx, ranks):
             reporter.line(line)
-        any_wrong = workload.run(Session(ctx, timer_for(device), reporter, writer))
+        any_wrong = workload.run(Session(ctx, timer, reporter, writer))
         if writer is not None and backend == "nccl":
             from commbench.ncclinfo import record_transport
             record_transport(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport NCCL used
         if writer is not None:
+            warnings = straggler_warnings(writer.rows, [r["host"] for r in ranks])
+            if warnings:
+                reporter.close()  # a progress bar must not draw over them
+            for warning in warnings:
+                _say(env, warning)
             busbws = [r["busbw_GBps"] for r in writer.rows]
             reporter.line("# Out of bounds values : 0 OK")
             reporter.line(f"# Avg bus bandwidth    : {statistics.fmean(busbws) if busbws else 0.0:.4f} ")

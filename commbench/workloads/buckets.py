@@ -26,7 +26,7 @@ from commbench.dtypes import check_backend_support, get_dtype, torch_op
 from commbench.errors import BadInput
 from commbench.launch import RankEnv
 from commbench.plan import RunOptions
-from commbench.runner import Measurement, Session
+from commbench.runner import Session
 from commbench.units import format_size
 
 OPS = ("all_reduce", "reduce_scatter")
@@ -127,7 +127,7 @@ class BucketWorkload:
             for lay in self.layouts(world):
                 call = self._bind(lay, grads, out, world)
                 grads.copy_(input_pattern(rank, grads.numel(), dtype, "sum", grads.device))
-                samples, iters = session.time_call(call)
+                timing = session.time_call(call)
                 wrong = None
                 if plan.check:
                     grads.copy_(input_pattern(rank, grads.numel(), dtype, "sum", grads.device))
@@ -139,7 +139,7 @@ class BucketWorkload:
                         got.view(-1)[0] += 1
                     wrong = session.sum_over_ranks(count_mismatches(got, self._expected(lay, args, dtype), dtype, args))
                 any_wrong = any_wrong or bool(wrong)
-                m = Measurement(samples, iters, wrong)
+                m = timing.measurement(wrong)
                 if rank == 0:
                     row = session.record(collective=plan.op, dtype=dtype.name, op="sum", root=-1,
                                          size_bytes=lay.total * dtype.itemsize, count=lay.total, in_place=out is None,

@@ -3,7 +3,7 @@ as the nccl-tests table."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import torch
@@ -26,7 +26,7 @@ def measure_point(session: Session, collective: Collective, layout: Layout, poin
     bufs = allocate(collective, layout, dtype, point.in_place, session.device)
     fill(bufs, args, dtype, point.in_place)
     call = collective.bind(bufs, args)
-    samples, iters = session.time_call(call)
+    timing = session.time_call(call)
 
     wrong = None
     if session.ctx.plan.check:
@@ -37,7 +37,8 @@ def measure_point(session: Session, collective: Collective, layout: Layout, poin
         if faults.corrupts_output(args.rank):
             bufs.recv.view(-1)[0] += 1
         wrong = session.sum_over_ranks(count_wrong(collective, layout, bufs, args, dtype))
-    return Measurement(samples, iters, wrong)
+    ranks = timing.ranks if collective.exits_together else replace(timing.ranks, skew_s=None)
+    return Measurement(timing.samples_s, timing.iters, wrong, ranks)
 
 
 @dataclass

@@ -38,7 +38,7 @@ from commbench.dtypes import check_backend_support, get_dtype
 from commbench.errors import BadInput
 from commbench.launch import RankEnv
 from commbench.plan import RunOptions
-from commbench.runner import Measurement, Session
+from commbench.runner import Session
 from commbench.units import format_size
 
 # name -> (layers, hidden, vocab): GPT-2 small, GPT-3 XL (1.3B), LLaMA-7B-like
@@ -123,6 +123,8 @@ class ZeroPlan(RunOptions):
     model: str = "1.3b"
     dtype: str = "bfloat16"
     reduce_bucket_size: int = 500_000_000
+    # A grid of reduce bucket sizes to run with every stage (zero --bucket-size); empty: the one above
+    reduce_bucket_sizes: list[int] = field(default_factory=list)
     prefetch_bucket_size: int = 50_000_000
     micro_batches: int = 1  # gradient_accumulation_steps
     multi_rank_allreduce: bool = True  # use_multi_rank_bucket_allreduce
@@ -138,9 +140,12 @@ class ZeroWorkload:
     def modules(self) -> list[int]:
         return module_sizes(self.plan.layers, self.plan.hidden, self.plan.vocab)
 
-    def schedule(self, stage: int, world: int) -> list[Comm]:
+    def buckets(self) -> list[int]:
+        return list(self.plan.reduce_bucket_sizes) or [self.plan.reduce_bucket_size]
+
+    def schedule(self, stage: int, world: int, reduce_bucket: int | None = None) -> list[Comm]:
         p = self.plan
-        full = step_schedule(stage, self.modules(), p.reduce_bucket_size, p.prefetch_bucket_size,
+        full = step_schedule(stage, self.modules(), reduce_bucket or p.reduce_bucket_size, p.prefetch_bucket_size,
                              p.micro_batches, p.multi_rank_allreduce)
         return scaled(full, p.scale, world)
 
@@ -152,7 +157,8 @@ class ZeroWorkload:
         check_backend_support(backend, get_dtype(self.plan.dtype), "sum")
         itemsize = get_dtype(self.plan.dtype).itemsize
         # every collective of a step has its own buffers (message + one rank's part)
-        need = max(sum(c.numel for c in self.schedule(s, env.world_size)) for s in self.plan.stages) * itemsize * 1.5
+        need = max(sum(c.numel for c in self.schedule(s, env.world_size, b))
+                   for s in self.plan.stages for b in self.buckets()) * itemsize * 1.5
         have = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else psutil.virtual_memory().available
         ranks = 1 if device.type == "cuda" else env.local_world_size
         if need * ranks > 0.9 * have:
@@ -160,7 +166,7 @@ class ZeroWorkload:
                            f"but {format_size(have)} is free: lower --scale")
 
     def total_points(self, world: int) -> int:
-        return len(self.plan.stages)
+        return len(self.plan.stages) * len(self.buckets())
 
     def run(self, session: Session) -> bool:
         plan, world = self.plan, session.world
@@ -169,15 +175,16 @@ class ZeroWorkload:
         reporter = session.reporter
         reporter.line(f"# ZeRO schedules: {plan.model} shape ({params / 1e9:.3g}B parameters, {plan.layers} layers, "
                       f"hidden {plan.hidden}), {dtype.name}, scale {plan.scale:g}, "
-                      f"buckets reduce {plan.reduce_bucket_size:.3g} / prefetch {plan.prefetch_bucket_size:.3g} elements, "
+                      f"buckets reduce {' / '.join(f'{b:.3g}' for b in self.buckets())} | "
+                      f"prefetch {plan.prefetch_bucket_size:.3g} elements, "
                       f"{plan.micro_batches} micro-batch(es) per step")
-        reporter.line("#  stage  collectives                                   bytes/rank/step   paper (xP)   "
+        reporter.line("#  stage  reduce bucket  collectives                                   bytes/rank/step   paper (xP)   "
                       "ratio   time/step (us)   busbw")
         for repetition in range(plan.repetitions):
-            for stage in plan.stages:
-                sched = self.schedule(stage, world)
+            for bucket, stage in ((b, s) for b in self.buckets() for s in plan.stages):
+                sched = self.schedule(stage, world, bucket)
                 call = _bind(sched, dtype.torch_dtype, session.device, session.rank, world)
-                samples, iters = session.time_call(call)
+                timing = session.time_call(call)
                 moved = sum(c.numel * dtype.itemsize * volume_factor(c.op, world) for c in sched)
                 total = sum(c.numel * dtype.itemsize for c in sched)
                 paper = (PAPER_VOLUME[stage] * plan.micro_batches * params * plan.scale * dtype.itemsize
@@ -188,15 +195,15 @@ class ZeroWorkload:
                 if session.rank == 0:
                     row = session.record(collective="zero_step", dtype=dtype.name, op="sum", root=-1,
                                          size_bytes=total, count=sum(c.numel for c in sched), in_place=True,
-                                         busbw_factor=moved / total, m=Measurement(samples, iters, None),
+                                         busbw_factor=moved / total, m=timing.measurement(None),
                                          repetition=repetition, zero_stage=stage,
-                                         bucket_bytes=plan.reduce_bucket_size * dtype.itemsize,
+                                         bucket_bytes=bucket * dtype.itemsize,
                                          n_collectives=len(sched), scale=plan.scale,
                                          bytes_per_rank=int(moved), paper_bytes_per_rank=int(paper),
                                          ops=json.dumps(by_op, sort_keys=True))
                     session.write([row])
                     counts = ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
-                    reporter.line(f"  {stage:5d}  {counts:44s}  {format_size(moved):>15s}   "
+                    reporter.line(f"  {stage:5d}  {bucket:13.3g}  {counts:44s}  {format_size(moved):>15s}   "
                                   f"{PAPER_VOLUME[stage] * plan.micro_batches}P={format_size(paper):>9s}  {moved / paper:6.3f}  "
                                   f"{row['time_us']:15.0f}  {row['busbw_GBps']:6.3f}")
                 reporter.advance(f"stage {stage}")

@@ -52,3 +52,29 @@ def test_a_ds_config_sets_the_stage_and_buckets(tmp_path):
     # the fixture accumulates 8 micro-batches: stage 2 reduces after each, (2 x 8 + 1) P
     row = df.iloc[0]
     assert row.bytes_per_rank / row.paper_bytes_per_rank == pytest.approx(17 / 16, rel=0.01)
+
+
+def test_a_bucket_grid_runs_every_stage_with_every_bucket_and_draws_the_heat_map(tmp_path):
+    out = tmp_path / "grid.parquet"
+    proc = subprocess.run([sys.executable, "-m", "commbench", "zero", "--model", "gpt2-125m", "--stages", "1,3",
+                           "--bucket-size", "1e6,5e8", "-n", "2", "-w", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_parquet(out)
+    cells = {(int(r.zero_stage), int(r.bucket_bytes) // 2): r for r in df.itertuples()}  # bf16: 2 bytes
+    assert set(cells) == {(1, 10**6), (1, 5 * 10**8), (3, 10**6), (3, 5 * 10**8)}
+    # small buckets: many more collectives for the same bytes per rank
+    for stage in (1, 3):
+        small, large = cells[(stage, 10**6)], cells[(stage, 5 * 10**8)]
+        assert small.n_collectives > 10 * large.n_collectives
+        assert small.bytes_per_rank == pytest.approx(large.bytes_per_rank, rel=0.01)
+    plot = subprocess.run([sys.executable, "-m", "commbench", "plot", str(out)], capture_output=True, text=True)
+    assert plot.returncode == 0, plot.stderr
+    assert (tmp_path / "grid.png").read_bytes().startswith(b"\x89PNG")
+    report = subprocess.run([sys.executable, "-m", "commbench", "report", str(out), "--out", str(tmp_path / "r.md")],
+                            capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "r.md").read_text()
+    assert "## ZeRO stages x bucket sizes" in text and "](r-zero.png)" in text
+    assert (tmp_path / "r-zero.png").exists() and not (tmp_path / "r.png").exists()
+    assert text.count("| 1 | 1e6 |") == 1 and text.count("| 3 | 5e8 |") == 1

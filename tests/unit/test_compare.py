@@ -497,3 +497,29 @@ def test_cli_bad_input_is_one_line_and_exit_2(files, capsys, extra, needle):
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("commbench: ") and needle in lines[0], err
+
+
+def test_points_tested_in_batches_get_the_single_tests_p_values():
+    # more than 8 repetitions a side: compare tests all points in one vectorised call; each p-value
+    # must be what the one-point test gives (docs/COMPARE.md), whatever the batching
+    sizes = tuple(1 << k for k in range(10, 26))
+    before, after = make_frame(sizes=sizes, reps=12, seed=1), make_frame(sizes=sizes, reps=12, seed=2)
+    c = cmp.compare_frames(before, after)
+    assert len(c.points) == len(sizes) and {p.test for p in c.points} == {"repetitions"}
+    for p in c.points:
+        b = before.loc[before["size_bytes"] == p.key["size_bytes"], "busbw_GBps"].to_numpy()
+        a = after.loc[after["size_bytes"] == p.key["size_bytes"], "busbw_GBps"].to_numpy()
+        assert p.p_value == stats.mannwhitney_one_sided(a, b, "less" if p.ratio < 1 else "greater")
+        assert (p.n_before, p.n_after) == (12, 12)
+        assert p.before_busbw == stats.median(b) and p.before_spread == stats.min_max(b)
+
+
+def test_a_statistics_failure_in_a_batch_names_the_point(monkeypatch):
+    import scipy.stats
+
+    class Nan:
+        pvalue = float("nan")
+
+    monkeypatch.setattr(scipy.stats, "mannwhitneyu", lambda *a, **k: Nan())
+    with pytest.raises(RuntimeFailure, match="statistics failed for all_reduce float32 1 KiB"):
+        cmp.compare_frames(make_frame(reps=12, seed=1), make_frame(reps=12, seed=2))

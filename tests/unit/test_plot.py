@@ -214,7 +214,7 @@ def test_save_png_and_svg_and_never_overwrite(tmp_path, figure):
 
 def test_plot_results_default_out_is_next_to_the_first_result(tmp_path):
     res = write(tmp_path / "run.parquet", make_rows(repetitions=1))
-    out = plot.plot_results([res])
+    [out] = plot.plot_results([res])
     assert out == tmp_path / "run.png" and out.read_bytes().startswith(PNG_MAGIC)
     with pytest.raises(BadInput, match="run.png already exists"):
         plot.plot_results([res])

@@ -153,3 +153,43 @@ def test_resolve_out(tmp_path):
     assert resolve_out(str(tmp_path), "RID") == tmp_path / "RID.parquet"
     assert resolve_out(str(tmp_path / "mine.parquet"), "RID") == tmp_path / "mine.parquet"
     assert resolve_out("runs/2025.01", "RID").name == "RID.parquet"
+
+
+def _many_rows(hosts_a=("n1", "n2"), hosts_b=("n3",)):
+    env_a, env_b = json.dumps({"NCCL_ALGO": "Ring"}), json.dumps({"NCCL_ALGO": "Tree"})
+    return ([row(size_bytes=8 * (i + 1), hosts=list(hosts_a), env=env_a, net='{"n1": {"mtu": 9000}}') for i in range(4)]
+            + [row(size_bytes=64, hosts=list(hosts_b), env=env_b), row(size_bytes=128, hosts=None, env=None),
+               row(size_bytes=256, hosts=[], plan=None)])
+
+
+def test_read_gives_what_pyarrow_gives_with_one_object_per_distinct_json_and_host_list(tmp_path):
+    # a million rows repeat one env/net/plan string and one host list a run: read, they are shared, not copied
+    path = tmp_path / "run.parquet"
+    writer = ResultWriter(path)
+    writer.create()
+    writer.append(_many_rows())
+    plain, frame = pq.read_table(path).to_pandas(), read_results([path])
+    assert list(frame.columns) == list(plain.columns)
+    for name in ("env", "net", "plan"):
+        assert [None if pd.isna(v) else v for v in frame[name]] == [None if pd.isna(v) else v for v in plain[name]]
+    assert pd.isna(frame["env"].iloc[5]) and pd.isna(frame["plan"].iloc[6])
+    assert frame["env"].iloc[0] is frame["env"].iloc[3]
+    assert [None if v is None else v.tolist() for v in frame["hosts"]] == \
+        [None if v is None else v.tolist() for v in plain["hosts"]]
+    assert frame["hosts"].iloc[0] is frame["hosts"].iloc[3] and frame["hosts"].iloc[4].tolist() == ["n3"]
+    assert frame["hosts"].iloc[5] is None and frame["hosts"].iloc[6].tolist() == []
+    assert frame["samples_us"].iloc[0].tolist() == plain["samples_us"].iloc[0].tolist()
+
+
+def test_read_only_some_columns(tmp_path):
+    path = tmp_path / "run.parquet"
+    writer = ResultWriter(path)
+    writer.create()
+    writer.append(_many_rows())
+    few = read_results([path], columns=["hosts", "time_us", "not_a_column"])
+    # the columns every results file holds always come along (they are checked)
+    assert sorted(few.columns) == sorted(["collective", "size_bytes", "busbw_GBps", "schema_version", "hosts",
+                                          "time_us"])
+    most = read_results([path], skip=["samples_us", "env", "collective"])
+    assert "samples_us" not in most.columns and "env" not in most.columns and "collective" in most.columns
+    assert len(most.columns) == len(COLUMNS) - 2 and most["size_bytes"].tolist() == [8, 16, 24, 32, 64, 128, 256]

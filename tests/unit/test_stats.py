@@ -156,3 +156,53 @@ def test_exact_tied_p_agrees_with_scipy_permutation_test():
         ref = scipy.stats.mannwhitneyu(x, y, alternative=alt,
                                        method=scipy.stats.PermutationMethod(n_resamples=np.inf)).pvalue
         assert stats.mannwhitney_one_sided(x, y, alt) == pytest.approx(ref)
+
+
+def test_median_ci_ranks_are_the_textbook_order_statistics():
+    # n = 10: P(B <= 1) = 11/1024 <= 0.025 < P(B <= 2): [x(2), x(9)], 0-based (1, 8); n = 20: [x(6), x(15)].
+    assert stats.median_ci_ranks(10) == (1, 8)
+    assert stats.median_ci_ranks(20) == (5, 14)
+    assert stats.median_ci_ranks(5) is None  # 2/32 > 0.05: no 95% interval from 5 values
+    assert stats.median_ci_ranks(6) == (0, 5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(6, 3000))
+def test_median_ci_ranks_cover_at_least_the_confidence_and_are_the_tightest(n):
+    lo, hi = stats.median_ci_ranks(n)
+    assert hi == n - 1 - lo
+    coverage = 1 - 2 * scipy.stats.binom.cdf(lo, n, 0.5)  # P(x(lo+1) <= median <= x(hi+1))
+    assert coverage >= 0.95
+    assert 1 - 2 * scipy.stats.binom.cdf(lo + 1, n, 0.5) < 0.95  # one rank tighter would not do
+
+
+def test_median_ci_halfwidth_is_the_longer_side_over_the_median():
+    values = [100.0] * 5 + [90.0, 110.0, 120.0, 100.0, 100.0]  # sorted: 90, 100 x7, 110, 120
+    assert stats.median_ci_halfwidth(values) == pytest.approx(0.10)  # x(2)=100, x(9)=110
+    assert stats.median_ci_halfwidth([1.0, 2.0, 3.0]) == math.inf
+    with pytest.raises(ValueError):
+        stats.median_ci_halfwidth([])
+
+
+@pytest.mark.parametrize("n1,n2", [(9, 9), (25, 25), (12, 40), (3, 25)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_mannwhitney_many_gives_each_row_what_its_own_test_gives(n1, n2, ties):
+    # compare tests tens of thousands of points in batches: every p-value must be the single test's, bit for bit
+    rng = np.random.default_rng(n1 * 100 + n2 + ties)
+    x, y = rng.lognormal(0.0, 0.05, (40, n1)), rng.lognormal(0.01, 0.05, (40, n2))
+    if ties:
+        x, y = np.round(x, 2), np.round(y, 2)
+    x[0], y[0] = 1.0, 1.0  # every value equal
+    alternatives = rng.choice(["less", "greater"], 40).tolist()
+    many = stats.mannwhitney_one_sided_many(x, y, alternatives)
+    assert many == [stats.mannwhitney_one_sided(a, b, alt) for a, b, alt in zip(x, y, alternatives)]
+    assert many[0] == 1.0
+
+
+def test_mannwhitney_many_raises_what_the_single_test_raises():
+    with pytest.raises(ValueError, match="not finite"):
+        stats.mannwhitney_one_sided_many(np.full((2, 10), np.nan), np.ones((2, 10)), ["less", "less"])
+    with pytest.raises(ValueError, match="alternative"):
+        stats.mannwhitney_one_sided_many(np.ones((1, 10)), np.ones((1, 10)), ["two-sided"])
+    with pytest.raises(ValueError, match="2-D"):
+        stats.mannwhitney_one_sided_many(np.ones(10), np.ones(10), ["less"])

@@ -6,7 +6,7 @@ import pytest
 
 from commbench.memory import bytes_per_rank
 from commbench.plan import SweepPlan
-from commbench.timing import CpuTimer, adaptive_iters
+from commbench.timing import CpuTimer, StopRule, adaptive_iters
 
 
 @pytest.mark.parametrize("per_iter, budget, lo, hi, expected", [
@@ -20,6 +20,63 @@ from commbench.timing import CpuTimer, adaptive_iters
 ])
 def test_adaptive_iters(per_iter, budget, lo, hi, expected):
     assert adaptive_iters(per_iter, budget, lo, hi) == expected
+
+
+def _run_rule(rule, draw):
+    """Drive StopRule as the runner does: batches of draw() until it says stop; the batch sizes."""
+    samples, batches = [], []
+    while (batch := rule.next_batch(samples)):
+        batches.append(batch)
+        samples += [draw() for _ in range(batch)]
+    return samples, batches
+
+
+def test_stop_rule_stops_at_min_iters_when_the_median_is_already_precise():
+    samples, batches = _run_rule(StopRule(10.0, 10, 2000, 0.03), lambda: 1e-3)
+    assert batches == [10] and len(samples) == 10
+
+
+def test_stop_rule_grows_batches_until_the_ci_is_within_the_target():
+    import random
+
+    from commbench.stats import median_ci_halfwidth
+
+    rng = random.Random(7)
+    samples, batches = _run_rule(StopRule(1e9, 10, 100_000, 0.03), lambda: 1e-3 * (1 + 0.3 * rng.random()))
+    assert median_ci_halfwidth(samples) <= 0.03
+    assert len(batches) <= 8  # a handful of checks, not one per iteration
+    assert all(b <= 3 * n for b, n in zip(batches[1:], [sum(batches[:i + 1]) for i in range(len(batches))]))
+
+
+def test_stop_rule_respects_the_budget_and_the_caps():
+    import random
+
+    rng = random.Random(1)
+    noisy = lambda: 0.01 * (1 + rng.random())  # noqa: E731 - never precise to 0.1%
+    samples, _ = _run_rule(StopRule(0.5, 10, 2000, 0.001), noisy)
+    assert 0.5 <= sum(samples) < 0.5 + 0.02 * 3 * 10  # stops once the budget is used
+    samples, _ = _run_rule(StopRule(1e9, 10, 64, 0.001), noisy)
+    assert len(samples) == 64  # max_iters
+    samples, _ = _run_rule(StopRule(0.001, 10, 2000, 0.03), lambda: 1.0)
+    assert len(samples) == 10  # min_iters even when one iteration is over the budget
+
+
+def test_stop_rule_without_precision_fills_the_budget():
+    samples, batches = _run_rule(StopRule(0.2, 10, 2000, 0.0), lambda: 1e-3)
+    assert batches == [10, 190]
+
+
+def test_warm_up_stops_within_its_share_of_the_budget():
+    rule = StopRule(0.2, 10, 2000, 0.03)  # a quarter of 0.2 s: 50 ms of warm-up after the first
+
+    def warm(first_two, warmup=5):  # as the runner does: the pace is the faster of the first two
+        return rule.warmups(min(first_two[:warmup]), warmup)
+
+    assert warm([0.0002, 0.0002]) == 5  # small messages: all five
+    assert warm([0.5, 0.0002]) == 5  # a slow first call does not cut a small message short
+    assert warm([0.02, 0.02]) == 3  # 20 ms each: two after the first (40 ms) fit in 50 ms, three would not
+    assert warm([0.06, 0.06]) == 2  # 64 MiB on gloo: the two that always run
+    assert warm([0.001], warmup=1) == 1 and rule.warmups(0.0, 4) == 4
 
 
 def test_cpu_timer_gives_one_positive_time_per_iteration():

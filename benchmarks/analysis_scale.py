@@ -1,0 +1,452 @@
+"""Analysis at scale: `commbench compare`, `plot` and `report` over a generated 1M-row results set.
+
+    flock /tmp/commbench-heavy.lock python benchmarks/analysis_scale.py            # 1,000,000 rows
+    python benchmarks/analysis_scale.py --rows 20000 --no-save                     # quick smoke run
+
+Generates two result files in the commbench schema, "before" (MTU 1500) and "after" (MTU 9000),
+half the rows each: NCCL sweeps of every collective in commbench's table at each placement it
+supports, 4 dtypes, 31 sizes (8 B .. 8 GiB), on 18 topologies (1..32 nodes x 8, 4 or 2 ranks per
+node), every point repeated 25 times (-R 25), every row holding 20 per-iteration samples (-n 20,
+nccl-tests' default). env / net / plan are JSON strings as the runner writes them, net holding
+each host's facts (interfaces, 8 RDMA ports: a GPU node with 8 RoCE NICs, ~4 KB a host). Rows are
+written like commbench.results writes them (pyarrow, zstd, one row group), then the three commands
+run as subprocesses, as a user runs them, each measured for wall time and peak RSS (the child's
+ru_maxrss from wait4). Prints a table and writes benchmarks/results/analysis_scale.json and .md.
+Per-rank lists (rank_time_us, rank_skew_us) are filled when the schema has them (--no-per-rank:
+left null).
+
+The budget (issue #10): each command within 20 s and 2 GB. Exit 0 when all three meet it, 1 when
+one misses it, 2 on bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+REPO = common.REPO
+
+BUDGET_S = 20.0
+BUDGET_BYTES = 2 * 1000 ** 3  # 2 GB
+
+DTYPES = (("float32", 4), ("bfloat16", 2), ("float16", 2), ("int8", 1))
+SIZES = [2 ** k for k in range(3, 34)]  # 8 B .. 8 GiB: nccl-tests -b 8 -e 8G -f 2
+TOPOLOGIES = [(n, r) for r in (8, 4, 2) for n in (1, 2, 4, 8, 16, 32)]  # (nodes, ranks per node)
+SIDES = (  # label, MTU, effect on inter-node bandwidth
+    ("before", 1500, 1.0),
+    ("after", 9000, 1.05),
+)
+
+
+# --------------------------------------------------------------------------- generating
+
+
+def _points(n_points: int):
+    """The first n_points points of the grid: topology, collective, placement, dtype, size."""
+    from commbench.collectives import COLLECTIVES
+
+    combos = [(c, place) for c in COLLECTIVES for place in ("in", "out") if c.supports(place)]
+    grid = [(t, c, place, d, s) for t in range(len(TOPOLOGIES)) for c, place in combos
+            for d in range(len(DTYPES)) for s in SIZES]
+    if n_points > len(grid):
+        raise SystemExit(f"--rows asks for {n_points} points a side, the grid holds {len(grid)}: "
+                         "raise --repetitions or lower --rows")
+    return grid[:n_points]
+
+
+def _host_facts(host: str, mtu: int) -> dict:
+    """One host's entry of the net column, shaped like runner's per_host (netinfo.host_summary)."""
+    ifaces = [{"addresses": [f"10.0.{int(host[-3:]) % 256}.1", "fe80::a:b:c:d"], "driver": "ixgbe",
+               "link_layer": "ethernet", "mtu": 1500, "name": "eno1", "speed_mbps": 10000, "state": "up"}]
+    rdma = []
+    for i in range(8):
+        dev = f"ens{i + 1}f0np0"
+        ifaces.append({"addresses": [f"172.16.{i}.{int(host[-3:])}", f"fe80::1:{i}:{host[-3:]}"],
+                       "driver": "mlx5_core", "link_layer": "ethernet", "mtu": mtu, "name": dev,
+                       "speed_mbps": 400000, "state": "up"})
+        rdma.append({"active_mtu": 4096, "device": f"mlx5_{i}", "link_layer": "Ethernet", "netdev": dev,
+                     "phys_state": "LinkUp", "port": 1, "rate": "400 Gb/sec (4X NDR)", "roce_v2_gids": [3],
+                     "state": "PORT_ACTIVE"})
+    env = {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": ",".join(f"mlx5_{i}" for i in range(8)),
+           "NCCL_SOCKET_IFNAME": "eno1"}
+    return {"iface": "ens1f0np0", "mtu": mtu, "link_layer": "ethernet", "speed_mbps": 400000, "operstate": "up",
+            "host_net": {"interfaces": ifaces, "rdma": rdma, "env": env, "ibv_devinfo": "ran"}}
+
+
+def _dict_column(values: list[str], index: np.ndarray) -> pa.DictionaryArray:
+    """A string column held as distinct values + an index per row. Written with store_schema=False
+    it reads back as a plain string column, byte for byte what a string column writes (parquet
+    dictionary-encodes repeated strings either way); building it never holds a copy per row.
+    The dictionary holds each used value once, as the writer's own dictionary would (a duplicate
+    or unused entry makes pyarrow fall back to plain encoding)."""
+    distinct, first = np.unique(np.asarray(values, dtype=object), return_inverse=True)
+    used, index = np.unique(first[np.asarray(index)], return_inverse=True)
+    return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32), pa.int32()),
+                                          pa.array(list(distinct[used]), pa.string()))
+
+
+def side_table(label: str, mtu: int, gain: float, n_points: int, reps: int, n_samples: int,
+               seed: int, per_rank: bool = True) -> pa.Table:
+    from commbench.collectives import BY_NAME
+    from commbench.results import SCHEMA, SCHEMA_VERSION
+
+    rng = np.random.default_rng(seed)
+    grid = _points(n_points)
+    topo = np.array([g[0] for g in grid])
+    coll_names = sorted({g[1].name for g in grid})
+    coll = np.array([coll_names.index(g[1].name) for g in grid])
+    in_place = np.array([g[2] == "in" for g in grid])
+    dtype_i = np.array([g[3] for g in grid])
+    size = np.array([g[4] for g in grid], dtype=np.int64)
+    nodes = np.array([TOPOLOGIES[t][0] for t in topo])
+    rpn = np.array([TOPOLOGIES[t][1] for t in topo])
+    world = nodes * rpn
+    factor = np.array([BY_NAME[coll_names[c]].busbw_factor(int(w)) for c, w in zip(coll, world)])
+    # A latency + size / bandwidth model: NVLink-class inside a node, a 400 Gbit/s NIC per GPU
+    # between nodes; MTU 9000 ("after") gives inter-node traffic a few percent, and one
+    # collective / dtype is made worse, so the comparison finds improvements and regressions.
+    bus_peak = np.where(nodes == 1, 170.0, 46.0 * np.where(nodes > 1, gain, 1.0))
+    worse = (np.array(coll_names)[coll] == "all_to_all") & (dtype_i == 1) & (label == "after")
+    bus_peak = np.where(worse, bus_peak * 0.92, bus_peak)
+    algbw_peak = bus_peak / np.maximum(factor, 0.5)
+    t_model = 6.0 + 3.0 * np.log2(world) + size / (algbw_peak * 1e3)  # µs
+
+    # Rows: topology by topology (one launch each), repetitions interleaved over the grid.
+    order = []
+    for t in np.unique(topo):
+        idx = np.flatnonzero(topo == t)
+        order.append(np.tile(idx, reps))
+    point = np.concatenate(order)
+    rep = np.concatenate([np.repeat(np.arange(reps), np.count_nonzero(topo == t)) for t in np.unique(topo)])
+    n = point.size
+
+    t_rep = t_model[point] * rng.lognormal(0.0, 0.015, n)
+    samples = t_rep[:, None] * rng.lognormal(0.0, 0.03, (n, n_samples))
+    spikes = rng.random((n, n_samples)) < 0.02  # the odd slow iteration
+    samples[spikes] *= rng.uniform(1.5, 4.0, np.count_nonzero(spikes))
+    time_us = np.median(samples, axis=1)
+    algbw = size[point] / (time_us * 1e-6) / 1e9
+    busbw = algbw * factor[point]
+    elem = np.array([d[1] for d in DTYPES])[dtype_i[point]]
+    wrong = np.zeros(n, dtype=np.int64)
+
+    run_id = f"20260301-0{'1' if label == 'before' else '2'}0000-{label[:2]}{seed:04x}"
+    hosts_of = [[f"gpu{h + 1:03d}" for h in range(TOPOLOGIES[t][0])] for t in range(len(TOPOLOGIES))]
+    net_values = [json.dumps({h: _host_facts(h, mtu) for h in hosts}, sort_keys=True) for hosts in hosts_of]
+    env_values = [json.dumps({"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(TOPOLOGIES[t][1]))),
+                              "MASTER_ADDR": hosts_of[t][0], "MASTER_PORT": "29500",
+                              "NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,"
+                              "mlx5_6,mlx5_7", "NCCL_SOCKET_IFNAME": "eno1", "SLURM_JOB_ID": str(812000 + 2 * t),
+                              "SLURM_NNODES": str(TOPOLOGIES[t][0]), "SLURM_PROCID": "0"}, sort_keys=True)
+                  for t in range(len(TOPOLOGIES))]
+    plan_values = [json.dumps({"backend": "nccl", "check": True, "collectives": coll_names, "dtype": "float32",
+                               "extra": {}, "iters": n_samples, "label": label, "max_iters": 2000, "min_iters": 10,
+                               "op": "sum", "out": "results", "placement": "both", "repetitions": reps, "root": 0,
+                               "run_id": run_id, "sizes": SIZES, "time_budget": 0.2, "timeout": 300.0,
+                               "warmup": 5, "workload": "sweep"}, sort_keys=True) for _ in TOPOLOGIES]
+    started = np.array([f"2026-03-01T0{1 if label == 'before' else 2}:{t:02d}" for t in range(len(TOPOLOGIES))],
+                       dtype="datetime64[us]")  # UTC
+
+    reduces = np.array([BY_NAME[c].reduces for c in coll_names])[coll[point]]
+    rooted = np.array([BY_NAME[c].rooted for c in coll_names])[coll[point]]
+    hosts_offsets = np.concatenate([[0], np.cumsum(nodes[point])]).astype(np.int32)
+    hosts_flat = np.concatenate([np.arange(k) for k in nodes[point]])
+    tp = topo[point]
+    columns = {
+        "run_id": _dict_column([run_id], np.zeros(n, np.int32)),
+        "label": _dict_column([label], np.zeros(n, np.int32)),
+        "started_at": pa.array(started[tp], pa.timestamp("us", tz="UTC")),
+        "collective": _dict_column(coll_names, coll[point]),
+        "dtype": _dict_column([d[0] for d in DTYPES], dtype_i[point]),
+        "op": pa.array(np.where(reduces, "sum", None), pa.string()),
+        "root": pa.array(np.where(rooted, 0, -1), pa.int32()),
+        "size_bytes": pa.array(size[point]),
+        "count": pa.array(np.maximum(1, size[point] // elem)),
+        "in_place": pa.array(in_place[point]),
+        "world_size": pa.array(world[point], pa.int32()),
+        "nnodes": pa.array(nodes[point], pa.int32()),
+        "ranks_per_node": pa.array(rpn[point], pa.int32()),
+        "backend": _dict_column(["nccl"], np.zeros(n, np.int32)),
+        "device": _dict_column(["cuda"], np.zeros(n, np.int32)),
+        "device_name": _dict_column(["NVIDIA H100 80GB HBM3"], np.zeros(n, np.int32)),
+        "launcher": _dict_column(["slurm"], np.zeros(n, np.int32)),
+        "iters": pa.array(np.full(n, n_samples), pa.int32()),
+        "warmup": pa.array(np.full(n, 5), pa.int32()),
+        "repetition": pa.array(rep, pa.int32()),
+        "time_us": pa.array(time_us),
+        "time_us_min": pa.array(samples.min(axis=1)),
+        "time_us_max": pa.array(samples.max(axis=1)),
+        "time_us_p99": pa.array(np.percentile(samples, 99, axis=1)),
+        "algbw_GBps": pa.array(algbw),
+        "busbw_GBps": pa.array(busbw),
+        "wrong": pa.array(wrong),
+        "samples_us": pa.ListArray.from_arrays(pa.array(np.arange(0, n * n_samples + 1, n_samples, dtype=np.int32)),
+                                               pa.array(samples.ravel())),
+        "workload": _dict_column(["sweep"], np.zeros(n, np.int32)),
+        "mtu": pa.array(np.full(n, mtu), pa.int32()),
+        "iface": _dict_column(["ens1f0np0"], np.zeros(n, np.int32)),
+        "link_layer": _dict_column(["ethernet"], np.zeros(n, np.int32)),
+        "hosts": pa.ListArray.from_arrays(pa.array(hosts_offsets),
+                                          _dict_column([f"gpu{h + 1:03d}" for h in range(32)], hosts_flat)),
+        "commbench_version": _dict_column(["0.1.0"], np.zeros(n, np.int32)),
+        "torch_version": _dict_column(["2.13.0+cu128"], np.zeros(n, np.int32)),
+        "nccl_version": _dict_column(["2.27.3"], np.zeros(n, np.int32)),
+        "env": _dict_column(env_values, tp),
+        "net": _dict_column(net_values, tp),
+        "plan": _dict_column(plan_values, tp),
+        "schema_version": pa.array(np.full(n, SCHEMA_VERSION), pa.int32()),
+    }
+    if per_rank and "rank_time_us" in SCHEMA.names:  # per-rank columns: one value per rank on every row
+        per_row = world[point]
+        offsets = pa.array(np.concatenate([[0], np.cumsum(per_row)]).astype(np.int64))
+        slowest = np.repeat(time_us, per_row)
+        own = slowest * (1.0 - rng.uniform(0.0, 0.12, per_row.sum()))
+        columns["rank_time_us"] = pa.LargeListArray.from_arrays(offsets, pa.array(own)).cast(
+            SCHEMA.field("rank_time_us").type)
+        if "rank_skew_us" in SCHEMA.names:
+            columns["rank_skew_us"] = pa.LargeListArray.from_arrays(offsets, pa.array(slowest - own)).cast(
+                SCHEMA.field("rank_skew_us").type)
+        del slowest, own
+    # Columns this script does not know (added to the schema since) stay null, as for a workload
+    # that does not set them.
+    arrays, fields = [], []
+    for f in SCHEMA:
+        arr = columns.get(f.name)
+        if arr is None:
+            arr = pa.nulls(n, f.type)
+        arrays.append(arr)
+        fields.append(pa.field(f.name, arr.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def write_like_commbench(table: pa.Table, path: Path) -> None:
+    """As commbench.results writes (zstd, one write_table call); store_schema=False only because the
+    string columns are built dictionary-typed (see _dict_column) and must read back as strings."""
+    pq.write_table(table, path, compression="zstd", store_schema=False)
+
+
+def check_reads_back(path: Path) -> None:
+    from commbench.results import SCHEMA
+
+    schema = pq.read_schema(path)
+    for f in SCHEMA:
+        got = schema.field(f.name).type
+        if not got.equals(f.type):
+            raise SystemExit(f"{path}: column {f.name} reads back as {got}, the schema says {f.type}")
+
+
+PARTS = {"samples_us": ("samples_us",), "per-rank lists": ("rank_time_us", "rank_skew_us")}
+
+
+def describe(folder: Path) -> dict:
+    """Rows, bytes and bytes a row (by column group) of the two files."""
+    out: dict = {"files": {}, "rows": 0, "bytes": 0}
+    by_column: dict[str, int] = {}
+    for label, _, _ in SIDES:
+        path = folder / f"{label}.parquet"
+        meta = pq.ParquetFile(path).metadata
+        for g in range(meta.num_row_groups):
+            rg = meta.row_group(g)
+            for c in range(rg.num_columns):
+                col = rg.column(c)
+                name = col.path_in_schema.split(".")[0]
+                by_column[name] = by_column.get(name, 0) + col.total_compressed_size
+        out["files"][label] = {"rows": meta.num_rows, "bytes": path.stat().st_size, "row_groups": meta.num_row_groups}
+        out["rows"] += meta.num_rows
+        out["bytes"] += path.stat().st_size
+    rows = max(out["rows"], 1)
+    out["bytes_per_row"] = round(out["bytes"] / rows, 1)
+    parts = {name: sum(by_column.get(c, 0) for c in cols) for name, cols in PARTS.items()}
+    parts["everything else"] = out["bytes"] - sum(parts.values())
+    out["bytes_per_row_by_part"] = {k: round(v / rows, 1) for k, v in parts.items()}
+    out["column_bytes"] = by_column
+    return out
+
+
+def generate(folder: Path, rows: int, reps: int, n_samples: int, per_rank: bool) -> dict:
+    per_side = rows // 2
+    if rows % 2 or per_side % reps:
+        raise SystemExit(f"--rows {rows} is not 2 x --repetitions {reps} x a whole number of points")
+    n_points = per_side // reps
+    for i, (label, mtu, gain) in enumerate(SIDES):
+        table = side_table(label, mtu, gain, n_points, reps, n_samples, seed=i + 1, per_rank=per_rank)
+        path = folder / f"{label}.parquet"
+        write_like_commbench(table, path)
+        del table
+        check_reads_back(path)
+    return describe(folder) | {"points_per_side": n_points, "repetitions": reps, "samples_per_row": n_samples,
+                               "per_rank": per_rank, "topologies": TOPOLOGIES, "sizes": [SIZES[0], SIZES[-1]],
+                               "dtypes": [d[0] for d in DTYPES]}
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure(argv: list[str], cwd: Path, time_limit: float, memory_cap: int) -> dict:
+    """Run argv; wall time, the child's peak RSS (ru_maxrss from wait4), exit code. A watchdog
+    kills the command past time_limit or memory_cap (the machine is shared: a blow-up must not
+    take it down) and says so."""
+    import psutil
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, env=common.child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    killed: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        try:
+            p = psutil.Process(proc.pid)
+            while not done.wait(0.05):
+                if p.memory_info().rss > memory_cap:
+                    killed.append(f"killed: RSS passed the {memory_cap / 1e9:g} GB safety cap")
+                    p.kill()
+                    return
+                if time.perf_counter() - t0 > time_limit:
+                    killed.append(f"killed: ran past the {time_limit:g} s limit")
+                    p.kill()
+                    return
+        except psutil.Error:  # it ended between two looks
+            return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    out_chunks: dict[str, bytes] = {}
+    readers = [threading.Thread(target=lambda k=k, s=s: out_chunks.__setitem__(k, s.read()), daemon=True)
+               for k, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
+    for r in readers:
+        r.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    done.set()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for r in readers:
+        r.join()
+    watcher.join()
+    peak = usage.ru_maxrss * 1024  # kilobytes on Linux
+    return {"argv": argv, "exit_code": proc.returncode, "wall_s": round(wall, 2), "peak_rss_bytes": peak,
+            "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2),
+            "killed": killed[0] if killed else None,
+            "stdout_tail": out_chunks.get("stdout", b"").decode(errors="replace")[-600:],
+            "stderr_tail": out_chunks.get("stderr", b"").decode(errors="replace")[-1200:]}
+
+
+def commands(folder: Path) -> dict[str, list[str]]:
+    cb = [sys.executable, "-m", "commbench"]
+    before, after = str(folder / "before.parquet"), str(folder / "after.parquet")
+    return {
+        # exit 1 expected: the after side holds planted regressions
+        "compare": cb + ["compare", before, after, "--out", str(folder / "compare.txt")],
+        "plot": cb + ["plot", before, after, "--out", str(folder / "plot.png")],
+        "report": cb + ["report", after, "--baseline", before, "--out", str(folder / "report.html")],
+    }
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f}"
+
+
+def markdown(figures: dict) -> str:
+    d, m = figures["data"], figures["machine"]
+    per_row = d.get("bytes_per_row_by_part", {})
+    lines = [f"# Analysis at scale: compare, plot and report over {d['rows']:,} rows", "",
+             f"Machine: {common.machine_line(m)}; load average {figures['loadavg_end']:.2f} at the end.",
+             f"Command: `{figures['command']}` ({figures['seconds']:.0f} s in all).", "",
+             f"Data: {d['rows']:,} rows in two files (before: MTU 1500, after: MTU 9000), "
+             f"{d.get('points_per_side', '?'):,} points a side x {d.get('repetitions', '?')} repetitions, "
+             f"{d.get('samples_per_row', '?')} samples_us a row, per-rank lists "
+             f"{'filled' if d.get('per_rank') else 'empty'}; "
+             f"{d['bytes']:,} bytes of parquet (zstd) = **{d['bytes_per_row']} bytes a row**"
+             + (" (" + ", ".join(f"{k} {v}" for k, v in per_row.items()) + ")" if per_row else "") + ".", "",
+             f"| command | wall s | peak RSS GB | exit | within {BUDGET_S:g} s and {BUDGET_BYTES / 1e9:g} GB |",
+             "|---|---:|---:|---:|---|"]
+    for name, r in figures["commands"].items():
+        lines.append(f"| `{' '.join(r['argv'])}` | {r['wall_s']:.2f} | {_gb(r['peak_rss_bytes'])} | {r['exit_code']} | "
+                     f"{'yes' if r['ok'] else 'NO' + (' (' + r['killed'] + ')' if r['killed'] else '')} |")
+    lines += ["", "Wall time and peak RSS of each command as a subprocess (ru_maxrss of the child from wait4). "
+              "compare exits 1: the after side's all_to_all bfloat16 is made 8% slower, beside the "
+              "MTU 9000 gain between nodes. GB = 1e9 bytes.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows in all, half a side [1000000]")
+    ap.add_argument("--repetitions", type=int, default=25, help="repetitions of every point [25]")
+    ap.add_argument("--samples", type=int, default=20, help="per-iteration samples in every row [20]")
+    ap.add_argument("--per-rank", action=argparse.BooleanOptionalAction, default=True,
+                    help="fill the per-rank list columns (rank_time_us, rank_skew_us) when the schema has them")
+    ap.add_argument("--only", action="append", choices=["compare", "plot", "report"],
+                    help="run only this command (repeat for several) [all three]")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="generate into (or reuse the files in) this folder and keep it [a temporary folder]")
+    ap.add_argument("--save", action=argparse.BooleanOptionalAction, default=True,
+                    help="write benchmarks/results/analysis_scale.json and .md (--no-save for a smoke run)")
+    ap.add_argument("--time-limit", type=float, default=180.0, help="kill a command after this many seconds [180]")
+    ap.add_argument("--memory-cap", type=float, default=8.0, help="kill a command past this many GB of RSS [8]")
+    args = ap.parse_args(argv)
+    if args.rows < 2 or args.repetitions < 1 or args.samples < 1:
+        ap.error("--rows, --repetitions and --samples must be positive")
+    started = time.perf_counter()
+    m0 = common.machine()
+
+    with tempfile.TemporaryDirectory(prefix="commbench-scale-") as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        if args.keep and all((folder / f"{s}.parquet").exists() for s, _, _ in SIDES):
+            data = describe(folder) | {"reused": True}
+            print(f"reusing {data['rows']:,} rows in {folder}", flush=True)
+        else:
+            data = generate(folder, args.rows, args.repetitions, args.samples, args.per_rank)
+            print(f"generated {data['rows']:,} rows in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"{data['bytes']:,} bytes of parquet: {data['bytes_per_row']} bytes a row "
+              f"({', '.join(f'{k} {v}' for k, v in data['bytes_per_row_by_part'].items())})", flush=True)
+        for out in ("compare.txt", "plot.png", "report.html"):
+            (folder / out).unlink(missing_ok=True)
+        results = {}
+        for name, cmd in commands(folder).items():
+            if args.only and name not in args.only:
+                continue
+            r = measure(cmd, REPO, args.time_limit, int(args.memory_cap * 1e9))
+            r["ok"] = (r["killed"] is None and r["exit_code"] in (0, 1)
+                       and r["wall_s"] <= BUDGET_S and r["peak_rss_bytes"] <= BUDGET_BYTES)
+            r["argv"] = ["commbench"] + [a if not a.startswith(str(folder)) else Path(a).name for a in cmd[3:]]
+            results[name] = r
+            print(f"  {name:8s} {r['wall_s']:7.2f} s  {_gb(r['peak_rss_bytes'])} GB  exit {r['exit_code']}"
+                  + (f"  {r['killed']}" if r["killed"] else "") + ("" if r["ok"] else "  OVER BUDGET"), flush=True)
+            if r["exit_code"] not in (0, 1):
+                print(r["stderr_tail"], file=sys.stderr)
+
+    print()
+    print(f"{'command':10s} {'wall (s)':>9s} {'peak RSS (GB)':>14s}  within {BUDGET_S:g} s / {BUDGET_BYTES / 1e9:g} GB")
+    for name, r in results.items():
+        print(f"{name:10s} {r['wall_s']:9.2f} {_gb(r['peak_rss_bytes']):>14s}  {'yes' if r['ok'] else 'NO'}")
+    figures = {
+        "command": " ".join(["python benchmarks/analysis_scale.py", *(argv if argv is not None else sys.argv[1:])]),
+        "budget": {"wall_s": BUDGET_S, "peak_rss_bytes": BUDGET_BYTES},
+        "machine": m0, "loadavg_end": os.getloadavg()[0], "seconds": round(time.perf_counter() - started, 1),
+        "versions": {mod: __import__(mod).__version__ for mod in ("pyarrow", "pandas", "numpy", "matplotlib", "scipy")},
+        "data": data, "commands": results,
+    }
+    if args.save:
+        js, md = common.write("analysis_scale", figures, markdown(figures))
+        print(f"\nwritten {js.relative_to(REPO)} and {md.relative_to(REPO)}")
+    return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

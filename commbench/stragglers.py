@@ -1,0 +1,134 @@
+"""Stragglers: ranks that reach the collectives late, found from the per-rank columns of a run.
+
+Every point stores each rank's median arrival skew (`rank_skew_us`, docs/RESULTS.md: how far the
+rank entered behind the first rank to enter, from the time it spends inside a collective that all
+ranks leave together). At one point a rank is late when its skew stands out from the other ranks':
+
+- by at least max(ABS_FLOOR_US, REL_FLOOR x the point's time) over the other ranks' median skew,
+  so that noise never names a rank (gloo on busy cores moves skews by tens of microseconds, and
+  a ring's last hop makes one rank leave a little after the others);
+- and, with MIN_WORLD_FOR_Z ranks or more, with a robust z-score (median and MAD over the ranks,
+  normal-scaled) of at least Z_MIN. With 2 ranks the MAD cannot single one out (the z of either
+  of two values is always 0.67) and with 3 it is zero as soon as two ranks agree, so small worlds
+  rely on the comparison with the other ranks' median alone.
+
+A rank is a straggler when it is late at MIN_SHARE of the points or more (and at 2 at least, where
+there are 2): a real straggler is late again and again, a noisy moment hits a point or two.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+from scipy.stats import median_abs_deviation
+
+ABS_FLOOR_US = 100.0
+REL_FLOOR = 0.2
+Z_MIN = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
+MIN_WORLD_FOR_Z = 4
+MIN_SHARE = 0.5
+
+
+def rank_summary(own_s: Sequence[float], slowest_s: Sequence[float]) -> tuple[float, float]:
+    """One rank's (median time, median arrival skew) from its own per-iteration times and the
+    per-iteration maxima over ranks. The skew is taken per iteration (slowest - own), then the
+    median: the iterations line up across ranks, noise in one iteration stays in that one."""
+    own = np.asarray(own_s, dtype=float)
+    if own.size == 0:
+        return 0.0, 0.0
+    return float(np.median(own)), float(np.median(np.asarray(slowest_s, dtype=float) - own))
+
+
+def robust_z(values: Sequence[float]) -> np.ndarray:
+    """(x - median) / MAD (normal-scaled); a MAD of zero gives +-inf for values off the median."""
+    x = np.asarray(values, dtype=float)
+    mad = median_abs_deviation(x, scale="normal")
+    dev = x - np.median(x)
+    if mad > 0:
+        return dev / mad
+    return np.where(dev > 0, np.inf, np.where(dev < 0, -np.inf, 0.0))
+
+
+@dataclass(frozen=True)
+class Late:
+    """One rank late at one point."""
+
+    rank: int
+    excess_us: float  # skew over the other ranks' median skew
+    z: float | None  # robust z over the ranks; None below MIN_WORLD_FOR_Z ranks
+
+
+def late_at_point(skew_us: Sequence[float], time_us: float) -> list[Late]:
+    """The ranks whose arrival skew stands out at one point (see the module's docstring)."""
+    x = np.asarray(skew_us, dtype=float)
+    n = x.size
+    if n < 2 or not np.all(np.isfinite(x)):
+        return []
+    floor = max(ABS_FLOOR_US, REL_FLOOR * time_us)
+    z = robust_z(x) if n >= MIN_WORLD_FOR_Z else None
+    out = []
+    for r in range(n):
+        excess = float(x[r] - np.median(np.delete(x, r)))
+        if excess < floor or (z is not None and z[r] < Z_MIN):
+            continue
+        out.append(Late(r, excess, None if z is None else float(z[r])))
+    return out
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    host: str
+    late_points: int
+    points: int  # points with per-rank skews
+    excess_us: float  # median over the points where it was late
+    z: float | None  # median robust z over those points (inf: the others agree exactly); None below 4 ranks
+
+    def message(self) -> str:
+        if self.z is not None:
+            why = f"robust z {self.z:.1f}"
+        else:
+            why = f"robust z needs {MIN_WORLD_FOR_Z} ranks or more: compared with the other ranks' median"
+        return (f"commbench: warning: straggler: rank {self.rank} on host {self.host} arrives late: "
+                f"+{format_us(self.excess_us)} median arrival skew over the other ranks at "
+                f"{self.late_points} of {self.points} points ({why})")
+
+
+def format_us(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us:.0f} us"
+
+
+def find(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[Straggler]:
+    """Stragglers over result rows (dicts or DataFrame records) with `rank_skew_us` and `time_us`;
+    `hosts[r]` is rank r's host. Rows without per-rank skews (broadcast, reduce, sendrecv, old
+    files, nccl-tests imports) are left out."""
+    late: dict[int, list[Late]] = {}
+    points = 0
+    for row in rows:
+        skew = row.get("rank_skew_us")
+        if skew is None or (isinstance(skew, float) and math.isnan(skew)) or len(skew) != len(hosts):
+            continue
+        points += 1
+        for hit in late_at_point(list(skew), float(row["time_us"])):
+            late.setdefault(hit.rank, []).append(hit)
+    needed = max(min(2, points), math.ceil(MIN_SHARE * points))
+    found = []
+    for rank, hits in sorted(late.items()):
+        if len(hits) < needed:
+            continue
+        zs = [h.z for h in hits if h.z is not None]
+        found.append(Straggler(rank, hosts[rank], len(hits), points, float(np.median([h.excess_us for h in hits])),
+                               float(np.median(zs)) if zs else None))
+    return found
+
+
+def straggler_warnings(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[str]:
+    """One stderr line per straggler (none on a quiet run)."""
+    return [s.message() for s in find(rows, hosts)]

@@ -1,0 +1,91 @@
+"""`commbench gate` on real measurements from the lab (root): bands suggested from one run pass a second
+run on the same links, and fail once the links are 20% slower.
+
+Lab prefix `cg9`, subnet 10.249.0.0/24. Three 2-host sweeps of all_reduce at 16 and 32 MiB (about 10 s each).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (network namespaces, veth, tc)"),
+    pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,
+                       reason="iproute2 (ip, tc) is not installed: apt-get install iproute2"),
+]
+
+PREFIX = "cg9"
+ENV = {**os.environ, "COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{PREFIX}"}
+SWEEP = ["--collective", "allreduce", "--sizes", "16M,32M", "-n", "5", "-w", "2"]
+
+
+def cb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commbench", *args], env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def lab_runs(tmp_path_factory) -> dict[str, Path]:
+    """Bands from a first run at 1gbit; a second run at 1gbit; a third after `lab set --rate 800mbit`."""
+    out = tmp_path_factory.mktemp("lab-gate")
+    cb("lab", "down")
+    up = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.249.0.0/24")
+    assert up.returncode == 0, up.stderr
+    files = {"bands": out / "lab-1gbit.yaml"}
+    try:
+        for name in ("first", "second", "slow"):
+            if name == "slow":
+                changed = cb("lab", "set", "--rate", "800mbit")  # every host (no --node)
+                assert changed.returncode == 0, changed.stderr
+            files[name] = out / f"{name}.parquet"
+            res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", *SWEEP, "--label", name,
+                     "--out", str(files[name]))
+            assert res.returncode == 0, res.stdout + res.stderr
+            if name == "first":
+                made = cb("gate", "--suggest", str(files["first"]), "--system", "lab-1gbit",
+                          "--out", str(files["bands"]))
+                assert made.returncode == 0, made.stderr
+    finally:
+        cb("lab", "down")
+    return files
+
+
+def test_suggested_bands_describe_the_run(lab_runs):
+    doc = yaml.safe_load(lab_runs["bands"].read_text())
+    assert doc["version"] == 1 and doc["system"] == "lab-1gbit"
+    entries = {e["size"]: e for e in doc["entries"]}
+    assert set(entries) == {"16M", "32M"}
+    for e in entries.values():
+        assert (e["collective"], e["ranks"], e["nnodes"], e["dtype"]) == ("all_reduce", 2, 2, "float32")
+        # 1gbit carries at most 0.125 GB/s; TCP over MTU 1500 about 0.119 of it
+        assert 0.10 < e["busbw_GBps"] < 0.125
+        assert e.get("lower", doc["defaults"]["lower"]) < 0.15  # a steady link keeps a tight band
+
+
+def test_a_second_run_on_the_same_lab_passes(lab_runs):
+    res = cb("gate", str(lab_runs["second"]), "--expect", str(lab_runs["bands"]))
+    print("\n" + res.stdout)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "gate: PASS: 2 of 2 entries within their bands (system lab-1gbit)" in res.stdout
+
+
+def test_a_link_20_percent_slower_fails_naming_the_entries(lab_runs):
+    res = cb("gate", str(lab_runs["slow"]), "--expect", str(lab_runs["bands"]))
+    print("\n" + res.stdout)
+    assert res.returncode == 1, res.stdout + res.stderr
+    summary = res.stdout.strip().splitlines()[-1]
+    assert summary.startswith("gate: FAIL: 2 of 2 entries missed (system lab-1gbit): ")
+    assert "#1 all_reduce float32 16 MiB 2 ranks on 2 nodes: below band (" in summary
+    assert "#2 all_reduce float32 32 MiB 2 ranks on 2 nodes: below band (" in summary
+    json_res = cb("gate", str(lab_runs["slow"]), "--expect", str(lab_runs["bands"]), "--format", "json")
+    ratios = [e["ratio"] for e in json.loads(json_res.stdout)["entries"]]
+    assert json_res.returncode == 1 and all(0.75 < r < 0.85 for r in ratios), ratios

@@ -1,0 +1,349 @@
+"""commbench.gate and `commbench gate`: reference bands judged per entry, suggested from a good run.
+
+Result frames are synthetic (tests/unit/synthetic.py: the real schema through the real writer and
+reader); bands files are written as text, the way people write them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from commbench import gate
+from commbench.errors import BadInput
+
+from . import synthetic
+
+SIZES = (8, 1024, 65536, 1 << 20, 1 << 24)
+
+
+def rows(scale: float = 1.0, quiet: bool = True, **kw) -> list[dict]:
+    """Five repetitions. synthetic's repetitions vary by +-10%; quiet shrinks that to +-1%, a steady
+    fabric's spread, so that suggested bands keep the 5% floor."""
+    out = synthetic.make_rows(repetitions=5, **kw)
+    if quiet:
+        groups: dict[tuple, list[dict]] = {}
+        for r in out:
+            groups.setdefault((r["collective"], r["size_bytes"], r["in_place"]), []).append(r)
+        for group in groups.values():
+            mid = sorted(r["busbw_GBps"] for r in group)[len(group) // 2]
+            for r in group:
+                factor = 1 + (r["busbw_GBps"] / mid - 1) / 10
+                r["algbw_GBps"] *= factor * mid / r["busbw_GBps"]
+                r["busbw_GBps"] = mid * factor
+    for r in out:
+        r["busbw_GBps"] *= scale
+        r["algbw_GBps"] *= scale
+    return out
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("gate")
+    return {
+        "good": synthetic.write(d / "good.parquet", rows()),
+        "slow": synthetic.write(d / "slow.parquet", rows(scale=0.8)),
+        "wrong": synthetic.write(d / "wrong.parquet", rows(wrong=3)),
+        "noisy": synthetic.write(d / "noisy.parquet", rows(quiet=False)),
+        "noisy_slow": synthetic.write(d / "noisy_slow.parquet", rows(scale=0.8, quiet=False)),
+        "dir": d,
+    }
+
+
+@pytest.fixture(scope="module")
+def good(files):
+    from commbench.results import read_results
+
+    return read_results([files["good"]])
+
+
+def median(frame, collective="all_reduce", size=1 << 24, in_place=True) -> float:
+    sel = frame[(frame.collective == collective) & (frame.size_bytes == size) & (frame.in_place == in_place)]
+    return float(sel.busbw_GBps.median())
+
+
+def bands(*entries: str, top: str = "version: 1\nsystem: test\n") -> gate.Bands:
+    return gate.parse_bands(top + "entries:\n" + "".join(f"  - {e}\n" for e in entries), "bands.yaml")
+
+
+def only(report: gate.GateReport) -> gate.EntryResult:
+    assert len(report.results) == 1
+    return report.results[0]
+
+
+# ---- judging ----
+
+
+def test_inside_the_band_passes_and_nccl_tests_spellings_match(good):
+    expected = median(good)
+    r = only(gate.judge(bands(f"{{collective: allreduce, size: 16M, ranks: 16, dtype: float, in_place: in, "
+                              f"busbw_GBps: {expected * 1.03}, lower: 5%}}"), good))
+    assert r.verdict == "PASS" and r.n_rows == 5 and r.wrong_rows == 0
+    assert r.measured_GBps == pytest.approx(expected) and r.ratio == pytest.approx(1 / 1.03)
+    assert r.entry.collective == "all_reduce" and r.entry.dtype == "float32" and r.entry.lower == 0.05
+
+
+def test_without_placement_the_median_is_over_both_placements(good):
+    sel = good[(good.collective == "all_gather") & (good.size_bytes == 1 << 20)]
+    r = only(gate.judge(bands("{collective: all_gather, size: 1M, ranks: 16, busbw_GBps: 1.0, lower: 0.5}"), good))
+    assert r.n_rows == 10 and r.measured_GBps == pytest.approx(float(sel.busbw_GBps.median()))
+
+
+def test_below_the_band_is_a_miss_with_the_change_named(good):
+    expected = median(good) / 0.9  # measured is 10% below expected, tolerance 5%
+    report = gate.judge(bands(f"{{collective: all_reduce, size: 16M, ranks: 16, in_place: true, "
+                              f"busbw_GBps: {expected}}}"), good)
+    r = only(report)
+    assert r.verdict == "FAIL" and r.reason == "below band (-10.0%, tolerance -5%)"
+    assert r.band == (pytest.approx(expected * 0.95), None)
+    assert report.exit_code() == 1
+    assert report.summary().startswith("gate: FAIL: 1 of 1 entries missed (system test): "
+                                       "#1 all_reduce any dtype 16 MiB 16 ranks in-place: below band")
+
+
+def test_above_the_band_is_a_miss_only_when_upper_is_set(good):
+    expected = median(good) / 1.3
+    loose = only(gate.judge(bands(f"{{collective: all_reduce, size: 16M, ranks: 16, busbw_GBps: {expected}}}"), good))
+    assert loose.verdict == "PASS" and loose.reason == "+30.0%"
+    tight = only(gate.judge(bands(f"{{collective: all_reduce, size: 16M, ranks: 16, busbw_GBps: {expected}, "
+                                  "upper: 0.2}"), good))
+    assert tight.verdict == "FAIL" and tight.reason.startswith("above band (+30.0%, tolerance +20%): suspiciously fast")
+    # the file's defaults apply to entries that do not set their own
+    default = gate.judge(bands(f"{{collective: all_reduce, size: 16M, ranks: 16, busbw_GBps: {expected}}}",
+                               top="version: 1\ndefaults: {lower: 0.01, upper: 10%}\n"), good)
+    assert only(default).verdict == "FAIL" and only(default).entry.upper == pytest.approx(0.1)
+
+
+def test_not_measured_is_a_miss_unless_optional(good):
+    missing = "{collective: all_reduce, size: 1G, ranks: 16, busbw_GBps: 50"
+    r = only(gate.judge(bands(missing + "}"), good))
+    assert r.verdict == "FAIL" and r.reason == "not measured (no row matches)" and r.measured_GBps is None
+    report = gate.judge(bands(missing + ", optional: true}"), good)
+    assert only(report).verdict == "SKIP" and report.exit_code() == 0
+    assert "1 optional not measured" in report.summary()
+    # another rank count or node count is another point
+    for other in ("ranks: 8", "ranks: 16, nnodes: 4"):
+        e = f"{{collective: all_reduce, size: 16M, {other}, busbw_GBps: 1}}"
+        assert only(gate.judge(bands(e), good)).reason == "not measured (no row matches)"
+
+
+def test_wrong_results_fail_an_entry_however_fast(files):
+    from commbench.results import read_results
+
+    frame = read_results([files["wrong"]])  # synthetic: #wrong 3 at the largest size only
+    r = only(gate.judge(bands("{collective: all_reduce, size: 16M, ranks: 16, busbw_GBps: 1}"), frame))
+    assert r.verdict == "FAIL" and r.reason == "wrong results in 10 of 10 rows"
+    fine = only(gate.judge(bands("{collective: all_reduce, size: 1M, ranks: 16, busbw_GBps: 1, lower: 0.9}"), frame))
+    assert fine.verdict == "PASS"
+
+
+def test_expected_failure_passes_when_wrong_or_missing_and_fails_when_it_works(files, good):
+    from commbench.results import read_results
+
+    wrong = read_results([files["wrong"]])
+    e = "{collective: all_reduce, size: 16M, ranks: 16, expect: fail, note: known OOM}"
+    assert only(gate.judge(bands(e), wrong)).reason == "expected failure: 10 of 10 rows wrong"
+    missing = only(gate.judge(bands("{collective: all_to_all, size: 1G, ranks: 16, expect: fail}"), good))
+    assert missing.verdict == "PASS" and missing.reason == "expected failure: not measured"
+    works = gate.judge(bands(e), good)
+    assert only(works).verdict == "FAIL" and "the known failure is gone" in only(works).reason
+    assert works.exit_code() == 1
+
+
+def test_a_rate_lowered_by_20_percent_fails_its_own_suggested_bands(files, good):
+    from commbench.results import read_results
+
+    b = gate.parse_bands(gate.suggest(good, sources=["good.parquet"]).text, "bands.yaml")
+    assert {e.lower for e in b.entries} == {0.05}  # a steady run keeps the floor
+    slow = gate.judge(b, read_results([files["slow"]]))
+    assert slow.exit_code() == 1 and len(slow.failed) == len(b.entries) == 8
+    assert all(r.ratio == pytest.approx(0.8, rel=1e-3) and r.reason == "below band (-20.0%, tolerance -5%)"
+               for r in slow.failed)
+    assert all(f"#{r.entry.index} {r.entry.describe()}: below band" in slow.summary() for r in slow.failed)
+
+
+def test_a_noisy_run_widens_its_bands_so_that_a_20_percent_drop_can_hide(files):
+    """The other side of widening: a run that varies +-10% between repetitions cannot band tightly."""
+    from commbench.results import read_results
+
+    b = gate.parse_bands(gate.suggest(read_results([files["noisy"]])).text, "bands.yaml")
+    assert all(e.lower > 0.2 for e in b.entries)
+    assert gate.judge(b, read_results([files["noisy"]])).exit_code() == 0
+    assert gate.judge(b, read_results([files["noisy_slow"]])).exit_code() == 0
+
+
+# ---- suggesting ----
+
+
+def test_suggest_round_trip_passes_the_same_run(good):
+    made = gate.suggest(good, sources=["good.parquet"], system="lab-1gbit")
+    doc = yaml.safe_load(made.text)
+    assert doc["version"] == 1 and doc["system"] == "lab-1gbit" and doc["defaults"] == {"lower": 0.05, "upper": None}
+    # bandwidth-bound sizes only: 1 MiB and 16 MiB, per collective and placement
+    assert {(e["collective"], e["size"], e["in_place"]) for e in doc["entries"]} == {
+        (c, s, p) for c in ("all_gather", "all_reduce") for s in ("1M", "16M") for p in (True, False)}
+    assert all(e["ranks"] == 16 and e["nnodes"] == 2 and e["dtype"] == "float32" for e in doc["entries"])
+    ar = next(e for e in doc["entries"] if (e["collective"], e["size"], e["in_place"]) == ("all_reduce", "16M", True))
+    assert ar["busbw_GBps"] == pytest.approx(median(good), rel=1e-4)
+    assert made.entries == 8 and any("below 1 MiB" in n for n in made.notes)
+    report = gate.judge(gate.parse_bands(made.text, "s.yaml"), good)
+    assert report.exit_code() == 0 and {r.verdict for r in report.results} == {"PASS"}
+
+
+def test_suggest_widens_the_band_to_the_runs_spread(tmp_path):
+    from commbench.results import read_results
+
+    mixed = rows()
+    for r in mixed:  # 16 MiB: no variation at all; 1 MiB: +-30% between repetitions
+        if r["size_bytes"] == 1 << 24:
+            r["busbw_GBps"] = 100.0
+        elif r["size_bytes"] == 1 << 20:
+            r["busbw_GBps"] = 60.0 * (1 + 0.15 * (r["repetition"] - 2))
+    frame = read_results([synthetic.write(tmp_path / "mixed.parquet", mixed)])
+    doc = yaml.safe_load(gate.suggest(frame, lower=0.02).text)
+    assert doc["defaults"]["lower"] == 0.02
+    lowers = {e["size"]: e.get("lower") for e in doc["entries"]}
+    assert lowers["16M"] is None  # the file's default, 2%
+    # MAD 15% -> 1.4826 x 15% x 3 = 67%, above the 50% cap
+    assert lowers["1M"] == gate.MAX_SUGGESTED_LOWER
+    made = gate.suggest(frame, lower=0.02)
+    assert any("band capped there" in n for n in made.notes)
+
+
+def test_only_single_size_workloads_are_gated(tmp_path):
+    from commbench.results import read_results
+
+    mixed = rows(collectives=("all_reduce",))
+    for r in mixed:
+        r["workload"] = "buckets" if r["in_place"] else "nccl-tests"
+    frame = read_results([synthetic.write(tmp_path / "mixed.parquet", mixed)])
+    made = gate.suggest(frame)
+    assert "left out 25 rows of workload buckets" in made.notes[0]
+    assert {e.get("in_place") for e in yaml.safe_load(made.text)["entries"]} == {None}  # only out-of-place left
+    e = "{collective: all_reduce, size: 16M, ranks: 16, busbw_GBps: 1, lower: 0.99"
+    assert only(gate.judge(bands(e + "}"), frame)).n_rows == 5
+    assert only(gate.judge(bands(e + ", workload: nccl-tests}"), frame)).n_rows == 5
+    assert only(gate.judge(bands(e + ", workload: sweep}"), frame)).verdict == "FAIL"
+
+
+def test_suggest_leaves_out_wrong_points_and_says_so(files):
+    from commbench.results import read_results
+
+    made = gate.suggest(read_results([files["wrong"]]))  # 16 MiB has wrong results
+    assert all(e["size"] != "16M" for e in yaml.safe_load(made.text)["entries"])
+    assert any("wrong results" in n and "expect: fail" in n for n in made.notes)
+
+
+def test_suggest_with_nothing_bandwidth_bound_is_bad_input(good):
+    with pytest.raises(BadInput, match="--min-size smaller"):
+        gate.suggest(good, min_size=1 << 30)
+
+
+# ---- the file format ----
+
+
+ENTRY = "{collective: all_reduce, size: 64M, ranks: 2, busbw_GBps: 0.119}"
+BAD_FILES = {
+    "yaml": ("version: 1\nentries:\n  - {collective: all_reduce, size: 64M\n", "not valid YAML at line"),
+    "not a mapping": ("- 1\n- 2\n", "expected a mapping with version"),
+    "no version": (f"entries:\n  - {ENTRY}\n", "no version: add 'version: 1'"),
+    "newer": (f"version: 2\nentries:\n  - {ENTRY}\n", "version 2 is newer than this commbench reads (1): upgrade"),
+    "no entries": ("version: 1\nentries: []\n", "no entries"),
+    "top key": (f"version: 1\nsytem: x\nentries:\n  - {ENTRY}\n", "unknown top-level key 'sytem'"),
+    "duplicate key": (f"version: 1\nversion: 1\nentries:\n  - {ENTRY}\n", "key 'version' is given twice"),
+    "collective": ("version: 1\nentries:\n  - {collective: allreduc, size: 64M, ranks: 2, busbw_GBps: 1}\n",
+                   "entry 1: unknown collective 'allreduc': use one of all_reduce"),
+    "size": ("version: 1\nentries:\n  - " + ENTRY + "\n  - {collective: all_gather, size: 64X, ranks: 2, "
+             "busbw_GBps: 1}\n", "entry 2 (all_gather): size '64X' is not a size"),
+    "no busbw": ("version: 1\nentries:\n  - {collective: all_reduce, size: 64M, ranks: 2}\n",
+                 "entry 1 (all_reduce): no busbw_GBps"),
+    "entry key": ("version: 1\nentries:\n  - {collective: all_reduce, size: 64M, ranks: 2, busbw_GBps: 1, lowr: 1}\n",
+                  "entry 1: unknown key 'lowr'"),
+    "lower": ("version: 1\nentries:\n  - {collective: all_reduce, size: 64M, ranks: 2, busbw_GBps: 1, lower: 5}\n",
+              "lower 5 must be 0 or more and below 1"),
+    "ranks": ("version: 1\nentries:\n  - {collective: all_reduce, size: 64M, ranks: two, busbw_GBps: 1}\n",
+              "ranks 'two' must be a whole number"),
+    "dtype": ("version: 1\nentries:\n  - {collective: all_reduce, size: 64M, ranks: 2, dtype: fp33, busbw_GBps: 1}\n",
+              "unknown dtype 'fp33'"),
+    "repeat": (f"version: 1\nentries:\n  - {ENTRY}\n  - {ENTRY}\n",
+               "entry 2 (all_reduce any dtype 64 MiB 2 ranks) repeats entry 1"),
+    "fail with busbw": ("version: 1\nentries:\n  - {collective: all_reduce, size: 1G, ranks: 8, expect: fail, "
+                        "busbw_GBps: 1}\n", "an expected failure takes no busbw_GBps"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_a_bad_bands_file_is_one_line_of_bad_input_naming_file_and_entry(name, files, tmp_path, capsys):
+    text, message = BAD_FILES[name]
+    path = tmp_path / "bands.yaml"
+    path.write_text(text)
+    code, out, err = run(capsys, "gate", str(files["good"]), "--expect", str(path))
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"commbench: {path}: ") and message in lines[0], lines[0]
+
+
+# ---- the command ----
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    """cli.main as the console script runs it (exit codes, one-line errors), in this process."""
+    from commbench.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def test_cli_suggest_then_gate(files, tmp_path, capsys):
+    out = tmp_path / "bands.yaml"
+    code, stdout, err = run(capsys, "gate", "--suggest", str(files["good"]), "--out", str(out), "--system", "lab")
+    assert code == 0 and stdout == "8 bands written to " + str(out) + "\n" and "below 1 MiB" in err
+    code, stdout, err = run(capsys, "gate", str(files["good"]), "--expect", str(out))
+    assert code == 0 and stdout.rstrip().endswith("gate: PASS: 8 of 8 entries within their bands (system lab)")
+    assert err == ""
+    code, stdout, err = run(capsys, "gate", str(files["slow"]), "--expect", str(out), "--format", "json")
+    data = json.loads(stdout)
+    assert code == 1 and data["exit_code"] == 1 and data["verdict"] == "FAIL"
+    failed = [e for e in data["entries"] if e["verdict"] == "FAIL"]
+    assert failed and err.strip() == data["summary"] and "#" + str(failed[0]["entry"]["index"]) in err
+    code, stdout, _ = run(capsys, "gate", str(files["slow"]), "--expect", str(out), "--format", "markdown")
+    assert code == 1 and "### commbench gate: **FAIL**" in stdout and "| # | entry |" in stdout
+
+
+def test_cli_suggest_prints_yaml_and_never_overwrites(files, tmp_path, capsys):
+    code, stdout, _ = run(capsys, "gate", "--suggest", str(files["good"]), "--lower", "10%")
+    assert code == 0 and yaml.safe_load(stdout)["defaults"]["lower"] == 0.1
+    taken = tmp_path / "taken.yaml"
+    taken.write_text("mine\n")
+    code, stdout, err = run(capsys, "gate", "--suggest", str(files["good"]), "--out", str(taken))
+    assert code == 2 and taken.read_text() == "mine\n"
+    assert err.strip() == (f"commbench: {taken} already exists: gate --suggest never overwrites a file; "
+                           "pass another --out or remove it first")
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "exactly one of --expect FILE.yaml"),
+    (["--suggest", "--expect", "x.yaml"], "exactly one of --expect FILE.yaml"),
+    (["--expect", "missing.yaml"], "bands file missing.yaml does not exist"),
+    (["--expect", "x.yaml", "--lower", "5%"], "--lower is for --suggest"),
+    (["--suggest", "--lower", "50"], "--lower 50 is not a fraction below 1"),
+])
+def test_cli_usage_errors(args, message, files, capsys):
+    code, out, err = run(capsys, "gate", str(files["good"]), *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_the_documented_example_file_is_valid():
+    example = Path(__file__).resolve().parents[1] / "data" / "gate" / "example.yaml"
+    b = gate.load_bands(example)
+    assert b.system == "lab-1gbit" and len(b.entries) == 4
+    ag = b.entries[2]
+    assert (ag.collective, ag.dtype, ag.size_bytes, ag.lower, ag.upper, ag.optional) == (
+        "all_gather", "float32", 64 << 20, 0.1, 0.1, True)
+    assert b.entries[3].expect == "fail" and b.entries[3].note == "OOM on 16 GiB hosts"
