@@ -3,28 +3,21 @@ latency, large ones reach the link."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 
 import pandas as pd
-import pytest
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (network namespaces, veth, tc)"),
-    pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,
-                       reason="iproute2 (ip, tc) is not installed: apt-get install iproute2"),
-]
+from labkit import NEEDS_LAB, lab_env, run_commbench
+
+pytestmark = NEEDS_LAB
 
 PREFIX = "cu"
-ENV = {**os.environ, "COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{PREFIX}"}
+ENV = lab_env(PREFIX)
 
 
 def cb(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], env=ENV, capture_output=True, text=True,
-                          timeout=600)
+    return run_commbench(ENV, *args, timeout=600)
 
 
 def test_bucket_knee_on_a_1gbit_link(tmp_path):

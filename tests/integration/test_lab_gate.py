@@ -7,8 +7,6 @@ Lab prefix `cg9`, subnet 10.249.0.0/24. Three 2-host sweeps of all_reduce at 16 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,21 +14,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (network namespaces, veth, tc)"),
-    pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,
-                       reason="iproute2 (ip, tc) is not installed: apt-get install iproute2"),
-]
+from labkit import NEEDS_LAB, lab_env, run_commbench
+
+pytestmark = NEEDS_LAB
 
 PREFIX = "cg9"
-ENV = {**os.environ, "COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{PREFIX}"}
+ENV = lab_env(PREFIX)
 SWEEP = ["--collective", "allreduce", "--sizes", "16M,32M", "-n", "5", "-w", "2"]
 
 
 def cb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_commbench(ENV, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

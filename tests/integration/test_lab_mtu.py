@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,20 +13,16 @@ import time
 import pandas as pd
 import pytest
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (network namespaces, veth, tc)"),
-    pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,
-                       reason="iproute2 (ip, tc) is not installed: apt-get install iproute2"),
-]
+from labkit import NEEDS_LAB, lab_env, run_commbench
+
+pytestmark = NEEDS_LAB
 
 PREFIX = "cm"
-ENV = {**os.environ, "COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{PREFIX}"}
+ENV = lab_env(PREFIX)
 
 
 def cb(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], env=ENV, capture_output=True, text=True,
-                          timeout=600, **kw)
+    return run_commbench(ENV, *args, timeout=600, **kw)
 
 
 def host_mtus() -> dict[str, int]:

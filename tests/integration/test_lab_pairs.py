@@ -3,8 +3,6 @@ with one host's link at 500mbit, that host is named and its links are the slowes
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,22 +10,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (network namespaces, veth, tc)"),
-    pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,
-                       reason="iproute2 (ip, tc) is not installed: apt-get install iproute2"),
-]
+from labkit import NEEDS_LAB, lab_env, run_commbench
+
+pytestmark = NEEDS_LAB
 
 PREFIX = "cp9"
-ENV = {**os.environ, "COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{PREFIX}"}
+ENV = lab_env(PREFIX)
 SLOW = f"{PREFIX}node3"
 PAIRS = ["pairs", "--size", "16M", "-w", "1", "-n", "3"]
 
 
 def cb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_commbench(ENV, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,28 @@
+"""What every lab test file shares: the marks that skip without root or iproute2, the environment
+that gives a test file its own lab (a name prefix and a state folder of its own, so test files
+never touch each other's namespaces), and commbench run as a subprocess in that environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+NEEDS_LAB = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (network namespaces, veth, tc)"),
+    pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,
+                       reason="iproute2 (ip, tc) is not installed: apt-get install iproute2"),
+]
+
+
+def lab_env(prefix: str) -> dict[str, str]:
+    return {**os.environ, "COMMBENCH_LAB_PREFIX": prefix, "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{prefix}"}
+
+
+def run_commbench(env: dict[str, str], *args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commbench", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, **kw)
