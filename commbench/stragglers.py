@@ -12,8 +12,11 @@ ranks leave together). At one point a rank is late when its skew stands out from
   of two values is always 0.67) and with 3 it is zero as soon as two ranks agree, so small worlds
   rely on the comparison with the other ranks' median alone.
 
-A rank is a straggler when it is late at MIN_SHARE of the points or more (and at 2 at least, where
-there are 2): a real straggler is late again and again, a noisy moment hits a point or two.
+A rank is a straggler when it is late at MIN_SHARE of the points or more and at MIN_LATE_POINTS at
+least: a real straggler is late again and again, a noisy moment hits a point or two (one point
+alone never names a rank: a single 1 KiB point once named a rank for one scheduler stall). Points
+timed with fewer than MIN_ITERS iterations do not count: their median is one stall away from any
+value (gloo on busy cores stalls for multiples of the 4 ms tick).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ REL_FLOOR = 0.2
 Z_MIN = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
 MIN_WORLD_FOR_Z = 4
 MIN_SHARE = 0.5
+MIN_LATE_POINTS = 2
+MIN_ITERS = 5
 
 
 def rank_summary(own_s: Sequence[float], slowest_s: Sequence[float]) -> tuple[float, float]:
@@ -108,17 +113,20 @@ def format_us(us: float) -> str:
 def find(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[Straggler]:
     """Stragglers over result rows (dicts or DataFrame records) with `rank_skew_us` and `time_us`;
     `hosts[r]` is rank r's host. Rows without per-rank skews (broadcast, reduce, sendrecv, old
-    files, nccl-tests imports) are left out."""
+    files, nccl-tests imports) and rows of fewer than MIN_ITERS iterations are left out."""
     late: dict[int, list[Late]] = {}
     points = 0
     for row in rows:
         skew = row.get("rank_skew_us")
         if skew is None or (isinstance(skew, float) and math.isnan(skew)) or len(skew) != len(hosts):
             continue
+        iters = row.get("iters")
+        if iters is not None and not (isinstance(iters, float) and math.isnan(iters)) and iters < MIN_ITERS:
+            continue
         points += 1
         for hit in late_at_point(list(skew), float(row["time_us"])):
             late.setdefault(hit.rank, []).append(hit)
-    needed = max(min(2, points), math.ceil(MIN_SHARE * points))
+    needed = max(MIN_LATE_POINTS, math.ceil(MIN_SHARE * points))
     found = []
     for rank, hits in sorted(late.items()):
         if len(hits) < needed:

@@ -97,9 +97,20 @@ def test_a_rank_late_at_most_points_is_a_straggler_with_its_host():
 def test_one_noisy_point_is_not_a_straggler():
     quiet = [10.0, 20.0, 30.0]
     assert find(rows_with([quiet] * 5 + [[10.0, 9000.0, 20.0]]), HOSTS3) == []
-    # with 2 points both must agree; with 1 point that one decides
+    # with 2 points both must agree; one point alone never names a rank (one stall can make it)
     assert find(rows_with([quiet, [0.0, 0.0, 9000.0]], time_us=10_000.0), HOSTS3) == []
-    assert [s.rank for s in find(rows_with([[0.0, 0.0, 9000.0]], time_us=10_000.0), HOSTS3)] == [2]
+    assert find(rows_with([[0.0, 0.0, 9000.0]], time_us=10_000.0), HOSTS3) == []
+    assert [s.rank for s in find(rows_with([[0.0, 0.0, 9000.0]] * 2, time_us=10_000.0), HOSTS3)] == [2]
+
+
+def test_points_of_few_iterations_do_not_count():
+    late = [10.0, 20.0, 20_000.0]
+    rows = rows_with([late] * 3)
+    for row in rows:
+        row["iters"] = 2  # a median of 2 iterations is one scheduler stall away from any value
+    assert find(rows, HOSTS3) == []
+    rows[0]["iters"] = rows[1]["iters"] = 5
+    assert [(s.rank, s.late_points, s.points) for s in find(rows, HOSTS3)] == [(2, 2, 2)]
 
 
 def test_half_of_the_points_is_enough():
