@@ -9,7 +9,7 @@ supports, 4 dtypes, 31 sizes (8 B .. 8 GiB), on 18 topologies (1..32 nodes x 8, 
 node), every point repeated 25 times (-R 25), every row holding 20 per-iteration samples (-n 20,
 nccl-tests' default). env / net / plan are JSON strings as the runner writes them, net holding
 each host's facts (interfaces, 8 RDMA ports: a GPU node with 8 RoCE NICs, ~4 KB a host). Rows are
-written like commbench.results writes them (pyarrow, zstd, one row group), then the three commands
+written like commbench.core.results writes them (pyarrow, zstd, one row group), then the three commands
 run as subprocesses, as a user runs them, each measured for wall time and peak RSS (the child's
 ru_maxrss from wait4). Prints a table and writes benchmarks/results/analysis_scale.json and .md.
 Per-rank lists (rank_time_us, rank_skew_us) are filled when the schema has them (--no-per-rank:
@@ -57,7 +57,7 @@ SIDES = (  # label, MTU, effect on inter-node bandwidth
 
 def _points(n_points: int):
     """The first n_points points of the grid: topology, collective, placement, dtype, size."""
-    from commbench.collectives import COLLECTIVES
+    from commbench.harness.collectives import COLLECTIVES
 
     combos = [(c, place) for c in COLLECTIVES for place in ("in", "out") if c.supports(place)]
     grid = [(t, c, place, d, s) for t in range(len(TOPOLOGIES)) for c, place in combos
@@ -101,8 +101,8 @@ def _dict_column(values: list[str], index: np.ndarray) -> pa.DictionaryArray:
 
 def side_table(label: str, mtu: int, gain: float, n_points: int, reps: int, n_samples: int,
                seed: int, per_rank: bool = True) -> pa.Table:
-    from commbench.collectives import BY_NAME
-    from commbench.results import SCHEMA, SCHEMA_VERSION
+    from commbench.harness.collectives import BY_NAME
+    from commbench.core.results import SCHEMA, SCHEMA_VERSION
 
     rng = np.random.default_rng(seed)
     grid = _points(n_points)
@@ -234,13 +234,13 @@ def side_table(label: str, mtu: int, gain: float, n_points: int, reps: int, n_sa
 
 
 def write_like_commbench(table: pa.Table, path: Path) -> None:
-    """As commbench.results writes (zstd, one write_table call); store_schema=False only because the
+    """As commbench.core.results writes (zstd, one write_table call); store_schema=False only because the
     string columns are built dictionary-typed (see _dict_column) and must read back as strings."""
     pq.write_table(table, path, compression="zstd", store_schema=False)
 
 
 def check_reads_back(path: Path) -> None:
-    from commbench.results import SCHEMA
+    from commbench.core.results import SCHEMA
 
     schema = pq.read_schema(path)
     for f in SCHEMA:

@@ -91,7 +91,7 @@ def _free_port() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from commbench.units import parse_size_list
+    from commbench.core.units import parse_size_list
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--collective", choices=COLLECTIVES, default="all_reduce")

@@ -7,7 +7,7 @@ Both run as a user runs them (`python -m commbench sweep ...`, 2 local gloo rank
 grid 8 B .. 64 MiB x every collective x both placements), one after the other, twice by default
 in the order A B B A (--rounds), and each figure is the median over its runs. The wall time is the command's, from start to exit. Each
 point's precision is the 95% confidence interval of its median from its stored per-iteration
-times (samples_us), distribution-free from order statistics (commbench.stats.median_ci_halfwidth:
+times (samples_us), distribution-free from order statistics (commbench.core.stats.median_ci_halfwidth:
 [x(k), x(n+1-k)] with k from Binomial(n, 1/2)); its half-width is the longer side over the median.
 
 Figures (benchmarks/results/economy.json and .md): wall time of each; per-point CI half-width
@@ -32,7 +32,7 @@ import common  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from commbench.stats import median_ci_halfwidth  # noqa: E402
+from commbench.core.stats import median_ci_halfwidth  # noqa: E402
 
 TIME_BOUND_S = 90.0
 WIDTH_BOUND = 0.03

@@ -35,14 +35,15 @@ import common  # noqa: E402  (puts this checkout's commbench first on sys.path)
 
 import bare_loop  # noqa: E402
 
-from commbench import launch, plan as planning  # noqa: E402
-from commbench.collectives import BY_NAME, CallArgs  # noqa: E402
-from commbench.data import allocate, fill  # noqa: E402
-from commbench.dtypes import get_dtype  # noqa: E402
-from commbench.plan import Point, SweepPlan  # noqa: E402
-from commbench.runner import rank_main  # noqa: E402
-from commbench.stats import median_ci_ranks  # noqa: E402
-from commbench.units import parse_size_list  # noqa: E402
+from commbench.core import launch
+from commbench.harness import plan as planning  # noqa: E402
+from commbench.harness.collectives import BY_NAME, CallArgs  # noqa: E402
+from commbench.harness.data import allocate, fill  # noqa: E402
+from commbench.harness.dtypes import get_dtype  # noqa: E402
+from commbench.harness.plan import Point, SweepPlan  # noqa: E402
+from commbench.harness.runner import rank_main  # noqa: E402
+from commbench.core.stats import median_ci_ranks  # noqa: E402
+from commbench.core.units import parse_size_list  # noqa: E402
 from commbench.workloads.sweep import measure_point  # noqa: E402
 
 LATENCY_SIZES = "8,32,128,512,2K,8K,32K,64K"

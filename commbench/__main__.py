@@ -1,4 +1,4 @@
-from commbench.cli import main
+from commbench.cli.app import main
 
 if __name__ == "__main__":
     main()

@@ -5,7 +5,7 @@ and nothing written.
 table covers the other commands: buckets, zero (with ds_config files), compare, plot, report,
 doctor, lab and `nccl-tests import` (logs cut short, binary junk), and result files that are empty,
 truncated, foreign parquet, a CSV renamed .parquet or from a newer commbench. None of these starts
-a rank, so each runs in-process through `commbench.cli.main` and the whole file takes seconds.
+a rank, so each runs in-process through `commbench.cli.app.main` and the whole file takes seconds.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from commbench import cli
-from commbench.results import SCHEMA, SCHEMA_VERSION
+from commbench.cli import app as cli
+from commbench.core.results import SCHEMA, SCHEMA_VERSION
 from unit.synthetic import make_rows, write  # tests/ is on sys.path (rootdir-relative imports)
 
 DATA = Path(__file__).parent / "data"
@@ -167,7 +167,7 @@ def lab_state(tmp_path, monkeypatch):
     ever looked at), ip/tc that fail the test if the lab tried to run them (nothing may be made or
     changed), and root as far as the lab can tell, since its validation comes after the root check
     (tests/unit/test_lab_refusals.py covers the refusal without root)."""
-    from commbench import lab
+    from commbench.lab import network as lab
 
     def forbidden(*args, **kw):
         raise AssertionError(f"the lab ran {args} on bad input")

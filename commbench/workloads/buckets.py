@@ -19,15 +19,15 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from commbench import faults
-from commbench.collectives import ALIGN, BY_NAME, CallArgs, reduce_scatter_flat
-from commbench.data import check_bytes, count_mismatches, input_pattern, reducer
-from commbench.dtypes import check_backend_support, get_dtype, torch_op
-from commbench.errors import BadInput
-from commbench.launch import RankEnv
-from commbench.plan import RunOptions
-from commbench.runner import Session
-from commbench.units import format_size
+from commbench.harness import faults
+from commbench.harness.collectives import ALIGN, BY_NAME, CallArgs, reduce_scatter_flat
+from commbench.harness.data import check_bytes, count_mismatches, input_pattern, reducer
+from commbench.harness.dtypes import check_backend_support, get_dtype, torch_op
+from commbench.core.errors import BadInput
+from commbench.core.launch import RankEnv
+from commbench.harness.plan import RunOptions
+from commbench.harness.runner import Session
+from commbench.core.units import format_size
 
 OPS = ("all_reduce", "reduce_scatter")
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
-from commbench.errors import BadInput
-from commbench.launch import RankEnv
-from commbench.runner import Measurement, Session
+from commbench.core.errors import BadInput
+from commbench.core.launch import RankEnv
+from commbench.harness.runner import Measurement, Session
 from commbench.workloads.zero import PAPER_VOLUME, ZeroPlan, module_sizes, step_schedule, volume_factor
 
 # A model DeepSpeed trains in seconds on two CPU ranks (the 1.3B shape cannot run here).
@@ -63,7 +63,7 @@ class EngineWorkload:
     def run(self, session: Session) -> bool:
         import warnings
 
-        from commbench.workloads.deepspeed_engine import run_engine
+        from commbench.integrations.deepspeed.engine import run_engine
 
         # DeepSpeed 0.19 calls torch's deprecated *_tensor collectives: not the user's concern
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
@@ -116,7 +116,7 @@ class EngineWorkload:
 
     def _validate(self, reporter, result, by_op: dict, stage: int) -> bool:
         """Schedule bytes per op type against the engine's, per optimizer step."""
-        from commbench import dsconfig
+        from commbench.integrations.deepspeed import config as dsconfig
 
         cfg = dsconfig.parse(result.config)
         itemsize = result.param_bytes // result.param_count

@@ -23,12 +23,14 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from commbench import faults, linkrank, tournament
-from commbench.errors import BadInput
-from commbench.launch import RankEnv
-from commbench.plan import RunOptions
-from commbench.runner import Measurement, Session
-from commbench.units import format_size
+from commbench.harness import faults
+from commbench.analysis import linkrank
+from commbench.workloads import tournament
+from commbench.core.errors import BadInput
+from commbench.core.launch import RankEnv
+from commbench.harness.plan import RunOptions
+from commbench.harness.runner import Measurement, Session
+from commbench.core.units import format_size
 
 MODES = ("sendrecv", "bidir")
 COLLECTIVE = {"sendrecv": "sendrecv", "bidir": "sendrecv_bidir"}

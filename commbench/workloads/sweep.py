@@ -9,16 +9,17 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from commbench import faults, netctl
-from commbench.collectives import CallArgs, Collective, Layout
-from commbench.console import PLACEMENT_HEADER, Cell, format_row
-from commbench.data import allocate, count_wrong, fill
-from commbench.dtypes import DType, check_backend_support, get_dtype
-from commbench.launch import RankEnv
-from commbench.memory import check_fits
-from commbench.errors import RuntimeFailure
-from commbench.plan import Point, SweepPlan, validate
-from commbench.runner import Measurement, Session
+from commbench.harness import faults
+from commbench.net import netctl
+from commbench.harness.collectives import CallArgs, Collective, Layout
+from commbench.harness.console import PLACEMENT_HEADER, Cell, format_row
+from commbench.harness.data import allocate, count_wrong, fill
+from commbench.harness.dtypes import DType, check_backend_support, get_dtype
+from commbench.core.launch import RankEnv
+from commbench.harness.memory import check_fits
+from commbench.core.errors import RuntimeFailure
+from commbench.harness.plan import Point, SweepPlan, validate
+from commbench.harness.runner import Measurement, Session
 
 
 def measure_point(session: Session, collective: Collective, layout: Layout, point: Point, dtype: DType,

@@ -33,13 +33,13 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from commbench.collectives import ALIGN, all_gather_flat, reduce_scatter_flat
-from commbench.dtypes import check_backend_support, get_dtype
-from commbench.errors import BadInput
-from commbench.launch import RankEnv
-from commbench.plan import RunOptions
-from commbench.runner import Session
-from commbench.units import format_size
+from commbench.harness.collectives import ALIGN, all_gather_flat, reduce_scatter_flat
+from commbench.harness.dtypes import check_backend_support, get_dtype
+from commbench.core.errors import BadInput
+from commbench.core.launch import RankEnv
+from commbench.harness.plan import RunOptions
+from commbench.harness.runner import Session
+from commbench.core.units import format_size
 
 # name -> (layers, hidden, vocab): GPT-2 small, GPT-3 XL (1.3B), LLaMA-7B-like
 MODELS = {"gpt2-125m": (12, 768, 50257), "1.3b": (24, 2048, 50257), "7b": (32, 4096, 32000)}

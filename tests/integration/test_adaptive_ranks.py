@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commbench.timing import StopRule
+from commbench.harness.timing import StopRule
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from commbench.results import read_results
+from commbench.core.results import read_results
 from test_sweep_ranks import assert_no_processes_left, clean_env, kill_quietly, stderr_lines
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def test_four_runs_at_once_into_one_folder_never_clobber_each_other(tmp_path):
 WRITER = textwrap.dedent("""
     import sys
     import numpy as np
-    from commbench.results import ResultWriter
+    from commbench.core.results import ResultWriter
 
     writer = ResultWriter(sys.argv[1])
     writer.create()

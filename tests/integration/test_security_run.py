@@ -19,7 +19,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from commbench import cli
+from commbench.cli import app as cli
 
 from test_sweep_ranks import clean_env, kill_quietly, live_session_processes
 

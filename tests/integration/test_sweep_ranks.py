@@ -21,7 +21,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from commbench.results import COLUMNS
+from commbench.core.results import COLUMNS
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commbench.results import SCHEMA_VERSION, ResultWriter, read_results
+from commbench.core.results import SCHEMA_VERSION, ResultWriter, read_results
 
 BUS_FACTOR = {"all_reduce": 1.5, "all_gather": 0.75, "reduce_scatter": 0.75, "all_to_all": 0.75,
               "broadcast": 1.0, "reduce": 1.0, "sendrecv": 1.0}

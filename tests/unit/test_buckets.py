@@ -2,9 +2,9 @@
 
 import pytest
 
-from commbench.cli import main
-from commbench.errors import BadInput
-from commbench.units import parse_count
+from commbench.cli.app import main
+from commbench.core.errors import BadInput
+from commbench.core.units import parse_count
 from commbench.workloads.buckets import BucketPlan, BucketWorkload, layout_for
 
 

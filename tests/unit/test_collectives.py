@@ -1,11 +1,11 @@
-"""commbench.collectives: names, layouts and bus factors, checked against real nccl-tests output."""
+"""commbench.harness.collectives: names, layouts and bus factors, checked against real nccl-tests output."""
 
 from pathlib import Path
 
 import pytest
 
-from commbench.collectives import ALIGN, BY_NAME, COLLECTIVES, busbw, resolve
-from commbench.errors import BadInput
+from commbench.harness.collectives import ALIGN, BY_NAME, COLLECTIVES, busbw, resolve
+from commbench.core.errors import BadInput
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 TABLE_ORDER = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "sendrecv"]

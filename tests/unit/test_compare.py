@@ -1,4 +1,4 @@
-"""commbench.compare and `commbench compare`: verdicts per point and overall, never failing open.
+"""commbench.analysis.compare and `commbench compare`: verdicts per point and overall, never failing open.
 
 Frames are synthetic but have the real schema: busbw follows a latency/bandwidth curve, each
 repetition (row) gets its own lognormal run factor and each timed iteration its own jitter, and
@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commbench import compare as cmp
-from commbench import stats
-from commbench.errors import BadInput, RuntimeFailure
-from commbench.results import SCHEMA_VERSION, ResultWriter
+from commbench.analysis import compare as cmp
+from commbench.core import stats
+from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.results import SCHEMA_VERSION, ResultWriter
 
 SIZES = (1024, 64 << 10, 1 << 20, 16 << 20)  # 1 KiB is latency-bound on the curve below, 1 MiB+ bandwidth-bound
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
@@ -439,7 +439,7 @@ def test_cli_exit_codes_on_real_files(files):
 
 def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
     """cli.main as the console script runs it, without the cost of a new interpreter."""
-    from commbench.cli import main
+    from commbench.cli.app import main
 
     with pytest.raises(SystemExit) as info:
         main(["compare", *args])

@@ -5,7 +5,7 @@ checked here; the real events ran on an H200 (benchmarks/gpu/)."""
 
 import torch
 
-from commbench import timing
+from commbench.harness import timing
 
 
 class FakeStream:

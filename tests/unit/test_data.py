@@ -1,7 +1,7 @@
-"""commbench.data: buffers at nccl-tests offsets, input patterns and the #wrong check.
+"""commbench.harness.data: buffers at nccl-tests offsets, input patterns and the #wrong check.
 
 Every collective is simulated here in plain torch from the nccl-tests definitions (not from
-commbench.collectives.expected): what each rank's receive buffer must hold, built from the
+commbench.harness.collectives.expected): what each rank's receive buffer must hold, built from the
 input patterns of all ranks. The check must count 0 on that and exactly 1 after one element
 is changed by the smallest possible step.
 """
@@ -9,9 +9,9 @@ is changed by the smallest possible step.
 import pytest
 import torch
 
-from commbench.collectives import BY_NAME, COLLECTIVES, CallArgs
-from commbench.data import allocate, count_wrong, fill, input_pattern
-from commbench.dtypes import get_dtype
+from commbench.harness.collectives import BY_NAME, COLLECTIVES, CallArgs
+from commbench.harness.data import allocate, count_wrong, fill, input_pattern
+from commbench.harness.dtypes import get_dtype
 
 WORLDS = (1, 2, 3, 5)
 DTYPES = ("float32", "float16", "bfloat16", "int8")

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from commbench import doctor, netinfo
-from commbench.cli import main
+from commbench.net import doctor
+from commbench.net import netinfo
+from commbench.cli.app import main
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "netinfo"
 
@@ -428,7 +429,7 @@ def test_rdma_ports_from_sysfs():
 # ------------------------------------------------------------------ the sweep's warning and the results' summary
 
 def test_sweep_warning_line(capsys, monkeypatch):
-    from commbench.cli import _warn_socket_ifname
+    from commbench.cli.app import _warn_socket_ifname
 
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib9")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")

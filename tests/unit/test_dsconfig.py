@@ -1,4 +1,4 @@
-"""commbench.dsconfig: users' ds_config files into typed settings, refusals in one line, and
+"""commbench.integrations.deepspeed.config: users' ds_config files into typed settings, refusals in one line, and
 adapt_for's changes for a world size and device. The fixtures are real user configs
 (tests/data/ds_config, copied from the shared fixtures)."""
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from commbench import dsconfig
-from commbench.errors import BadInput
+from commbench.integrations.deepspeed import config as dsconfig
+from commbench.core.errors import BadInput
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ds_config"
 BUCKET = DATA / "zero2_bucket5e8_fp16.json"

@@ -1,10 +1,10 @@
-"""commbench.envinfo: the allow-listed environment snapshot and interface facts from sysfs."""
+"""commbench.net.envinfo: the allow-listed environment snapshot and interface facts from sysfs."""
 
 from pathlib import Path
 
 import pytest
 
-from commbench.envinfo import env_snapshot, iface_facts, traffic_iface
+from commbench.net.envinfo import env_snapshot, iface_facts, traffic_iface
 
 ENV = {
     "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5_0", "GLOO_SOCKET_IFNAME": "eth0",

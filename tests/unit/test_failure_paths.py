@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from commbench import launch
-from commbench.launch import RankEnv
-from commbench.runner import _failure
+from commbench.core import launch
+from commbench.core.launch import RankEnv
+from commbench.harness.runner import _failure
 
 RESET = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
                      "[10.238.0.2]:41118: Connection reset by peer. This is typically caused by a remote worker")
@@ -56,7 +56,7 @@ def test_a_timeout_says_which_timeout():
 
 SUPERVISED = textwrap.dedent("""
     import subprocess, sys
-    from commbench.labrun import _wait_all
+    from commbench.lab.run import _wait_all
     child = '''
     import signal, sys, time
     def stop(signum, frame):

@@ -20,9 +20,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from commbench import dsconfig, launch
-from commbench.errors import BadInput
-from commbench.units import parse_count, parse_size_list
+from commbench.integrations.deepspeed import config as dsconfig
+from commbench.core import launch
+from commbench.core.errors import BadInput
+from commbench.core.units import parse_count, parse_size_list
 
 MAX = (1 << 63) - 1
 DATA = Path(__file__).parent.parent / "data"
@@ -181,15 +182,15 @@ LOGS = sorted((DATA / "nccl-tests").glob("*.txt"))
 
 
 def _nccl_tests():
-    if importlib.util.find_spec("commbench.nccl_tests") is None:
-        pytest.skip("commbench.nccl_tests does not exist yet (another change adds it)")
-    import commbench.nccl_tests as nt
+    if importlib.util.find_spec("commbench.integrations.nccl_tests") is None:
+        pytest.skip("commbench.integrations.nccl_tests does not exist yet (another change adds it)")
+    import commbench.integrations.nccl_tests as nt
 
     return nt
 
 
 def _import(nt, blob: bytes, name: str) -> None:
-    from commbench.results import _table
+    from commbench.core.results import _table
 
     path = SCRATCH / name
     path.write_bytes(blob)

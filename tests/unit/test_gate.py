@@ -1,4 +1,4 @@
-"""commbench.gate and `commbench gate`: reference bands judged per entry, suggested from a good run.
+"""commbench.analysis.gate and `commbench gate`: reference bands judged per entry, suggested from a good run.
 
 Result frames are synthetic (tests/unit/synthetic.py: the real schema through the real writer and
 reader); bands files are written as text, the way people write them.
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from commbench import gate
-from commbench.errors import BadInput
+from commbench.analysis import gate
+from commbench.core.errors import BadInput
 
 from . import synthetic
 
@@ -55,7 +55,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def good(files):
-    from commbench.results import read_results
+    from commbench.core.results import read_results
 
     return read_results([files["good"]])
 
@@ -131,7 +131,7 @@ def test_not_measured_is_a_miss_unless_optional(good):
 
 
 def test_wrong_results_fail_an_entry_however_fast(files):
-    from commbench.results import read_results
+    from commbench.core.results import read_results
 
     frame = read_results([files["wrong"]])  # synthetic: #wrong 3 at the largest size only
     r = only(gate.judge(bands("{collective: all_reduce, size: 16M, ranks: 16, busbw_GBps: 1}"), frame))
@@ -141,7 +141,7 @@ def test_wrong_results_fail_an_entry_however_fast(files):
 
 
 def test_expected_failure_passes_when_wrong_or_missing_and_fails_when_it_works(files, good):
-    from commbench.results import read_results
+    from commbench.core.results import read_results
 
     wrong = read_results([files["wrong"]])
     e = "{collective: all_reduce, size: 16M, ranks: 16, expect: fail, note: known OOM}"
@@ -154,7 +154,7 @@ def test_expected_failure_passes_when_wrong_or_missing_and_fails_when_it_works(f
 
 
 def test_a_rate_lowered_by_20_percent_fails_its_own_suggested_bands(files, good):
-    from commbench.results import read_results
+    from commbench.core.results import read_results
 
     b = gate.parse_bands(gate.suggest(good, sources=["good.parquet"]).text, "bands.yaml")
     assert {e.lower for e in b.entries} == {0.05}  # a steady run keeps the floor
@@ -167,7 +167,7 @@ def test_a_rate_lowered_by_20_percent_fails_its_own_suggested_bands(files, good)
 
 def test_a_noisy_run_widens_its_bands_so_that_a_20_percent_drop_can_hide(files):
     """The other side of widening: a run that varies +-10% between repetitions cannot band tightly."""
-    from commbench.results import read_results
+    from commbench.core.results import read_results
 
     b = gate.parse_bands(gate.suggest(read_results([files["noisy"]])).text, "bands.yaml")
     assert all(e.lower > 0.2 for e in b.entries)
@@ -194,7 +194,7 @@ def test_suggest_round_trip_passes_the_same_run(good):
 
 
 def test_suggest_widens_the_band_to_the_runs_spread(tmp_path):
-    from commbench.results import read_results
+    from commbench.core.results import read_results
 
     mixed = rows()
     for r in mixed:  # 16 MiB: no variation at all; 1 MiB: +-30% between repetitions
@@ -214,7 +214,7 @@ def test_suggest_widens_the_band_to_the_runs_spread(tmp_path):
 
 
 def test_only_single_size_workloads_are_gated(tmp_path):
-    from commbench.results import read_results
+    from commbench.core.results import read_results
 
     mixed = rows(collectives=("all_reduce",))
     for r in mixed:
@@ -230,7 +230,7 @@ def test_only_single_size_workloads_are_gated(tmp_path):
 
 
 def test_suggest_leaves_out_wrong_points_and_says_so(files):
-    from commbench.results import read_results
+    from commbench.core.results import read_results
 
     made = gate.suggest(read_results([files["wrong"]]))  # 16 MiB has wrong results
     assert all(e["size"] != "16M" for e in yaml.safe_load(made.text)["entries"])
@@ -292,7 +292,7 @@ def test_a_bad_bands_file_is_one_line_of_bad_input_naming_file_and_entry(name, f
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
     """cli.main as the console script runs it (exit codes, one-line errors), in this process."""
-    from commbench.cli import main
+    from commbench.cli.app import main
 
     with pytest.raises(SystemExit) as info:
         main(list(args))

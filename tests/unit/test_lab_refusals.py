@@ -2,9 +2,9 @@
 
 import pytest
 
-from commbench import lab
-from commbench.cli import main
-from commbench.errors import BadInput
+from commbench.lab import network as lab
+from commbench.cli.app import main
+from commbench.core.errors import BadInput
 
 
 @pytest.mark.parametrize("args", [["lab", "up"], ["lab", "status"], ["lab", "set", "--mtu", "9000"],

@@ -1,9 +1,9 @@
-"""commbench.launch.detect: which launcher started this process, from its environment alone."""
+"""commbench.core.launch.detect: which launcher started this process, from its environment alone."""
 
 import pytest
 
-from commbench.errors import BadInput
-from commbench.launch import RankEnv, detect
+from commbench.core.errors import BadInput
+from commbench.core.launch import RankEnv, detect
 
 TORCHRUN = {"TORCHELASTIC_RUN_ID": "none", "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
             "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29400", "GROUP_RANK": "1"}

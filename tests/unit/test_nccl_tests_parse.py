@@ -1,4 +1,4 @@
-"""commbench.nccl_tests: nccl-tests output in every shape met in the field -> commbench rows.
+"""commbench.integrations.nccl_tests: nccl-tests output in every shape met in the field -> commbench rows.
 
 The samples in tests/data/nccl-tests are real outputs (see the README there); the shapes no sample
 shows (mpirun --tag-output prefixes, -S timestamps, -I per-iteration columns, -J JSON with "nan" and
@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from commbench import nccl_tests as nt
-from commbench.errors import BadInput
-from commbench.results import _table
+from commbench.integrations import nccl_tests as nt
+from commbench.core.errors import BadInput
+from commbench.core.results import _table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 SAMPLES = sorted(p.name for p in DATA.glob("*.txt"))
@@ -547,7 +547,7 @@ def test_missing_file_and_folder(tmp_path):
 
 
 def cli(*args: str, capsys) -> tuple[int, str, str]:
-    from commbench.cli import main
+    from commbench.cli.app import main
 
     with pytest.raises(SystemExit) as exc:
         main(list(args))

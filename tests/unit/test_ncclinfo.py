@@ -1,4 +1,4 @@
-"""commbench.ncclinfo: the transport NCCL used, from recorded NCCL_DEBUG=INFO lines.
+"""commbench.net.ncclinfo: the transport NCCL used, from recorded NCCL_DEBUG=INFO lines.
 
 Every line below is quoted from a public issue (the URL is above each group), unchanged.
 """
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from commbench.errors import BadInput
-from commbench.ncclinfo import (TransportCollector, classify, debug_file_pattern, enable_debug_file,
+from commbench.core.errors import BadInput
+from commbench.net.ncclinfo import (TransportCollector, classify, debug_file_pattern, enable_debug_file,
                                 own_debug_file_transport, read_debug_files, record_transport, transports)
 
 # https://github.com/NVIDIA/nccl/issues/707 (2 nodes, A100, GPUDirect RDMA)
@@ -110,8 +110,8 @@ def test_own_debug_file_is_the_one_of_this_process(tmp_path):
 def test_record_transport_rewrites_the_results(tmp_path, monkeypatch):
     import pandas as pd
 
-    from commbench import nccl_tests
-    from commbench.results import ResultWriter
+    from commbench.integrations import nccl_tests
+    from commbench.core.results import ResultWriter
 
     parsed = nccl_tests.parse_file(Path(__file__).parents[1] / "data" / "nccl-tests"
                                    / "all_reduce_v2.19.4_1node_8xA100.txt", "20250101-000000-abcdef")

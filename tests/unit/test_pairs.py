@@ -10,9 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from commbench import linkrank, pairsplot, tournament
-from commbench.cli import main
-from commbench.errors import BadInput
+from commbench.analysis import linkrank
+from commbench.analysis import pairsplot
+from commbench.workloads import tournament
+from commbench.cli.app import main
+from commbench.core.errors import BadInput
 from commbench.workloads.pairs import PairsPlan, PairsWorkload, endpoint_names, participants, pattern
 
 from .synthetic import make_rows, write
@@ -269,7 +271,7 @@ def test_from_results_without_pairs_rows_is_bad_input(tmp_path, capsys):
 
 
 def test_compare_keeps_every_link_a_point_of_its_own(tmp_path):
-    from commbench import compare
+    from commbench.analysis import compare
 
     fast = {h: 0.12 for h in HOSTS}
     before = pd.DataFrame(pairs_rows(fast, repetitions=5))
@@ -282,7 +284,7 @@ def test_compare_keeps_every_link_a_point_of_its_own(tmp_path):
 
 
 def test_report_has_the_links_section_with_the_ranking(tmp_path, capsys):
-    from commbench import report
+    from commbench.analysis import report
 
     rows = pairs_rows({"n1": 0.1, "n2": 0.1, "n3": 0.05, "n4": 0.1})
     page = report.build_html(pd.DataFrame(rows))

@@ -1,13 +1,13 @@
-"""commbench.plan: the size grid, the points of a sweep, validation and the stored plan."""
+"""commbench.harness.plan: the size grid, the points of a sweep, validation and the stored plan."""
 
 from pathlib import Path
 
 import pytest
 
-from commbench.collectives import BY_NAME
-from commbench.errors import BadInput
-from commbench.plan import Point, SweepPlan, make_run_id, size_grid, validate
-from commbench.units import parse_size
+from commbench.harness.collectives import BY_NAME
+from commbench.core.errors import BadInput
+from commbench.harness.plan import Point, SweepPlan, make_run_id, size_grid, validate
+from commbench.core.units import parse_size
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "nccl-tests" / "all_reduce_v2.19.4_1node_8xA100.txt"
 

@@ -1,4 +1,4 @@
-"""commbench.plot: the figure's content (lines, ticks, titles, bands, reference line), line-rate
+"""commbench.analysis.plot: the figure's content (lines, ticks, titles, bands, reference line), line-rate
 parsing, saving (PNG/SVG, never overwriting) and the `plot` command's bad input. Synthetic rows
 written and read through the real results module; no processes."""
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
 
-from commbench import plot
-from commbench.cli import main
-from commbench.errors import BadInput
+from commbench.analysis import plot
+from commbench.cli.app import main
+from commbench.core.errors import BadInput
 
 from .synthetic import frame, make_rows, write
 
@@ -222,7 +222,7 @@ def test_plot_results_default_out_is_next_to_the_first_result(tmp_path):
 
 
 def test_empty_results_are_bad_input(tmp_path):
-    from commbench.results import ResultWriter
+    from commbench.core.results import ResultWriter
 
     ResultWriter(tmp_path / "empty.parquet").create()
     with pytest.raises(BadInput, match="no points"):

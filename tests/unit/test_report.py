@@ -1,4 +1,4 @@
-"""commbench.report: the self-contained HTML page (tables, embedded figures, escaping, no external
+"""commbench.analysis.report: the self-contained HTML page (tables, embedded figures, escaping, no external
 resources), the Markdown report, comparison_html on a Comparison-shaped object, and the `report`
 command's files and bad input. Synthetic rows through the real results module; no processes."""
 
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench import report
-from commbench.cli import main
-from commbench.errors import BadInput
+from commbench.analysis import report
+from commbench.cli.app import main
+from commbench.core.errors import BadInput
 
 from .synthetic import frame, make_rows, write
 
@@ -150,7 +150,7 @@ def test_all_points_table_is_there_collapsed(page_html, page, df):
 
 
 def stand_in_comparison(**over):
-    """The shape of commbench.compare.Comparison (field names only), for comparison_html alone."""
+    """The shape of commbench.analysis.compare.Comparison (field names only), for comparison_html alone."""
     point = lambda **kw: SimpleNamespace(**{  # noqa: E731
         "key": {"collective": "all_reduce", "dtype": "float32", "in_place": True, "size_bytes": 1 << 20},
         "before_busbw": 40.0, "after_busbw": 30.0, "ratio": 0.75, "p_value": 0.00001, "p_holm": 0.0004,
@@ -196,7 +196,7 @@ def test_comparison_badge_colour_follows_the_verdict(verdict, cls):
 
 
 def test_html_report_with_a_baseline_has_the_comparison_and_its_overlay(tmp_path):
-    pytest.importorskip("commbench.compare")
+    pytest.importorskip("commbench.analysis.compare")
     before = write(tmp_path / "before.parquet", make_rows(label="before", mtu=1500, speed_gbps=200, repetitions=3))
     after = write(tmp_path / "after.parquet", make_rows(label="after", run_id="20250105-000000-eeeeee", mtu=9000,
                                                         repetitions=3))

@@ -1,4 +1,4 @@
-"""commbench.results: the parquet schema, atomic incremental writing and careful reading."""
+"""commbench.core.results: the parquet schema, atomic incremental writing and careful reading."""
 
 import datetime as dt
 import json
@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from commbench.errors import BadInput
-from commbench.results import COLUMNS, SCHEMA, SCHEMA_VERSION, ResultWriter, read_results, resolve_out
+from commbench.core.errors import BadInput
+from commbench.core.results import COLUMNS, SCHEMA, SCHEMA_VERSION, ResultWriter, read_results, resolve_out
 
 CONTRACT = """run_id label started_at collective dtype size_bytes count in_place world_size nnodes ranks_per_node
 backend device iters warmup repetition time_us time_us_min time_us_max time_us_p99 algbw_GBps busbw_GBps wrong

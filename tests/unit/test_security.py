@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import commbench
-from commbench.results import ResultWriter, read_results
+from commbench.core.results import ResultWriter, read_results
 from .synthetic import make_rows
 
 PACKAGE = Path(commbench.__file__).parent

@@ -1,4 +1,4 @@
-"""commbench.stats: medians, Mann-Whitney floors, Holm and Benjamini-Hochberg."""
+"""commbench.core.stats: medians, Mann-Whitney floors, Holm and Benjamini-Hochberg."""
 
 import math
 
@@ -8,7 +8,7 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commbench import stats
+from commbench.core import stats
 
 pvalues = st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=1, max_size=30)
 samples = st.lists(st.floats(0.1, 1000.0, allow_nan=False), min_size=1, max_size=12)

@@ -12,13 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from commbench import faults, stragglers, timing
-from commbench.compare import compare_frames
-from commbench.errors import BadInput
-from commbench.report import write_report
-from commbench.results import SCHEMA, read_results
-from commbench.runner import Measurement, RankTimes, Timing, _rank_columns
-from commbench.stragglers import find, late_at_point, rank_summary, robust_z, straggler_warnings
+from commbench.harness import faults
+from commbench.harness import stragglers
+from commbench.harness import timing
+from commbench.analysis.compare import compare_frames
+from commbench.core.errors import BadInput
+from commbench.analysis.report import write_report
+from commbench.core.results import SCHEMA, read_results
+from commbench.harness.runner import Measurement, RankTimes, Timing, _rank_columns
+from commbench.harness.stragglers import find, late_at_point, rank_summary, robust_z, straggler_warnings
 
 from .synthetic import make_rows, write
 

@@ -1,12 +1,12 @@
-"""commbench.timing (adaptive iteration count, CPU timer) and commbench.memory (bytes per rank)."""
+"""commbench.harness.timing (adaptive iteration count, CPU timer) and commbench.harness.memory (bytes per rank)."""
 
 import time
 
 import pytest
 
-from commbench.memory import bytes_per_rank
-from commbench.plan import SweepPlan
-from commbench.timing import CpuTimer, StopRule, adaptive_iters
+from commbench.harness.memory import bytes_per_rank
+from commbench.harness.plan import SweepPlan
+from commbench.harness.timing import CpuTimer, StopRule, adaptive_iters
 
 
 @pytest.mark.parametrize("per_iter, budget, lo, hi, expected", [
@@ -39,7 +39,7 @@ def test_stop_rule_stops_at_min_iters_when_the_median_is_already_precise():
 def test_stop_rule_grows_batches_until_the_ci_is_within_the_target():
     import random
 
-    from commbench.stats import median_ci_halfwidth
+    from commbench.core.stats import median_ci_halfwidth
 
     rng = random.Random(7)
     samples, batches = _run_rule(StopRule(1e9, 10, 100_000, 0.03), lambda: 1e-3 * (1 + 0.3 * rng.random()))

@@ -1,9 +1,9 @@
-"""commbench.units: sizes as people type them (binary units, like nccl-tests) and as tables print them."""
+"""commbench.core.units: sizes as people type them (binary units, like nccl-tests) and as tables print them."""
 
 import pytest
 
-from commbench.errors import BadInput
-from commbench.units import format_size, parse_size, parse_size_list
+from commbench.core.errors import BadInput
+from commbench.core.units import format_size, parse_size, parse_size_list
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -1,11 +1,11 @@
-"""Property tests of commbench.units.parse_size: any text gives a size or BadInput, never a crash,
+"""Property tests of commbench.core.units.parse_size: any text gives a size or BadInput, never a crash,
 and every whole number with a binary unit means exactly n * 1024**k bytes."""
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from commbench.errors import BadInput
-from commbench.units import format_size, parse_size
+from commbench.core.errors import BadInput
+from commbench.core.units import format_size, parse_size
 
 MAX = (1 << 63) - 1
 UNITS = [("", 0), ("B", 0), ("K", 1), ("M", 2), ("G", 3), ("T", 4),

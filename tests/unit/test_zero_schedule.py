@@ -2,7 +2,7 @@
 
 import pytest
 
-from commbench.cli import main
+from commbench.cli.app import main
 from commbench.workloads.zero import (MODELS, PAPER_VOLUME, module_sizes, scaled, step_schedule,
                                       volume_factor)
 

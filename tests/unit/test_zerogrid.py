@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from commbench import plot, report, zerogrid
-from commbench.cli import main
-from commbench.errors import BadInput
+from commbench.analysis import plot
+from commbench.analysis import report
+from commbench.analysis import zerogrid
+from commbench.cli.app import main
+from commbench.core.errors import BadInput
 
 from .synthetic import frame, make_rows, write
 

@@ -1,0 +1,677 @@
+"""Reference bands per system: judge a run against them (`commbench gate`), or suggest them from a good run.
+
+The file format and the rules are in docs/GATE.md. In short: a versioned YAML file lists entries
+(collective, size, ranks, dtype, ... -> expected busbw with a lower and an optional upper
+tolerance, or `expect: fail`); each entry's measured value is the median busbw over the rows that
+match it; an entry passes inside its band and fails below it, above it (only when `upper` is
+set), on wrong results, or when nothing was measured for it (unless it is `optional`). Nothing
+fails open: a file that cannot be read exactly as written is bad input, never an empty gate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from commbench.core import stats
+from commbench.analysis.compare import BANDWIDTH_BOUND_FRACTION, _check_frame, _column, _jsonable, _md_cell, _printable
+from commbench.core.errors import BadInput
+from commbench.core.units import format_size, parse_size
+
+FORMAT_VERSION = 1
+DEFAULT_LOWER = 0.05
+# --suggest: sizes below this are latency-bound on every fabric we know and too noisy to band.
+DEFAULT_MIN_SIZE = 1 << 20
+# --suggest widens a band to this many robust standard deviations (1.4826 x MAD) of the run's own
+# spread, so that the system that made the run passes its own bands.
+SPREAD_FACTOR = 3.0
+MAD_TO_SIGMA = 1.4826
+MAX_SUGGESTED_LOWER = 0.5
+# Workloads whose rows are one collective at one size (nccl-tests' definitions): the only rows a band
+# describes. Buckets and ZeRO rows are whole steps, keyed by more than a size.
+GATED_WORKLOADS = ("sweep", "nccl-tests")
+
+ENTRY_KEYS = ("collective", "size", "ranks", "dtype", "op", "in_place", "nnodes", "workload", "busbw_GBps",
+              "lower", "upper", "expect", "optional", "note")
+DEFAULT_KEYS = ("lower", "upper")
+TOP_KEYS = ("version", "system", "defaults", "entries")
+VERDICTS = ("PASS", "FAIL", "SKIP")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One reference band, validated: names canonical, sizes in bytes, tolerances as fractions."""
+
+    index: int  # 1-based position in the file, as messages name it
+    collective: str
+    size_bytes: int
+    ranks: int
+    dtype: str | None = None  # None: any dtype
+    op: str | None = None
+    in_place: bool | None = None
+    nnodes: int | None = None
+    workload: str | None = None  # None: sweep and nccl-tests rows alike
+    busbw_GBps: float | None = None  # None only with expect "fail"
+    lower: float = DEFAULT_LOWER
+    upper: float | None = None
+    expect: str = "pass"
+    optional: bool = False
+    note: str | None = None
+
+    def describe(self) -> str:
+        parts = [self.collective, self.dtype or "any dtype", format_size(self.size_bytes), f"{self.ranks} ranks"]
+        if self.nnodes is not None:
+            parts[-1] += f" on {self.nnodes} nodes"
+        if self.in_place is not None:
+            parts.append("in-place" if self.in_place else "out-of-place")
+        if self.op is not None:
+            parts.append(self.op)
+        if self.workload is not None:
+            parts.append(self.workload)
+        return " ".join(parts)
+
+    def band(self) -> tuple[float, float | None]:
+        assert self.busbw_GBps is not None
+        low = self.busbw_GBps * (1 - self.lower)
+        high = None if self.upper is None else self.busbw_GBps * (1 + self.upper)
+        return low, high
+
+
+@dataclass(frozen=True)
+class Bands:
+    version: int
+    system: str
+    entries: tuple[Entry, ...]
+    source: str
+
+
+@dataclass
+class EntryResult:
+    entry: Entry
+    measured_GBps: float | None  # median over the matching rows; None when nothing matched
+    n_rows: int
+    wrong_rows: int
+    ratio: float | None  # measured / expected
+    band: tuple[float, float | None] | None
+    verdict: str  # PASS, FAIL, SKIP
+    reason: str
+
+
+@dataclass
+class GateReport:
+    system: str
+    source: str
+    results: list[EntryResult]
+
+    @property
+    def failed(self) -> list[EntryResult]:
+        return [r for r in self.results if r.verdict == "FAIL"]
+
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def summary(self) -> str:
+        n = len(self.results)
+        skipped = sum(r.verdict == "SKIP" for r in self.results)
+        skip = f", {skipped} optional not measured" if skipped else ""
+        system = f" (system {self.system})" if self.system else ""
+        if not self.failed:
+            return f"gate: PASS: {n - skipped} of {n} entries within their bands{skip}{system}"
+        named = "; ".join(f"#{r.entry.index} {r.entry.describe()}: {r.reason}" for r in self.failed)
+        return f"gate: FAIL: {len(self.failed)} of {n} entries missed{skip}{system}: {named}"
+
+    def to_dict(self) -> dict:
+        out = {"system": self.system, "source": self.source, "exit_code": self.exit_code(),
+               "verdict": "FAIL" if self.failed else "PASS", "summary": self.summary(),
+               "entries": [dataclasses.asdict(r) for r in self.results]}
+        return _jsonable(out)
+
+
+# ---- reading and validating the file ----
+
+
+def _reject_duplicate_keys():
+    """A SafeLoader that refuses a key given twice in one mapping (YAML keeps the last silently)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                dup = key in seen
+            except TypeError:  # an unhashable key: let the constructor say so
+                break
+            if dup:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return Loader
+
+
+def load_bands(path: str | os.PathLike) -> Bands:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"bands file {p} does not exist: pass the file --suggest wrote, or write one "
+                       "(docs/GATE.md)") from None
+    except IsADirectoryError:
+        raise BadInput(f"bands file {p} is a folder: pass a YAML file") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{p} is not UTF-8 text: pass a YAML bands file") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read bands file {p}: {exc.strerror or exc}") from None
+    return parse_bands(text, str(p))
+
+
+def parse_bands(text: str, source: str = "<bands>") -> Bands:
+    import yaml
+
+    try:
+        doc = yaml.load(text, Loader=_reject_duplicate_keys())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BadInput(f"{source}: not valid YAML{where}: {_printable(str(problem))}: fix the file "
+                       "(docs/GATE.md has the format)") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{source}: expected a mapping with version, system and entries at the top "
+                       "(docs/GATE.md has the format)")
+    unknown = [k for k in doc if k not in TOP_KEYS]
+    if unknown:
+        raise BadInput(f"{source}: unknown top-level key {_printable(str(unknown[0]))!r}: use "
+                       f"{', '.join(TOP_KEYS)}")
+    version = doc.get("version")
+    if version is None:
+        raise BadInput(f"{source}: no version: add 'version: {FORMAT_VERSION}' at the top")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise BadInput(f"{source}: version {_printable(repr(version))} is not a format version: "
+                       f"write 'version: {FORMAT_VERSION}'")
+    if version > FORMAT_VERSION:
+        raise BadInput(f"{source}: version {version} is newer than this commbench reads ({FORMAT_VERSION}): "
+                       "upgrade commbench")
+    system = doc.get("system")
+    system = "" if system is None else _printable(str(system))
+    defaults = doc.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise BadInput(f"{source}: defaults must be a mapping, e.g. 'defaults: {{lower: 0.05}}'")
+    bad = [k for k in defaults if k not in DEFAULT_KEYS]
+    if bad:
+        raise BadInput(f"{source}: defaults: unknown key {_printable(str(bad[0]))!r}: defaults take "
+                       f"{', '.join(DEFAULT_KEYS)}")
+    d_lower = _lower(defaults.get("lower", DEFAULT_LOWER), f"{source}: defaults")
+    d_upper = _upper(defaults.get("upper"), f"{source}: defaults")
+    entries = doc.get("entries")
+    if not isinstance(entries, list) or not entries:
+        raise BadInput(f"{source}: no entries: add a list 'entries:' with at least one band "
+                       "(commbench gate --suggest RESULTS writes one)")
+    parsed, seen = [], {}
+    for i, raw in enumerate(entries, start=1):
+        entry = _entry(raw, i, source, d_lower, d_upper)
+        key = _match_key(entry)
+        if key in seen:
+            raise BadInput(f"{source}: entry {i} ({entry.describe()}) repeats entry {seen[key]}: "
+                           "remove one of them")
+        seen[key] = i
+        parsed.append(entry)
+    return Bands(version=version, system=system, entries=tuple(parsed), source=source)
+
+
+def _match_key(e: Entry) -> tuple:
+    return (e.collective, e.size_bytes, e.ranks, e.dtype, e.op, e.in_place, e.nnodes, e.workload)
+
+
+def _fraction_value(value: Any, where: str, name: str) -> float:
+    """0.05 or '5%' -> 0.05."""
+    if isinstance(value, bool):
+        raise BadInput(f"{where}: {name} {value} is not a fraction: write e.g. 0.05 or 5%")
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            v = float(value.strip()[:-1]) / 100
+        except ValueError:
+            raise BadInput(f"{where}: {name} {_printable(value)!r} is not a fraction: write e.g. 0.05 or 5%") from None
+    else:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise BadInput(f"{where}: {name} {_printable(repr(value))} is not a fraction: "
+                           "write e.g. 0.05 or 5%") from None
+    if not math.isfinite(v):
+        raise BadInput(f"{where}: {name} {_printable(str(value))} is not a fraction: write e.g. 0.05 or 5%")
+    return v
+
+
+def _lower(value: Any, where: str) -> float:
+    v = _fraction_value(value, where, "lower")
+    if not 0 <= v < 1:
+        raise BadInput(f"{where}: lower {_printable(str(value))} must be 0 or more and below 1 "
+                       "(a fraction below the expected busbw: 0.05 is 5%)")
+    return v
+
+
+def _upper(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    v = _fraction_value(value, where, "upper")
+    if v < 0:
+        raise BadInput(f"{where}: upper {_printable(str(value))} must be 0 or more (a fraction above the "
+                       "expected busbw: 0.1 is 10%), or null for no upper bound")
+    return v
+
+
+def _positive_int(value: Any, where: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"{where}: {name} {_printable(repr(value))} must be a whole number of at least 1")
+    return value
+
+
+def _collective(value: Any, where: str) -> str:
+    from commbench.harness import collectives
+
+    names = ", ".join(c.name for c in collectives.COLLECTIVES)
+    if not isinstance(value, str) or not value.strip() or "," in value or value.strip().lower() == "all":
+        raise BadInput(f"{where}: collective {_printable(repr(value))} is not one collective: use one of {names}")
+    try:
+        return collectives.resolve(value)[0].name
+    except BadInput:
+        raise BadInput(f"{where}: unknown collective {_printable(value)!r}: use one of {names} "
+                       "(nccl-tests spellings like allreduce work too)") from None
+
+
+def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | None) -> Entry:
+    from commbench.harness import collectives
+    from commbench.harness.dtypes import get_dtype, get_op
+
+    where = f"{source}: entry {index}"
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}: expected a mapping like {{collective: all_reduce, size: 64M, ranks: 2, "
+                       "busbw_GBps: 0.119}}")
+    unknown = [k for k in raw if k not in ENTRY_KEYS]
+    if unknown:
+        raise BadInput(f"{where}: unknown key {_printable(str(unknown[0]))!r}: entries take {', '.join(ENTRY_KEYS)}")
+    for key in ("collective", "size", "ranks"):
+        if raw.get(key) is None:
+            raise BadInput(f"{where}: no {key}: every entry names collective, size and ranks")
+    coll = _collective(raw["collective"], where)
+    where = f"{where} ({coll})"
+
+    def wrapped(fn, *args):
+        try:
+            return fn(*args)
+        except BadInput as exc:
+            raise BadInput(f"{where}: {exc}") from None
+
+    size = raw["size"]
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        raise BadInput(f"{where}: size {_printable(repr(size))} is not a size: write e.g. 64M, 1G or 4096")
+    size_bytes = wrapped(parse_size, str(size), "size")
+    ranks = _positive_int(raw["ranks"], where, "ranks")
+    dtype = raw.get("dtype")
+    if dtype is not None:
+        if not isinstance(dtype, str):
+            raise BadInput(f"{where}: dtype {_printable(repr(dtype))} is not a dtype name: write e.g. float32")
+        dtype = wrapped(get_dtype, dtype).name
+    op = raw.get("op")
+    if op is not None:
+        if not collectives.BY_NAME[coll].reduces:
+            raise BadInput(f"{where}: {coll} does not reduce, so it takes no op: remove 'op'")
+        if not isinstance(op, str):
+            raise BadInput(f"{where}: op {_printable(repr(op))} is not a reduction: write e.g. sum")
+        op = wrapped(get_op, op)
+    in_place = raw.get("in_place")
+    if isinstance(in_place, str) and in_place.strip().lower() in ("in", "out"):
+        in_place = in_place.strip().lower() == "in"
+    if in_place is not None and not isinstance(in_place, bool):
+        raise BadInput(f"{where}: in_place {_printable(repr(in_place))} must be true or false (or in / out)")
+    nnodes = raw.get("nnodes")
+    if nnodes is not None:
+        nnodes = _positive_int(nnodes, where, "nnodes")
+        if nnodes > ranks:
+            raise BadInput(f"{where}: nnodes {nnodes} is more than ranks {ranks}: a node holds at least one rank")
+    workload = raw.get("workload")
+    if workload is not None and workload not in GATED_WORKLOADS:
+        raise BadInput(f"{where}: workload {_printable(repr(workload))} cannot be gated: use "
+                       f"{' or '.join(GATED_WORKLOADS)} (or leave it out for both)")
+    expect = raw.get("expect", "pass")
+    if expect not in ("pass", "fail"):
+        raise BadInput(f"{where}: expect {_printable(repr(expect))} must be pass or fail")
+    optional = raw.get("optional", False)
+    if not isinstance(optional, bool):
+        raise BadInput(f"{where}: optional {_printable(repr(optional))} must be true or false")
+    note = raw.get("note")
+    note = None if note is None else _printable(str(note))
+    common = dict(index=index, collective=coll, size_bytes=size_bytes, ranks=ranks, dtype=dtype, op=op,
+                  in_place=in_place, nnodes=nnodes, workload=workload, note=note)
+    if expect == "fail":
+        given = [k for k in ("busbw_GBps", "lower", "upper", "optional") if k in raw]
+        if given:
+            raise BadInput(f"{where}: an expected failure takes no {given[0]} (it passes when the point fails "
+                           "or is missing): remove it, or remove 'expect: fail'")
+        return Entry(expect="fail", **common)
+    bw = raw.get("busbw_GBps")
+    if bw is None:
+        raise BadInput(f"{where}: no busbw_GBps: give the expected busbw in GB/s, or 'expect: fail'")
+    if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not (math.isfinite(bw) and bw > 0):
+        raise BadInput(f"{where}: busbw_GBps {_printable(repr(bw))} must be a number of GB/s above 0")
+    lower = _lower(raw["lower"], where) if "lower" in raw else d_lower
+    upper = _upper(raw["upper"], where) if "upper" in raw else d_upper
+    return Entry(busbw_GBps=float(bw), lower=lower, upper=upper, optional=optional, **common)
+
+
+# ---- the rows of a run ----
+
+
+@dataclass
+class _Rows:
+    """The gated rows of a run as plain columns (one entry per row)."""
+
+    collective: list
+    size_bytes: list
+    world_size: list
+    dtype: list
+    op: list
+    in_place: list
+    nnodes: list
+    workload: list
+    value: np.ndarray  # busbw, or algbw on one rank (busbw is 0 there by definition)
+    wrong: list
+    time_us: list
+    samples: list
+    ignored: dict  # workload -> rows left out
+
+
+def _rows(frame: pd.DataFrame) -> _Rows:
+    _check_frame(frame, "gated")
+    if len(frame) == 0:
+        raise BadInput("the results hold no rows: pass a run that measured something")
+    workloads = [w if w is not None else "sweep" for w in _column(frame, "workload")]
+    keep = [w in GATED_WORKLOADS for w in workloads]
+    ignored: dict = {}
+    for w, k in zip(workloads, keep):
+        if not k:
+            ignored[w] = ignored.get(w, 0) + 1
+
+    def col(name: str) -> list:
+        return [v for v, k in zip(_column(frame, name), keep) if k]
+
+    world = col("world_size")
+    busbw = np.asarray(col("busbw_GBps"), dtype=float)
+    if any(w == 1 for w in world):
+        alg = np.asarray(col("algbw_GBps"), dtype=float)
+        busbw = np.where(np.asarray([w == 1 for w in world], dtype=bool), alg, busbw)
+    samples = col("samples_us") if "samples_us" in frame.columns else [None] * len(world)
+    return _Rows(collective=col("collective"), size_bytes=[None if v is None else int(v) for v in col("size_bytes")],
+                 world_size=world, dtype=col("dtype"), op=col("op"),
+                 in_place=[None if v is None else bool(v) for v in col("in_place")], nnodes=col("nnodes"),
+                 workload=[w if w is not None else "sweep" for w in col("workload")], value=busbw,
+                 wrong=col("wrong"), time_us=col("time_us"), samples=samples, ignored=ignored)
+
+
+def _matching(rows: _Rows, e: Entry) -> list[int]:
+    out = []
+    for i in range(len(rows.collective)):
+        if (rows.collective[i] != e.collective or rows.size_bytes[i] != e.size_bytes
+                or rows.world_size[i] != e.ranks):
+            continue
+        if e.dtype is not None and rows.dtype[i] != e.dtype:
+            continue
+        if e.op is not None and rows.op[i] != e.op:
+            continue
+        if e.in_place is not None and rows.in_place[i] != e.in_place:
+            continue
+        if e.nnodes is not None and rows.nnodes[i] != e.nnodes:
+            continue
+        if e.workload is not None and rows.workload[i] != e.workload:
+            continue
+        out.append(i)
+    return out
+
+
+def _values(rows: _Rows, idx: list[int], what: str) -> np.ndarray:
+    v = rows.value[idx]
+    if not np.all(np.isfinite(v) & (v > 0)):
+        raise BadInput(f"the results hold busbw_GBps {v[~(np.isfinite(v) & (v > 0))][0]} for {what}: a damaged "
+                       "or hand-edited file; re-run the measurement")
+    return v
+
+
+# ---- judging ----
+
+
+def judge(bands: Bands, frame: pd.DataFrame) -> GateReport:
+    """Judge a run (read_results output) against the bands; see docs/GATE.md for the rules."""
+    rows = _rows(frame)
+    return GateReport(system=bands.system, source=bands.source, results=[_judge(e, rows) for e in bands.entries])
+
+
+def _judge(e: Entry, rows: _Rows) -> EntryResult:
+    idx = _matching(rows, e)
+    wrong = sum(1 for i in idx if (rows.wrong[i] or 0) > 0)
+    measured = stats.median(_values(rows, idx, e.describe())) if idx else None
+    base = dict(entry=e, measured_GBps=measured, n_rows=len(idx), wrong_rows=wrong, ratio=None, band=None)
+    if e.expect == "fail":
+        if not idx:
+            return EntryResult(verdict="PASS", reason="expected failure: not measured", **base)
+        if wrong:
+            return EntryResult(verdict="PASS", reason=f"expected failure: {wrong} of {len(idx)} rows wrong", **base)
+        return EntryResult(verdict="FAIL", reason=f"expected to fail, but {len(idx)} rows measured with correct "
+                                                  "results: the known failure is gone; update the bands", **base)
+    if not idx:
+        if e.optional:
+            return EntryResult(verdict="SKIP", reason="optional, not measured", **base)
+        return EntryResult(verdict="FAIL", reason="not measured (no row matches)", **base)
+    assert e.busbw_GBps is not None and measured is not None
+    low, high = e.band()
+    base.update(ratio=measured / e.busbw_GBps, band=(low, high))
+    if wrong:
+        return EntryResult(verdict="FAIL", reason=f"wrong results in {wrong} of {len(idx)} rows", **base)
+    change = f"{(measured / e.busbw_GBps - 1) * 100:+.1f}%"
+    if measured < low:
+        return EntryResult(verdict="FAIL", reason=f"below band ({change}, tolerance -{e.lower * 100:g}%)", **base)
+    if high is not None and measured > high:
+        return EntryResult(verdict="FAIL", reason=f"above band ({change}, tolerance +{e.upper * 100:g}%): "
+                                                  "suspiciously fast (caching? a wrong size?)", **base)
+    return EntryResult(verdict="PASS", reason=change, **base)
+
+
+# ---- suggesting ----
+
+
+@dataclass
+class Suggestion:
+    text: str  # the YAML file
+    entries: int
+    notes: list[str]  # what was left out and why (printed on stderr)
+
+
+def _spread(rows: _Rows, idx: list[int], median: float) -> float:
+    """Relative robust spread of a point: over repetitions, or over one repetition's iterations."""
+    if len(idx) >= 2:
+        values = rows.value[idx]
+    else:
+        i = idx[0]
+        samples, t = rows.samples[i], rows.time_us[i]
+        if samples is None or len(samples) < 2 or not t:
+            return 0.0
+        arr = np.asarray(samples, dtype=float)
+        values = rows.value[i] * t / arr[np.isfinite(arr) & (arr > 0)]
+        if values.size < 2:
+            return 0.0
+    mad = float(np.median(np.abs(values - np.median(values))))
+    return MAD_TO_SIGMA * mad / median
+
+
+def _size_text(n: int) -> str | int:
+    for unit, factor in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n % factor == 0:
+            return f"{n // factor}{unit}"
+    return n
+
+
+def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = DEFAULT_LOWER,
+            upper: float | None = None, min_size: int = DEFAULT_MIN_SIZE, system: str | None = None) -> Suggestion:
+    """Bands from a good run: one entry per bandwidth-bound point of at least min_size (docs/GATE.md)."""
+    import yaml
+
+    if not 0 <= lower < 1:
+        raise BadInput(f"--lower {lower} must be 0 or more and below 1 (a fraction: 0.05 is 5%)")
+    if upper is not None and not (math.isfinite(upper) and upper >= 0):
+        raise BadInput(f"--upper {upper} must be 0 or more (a fraction: 0.1 is 10%)")
+    rows = _rows(frame)
+    notes = [f"left out {n} rows of workload {w}: bands describe one collective at one size "
+             f"({', '.join(GATED_WORKLOADS)})" for w, n in sorted(rows.ignored.items())]
+    groups: dict[tuple, list[int]] = {}
+    for i in range(len(rows.collective)):
+        key = (rows.collective[i], rows.dtype[i], rows.world_size[i], rows.nnodes[i], rows.op[i], rows.in_place[i],
+               rows.size_bytes[i])
+        groups.setdefault(key, []).append(i)
+    if not groups:
+        raise BadInput("the results hold no sweep or nccl-tests rows: suggest bands from a `commbench sweep` run")
+    medians = {k: stats.median(_values(rows, idx, f"{k[0]} {format_size(k[-1])}")) for k, idx in groups.items()}
+    peaks: dict[tuple, float] = {}
+    for k, m in medians.items():
+        peaks[k[:4]] = max(peaks.get(k[:4], 0.0), m)
+    # Name placements and ops only where the run holds more than one of them for the collective.
+    variants: dict[str, dict[str, set]] = {}
+    for k in groups:
+        v = variants.setdefault(k[0], {"in_place": set(), "op": set()})
+        v["in_place"].add(k[5])
+        v["op"].add(k[4])
+    entries = []
+    left_small = left_latency = 0
+    for k in sorted(groups, key=lambda k: (k[0], str(k[1]), k[2], k[3] or 0, k[6], str(k[4]), str(k[5]))):
+        coll, dtype, world, nnodes, op, in_place, size = k
+        idx, med = groups[k], medians[k]
+        wrong = sum(1 for i in idx if (rows.wrong[i] or 0) > 0)
+        name = f"{coll} {dtype} {format_size(size)} on {world} ranks"
+        if wrong:
+            notes.append(f"left out {name}: {wrong} of {len(idx)} rows have wrong results (add it with "
+                         "'expect: fail' if that is a known failure)")
+            continue
+        if size < min_size:
+            left_small += 1
+            continue
+        if med < BANDWIDTH_BOUND_FRACTION * peaks[k[:4]]:
+            left_latency += 1
+            continue
+        spread = _spread(rows, idx, med)
+        tol = max(lower, math.ceil(SPREAD_FACTOR * spread * 100) / 100)
+        if tol > MAX_SUGGESTED_LOWER:
+            notes.append(f"{name}: the run's spread (3 x {spread * 100:.1f}%) is wider than "
+                         f"{MAX_SUGGESTED_LOWER * 100:g}%: band capped there; measure a quieter run or more "
+                         "repetitions")
+            tol = MAX_SUGGESTED_LOWER
+        entry: dict[str, Any] = {"collective": coll, "size": _size_text(size), "ranks": world}
+        if dtype is not None:
+            entry["dtype"] = dtype
+        if nnodes is not None:
+            entry["nnodes"] = nnodes
+        if len(variants[coll]["in_place"]) > 1 and in_place is not None:
+            entry["in_place"] = in_place
+        if len(variants[coll]["op"]) > 1 and op is not None:
+            entry["op"] = op
+        entry["busbw_GBps"] = float(f"{med:.5g}")
+        if tol != lower:
+            entry["lower"] = tol
+        entries.append(entry)
+    if left_small:
+        notes.append(f"left out {left_small} points below {format_size(min_size)} (--min-size)")
+    if left_latency:
+        notes.append(f"left out {left_latency} points below {BANDWIDTH_BOUND_FRACTION * 100:g}% of their "
+                     "collective's peak busbw (latency-bound)")
+    if not entries:
+        raise BadInput(f"no point of the results is bandwidth-bound and at least {format_size(min_size)}: "
+                       "pass --min-size smaller, or a sweep with larger sizes")
+    if system is None:
+        hosts = sorted({h for hs in _column(frame, "hosts") if hs is not None for h in hs})
+        system = ",".join(hosts) if hosts else "unnamed"
+    doc = {"version": FORMAT_VERSION, "system": _printable(system), "defaults": {"lower": lower, "upper": upper},
+           "entries": entries}
+    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=200, allow_unicode=False)
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    names = ", ".join(_printable(str(s)) for s in sources) or "a results table"
+    header = (f"# commbench reference bands (docs/GATE.md), suggested {when} from {names}.\n"
+              f"# One entry per bandwidth-bound point of at least {format_size(min_size)}; busbw_GBps is the run's\n"
+              f"# median; lower is {lower:g} or {SPREAD_FACTOR:g} x the point's own spread, whichever is wider.\n"
+              "# Review before use: this is a starting point, not a specification.\n")
+    return Suggestion(text=header + body, entries=len(entries), notes=notes)
+
+
+def write_new(path: str | os.PathLike, text: str) -> None:
+    """Write a file that must not exist yet (a bands file is never overwritten)."""
+    p = Path(path)
+    try:
+        with open(p, "x", encoding="utf-8") as fh:
+            fh.write(text)
+    except FileExistsError:
+        raise BadInput(f"{p} already exists: gate --suggest never overwrites a file; pass another --out "
+                       "or remove it first") from None
+    except IsADirectoryError:
+        raise BadInput(f"--out {p} is a folder: pass a file name, e.g. bands.yaml") from None
+    except OSError as exc:
+        raise BadInput(f"cannot write --out {p}: {exc.strerror or exc}") from None
+
+
+# ---- rendering ----
+
+
+def _bw(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _band_text(r: EntryResult) -> str:
+    if r.entry.expect == "fail":
+        return "expect fail"
+    if r.band is None:
+        low, high = r.entry.band()
+    else:
+        low, high = r.band
+    return f">= {_bw(low)}" if high is None else f"{_bw(low)}..{_bw(high)}"
+
+
+HEADERS = ["#", "entry", "expected GB/s", "measured GB/s", "rows", "ratio", "band GB/s", "verdict", "reason"]
+
+
+def _table_rows(report: GateReport) -> list[list[str]]:
+    out = []
+    for r in report.results:
+        out.append([str(r.entry.index), r.entry.describe(), _bw(r.entry.busbw_GBps), _bw(r.measured_GBps),
+                    str(r.n_rows), "-" if r.ratio is None else f"{r.ratio:.3f}", _band_text(r), r.verdict,
+                    r.reason])
+    return [[_printable(c) for c in row] for row in out]
+
+
+def render_table(report: GateReport) -> str:
+    rows = _table_rows(report)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    system = f" (system {report.system})" if report.system else ""
+    lines = [f"bands: {_printable(report.source)}{system}", "",
+             fmt(HEADERS), fmt(["-" * w for w in widths]), *map(fmt, rows), "", report.summary()]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(report: GateReport) -> str:
+    verdict = "FAIL" if report.failed else "PASS"
+    system = f" (system {_md_cell(report.system)})" if report.system else ""
+    lines = [f"### commbench gate: **{verdict}**", "", f"- bands: {_md_cell(report.source)}{system}",
+             f"- {_md_cell(report.summary())}", "",
+             "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in _table_rows(report)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,254 @@
+"""Which links are slow, and is one host to blame? The analysis behind `commbench pairs`.
+
+Input: one bandwidth per measured link (`commbench pairs` rows, median over repetitions). Output:
+the links ranked slowest first, the hosts that appear most among the slowest, and the endpoints
+(hosts, or ranks when a host runs several) singled out as slow.
+
+The rule that singles out an endpoint looks at its *best* link, per direction: a slow NIC, port
+or cable caps every link of its host, while a slow peer caps only the link to that peer, so a
+host's fastest link is what the host itself can do. An endpoint is singled out when its best
+sending (or receiving) link is below `threshold` x the median of every endpoint's best sending
+(receiving) link. Equal links single out nobody; one slow host among many is singled out however
+few hosts there are (from 3), and so are two slow hosts of four (where "median of its links"
+would blame nobody, since half of every host's peers are slow). A single bad link between two
+healthy hosts is at the top of the ranked list but blames neither host. With two endpoints a
+slow link cannot be pinned on either end, so nobody is singled out.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+DEFAULT_THRESHOLD = 0.8
+
+
+@dataclass(frozen=True)
+class Link:
+    """One measured link: src sends to dst (bidir: both ways at once, gbps per direction)."""
+
+    src: str  # endpoint names (hosts, or host/rank)
+    dst: str
+    src_host: str
+    dst_host: str
+    gbps: float
+    bidir: bool = False
+    src_rank: int | None = None
+    dst_rank: int | None = None
+
+    def text(self) -> str:
+        return f"{self.src} {'<->' if self.bidir else '->'} {self.dst}"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    host: str
+    send_best: float | None  # GB/s of its fastest link as sender
+    recv_best: float | None
+    send_ratio: float | None  # send_best / the median endpoint's send_best
+    recv_ratio: float | None
+    slow_send: bool = False
+    slow_recv: bool = False
+
+    @property
+    def slow(self) -> bool:
+        return self.slow_send or self.slow_recv
+
+
+@dataclass
+class Ranking:
+    links: list[Link]  # every link, slowest first
+    slowest: list[Link]  # as many as one endpoint takes part in
+    median_gbps: float  # over every link
+    host_counts: list[tuple[str, int]]  # hosts by how many of `slowest` they are in
+    endpoints: list[Endpoint]
+    threshold: float
+    send_reference: float | None  # the median endpoint's best sending link
+    recv_reference: float | None
+    note: str | None = None  # why nobody could be singled out, when the data cannot tell
+    bidir: bool = False
+    per_host: bool = True  # endpoints are hosts (one rank each), not ranks
+    singled_out: list[Endpoint] = field(default_factory=list)
+
+
+def rank_links(links: list[Link], threshold: float = DEFAULT_THRESHOLD) -> Ranking:
+    if not links:
+        raise ValueError("no links to rank")
+    if not 0 < threshold < 1:
+        raise ValueError("threshold must be in (0, 1)")
+    ordered = sorted(links, key=lambda ln: (ln.gbps, ln.src_rank if ln.src_rank is not None else -1, ln.src, ln.dst))
+    bidir = all(ln.bidir for ln in links)
+    names = sorted({ln.src for ln in links} | {ln.dst for ln in links})
+    host_of = {ln.src: ln.src_host for ln in links} | {ln.dst: ln.dst_host for ln in links}
+    p = len(names)
+    k = min(len(ordered), (p - 1) if bidir else 2 * (p - 1))
+    slowest = ordered[:max(1, k)]
+    counts = Counter(h for ln in slowest for h in {ln.src_host, ln.dst_host})
+    host_counts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    # Links inside one host (several ranks per host) run over another path (shared memory,
+    # NVLink, loopback): a host's network is judged on its links to other hosts.
+    several_hosts = len(set(host_of.values())) > 1
+    judged = [ln for ln in links if not several_hosts or ln.src_host != ln.dst_host]
+    send: dict[str, list[float]] = {n: [] for n in names}
+    recv: dict[str, list[float]] = {n: [] for n in names}
+    for ln in judged:
+        send[ln.src].append(ln.gbps)
+        recv[ln.dst].append(ln.gbps)
+        if ln.bidir:
+            send[ln.dst].append(ln.gbps)
+            recv[ln.src].append(ln.gbps)
+    send_best = {n: max(v) if v else None for n, v in send.items()}
+    recv_best = {n: max(v) if v else None for n, v in recv.items()}
+    send_ref = _median([v for v in send_best.values() if v is not None])
+    recv_ref = _median([v for v in recv_best.values() if v is not None])
+
+    note = None
+    can_tell = p >= 3
+    if not can_tell:
+        note = "with two endpoints a slow link cannot be pinned on either end: measure at least 3 hosts"
+    endpoints = []
+    for n in names:
+        s_ratio = _ratio(send_best[n], send_ref)
+        r_ratio = _ratio(recv_best[n], recv_ref)
+        endpoints.append(Endpoint(n, host_of[n], send_best[n], recv_best[n], s_ratio, r_ratio,
+                                  slow_send=can_tell and s_ratio is not None and s_ratio < threshold,
+                                  slow_recv=can_tell and r_ratio is not None and r_ratio < threshold))
+    per_host = all(n == host_of[n] for n in names)
+    return Ranking(ordered, slowest, statistics.median(ln.gbps for ln in links), host_counts, endpoints, threshold,
+                   send_ref, recv_ref, note, bidir, per_host, [e for e in endpoints if e.slow])
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    if value is None or not reference or not math.isfinite(reference):
+        return None
+    return value / reference
+
+
+# --------------------------------------------------------------------------- text
+
+
+def render(r: Ranking) -> list[str]:
+    """The ranked list, the hosts in it, and the verdict, as console lines."""
+    what = "host" if r.per_host else "endpoint"
+    lines = [f"# Slowest links ({len(r.slowest)} of {len(r.links)}, as many as one {what} takes part in; "
+             f"median of all links {r.median_gbps:.4f} GB/s{' per direction' if r.bidir else ''}):",
+             f"#  {'#':>3}  {'link':<40} {'GB/s':>9}  {'of median':>9}"]
+    for i, ln in enumerate(r.slowest, 1):
+        share = f"{ln.gbps / r.median_gbps:.0%}" if r.median_gbps > 0 else "n/a"
+        lines.append(f"#  {i:3d}  {ln.text():<40} {ln.gbps:9.4f}  {share:>9}")
+    total = len(r.slowest)
+    lines.append("# Hosts in these links: " + ", ".join(f"{h} ({c} of {total})" for h, c in r.host_counts))
+    if r.note:
+        lines.append(f"# No {what} singled out: {r.note}.")
+        return lines
+    for e in r.singled_out:
+        lines.append(f"# Slow {what}: {_name(e, r)}: {_best_text(e, r)}")
+    if not r.singled_out:
+        ref = (f"{r.send_reference:.4f} GB/s per direction" if r.bidir else
+               f"{_num(r.send_reference)} GB/s sending, {_num(r.recv_reference)} GB/s receiving")
+        lines.append(f"# No {what} stands out: every {what}'s best link is at least {r.threshold:.0%} of the "
+                     f"median {what}'s best ({ref}).")
+    return lines
+
+
+def verdict(r: Ranking) -> str | None:
+    """One line naming the slow hosts, or None."""
+    if not r.singled_out:
+        return None
+    what = "host" if r.per_host else "endpoint"
+    names = ", ".join(_name(e, r) for e in r.singled_out)
+    return (f"slow {what}{'s' if len(r.singled_out) > 1 else ''}: {names} (best link below {r.threshold:.0%} of "
+            "the median; see the ranked links above)")
+
+
+def _name(e: Endpoint, r: Ranking) -> str:
+    return e.name if r.per_host else f"{e.name} (host {e.host})"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
+
+
+def _best_text(e: Endpoint, r: Ranking) -> str:
+    if r.bidir:
+        return (f"its best link {_num(e.send_best)} GB/s per direction = {e.send_ratio:.0%} of the median "
+                f"{'host' if r.per_host else 'endpoint'}'s best ({_num(r.send_reference)} GB/s)")
+    parts = []
+    for role, best, ratio, ref, slow in (("sending", e.send_best, e.send_ratio, r.send_reference, e.slow_send),
+                                         ("receiving", e.recv_best, e.recv_ratio, r.recv_reference, e.slow_recv)):
+        if best is None:
+            continue
+        mark = "" if slow else ", normal"
+        parts.append(f"best link {role} {best:.4f} GB/s = {ratio:.0%} of the median's {_num(ref)}{mark}")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- results rows
+
+
+PAIRS_COLLECTIVES = {"sendrecv": False, "sendrecv_bidir": True}
+
+
+def links_by_run(df) -> dict[str, list[Link]]:
+    """`commbench pairs` rows -> links per run (median busbw over repetitions). Endpoints are named
+    by host when each host has one, else host/rank."""
+    out: dict[str, list[Link]] = {}
+    if df is None or len(df) == 0 or "workload" not in df.columns:
+        return out
+    rows = df[df["workload"] == "pairs"]
+    need = ("src_host", "dst_host", "src_rank", "dst_rank")
+    if len(rows) == 0 or any(c not in rows.columns for c in need):
+        return out
+    rows = rows.dropna(subset=list(need) + ["busbw_GBps"])
+    for run_id, run in rows.groupby("run_id", sort=False):
+        ends = {(h, int(r)) for h, r in zip(run["src_host"], run["src_rank"])} | \
+               {(h, int(r)) for h, r in zip(run["dst_host"], run["dst_rank"])}
+        per_host = Counter(h for h, _ in ends)
+        name = {(h, r): h if per_host[h] == 1 else f"{h}/r{r}" for h, r in ends}
+        links = []
+        keys = ["src_host", "src_rank", "dst_host", "dst_rank", "collective"]
+        for (sh, sr, dh, dr, coll), g in run.groupby(keys, sort=False):
+            links.append(Link(name[(sh, int(sr))], name[(dh, int(dr))], str(sh), str(dh),
+                              float(g["busbw_GBps"].median()), PAIRS_COLLECTIVES.get(coll, False), int(sr), int(dr)))
+        if links:
+            out[str(run_id)] = links
+    return out
+
+
+def endpoint_order(links: list[Link]) -> list[str]:
+    """Endpoint names in rank order (the order of the heat map's rows and columns)."""
+    seen: dict[str, int] = {}
+    for ln in links:
+        seen.setdefault(ln.src, ln.src_rank if ln.src_rank is not None else 0)
+        seen.setdefault(ln.dst, ln.dst_rank if ln.dst_rank is not None else 0)
+    return sorted(seen, key=lambda n: (seen[n], n))
+
+
+def report(df, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[str], list[str]]:
+    """`commbench pairs --from`: (console lines, verdicts) for every pairs run in `df`."""
+    from commbench.core.errors import BadInput
+    from commbench.core.units import format_size
+
+    runs = links_by_run(df)
+    if not runs:
+        raise BadInput("the results hold no pairs rows: pass a file written by commbench pairs")
+    lines, verdicts = [], []
+    for run_id, links in runs.items():
+        ranking = rank_links(links, threshold)
+        first = df[df["run_id"] == run_id].iloc[0]
+        size = first.get("size_bytes")
+        lines.append(f"# run {run_id}: {first.get('collective')} of {format_size(int(size))}, "
+                     f"{len(ranking.endpoints)} {'hosts' if ranking.per_host else 'endpoints'}, {len(links)} links")
+        lines += render(ranking)
+        found = verdict(ranking)
+        if found:
+            verdicts.append(f"run {run_id}: {found}")
+    return lines, verdicts

@@ -1,0 +1,786 @@
+"""Pictures of results: bandwidth (or time) against message size, and before/after overlays.
+
+Figures are built as plain `matplotlib.figure.Figure` objects drawn by the Agg canvas, so nothing
+here touches pyplot's global state (a notebook or another caller keeps its own backend). One line
+per collective / dtype / placement / label / run: the median over repetitions, with a shaded
+band from the smallest to the largest repetition when there are several. A second panel shows the
+time per operation of the small sizes (<= 64 KiB), where latency, not bandwidth, is the story.
+
+Every string that comes from a results file (labels, hosts, interface names) is untrusted: it is
+escaped for matplotlib's mathtext, so a `$` in a label cannot break or restyle the figure.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from commbench.core.errors import BadInput
+from commbench.core.units import format_size
+
+METRICS = {
+    "busbw": ("busbw_GBps", "Bus bandwidth (GB/s)"),
+    "algbw": ("algbw_GBps", "Algorithm bandwidth (GB/s)"),
+    "time": ("time_us", "Time per operation (µs)"),
+}
+SMALL_BYTES = 64 * 1024
+FORMATS = (".png", ".svg")
+DPI = 110
+MAX_BANDED_LATENCY_LINES = 4
+
+# Line identity: everything that makes two rows different curves.
+GROUP_KEYS = ("collective", "dtype", "in_place", "label", "run_id")
+# Columns no figure reads, left on disk when reading results to plot (the lists are most of a
+# million rows' memory). A figure that starts using one takes it out of here.
+UNUSED_COLUMNS = ("samples_us", "rank_time_us", "rank_skew_us", "env", "plan")
+
+# A fixed colour per collective, in the collectives table's order, so all_reduce has the same
+# colour in every figure and report. tab10 without grey (kept for "other").
+_ORDER = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "sendrecv")
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#17becf", "#bcbd22", "#7f7f7f")
+_STYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+# --------------------------------------------------------------------------- line rate
+
+
+_RATE = re.compile(
+    r"^\s*(?P<num>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?\s*(?P<prefix>[kKmMgGtT]?)"
+    r"(?P<unit>bps|b/s|bits?/s|Bps|B/s|bytes?/s)\s*$")
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+def parse_line_rate(text: str) -> float:
+    """'400Gbps' -> 50.0 (GB/s). Bits: Gbps, Gb/s, Gbit/s; bytes: GB/s, GBps. Decimal prefixes
+    (k, M, G, T), as link speeds are quoted. A lowercase b is bits, an uppercase B bytes."""
+    raw = str(text)
+    m = _RATE.match(raw) if len(raw) <= 64 else None
+    if not m:
+        raise BadInput(f"--line-rate {raw!r} is not a rate: give a number and a unit, "
+                       "e.g. 400Gbps, 100000Mbps or 50GB/s")
+    try:
+        value = float(m.group("num")) * 10.0 ** int(m.group("exp") or 0) * _PREFIX[m.group("prefix").lower()]
+    except OverflowError:
+        value = math.inf
+    if m.group("unit") in ("bps", "b/s", "bit/s", "bits/s"):
+        value /= 8.0
+    if not math.isfinite(value) or value <= 0:
+        raise BadInput(f"--line-rate {raw!r} must be a positive, finite rate, e.g. 400Gbps")
+    return value / 1e9
+
+
+def format_rate(gbps_bytes: float) -> str:
+    """50.0 GB/s -> '400 Gbit/s = 50 GB/s'."""
+    bits = gbps_bytes * 8
+    return f"{_num(bits)} Gbit/s = {_num(gbps_bytes)} GB/s"
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+# --------------------------------------------------------------------------- text helpers
+
+
+def mpl_text(value) -> str:
+    """A string safe to hand matplotlib: '$' would start mathtext (and can raise while drawing)."""
+    return str(value).replace("$", r"\$")
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def placement_name(in_place) -> str:
+    return "in-place" if bool(in_place) else "out-of-place"
+
+
+def compact_hosts(hosts) -> str:
+    hosts = [str(h) for h in _as_list(hosts)]
+    if not hosts:
+        return "?"
+    try:
+        import hostlist
+
+        return hostlist.collect_hostlist(hosts)
+    except Exception:  # odd names python-hostlist refuses: list them plainly
+        return ",".join(hosts)
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, float) and math.isnan(value):
+        return []
+    if isinstance(value, str):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:
+        return [value]
+
+
+def _present(value) -> bool:
+    if value is None:
+        return False
+    try:
+        return not (isinstance(value, float) and math.isnan(value)) and value == value and str(value) != ""
+    except (TypeError, ValueError):
+        return True
+
+
+# --------------------------------------------------------------------------- run facts
+
+
+def run_rows(df) -> list[dict]:
+    """The first row of every run, in the order the runs appear: the run's metadata."""
+    if len(df) == 0:
+        return []
+    firsts = df.drop_duplicates(subset=["run_id"], keep="first")
+    return [dict(r) for _, r in firsts.iterrows()]
+
+
+def describe_run(row: dict) -> str:
+    """One line saying what ran where: ranks, hosts, backend, device, network."""
+    world = row.get("world_size")
+    nnodes = row.get("nnodes")
+    hosts = _short(compact_hosts(row.get("hosts")), 48)
+    parts = []
+    ranks = f"{int(world)} ranks" if _present(world) else "? ranks"
+    if _present(nnodes):
+        n = int(nnodes)
+        if _present(row.get("ranks_per_node")) and n > 1:
+            ranks += f" = {n} nodes × {int(row['ranks_per_node'])}"
+        else:
+            ranks += f" on {n} node{'s' if n != 1 else ''}"
+    parts.append(f"{ranks} ({hosts})")
+    if _present(row.get("backend")):
+        parts.append(str(row["backend"]))
+    device_name, device = row.get("device_name"), row.get("device")
+    if _present(device_name) and _present(device) and str(device_name) != str(device):
+        parts.append(f"{device} {device_name}")
+    elif _present(device_name) or _present(device):
+        parts.append(str(device_name if _present(device_name) else device))
+    net = []
+    if _present(row.get("iface")):
+        net.append(str(row["iface"]))
+    net.append(f"MTU {int(row['mtu'])}" if _present(row.get("mtu")) else "MTU ?")
+    if _present(row.get("link_layer")):
+        net.append(str(row["link_layer"]))
+    speeds = _link_speeds(row.get("net"))
+    if speeds:
+        net.append(speeds)
+    parts.append(" ".join(net))
+    return " · ".join(parts)
+
+
+def _link_speeds(net_json) -> str:
+    try:
+        per_host = json.loads(net_json) if isinstance(net_json, str) else {}
+    except ValueError:
+        return ""
+    if not isinstance(per_host, dict):
+        return ""
+    speeds = {h.get("speed_mbps") for h in per_host.values() if isinstance(h, dict)}
+    speeds.discard(None)
+    if len(speeds) == 1:
+        s = next(iter(speeds))
+        if isinstance(s, (int, float)) and s > 0:
+            return f"{s / 1000:g} Gbit/s link"
+    return ""
+
+
+def run_name(row: dict) -> str:
+    label = row.get("label")
+    return str(label) if _present(label) else str(row.get("run_id"))
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+@dataclass
+class Line:
+    key: dict
+    sizes: np.ndarray
+    median: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    reps: np.ndarray
+    wrong_sizes: np.ndarray
+    name: str = ""
+    color: str = "#1f77b4"
+    style: str = "-"
+    marker: str = "o"
+
+
+BUCKETS_SUFFIX = " in buckets"
+
+
+def _prepare(df, column: str):
+    import pandas as pd
+
+    if df is None or len(df) == 0:
+        raise BadInput("the results hold no points (an empty or interrupted run): nothing to plot")
+    missing = [c for c in ("collective", "size_bytes", column) if c not in df.columns]
+    if missing:
+        raise BadInput(f"the results have no column {missing[0]}: pass files written by commbench")
+    # Changing d must not change the caller's frame. pandas >= 3 copies on write, so a shallow copy
+    # is enough there; a deep one of a million rows was most of the time a figure took.
+    d = df.copy(deep=int(pd.__version__.split(".")[0]) < 3)
+    for k in GROUP_KEYS:
+        if k not in d.columns:
+            d[k] = ""
+    d["label"] = d["label"].fillna("")
+    d["dtype"] = d["dtype"].fillna("?")
+    d["in_place"] = d["in_place"].fillna(False).astype(bool)
+    d["run_id"] = d["run_id"].fillna("?")
+    if "wrong" not in d.columns:
+        d["wrong"] = pd.NA
+    if "bucket_bytes" in d.columns and "workload" in d.columns:
+        # A buckets row measures one step reduced in buckets: its message size is the bucket.
+        buckets = d["workload"].eq("buckets") & d["bucket_bytes"].notna()
+        d.loc[buckets, "collective"] = d.loc[buckets, "collective"].astype(str) + BUCKETS_SUFFIX
+        # bucket_bytes is an object column in frames built from dicts with None: numbers first
+        d.loc[buckets, "size_bytes"] = pd.to_numeric(d.loc[buckets, "bucket_bytes"]).astype("int64")
+    values = pd.to_numeric(d[column], errors="coerce")
+    keep = np.isfinite(values.to_numpy(dtype=float)) & (pd.to_numeric(d["size_bytes"], errors="coerce") > 0)
+    if column == "time_us":
+        keep &= values.to_numpy(dtype=float) > 0
+    if not keep.all():  # filtering copies every column again: only when a row goes
+        d = d[keep]
+    if len(d) == 0:
+        raise BadInput(f"the results hold no finite {column} values: nothing to plot")
+    return d
+
+
+def aggregate(df, column: str) -> list[Line]:
+    """One Line per group: median, min and max over repetitions at every size."""
+    d = _prepare(df, column)
+    keys = list(GROUP_KEYS)
+    # One grouping by line and size over just the columns it needs (a million rows), then a
+    # small one by line over its result.
+    per = (d[keys + ["size_bytes", column]].assign(_wrong=(d["wrong"].fillna(0) > 0).astype(bool))
+           .groupby(keys + ["size_bytes"], sort=False, dropna=False)
+           .agg(median=(column, "median"), min=(column, "min"), max=(column, "max"), count=(column, "count"),
+                wrong=("_wrong", "any"))
+           .reset_index())
+    lines = []
+    for key, g in per.groupby(keys, sort=False, dropna=False):
+        g = g.sort_values("size_bytes", kind="stable")
+        sizes = g["size_bytes"].to_numpy(dtype=float)
+        lines.append(Line(
+            key=dict(zip(GROUP_KEYS, key)), sizes=sizes, median=g["median"].to_numpy(float),
+            lo=g["min"].to_numpy(float), hi=g["max"].to_numpy(float), reps=g["count"].to_numpy(int),
+            wrong_sizes=sizes[g["wrong"].to_numpy(bool)]))
+    return lines
+
+
+def _order(name: str) -> tuple[int, str]:
+    return (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)
+
+
+def collective_colors(names: Iterable[str]) -> dict[str, str]:
+    """Known collectives keep their table colour; others take the remaining colours in turn."""
+    colors, spare = {}, [c for c in _PALETTE[len(_ORDER):]]
+    for n in sorted(set(names), key=_order):
+        if n in _ORDER:
+            colors[n] = _PALETTE[_ORDER.index(n)]
+        else:
+            colors[n] = spare.pop(0) if spare else _PALETTE[len(colors) % len(_PALETTE)]
+    return colors
+
+
+def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> None:
+    """Legend names that show only what differs between lines; colours by collective
+    (by variant when there is one collective); line style and marker by variant."""
+    def varies(k):
+        return len({ln.key[k] for ln in lines}) > 1
+
+    show_dtype, show_place = varies("dtype"), varies("in_place")
+    runs = {(ln.key["run_id"], ln.key["label"]) for ln in lines}
+    show_run = len(runs) > 1
+    labels = {}
+    if show_run:
+        by_label: dict[str, set] = {}
+        for run_id, label in runs:
+            by_label.setdefault(label, set()).add(run_id)
+        for run_id, label in runs:
+            labels[run_id] = label if label and len(by_label[label]) == 1 else (
+                f"{label} ({run_id})" if label else run_id)
+    if run_labels:
+        labels.update(run_labels)
+    lines.sort(key=lambda ln: (_order(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"],
+                               ln.key["run_id"]))
+    collectives = {ln.key["collective"] for ln in lines}
+    colors = collective_colors(collectives)
+    variants: dict[str, list] = {}
+    for ln in lines:
+        parts = [ln.key["collective"]]
+        if show_dtype:
+            parts.append(ln.key["dtype"])
+        if show_place:
+            parts.append(placement_name(ln.key["in_place"]))
+        if show_run:
+            parts.append(f"[{labels[ln.key['run_id']]}]")
+        ln.name = " ".join(str(p) for p in parts)
+        variant = (ln.key["dtype"], ln.key["in_place"], ln.key["run_id"])
+        order = variants.setdefault(ln.key["collective"], [])
+        if variant not in order:
+            order.append(variant)
+        i = order.index(variant)
+        ln.style, ln.marker = _STYLES[i % len(_STYLES)], _MARKERS[i % len(_MARKERS)]
+        ln.color = colors[ln.key["collective"]]
+    if len(collectives) == 1 and len(lines) > 1:  # one collective: tell the variants apart by colour
+        for i, ln in enumerate(lines):
+            ln.color = _PALETTE[i % len(_PALETTE)]
+
+
+# --------------------------------------------------------------------------- axes
+
+
+def size_ticks(lo_bytes: float, hi_bytes: float, max_labels: int = 16) -> tuple[list[float], list[str], list[float]]:
+    """Major ticks at powers of two (at most max_labels, labelled 8 B .. 16 GiB) and minor ticks
+    at every power of two between. Returns (major, labels, minor)."""
+    lo = math.floor(math.log2(lo_bytes))
+    hi = math.ceil(math.log2(hi_bytes))
+    if hi - lo < 2:
+        lo, hi = lo - 1, hi + 1
+    lo = max(lo, 0)
+    # Steps of 1, 2, 5 or 10 powers: every choice labels 1 KiB, 1 MiB, 1 GiB when in range.
+    step = next((k for k in (1, 2, 5, 10, 20) if (hi - lo) // k + 1 <= max_labels), 20)
+    start = math.ceil(lo / step) * step
+    major = [float(2 ** k) for k in range(start, hi + 1, step)]
+    minor = [float(2 ** k) for k in range(lo, hi + 1)]
+    return major, [format_size(v) for v in major], minor
+
+
+def _size_axis(ax, sizes: Sequence[float]) -> None:
+    from matplotlib.ticker import NullFormatter
+
+    major, labels, minor = size_ticks(min(sizes), max(sizes))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(major, labels)
+    ax.set_xticks(minor, minor=True)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    pad = 2 ** 0.2  # a little room so the end markers are not cut by the frame
+    ax.set_xlim(max(min(sizes), 1) / pad, max(sizes) * pad)
+    ax.set_xlabel("Message size")
+    if len(major) > 8:
+        for t in ax.get_xticklabels():
+            t.set_rotation(35)
+            t.set_horizontalalignment("right")
+    ax.grid(True, which="major", alpha=0.45)
+    ax.grid(True, which="minor", axis="x", alpha=0.15)
+
+
+def _plain_log_y(ax) -> None:
+    """Log y with plain numbers (100, 200, 500, 1000) rather than 10^2."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.set_yscale("log")
+    fmt = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(fmt)
+    lo, hi = ax.get_ylim()
+    if hi / max(lo, 1e-300) < 1e3:  # few decades: label 2x and 5x too
+        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(fmt)
+    ax.grid(True, which="minor", axis="y", alpha=0.12)
+
+
+def _draw(ax, lines: list[Line], small_only: bool = False, log_y: bool = False, bands: bool = True) -> bool:
+    drew = False
+    for ln in lines:
+        sel = ln.sizes <= SMALL_BYTES if small_only else np.ones(len(ln.sizes), bool)
+        if not sel.any():
+            continue
+        x = ln.sizes[sel]
+        ax.plot(x, ln.median[sel], color=ln.color, linestyle=ln.style, marker=ln.marker, markersize=4,
+                linewidth=1.6, label=mpl_text(ln.name))
+        if bands and (ln.reps[sel] > 1).any():
+            ax.fill_between(x, ln.lo[sel], ln.hi[sel], color=ln.color, alpha=0.10, linewidth=0)
+        wrong = ln.wrong_sizes[ln.wrong_sizes <= SMALL_BYTES] if small_only else ln.wrong_sizes
+        if len(wrong):
+            idx = np.searchsorted(ln.sizes, wrong)
+            ax.plot(wrong, ln.median[idx], linestyle="none", marker="x", markersize=10, markeredgewidth=2.2,
+                    color="#d00000", zorder=5)
+        drew = True
+    if log_y and drew:
+        _plain_log_y(ax)
+    return drew
+
+
+def _legend(fig, lines: list[Line], extra_handles: list = (), extra_labels: list = ()) -> None:
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=ln.color, linestyle=ln.style, marker=ln.marker, markersize=4, linewidth=1.6)
+               for ln in lines]
+    labels = [mpl_text(_short(ln.name, 56)) for ln in lines]
+    if any(len(ln.wrong_sizes) for ln in lines):
+        handles.append(Line2D([], [], linestyle="none", marker="x", color="#d00000", markersize=9, markeredgewidth=2))
+        labels.append("wrong results (#wrong > 0)")
+    if any((ln.reps > 1).any() for ln in lines):
+        from matplotlib.patches import Patch
+
+        handles.append(Patch(facecolor="#888888", alpha=0.25))
+        labels.append("min–max over repetitions")
+    handles += list(extra_handles)
+    labels += list(extra_labels)
+    # Below the panels, in columns: the titles keep the full width and long labels still fit.
+    widest = max((len(t) for t in labels), default=0)
+    ncol = 4 if widest <= 30 else 3 if widest <= 44 else 2
+    rows = math.ceil(len(labels) / ncol)
+    fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + 0.45 + 0.19 * rows)  # room for it
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8.5, frameon=False, ncol=ncol,
+               title="lines: median over repetitions", title_fontsize=8.5, columnspacing=2.0)
+
+
+def _titles(df) -> str:
+    rows = run_rows(df)
+    described: dict[str, list[str]] = {}
+    for r in rows:
+        described.setdefault(describe_run(r), []).append(run_name(r))
+    lines = []
+    for text, names in described.items():
+        prefix = ""
+        if len(described) > 1 or any(_present(r.get("label")) for r in rows):
+            prefix = ", ".join(_short(n, 48 if len(names) == 1 else 24) for n in names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "") + ": "
+        lines.append(prefix + text)
+    if len(lines) > 3:
+        lines = lines[:2] + [f"… and {len(lines) - 2} more run setups (see the report)"]
+    return "\n".join(mpl_text(_short(t, 150)) for t in lines)
+
+
+def _what(df, metric_label: str) -> str:
+    colls = sorted(set(df["collective"].unique()), key=_order)  # unique first: a million rows
+    dtypes = sorted({str(v) for v in df["dtype"].dropna().unique()}) if "dtype" in df.columns else []
+    what = ", ".join(colls) if len(colls) <= 4 else f"{len(colls)} collectives"
+    if dtypes and len(dtypes) <= 2:
+        what += " · " + ", ".join(dtypes)
+    return mpl_text(f"{metric_label.split(' (')[0]} vs message size — {what}")
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _new_figure(width: float = 12.0, height: float = 7.8):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line_rate_text: str | None = None):
+    """The figure for a results DataFrame: the metric vs size (top) and the small-size latency
+    (bottom). line_rate is in GB/s (see parse_line_rate). Returns a matplotlib Figure."""
+    if metric not in METRICS:
+        raise BadInput(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
+    column, ylabel = METRICS[metric]
+    if line_rate is not None and metric == "time":
+        raise BadInput("--line-rate is a bandwidth: use it with --metric busbw or algbw, not time")
+    lines = aggregate(df, column)
+    name_lines(lines)
+    d = _prepare(df, column)
+    # The latency panel only when there are small sizes to show: an empty panel is noise.
+    in_buckets = d["collective"].astype(str).str.endswith(BUCKETS_SUFFIX)
+    has_small = bool(((d["size_bytes"] <= SMALL_BYTES) & ~in_buckets).any())
+    fig = _new_figure()
+    if has_small:
+        top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
+    else:
+        top, bottom = fig.subplots(1, 1), None
+        fig.set_figheight(fig.get_figheight() * 0.65)
+    fig.suptitle(_what(d, ylabel), fontsize=13, fontweight="bold")
+    top.set_title(_titles(d), fontsize=9, loc="left")
+    _draw(top, lines, log_y=(metric == "time"))
+    _size_axis(top, np.concatenate([ln.sizes for ln in lines]))
+    top.set_ylabel(ylabel)
+    if metric != "time":
+        top.set_ylim(bottom=0)
+    extra_h, extra_l = [], []
+    if line_rate is not None:
+        from matplotlib.lines import Line2D
+
+        top.axhline(line_rate, color="black", linestyle=(0, (6, 3)), linewidth=1.2)
+        text = f"line rate {line_rate_text}: {_num(line_rate)} GB/s" if line_rate_text else f"line rate {format_rate(line_rate)}"
+        top.annotate(mpl_text(text), xy=(0.01, line_rate), xycoords=("axes fraction", "data"),
+                     xytext=(0, 3), textcoords="offset points", fontsize=8.5, va="bottom")
+        top.set_ylim(top=max(top.get_ylim()[1], line_rate * 1.08))
+        extra_h.append(Line2D([], [], color="black", linestyle=(0, (6, 3)), linewidth=1.2))
+        extra_l.append(mpl_text("line rate" + (f" {line_rate_text}" if line_rate_text else "")))
+    if in_buckets.all():
+        top.set_xlabel("Bucket size (each point: one step's gradients reduced in buckets of this size)")
+    if bottom is not None:
+        # a buckets row's time is a whole step, not one operation: it has no place in this panel
+        time_lines = [ln for ln in (lines if column == "time_us" else aggregate(df, "time_us"))
+                      if not str(ln.key["collective"]).endswith(BUCKETS_SUFFIX)]
+        _latency_panel(bottom, time_lines, lines)
+    _legend(fig, lines, extra_h, extra_l)
+    return fig
+
+
+def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str],
+                 texts: Sequence[Sequence[str]] | None = None, higher_is_better: bool = True,
+                 marked: Iterable[tuple[int, int]] = ()):
+    """A matrix as coloured cells with a text in each (the ZeRO grid, the host x host pairs).
+    Better cells are lighter (the eye goes to the dark ones); NaN cells stay blank; `marked`
+    cells get a black box. Returns the image for a colour bar."""
+    import matplotlib
+
+    values = np.asarray(values, dtype=float)
+    cmap = matplotlib.colormaps["viridis" if higher_is_better else "viridis_r"].with_extremes(bad="#f0f0f0")
+    finite = values[np.isfinite(values)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    # values spanning more than 10x (a step of 10 s beside 0.5 s) get a log scale: else one cell is
+    # dark and every other one the same light colour
+    if lo > 0 and hi > 10 * lo:
+        from matplotlib.colors import LogNorm
+
+        norm, mid = LogNorm(vmin=lo, vmax=hi), math.sqrt(lo * hi)
+    else:
+        from matplotlib.colors import Normalize
+
+        norm, mid = Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1), (lo + hi) / 2
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", norm=norm)
+    ax.set_xticks(range(len(col_labels)), [mpl_text(c) for c in col_labels], fontsize=8)
+    ax.set_yticks(range(len(row_labels)), [mpl_text(r) for r in row_labels], fontsize=8)
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            text = texts[i][j] if texts is not None else (f"{values[i, j]:.3g}" if np.isfinite(values[i, j]) else "")
+            dark = np.isfinite(values[i, j]) and ((values[i, j] < mid) == higher_is_better)
+            ax.text(j, i, mpl_text(text), ha="center", va="center", fontsize=8,
+                    color="white" if dark else "black")
+    for i, j in marked:
+        from matplotlib.patches import Rectangle
+
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2.2))
+    return image
+
+
+def _latency_panel(ax, time_lines: list[Line], named: list[Line]) -> None:
+    style = {tuple(ln.key.values()): ln for ln in named}
+    for ln in time_lines:
+        ref = style.get(tuple(ln.key.values()))
+        if ref is not None:
+            ln.name, ln.color, ln.style, ln.marker = ref.name, ref.color, ref.style, ref.marker
+    ax.set_title(f"Latency: time per operation, sizes ≤ {format_size(SMALL_BYTES)} (log scale)", fontsize=10, loc="left")
+    small = [s for ln in time_lines for s in ln.sizes if s <= SMALL_BYTES]
+    if not small:
+        ax.text(0.5, 0.5, f"no sizes ≤ {format_size(SMALL_BYTES)} in these results", ha="center", va="center",
+                transform=ax.transAxes, fontsize=10, color="#555555")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    # Bands of many lines in a narrow panel turn into mud: draw them only for a few lines.
+    _draw(ax, time_lines, small_only=True, log_y=True, bands=len(time_lines) <= MAX_BANDED_LATENCY_LINES)
+    _size_axis(ax, small)
+    ax.set_ylabel("Time per operation (µs)")
+
+
+def build_comparison_figure(before_df, after_df, metric: str = "busbw",
+                            before_name: str = "before", after_name: str = "after"):
+    """Both sides overlaid: before dashed, after solid, one colour per collective. Each side is
+    the median over all its rows (every run and repetition) per collective/dtype/placement/size."""
+    column, ylabel = METRICS[metric]
+    sides = []
+    for name, df, style in ((before_name, before_df, "--"), (after_name, after_df, "-")):
+        d = _prepare(df, column)  # a frame of its own: renaming its runs leaves the caller's alone
+        d["run_id"], d["label"] = name, ""
+        t = _prepare(df, "time_us")
+        t["run_id"], t["label"] = name, ""
+        sides.append((name, d, t, style))
+    everything = [ln for _, d, _, _ in sides for ln in aggregate(d, column)]
+    colors = collective_colors(ln.key["collective"] for ln in everything)
+    variants = sorted({(ln.key["dtype"], ln.key["in_place"]) for ln in everything}, key=lambda v: (v[0], not v[1]))
+    show_dtype = len({v[0] for v in variants}) > 1
+    show_place = len({v[1] for v in variants}) > 1
+
+    def style(lines, dash):
+        for ln in lines:
+            parts = [ln.key["collective"]]
+            if show_dtype:
+                parts.append(ln.key["dtype"])
+            if show_place:
+                parts.append(placement_name(ln.key["in_place"]))
+            ln.name = " ".join(map(str, parts)) + f" [{ln.key['run_id']}]"
+            ln.color = colors[ln.key["collective"]]
+            ln.style = dash
+            ln.marker = _MARKERS[variants.index((ln.key["dtype"], ln.key["in_place"])) % len(_MARKERS)]
+        lines.sort(key=lambda ln: (_order(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"]))
+        return lines
+
+    fig = _new_figure()
+    top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
+    fig.suptitle(mpl_text(f"{ylabel.split(' (')[0]}: {before_name} (dashed) vs {after_name} (solid)"),
+                 fontsize=13, fontweight="bold")
+    where = []
+    for name, df in ((before_name, before_df), (after_name, after_df)):
+        rows = run_rows(df)
+        more = f" (+{len(rows) - 1} more runs)" if len(rows) > 1 else ""
+        where.append((name, describe_run(rows[0]) + more))
+    if where[0][1] == where[1][1]:
+        where = [(f"{before_name} and {after_name}", where[0][1])]
+    where = [mpl_text(_short(f"{name}: {text}", 130)) for name, text in where]
+    top.set_title("\n".join(where), fontsize=9, loc="left")
+    lines, time_lines = [], []
+    for _, d, t, dash in sides:
+        lines += style(aggregate(d, column), dash)
+        time_lines += style(aggregate(t, "time_us"), dash)
+    # Two sides double the lines: bands only while they stay few enough to tell apart.
+    _draw(top, lines, log_y=(metric == "time"), bands=len(lines) <= MAX_BANDED_LATENCY_LINES)
+    _size_axis(top, np.concatenate([ln.sizes for ln in lines]))
+    top.set_ylabel(ylabel)
+    if metric != "time":
+        top.set_ylim(bottom=0)
+    _latency_panel(bottom, time_lines, lines)
+    # Legend: one entry per collective/variant colour, plus the two line styles.
+    from matplotlib.lines import Line2D
+
+    seen, keyed = set(), []
+    for ln in lines:
+        name = ln.name.rsplit(" [", 1)[0]
+        if name not in seen:
+            seen.add(name)
+            keyed.append(Line(key=ln.key, sizes=ln.sizes, median=ln.median, lo=ln.lo, hi=ln.hi, reps=np.ones(1, int),
+                              wrong_sizes=np.array([]), name=name, color=ln.color, style="-", marker=ln.marker))
+    _legend(fig, keyed,
+            [Line2D([], [], color="black", linestyle="--"), Line2D([], [], color="black", linestyle="-")],
+            [mpl_text(f"{before_name} (dashed)"), mpl_text(f"{after_name} (solid)")])
+    return fig
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def default_out(first_result: str | Path, suffix: str = ".png") -> Path:
+    """Next to the first result: results/run.parquet -> results/run.png; results/ -> results.png."""
+    p = Path(first_result)
+    return p.with_suffix(suffix) if p.suffix else p.parent / (p.name + suffix)
+
+
+def check_new(path: Path, what: str = "output", flag: str = "--out") -> Path:
+    path = Path(path)
+    if path.exists():
+        raise BadInput(f"{what} file {path} already exists: commbench never overwrites files; pass another {flag}")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise BadInput(f"{path.parent} is a file, not a folder: pass another {flag}")
+    return path
+
+
+def figure_bytes(fig, fmt: str = "png") -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else None)
+    return buf.getvalue()
+
+
+def write_new(path: Path, data: bytes, what: str = "output", flag: str = "--out") -> Path:
+    """Write bytes to a file that must not exist yet (exclusive create: no race, no overwrite)."""
+    path = check_new(Path(path), what, flag)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "xb") as fh:
+            fh.write(data)
+    except FileExistsError:
+        raise BadInput(f"{what} file {path} already exists: commbench never overwrites files; "
+                       f"pass another {flag}") from None
+    except OSError as exc:
+        raise BadInput(f"cannot write {path}: {exc.strerror or exc}; pass another {flag}") from None
+    return path
+
+
+def save_figure(fig, out: str | Path, flag: str = "--out") -> Path:
+    out = Path(out)
+    if out.suffix.lower() not in FORMATS:
+        raise BadInput(f"{flag} {out} must end in .png or .svg")
+    check_new(out, "plot", flag)
+    return write_new(out, figure_bytes(fig, out.suffix.lower()[1:]), "plot", flag)
+
+
+def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | Path | None = None,
+                 line_rate: str | None = None) -> list[Path]:
+    """The `commbench plot` command: read, draw, save; returns the files written: the one asked for
+    first, then a heat map beside it for each other view the results hold (see split_views)."""
+    from commbench.core.results import read_results
+
+    if metric not in METRICS:
+        raise BadInput(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
+    rate = parse_line_rate(line_rate) if line_rate is not None else None
+    target = Path(out) if out is not None else default_out(paths[0])
+    if target.suffix.lower() not in FORMATS:
+        raise BadInput(f"--out {target} must end in .png or .svg")
+    check_new(target, "plot")  # before the (slower) reading and drawing
+    df = read_results(paths, skip=UNUSED_COLUMNS)
+    views = split_views(df)
+    if views.pairs is not None and metric == "time":
+        raise BadInput("the pairs heat map shows bandwidth: use --metric busbw (or algbw, the same for pairs)")
+    # The view that comes first gets the file asked for; the others go beside it as <name>-zero.png
+    # and <name>-pairs.png. Every name is checked before anything is drawn.
+    drawers = []
+    if views.curves is not None:
+        drawers.append(("", lambda: build_figure(views.curves, metric, rate, line_rate.strip() if line_rate else None)))
+    if views.zero is not None:
+        from commbench.analysis import zerogrid
+
+        drawers.append(("-zero", lambda: zerogrid.build_figure(views.zero, metric)))
+    if views.pairs is not None:
+        from commbench.analysis import pairsplot
+
+        drawers.append(("-pairs", lambda: pairsplot.build_figure(views.pairs)))
+    paths_out = [target] + [check_new(target.with_name(target.stem + suffix + target.suffix), "plot")
+                            for suffix, _ in drawers[1:]]
+    return [save_figure(draw(), path) for path, (_, draw) in zip(paths_out, drawers)]
+
+
+@dataclass
+class Views:
+    """The parts of a results table that are drawn differently (None: no such rows): curves over
+    message size, the ZeRO stage x bucket grid, the pairs host x host matrix."""
+
+    curves: object
+    zero: object
+    pairs: object
+
+
+def split_views(df) -> Views:
+    """A ZeRO step or a link between two hosts has no message-size curve: their rows get their own view."""
+    from commbench.analysis.pairsplot import pairs_rows
+
+    rest, zero = split_zero(df)
+    pairs = pairs_rows(rest) if rest is not None else None
+    if pairs is not None:
+        rest = rest.drop(index=pairs.index)
+        rest = rest if len(rest) else None
+    return Views(rest, zero, pairs)
+
+
+def split_zero(df):
+    """(rows drawn against message size, `commbench zero` rows drawn as a stage x bucket grid);
+    None for a part with no rows. A ZeRO step has no message size: it is not a point on a curve."""
+    from commbench.analysis.zerogrid import zero_rows
+
+    grid = zero_rows(df)
+    if grid is None or len(grid) == 0:
+        return df, None
+    rest = df.drop(index=grid.index)
+    return (rest if len(rest) else None), grid
+
+
+def plot_comparison(before_df, after_df, out_path: str | Path, metric: str = "busbw",
+                    before_name: str = "before", after_name: str = "after") -> Path:
+    """Overlay of both sides of a comparison (before dashed, after solid), for `compare --plot`."""
+    out = Path(out_path)
+    if out.suffix.lower() not in FORMATS:
+        raise BadInput(f"--plot {out} must end in .png or .svg")
+    check_new(out, "plot", "--plot")
+    fig = build_comparison_figure(before_df, after_df, metric, before_name, after_name)
+    return save_figure(fig, out, "--plot")

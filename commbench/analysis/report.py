@@ -1,0 +1,827 @@
+"""One self-contained report of results: HTML (figures embedded as base64 PNG, no external URLs,
+no JavaScript) or Markdown (for a ticket; the figure is saved as a PNG beside it).
+
+Sections: the comparison against a baseline (when given), the curves, a peak-busbw table, the
+runs' metadata (hosts, ranks, backend, device, network, versions, environment) and every point.
+
+Every value read from a results file is untrusted (labels and environment values are free
+text): it goes through html.escape in HTML and through md() in Markdown, never raw.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+from urllib.parse import quote
+
+from commbench.analysis import plot
+from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.units import format_size
+
+FORMATS = ("html", "markdown")
+UNUSED_COLUMNS = ("rank_time_us", "rank_skew_us")  # no section reads them; a section that starts to takes them out
+KEYS = plot.GROUP_KEYS
+
+CSS = """
+:root { --fg:#1d232a; --muted:#5b6672; --line:#d8dee4; --band:#f4f6f8; --bad:#b42318; --good:#067647;
+        --warn:#b54708; --badbg:#fef3f2; --goodbg:#ecfdf3; --warnbg:#fffaeb; }
+* { box-sizing: border-box; }
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+       color: var(--fg); margin: 0 auto; max-width: 1240px; padding: 24px 28px 48px; background: #fff; }
+h1 { font-size: 26px; margin: 0 0 4px; }
+h2 { font-size: 20px; margin: 36px 0 10px; padding-bottom: 4px; border-bottom: 2px solid var(--line); }
+h3 { font-size: 16px; margin: 22px 0 8px; }
+.sub, .muted, figcaption { color: var(--muted); }
+nav a { margin-right: 14px; color: #175cd3; text-decoration: none; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; }
+table { border-collapse: collapse; margin: 8px 0 14px; font-size: 14px; }
+th, td { border: 1px solid var(--line); padding: 4px 9px; text-align: left; vertical-align: top; }
+th { background: var(--band); font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td { white-space: nowrap; }
+td.note, td.wrap { white-space: normal; }
+tr:nth-child(even) td { background: #fbfcfd; }
+td.note { min-width: 14em; color: var(--muted); }
+th { white-space: normal; }
+.scroll { overflow-x: auto; }
+.compact table { font-size: 13px; }
+.compact th, .compact td { padding: 3px 6px; }
+td.bad { color: var(--bad); font-weight: 600; background: var(--badbg) !important; }
+figure { margin: 10px 0 18px; }
+figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
+.badge { display: inline-block; padding: 3px 12px; border-radius: 999px; font-weight: 700;
+         font-size: 15px; letter-spacing: .02em; border: 1px solid currentColor; }
+.badge.bad { color: var(--bad); background: var(--badbg); }
+.badge.good { color: var(--good); background: var(--goodbg); }
+.badge.neutral { color: var(--muted); background: var(--band); }
+.badge.warn { color: var(--warn); background: var(--warnbg); }
+.v-bad { color: var(--bad); font-weight: 600; }
+.v-good { color: var(--good); font-weight: 600; }
+.v-warn { color: var(--warn); }
+ul.warnings li { color: var(--warn); }
+details { margin: 8px 0; }
+summary { cursor: pointer; color: #175cd3; }
+pre { background: var(--band); padding: 10px; overflow-x: auto; font-size: 12.5px; white-space: pre-wrap;
+      word-break: break-word; }
+ul.where { margin: 4px 0 10px; padding-left: 18px; }
+.runs { display: flex; flex-wrap: wrap; gap: 6px 28px; }
+footer { margin-top: 40px; color: var(--muted); font-size: 13px; }
+"""
+
+
+# --------------------------------------------------------------------------- escaping, formatting
+
+
+def esc(value: Any) -> str:
+    """Text from a results file, safe between tags and inside quoted attributes."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+# Enough to keep cell text inert: no code spans, emphasis, links/images ([ ] escaped, so "(" is
+# harmless), strikethrough or column breaks. "_" inside a word (all_reduce) is left alone, as
+# GFM does not emphasise there.
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|~]|(?<!\w)_|_(?!\w))")
+
+
+def md(value: Any) -> str:
+    """Text from a results file, safe in a Markdown table cell: no HTML, links, emphasis or
+    column breaks can come out of it."""
+    text = "" if value is None else str(value)
+    text = html.escape(text, quote=False)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return re.sub(r"[\r\n]+", " ", text)
+
+
+def _missing(value) -> bool:
+    """None, NaN, pandas NA/NaT; never true for containers."""
+    if value is None:
+        return True
+    try:
+        import pandas as pd
+
+        answer = pd.isna(value)
+    except (TypeError, ValueError):
+        return False
+    return answer if isinstance(answer, bool) else bool(answer) if getattr(answer, "ndim", 1) == 0 else False
+
+
+def fnum(value, digits: int = 3) -> str:
+    """A number for a table: 3 significant digits, '–' when missing."""
+    if _missing(value):
+        return "–"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if not math.isfinite(v):
+        return str(v)
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}" if abs(v) >= 0.001 else f"{v:.2e}"
+
+
+def fp(value) -> str:
+    """A p-value: '<0.0001' below, 3 significant digits otherwise."""
+    if _missing(value):
+        return "–"
+    v = float(value)
+    return "<0.0001" if v < 1e-4 else f"{v:.3g}"
+
+
+def _size(value) -> str:
+    return "–" if _missing(value) else format_size(int(value))
+
+
+# --------------------------------------------------------------------------- tables of results
+
+
+def _runs_named(df) -> dict[str, str]:
+    rows = plot.run_rows(df)
+    names: dict[str, str] = {}
+    labels = [str(r.get("label") or "") for r in rows]
+    for r, label in zip(rows, labels):
+        names[str(r["run_id"])] = label if label and labels.count(label) == 1 else (
+            f"{label} ({r['run_id']})" if label else str(r["run_id"]))
+    return names
+
+
+def peak_rows(df) -> list[dict]:
+    """Per collective / dtype / placement / run: the size with the highest median busbw, the
+    algbw and time there, the repetitions, and the #wrong summed over every row of the group."""
+    d = plot._prepare(df, "busbw_GBps")
+    for col in ("algbw_GBps", "time_us"):
+        if col not in d.columns:
+            d[col] = float("nan")
+    names = _runs_named(d)
+    med = (d.groupby(list(KEYS) + ["size_bytes"], sort=False)
+            .agg(busbw=("busbw_GBps", "median"), algbw=("algbw_GBps", "median"), time=("time_us", "median"),
+                 reps=("busbw_GBps", "size"))
+            .reset_index())
+    wrong = d.groupby(list(KEYS), sort=False)["wrong"].agg(
+        total=lambda s: int(s.dropna().astype("int64").sum()) if s.notna().any() else None,
+        unchecked=lambda s: int(s.isna().sum()))
+    out = []
+    for key, g in med.groupby(list(KEYS), sort=False):
+        best = g.loc[g["busbw"].idxmax()]
+        w = wrong.loc[key]
+        out.append({
+            "collective": key[0], "dtype": key[1], "placement": plot.placement_name(key[2]),
+            "run": names.get(str(key[4]), str(key[4])), "run_id": key[4],
+            "peak_busbw": float(best["busbw"]), "size_bytes": int(best["size_bytes"]),
+            "algbw": float(best["algbw"]), "time_us": float(best["time"]),
+            "reps": int(g["reps"].max()), "sizes": len(g),
+            "wrong": None if _missing(w["total"]) else int(w["total"]), "unchecked": int(w["unchecked"]),
+        })
+    out.sort(key=lambda r: (plot._order(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"]))
+    return out
+
+
+def point_rows(df) -> list[dict]:
+    """Every point: medians over repetitions."""
+    d = plot._prepare(df, "busbw_GBps")
+    names = _runs_named(d)
+    g = (d.groupby(list(KEYS) + ["size_bytes"], sort=False)
+          .agg(time=("time_us", "median"), algbw=("algbw_GBps", "median"), busbw=("busbw_GBps", "median"),
+               reps=("busbw_GBps", "size"), wrong=("wrong", lambda s: s.dropna().sum() if s.notna().any() else None))
+          .reset_index())
+    rows = [{"collective": r.collective, "dtype": r.dtype, "placement": plot.placement_name(r.in_place),
+             "run": names.get(str(r.run_id), str(r.run_id)), "size_bytes": int(r.size_bytes), "time_us": r.time,
+             "algbw": r.algbw, "busbw": r.busbw, "reps": int(r.reps), "wrong": r.wrong}
+            for r in g.itertuples()]
+    rows.sort(key=lambda r: (plot._order(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
+                             r["size_bytes"]))
+    return rows
+
+
+def _wrong_cell(wrong, unchecked: int = 0) -> tuple[str, bool]:
+    if _missing(wrong):
+        return "not checked", False
+    text = str(int(wrong))
+    if unchecked:
+        text += f" ({unchecked} rows unchecked)"
+    return text, int(wrong) > 0
+
+
+def _json(text) -> Any:
+    if _missing(text) or text == "":
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text  # not JSON: shown as the raw (escaped) string
+
+
+def _when(value) -> str:
+    try:
+        return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (AttributeError, ValueError):
+        return str(value)
+
+
+def run_facts(row: dict, df) -> list[tuple[str, str]]:
+    """(name, value) pairs describing one run; values are plain text, escaped by the caller."""
+    mine = df[df["run_id"] == row["run_id"]]
+    hosts = [str(h) for h in plot._as_list(row.get("hosts"))]
+    started = row.get("started_at")
+    facts = [
+        ("run id", row.get("run_id")),
+        ("label", row.get("label") or "(none)"),
+        ("started", "" if _missing(started) else _when(started)),
+        ("workload", row.get("workload")),
+        ("launcher", row.get("launcher")),
+        ("ranks (world size)", row.get("world_size")),
+        ("nodes", row.get("nnodes")),
+        ("ranks per node", row.get("ranks_per_node")),
+        ("hosts", f"{plot.compact_hosts(hosts)} ({len(hosts)} host{'s' if len(hosts) != 1 else ''})" if hosts else "?"),
+        ("backend", row.get("backend")),
+        ("device", " ".join(dict.fromkeys(str(v) for v in (row.get("device"), row.get("device_name"))
+                                          if not _missing(v)))),
+        ("interface (rank 0)", row.get("iface")),
+        ("MTU", row.get("mtu")),
+        ("link layer", row.get("link_layer")),
+        ("collectives", ", ".join(sorted(set(mine["collective"]), key=plot._order))),
+        ("dtypes", ", ".join(sorted(set(mine["dtype"].dropna().astype(str))))),
+        ("sizes", f"{format_size(int(mine['size_bytes'].min()))} .. {format_size(int(mine['size_bytes'].max()))}"
+                  f" ({mine['size_bytes'].nunique()} sizes)" if len(mine) else "–"),
+        ("repetitions", mine["repetition"].nunique() if "repetition" in mine.columns else "?"),
+        ("rows", len(mine)),
+        ("commbench", row.get("commbench_version")),
+        ("torch", row.get("torch_version")),
+        ("NCCL", row.get("nccl_version") if not _missing(row.get("nccl_version")) else "– (not an NCCL run)"),
+    ]
+    return [(k, "–" if _missing(v) or v == "" else str(v)) for k, v in facts]
+
+
+def _net_rows(net) -> list[list[str]]:
+    if not isinstance(net, dict):
+        return []
+    rows = []
+    for host, facts in net.items():
+        if isinstance(facts, dict):
+            speed = facts.get("speed_mbps")
+            speed_text = "–" if speed in (None, "") else (f"{speed / 1000:g} Gbit/s" if isinstance(speed, (int, float)) else str(speed))
+            rows.append([host, facts.get("iface"), facts.get("mtu"), facts.get("link_layer"), speed_text,
+                         facts.get("operstate")])
+        else:
+            rows.append([host, facts, "", "", "", ""])
+    return [["–" if v is None else str(v) for v in r] for r in rows]
+
+
+# --------------------------------------------------------------------------- HTML pieces
+
+
+def _table(headers: Sequence[str] | None, rows: Iterable[Sequence], num: Sequence[int] = (), classes=None) -> str:
+    """rows hold plain text (escaped here); classes[i][j] adds a CSS class to a cell; no
+    headers: a two-column fact table whose first column is a row header."""
+    num = set(num)
+    out = ["<table>"]
+    if headers is not None:
+        out.append("<thead><tr>" + "".join(
+            f'<th class="num">{esc(h)}</th>' if i in num else f"<th>{esc(h)}</th>" for i, h in enumerate(headers))
+            + "</tr></thead>")
+    out.append("<tbody>")
+    for r_i, row in enumerate(rows):
+        cells = []
+        for i, v in enumerate(row):
+            cls = [c for c in (("num" if i in num else ""), (classes[r_i][i] if classes else "")) if c]
+            attr = f' class="{" ".join(cls)}"' if cls else ""
+            tag = "th" if headers is None and i == 0 else "td"
+            cells.append(f"<{tag}{attr}>{esc(v)}</{tag}>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def png_data_uri(fig) -> str:
+    return "data:image/png;base64," + base64.b64encode(plot.figure_bytes(fig, "png")).decode("ascii")
+
+
+def _figure_html(fig, alt: str, caption: str) -> str:
+    return (f'<figure><img src="{png_data_uri(fig)}" alt="{esc(alt)}">'
+            f"<figcaption>{esc(caption)}</figcaption></figure>")
+
+
+def peak_table_html(rows: list[dict]) -> str:
+    several = len({r["run_id"] for r in rows}) > 1
+    headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
+        "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong (total)"]
+    body, classes = [], []
+    for r in rows:
+        wrong, bad = _wrong_cell(r["wrong"], r["unchecked"])
+        body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else []) + [
+            fnum(r["peak_busbw"]), _size(r["size_bytes"]), fnum(r["algbw"]), fnum(r["time_us"]), r["reps"], wrong])
+        classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
+    first_num = 4 if several else 3
+    return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
+
+
+def points_table_html(rows: list[dict]) -> str:
+    several = len({r["run"] for r in rows}) > 1
+    headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
+        "size", "bytes", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "repetitions", "#wrong"]
+    body, classes = [], []
+    for r in rows:
+        wrong, bad = _wrong_cell(r["wrong"])
+        body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else []) + [
+            _size(r["size_bytes"]), r["size_bytes"], fnum(r["time_us"]), fnum(r["algbw"]), fnum(r["busbw"]),
+            r["reps"], wrong])
+        classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
+    first_num = 4 if several else 3
+    return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
+
+
+def runs_html(df) -> str:
+    parts = []
+    for row in plot.run_rows(df):
+        title = f"Run {row['run_id']}" + (f" — {row['label']}" if row.get("label") else "")
+        parts.append(f"<h3>{esc(title)}</h3>")
+        parts.append(f'<p class="muted">{esc(plot.describe_run(row))}</p>')
+        facts = run_facts(row, df)
+        parts.append('<div class="runs">')
+        half = (len(facts) + 1) // 2
+        for chunk in (facts[:half], facts[half:]):
+            parts.append(_table(None, chunk))
+        parts.append("</div>")
+        net = _json(row.get("net"))
+        net_rows = _net_rows(net)
+        if net_rows:
+            parts.append("<h4>Network, per host</h4>")
+            parts.append(_table(["host", "interface", "MTU", "link layer", "speed", "state"], net_rows, num=[2]))
+        elif net is not None:
+            parts.append(f"<h4>Network</h4><pre>{esc(json.dumps(net, indent=2) if not isinstance(net, str) else net)}</pre>")
+        env = _json(row.get("env"))
+        parts.append("<h4>Environment (allow-listed)</h4>")
+        if isinstance(env, dict) and env:
+            parts.append(_table(["variable", "value"], [[k, v if isinstance(v, str) else json.dumps(v)]
+                                                       for k, v in sorted(env.items())]))
+        elif isinstance(env, dict) or env is None:
+            parts.append('<p class="muted">none of the allow-listed variables (NCCL_*, GLOO_*, ...) were set</p>')
+        else:
+            parts.append(f"<pre>{esc(env)}</pre>")
+        plan_json = _json(row.get("plan"))
+        if plan_json is not None:
+            text = json.dumps(plan_json, indent=2, sort_keys=True) if not isinstance(plan_json, str) else plan_json
+            parts.append(f"<details><summary>plan (JSON)</summary><pre>{esc(text)}</pre></details>")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def _verdict_class(verdict: Any) -> str:
+    v = str(verdict or "").lower()
+    if any(w in v for w in ("regress", "worse", "slower", "fail")):
+        return "bad"
+    if any(w in v for w in ("improv", "better", "faster")):
+        return "good"
+    if any(w in v for w in ("inconclusive", "noisy", "unknown", "insufficient", "mixed", "nothing")):
+        return "warn"
+    return "neutral"
+
+
+def _key_text(key: Any, name: str) -> str:
+    if not isinstance(key, dict):
+        return str(key)
+    v = key.get(name)
+    if name == "size_bytes" and not _missing(v):
+        return format_size(int(v))
+    if name == "in_place" and isinstance(v, (bool, int)) and not _missing(v):
+        return plot.placement_name(v)
+    return "–" if _missing(v) else str(v)
+
+
+_KEY_TITLES = {"size_bytes": "size", "in_place": "placement"}
+
+
+def _key_columns(keys: Iterable[Any]) -> list[str]:
+    cols: list[str] = []
+    for k in keys:
+        if isinstance(k, dict):
+            cols += [c for c in k if c not in cols]
+    order = ["collective", "dtype", "in_place", "size_bytes"]
+    return sorted(cols, key=lambda c: (order.index(c) if c in order else len(order), cols.index(c)))
+
+
+def _split_key_columns(keys: list) -> tuple[list[str], list[tuple[str, str]]]:
+    """Key columns worth a table column (they vary), and (column, value) of those that do not.
+    Columns missing in every key (bucket_bytes of a sweep) are dropped; collective and size stay."""
+    cols, same = [], []
+    for c in _key_columns(keys):
+        values = {_key_text(k, c) for k in keys}
+        if values == {"–"}:
+            continue
+        if len(values) == 1 and c not in ("collective", "size_bytes") and len(keys) > 1:
+            same.append((c, values.pop()))
+        else:
+            cols.append(c)
+    return cols, same
+
+
+def _items(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return [f"{k}: {v}" for k, v in value.items()]
+    if isinstance(value, (str, bytes)):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:
+        return [value]
+
+
+def _difference_text(item) -> str:
+    if isinstance(item, dict):
+        if {"field", "before", "after"} <= set(item):
+            return f"{item['field']}: {item['before']} → {item['after']}"
+        return ", ".join(f"{k}: {v}" for k, v in item.items())
+    if isinstance(item, (tuple, list)) and len(item) == 3:
+        return f"{item[0]}: {item[1]} → {item[2]}"
+    return str(item)
+
+
+def _ratio(value) -> str:
+    return "–" if _missing(value) else f"{float(value):.3f}×"
+
+
+def comparison_html(c, figure_html: str = "") -> str:
+    """A commbench.analysis.compare.Comparison as an HTML section body: the overall verdict badge, the
+    numbers behind it, warnings, setup differences, (figure_html, trusted markup, if given), one
+    table row per point, one-sided points."""
+    g = lambda name, default=None: getattr(c, name, default)  # noqa: E731
+    verdict = g("verdict", "")
+    parts = [f'<p><span class="badge {_verdict_class(verdict)}">{esc(str(verdict).upper() or "NO VERDICT")}</span>']
+    summary = []
+    if not _missing(g("geomean_ratio")):
+        summary.append(f"geometric-mean busbw ratio after/before {_ratio(g('geomean_ratio'))}")
+    if not _missing(g("threshold")):
+        summary.append(f"threshold {fnum(float(g('threshold')) * 100)}%")
+    if not _missing(g("alpha")):
+        summary.append(f"alpha {fnum(g('alpha'))}")
+    points = list(g("points", []) or [])
+    counts: dict[str, int] = {}
+    for p in points:
+        counts[str(getattr(p, "verdict", "?"))] = counts.get(str(getattr(p, "verdict", "?")), 0) + 1
+    summary.append(f"{len(points)} points compared" + (
+        ": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])) if counts else ""))
+    parts.append(" &nbsp;" + esc(" · ".join(summary)) + "</p>")
+    needed = g("repetitions_needed")
+    if not _missing(needed) and needed:
+        parts.append(f'<p class="muted">Deciding a point needs at least {esc(needed)} repetitions a side '
+                     f"(sweep -R {esc(needed)}) at this alpha and number of points.</p>")
+
+    warnings = _items(g("warnings"))
+    if warnings:
+        parts.append("<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul>")
+    differences = _items(g("differences"))
+    if differences:
+        parts.append("<h3>Setup differences between the sides</h3><ul>"
+                     + "".join(f"<li>{esc(_difference_text(d))}</li>" for d in differences) + "</ul>")
+
+    if figure_html:
+        parts.append(figure_html)
+    if points:
+        cols, same = _split_key_columns([p.key for p in points])
+        tests = {"–" if _missing(getattr(p, "test", None)) else str(p.test) for p in points}
+        one_test = len(tests) == 1 and len(points) > 1
+        if one_test:
+            same.append(("test", tests.pop()))
+        if same:
+            parts.append('<p class="muted">Every point: ' + esc(", ".join(f"{_KEY_TITLES.get(c, c)} {v}" for c, v in same))
+                         + "</p>")
+        headers = [_KEY_TITLES.get(c, c) for c in cols] + [
+            "busbw before (GB/s)", "busbw after (GB/s)", "ratio", "p", "Holm p", "BH q"] + (
+            [] if one_test else ["test"]) + ["verdict", "note"]
+        body, classes = [], []
+        for p in points:
+            pv = lambda name: getattr(p, name, None)  # noqa: E731
+            body.append([_key_text(p.key, col) for col in cols] + [
+                fnum(pv("before_busbw")), fnum(pv("after_busbw")), _ratio(pv("ratio")), fp(pv("p_value")),
+                fp(pv("p_holm")), fp(pv("q_bh"))] + ([] if one_test else ["–" if _missing(pv("test")) else str(pv("test"))]) + [
+                "–" if _missing(pv("verdict")) else str(pv("verdict")),
+                "" if _missing(pv("note")) else str(pv("note"))])
+            vc = {"bad": "v-bad", "good": "v-good", "warn": "v-warn"}.get(_verdict_class(pv("verdict")), "")
+            classes.append([""] * (len(headers) - 2) + [vc, "note"])
+        n = len(cols)
+        parts.append("<h3>Per point</h3>")
+        parts.append('<div class="scroll compact">' + _table(headers, body, num=range(n, n + 6), classes=classes)
+                     + "</div>")
+
+    for name, title in (("only_before", "Only in the baseline (before)"), ("only_after", "Only in the new results (after)")):
+        keys = _items(g(name))
+        if keys:
+            cols, _ = _split_key_columns(keys)
+            parts.append(f"<h3>{esc(title)}: {len(keys)} points, not compared</h3>")
+            body = (_table([_KEY_TITLES.get(c, c) for c in cols], [[_key_text(k, col) for col in cols] for k in keys])
+                    if cols else "<ul>" + "".join(f"<li>{esc(k)}</li>" for k in keys) + "</ul>")
+            if len(keys) > 8:
+                body = f"<details><summary>show the {len(keys)} points</summary>{body}</details>"
+            parts.append(body)
+    return "\n".join(parts)
+
+
+def _compare(before_df, after_df):
+    try:
+        from commbench.analysis import compare
+    except ImportError as exc:
+        raise RuntimeFailure(f"--baseline needs commbench.analysis.compare, which this install lacks ({exc})") from None
+    return compare.compare_frames(before_df, after_df)
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def _title(df) -> str:
+    names = list(_runs_named(df).values())
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"commbench report — {shown}"
+
+
+def _where_html(df) -> str:
+    """Under the title: one line per run setup, what ran where."""
+    described: dict[str, list[str]] = {}
+    names = _runs_named(df)
+    for r in plot.run_rows(df):
+        described.setdefault(plot.describe_run(r), []).append(names[str(r["run_id"])])
+    several = len(names) > 1
+    items = [f"<li>{esc(', '.join(n) + ': ' if several else '')}{esc(text)}</li>" for text, n in described.items()]
+    return '<ul class="sub where">' + "".join(items) + "</ul>"
+
+
+ZERO_NOTE = ("Each cell: one training step's communication for that ZeRO stage with that reduce_bucket_size "
+             "(elements, as in ds_config.json), median over repetitions: step time and effective bus bandwidth. "
+             "The boxed cell is the shortest step of its stage. Stage 0 ignores reduce_bucket_size (DeepSpeed's "
+             "fixed 5e8-element buckets): its row is the data-parallel reference.")
+
+
+def zero_html(grid_df) -> str:
+    from commbench.analysis import zerogrid
+
+    out = ['<section id="zero"><h2>ZeRO stages x bucket sizes</h2>']
+    out.append(_figure_html(zerogrid.build_figure(grid_df), "heat map of step time by ZeRO stage and bucket size",
+                            ZERO_NOTE))
+    for g in zerogrid.grids(grid_df):
+        out.append(f"<h3>{esc(g.name)}</h3>")
+        out.append(_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), num=range(3, 7)))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+PAIRS_NOTE = ("Point-to-point bandwidth of every pair of hosts (`commbench pairs`), median over repetitions: "
+              "senders on rows, receivers on columns; the slowest links are boxed and hosts singled out as "
+              "slow are named in red. Below, the ranking `commbench pairs --from` prints.")
+
+
+def pairs_html(pairs_df) -> str:
+    from commbench.analysis import linkrank
+    from commbench.analysis import pairsplot
+
+    lines, _ = linkrank.report(pairs_df)
+    return "\n".join(['<section id="pairs"><h2>Links between hosts</h2>',
+                      _figure_html(pairsplot.build_figure(pairs_df), "heat map of bandwidth between hosts",
+                                   PAIRS_NOTE),
+                      f"<pre>{esc(chr(10).join(lines))}</pre>", "</section>"])
+
+
+def pairs_markdown(pairs_df, figure_name: str | None) -> list[str]:
+    from commbench.analysis import linkrank
+
+    lines, _ = linkrank.report(pairs_df)
+    out = ["## Links between hosts", "", PAIRS_NOTE, ""]
+    if figure_name:
+        out += [f"![bandwidth between hosts]({quote(figure_name)})", ""]
+    return out + ["```", *(line.replace("`", "'") for line in lines), "```", ""]
+
+
+def zero_markdown(grid_df, figure_name: str | None) -> list[str]:
+    from commbench.analysis import zerogrid
+
+    out = ["## ZeRO stages x bucket sizes", "", ZERO_NOTE, ""]
+    if figure_name:
+        out += [f"![ZeRO stage x bucket size heat map]({quote(figure_name)})", ""]
+    for g in zerogrid.grids(grid_df):
+        out += [f"### {md(g.name)}", "", _md_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), right=range(3, 7)), ""]
+    return out
+
+
+def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=None,
+               baseline_sources: Sequence[str] = (), line_rate: float | None = None) -> str:
+    """The whole page as a string (no external resources, no scripts)."""
+    from commbench import __version__
+
+    views = plot.split_views(df)
+    curves, grid = views.curves, views.zero
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    sections = [("runs", "Runs")]
+    if curves is not None:
+        sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
+        sections.append(("points", "All points"))
+    if grid is not None:
+        sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
+    if views.pairs is not None:
+        sections.insert(0, ("pairs", "Links between hosts"))
+    if comparison is not None:
+        sections.insert(0, ("comparison", "Comparison with the baseline"))
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{esc(_title(df))}</title>", f"<style>{CSS}</style></head><body>",
+           f"<header><h1>{esc(_title(df))}</h1>",
+           _where_html(df),
+           "<nav>" + "".join(f'<a href="#{sid}">{esc(t)}</a>' for sid, t in sections) + "</nav></header>"]
+    if comparison is not None:
+        out.append('<section id="comparison"><h2>Comparison with the baseline</h2>')
+        out.append(f'<p class="muted">before (baseline): {esc(", ".join(map(str, baseline_sources)) or "–")}; '
+                   f'after: {esc(", ".join(map(str, sources)) or "–")}</p>')
+        figure = ""
+        if baseline_df is not None:
+            cfig = plot.build_comparison_figure(baseline_df, df)
+            figure = _figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
+                                  "Before (baseline, dashed) and after (solid): median busbw over every run and "
+                                  "repetition of each side; below, the time of the small sizes.")
+        out.append(comparison_html(comparison, figure))
+        out.append("</section>")
+    if views.pairs is not None:
+        out.append(pairs_html(views.pairs))
+    if grid is not None:
+        out.append(zero_html(grid))
+    if curves is not None:
+        out.append('<section id="curves"><h2>Bandwidth and latency</h2>')
+        out.append(_figure_html(plot.build_figure(curves, "busbw", line_rate),
+                                "bus bandwidth and small-size latency against message size",
+                                "Top: bus bandwidth (nccl-tests definition) against message size, median over "
+                                "repetitions, band from min to max. Bottom: time per operation of sizes ≤ 64 KiB."))
+        out.append("</section>")
+        out.append('<section id="peaks"><h2>Peak bus bandwidth</h2>')
+        out.append('<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
+                   "over repetitions; #wrong sums every row of the line.</p>")
+        out.append(peak_table_html(peak_rows(curves)))
+        out.append("</section>")
+    out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df)}</section>')
+    if curves is not None:
+        points = point_rows(curves)
+        out.append('<section id="points"><h2>All points</h2><details><summary>'
+                   f"{len(points)} points (median over repetitions)</summary>")
+        out.append(points_table_html(points))
+        out.append("</details></section>")
+    out.append(f"<footer>Generated {esc(now)} by commbench {esc(__version__)} from "
+               f"{esc(', '.join(map(str, sources)) or 'a DataFrame')}. GB/s = 1e9 bytes/s; sizes in binary "
+               "units (KiB = 1024 B); busbw and algbw as defined by nccl-tests.</footer>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def _md_table(headers: Sequence[str], rows: Iterable[Sequence], right: Iterable[int] = ()) -> str:
+    right = set(right)
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"]
+    lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), comparison=None,
+                   comparison_figure_name: str | None = None, baseline_sources: Sequence[str] = (),
+                   zero_figure_name: str | None = None, pairs_figure_name: str | None = None) -> str:
+    out = [f"# {md(_title(df))}", ""]
+    for r in plot.run_rows(df):
+        out.append(f"- **{md(r['run_id'])}**" + (f" ({md(r['label'])})" if r.get("label") else "")
+                   + f": {md(plot.describe_run(r))}")
+    out.append("")
+    if comparison is not None:
+        out += ["## Comparison with the baseline", "",
+                f"before (baseline): {md(', '.join(map(str, baseline_sources)))}; after: {md(', '.join(map(str, sources)))}", ""]
+        out.append(_comparison_markdown(comparison))
+        if comparison_figure_name:
+            out += ["", f"![busbw before (dashed) and after (solid)]({quote(comparison_figure_name)})"]
+        out.append("")
+    views = plot.split_views(df)
+    curves, grid = views.curves, views.zero
+    if views.pairs is not None:
+        out += pairs_markdown(views.pairs, pairs_figure_name)
+    if grid is not None:
+        out += zero_markdown(grid, zero_figure_name)
+    if curves is not None:
+        out += ["## Bandwidth and latency", ""]
+        if figure_name:
+            out += [f"![busbw and small-size latency vs message size]({quote(figure_name)})", ""]
+        out += ["## Peak bus bandwidth", ""]
+        peaks = peak_rows(curves)
+        several = len({p["run_id"] for p in peaks}) > 1
+        headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
+            "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong"]
+        rows = [[p["collective"], p["dtype"], p["placement"]] + ([p["run"]] if several else []) + [
+            fnum(p["peak_busbw"]), _size(p["size_bytes"]), fnum(p["algbw"]), fnum(p["time_us"]), p["reps"],
+            _wrong_cell(p["wrong"], p["unchecked"])[0]] for p in peaks]
+        first = 4 if several else 3
+        out += [_md_table(headers, rows, right=range(first, len(headers))), ""]
+    out += ["## Runs", ""]
+    for r in plot.run_rows(df):
+        out += [f"### {md(r['run_id'])}", "", _md_table(["fact", "value"], run_facts(r, df)), ""]
+        net_rows = _net_rows(_json(r.get("net")))
+        if net_rows:
+            out += [_md_table(["host", "interface", "MTU", "link layer", "speed", "state"], net_rows, right=[2]), ""]
+        env = _json(r.get("env"))
+        if isinstance(env, dict) and env:
+            out += [_md_table(["variable", "value"], sorted((k, v if isinstance(v, str) else json.dumps(v))
+                                                           for k, v in env.items())), ""]
+    from commbench import __version__
+
+    out.append(f"_commbench {md(__version__)}; GB/s = 1e9 bytes/s; busbw and algbw as defined by nccl-tests._")
+    return "\n".join(out) + "\n"
+
+
+def _comparison_markdown(c) -> str:
+    try:
+        from commbench.analysis import compare
+
+        render = getattr(compare, "render_markdown", None)
+    except ImportError:
+        render = None
+    if render is not None:
+        # compare's Markdown carries labels and environment values from the files: keep any HTML
+        # in them inert (its own markup is Markdown, which has no <, > or &).
+        return html.escape(render(c), quote=False)
+    verdict = md(getattr(c, "verdict", ""))
+    return f"**Verdict: {verdict}**, geometric-mean ratio {_ratio(getattr(c, 'geomean_ratio', None))}"
+
+
+# --------------------------------------------------------------------------- command
+
+
+def default_out(first_result: str | Path, fmt: str) -> Path:
+    return plot.default_out(first_result, ".html" if fmt == "html" else ".md")
+
+
+def resolve_format(fmt: str | None, out: str | Path | None) -> str:
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise BadInput(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+        return fmt
+    if out is not None and Path(out).suffix.lower() in (".md", ".markdown"):
+        return "markdown"
+    return "html"
+
+
+def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | None = None,
+                 out: str | Path | None = None, fmt: str | None = None,
+                 line_rate: str | None = None) -> list[Path]:
+    """The `commbench report` command. Returns the files written (the report first)."""
+    from commbench.core.results import read_results
+
+    fmt = resolve_format(fmt, out)
+    target = Path(out) if out is not None else default_out(paths[0], fmt)
+    rate = plot.parse_line_rate(line_rate) if line_rate is not None else None
+    figure = target.with_name(target.stem + ".png")
+    cfigure = target.with_name(target.stem + "-comparison.png")
+    zfigure = target.with_name(target.stem + "-zero.png")
+    pfigure = target.with_name(target.stem + "-pairs.png")
+    plot.check_new(target, "report")
+    # What no section reads stays on disk (most of a million rows' memory): the per-rank lists,
+    # the per-iteration samples unless a comparison tests them, the baseline's plan.
+    df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline else ("samples_us",)))
+    if len(df) == 0:
+        raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
+    views = plot.split_views(df)
+    curves, grid = views.curves, views.zero
+    if fmt == "markdown":  # before anything is drawn or written: never half a report
+        for path, wanted in ((figure, curves is not None), (cfigure, bool(baseline)), (zfigure, grid is not None),
+                             (pfigure, views.pairs is not None)):
+            if wanted:
+                plot.check_new(path, "figure")
+    baseline_df = comparison = None
+    if baseline:
+        baseline_df = read_results(baseline, skip=UNUSED_COLUMNS + ("plan",))
+        if len(baseline_df) == 0:
+            raise BadInput(f"--baseline {baseline[0]} holds no points: nothing to compare with")
+        comparison = _compare(baseline_df, df)
+    sources = [str(p) for p in paths]
+    bsources = [str(p) for p in baseline or ()]
+    if fmt == "html":
+        page = build_html(df, sources, baseline_df, comparison, bsources, line_rate=rate)
+        return [plot.write_new(target, page.encode("utf-8"), "report")]
+    written = []
+    if curves is not None:
+        written.append(plot.write_new(figure, plot.figure_bytes(plot.build_figure(curves, "busbw", rate), "png"),
+                                      "figure"))
+    if grid is not None:
+        from commbench.analysis import zerogrid
+
+        written.append(plot.write_new(zfigure, plot.figure_bytes(zerogrid.build_figure(grid), "png"), "figure"))
+    if views.pairs is not None:
+        from commbench.analysis import pairsplot
+
+        written.append(plot.write_new(pfigure, plot.figure_bytes(pairsplot.build_figure(views.pairs), "png"), "figure"))
+    if baseline_df is not None:
+        plot.write_new(cfigure, plot.figure_bytes(plot.build_comparison_figure(baseline_df, df), "png"), "figure")
+        written.append(cfigure)
+    text = build_markdown(df, figure.name if curves is not None else None, sources, comparison,
+                          cfigure.name if baseline_df is not None else None, bsources,
+                          zfigure.name if grid is not None else None, pfigure.name if views.pairs is not None else None)
+    return [plot.write_new(target, text.encode("utf-8"), "report")] + written

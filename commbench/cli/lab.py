@@ -1,0 +1,194 @@
+"""`commbench lab ...`: parse and delegate to lab.py / labrun.py / labslurm.py."""
+
+from __future__ import annotations
+
+import click
+
+from commbench.core.errors import BadInput
+
+
+@click.group()
+def lab() -> None:
+    """An emulated cluster on this machine (root): hosts are network namespaces on one bridge,
+    links have a tbf rate and an MTU, and a real Slurm can run on them."""
+
+
+@lab.command()
+@click.option("--nodes", type=int, default=2, show_default=True, help="Number of hosts.")
+@click.option("--rate", default="1gbit", show_default=True, help="Link rate (tc units: 800mbit, 1gbit).")
+@click.option("--mtu", type=int, default=1500, show_default=True)
+@click.option("--subnet", default="10.231.0.0/24", show_default=True, help="Private range used only inside the lab.")
+def up(nodes, rate, mtu, subnet) -> None:
+    """Create the hosts, the bridge and the shaped links."""
+    from commbench.lab import network as labmod
+
+    state = labmod.up(nodes, rate, mtu, subnet)
+    click.echo(f"lab up: {len(state.nodes)} hosts on {state.subnet}, {rate}, MTU {mtu}")
+    _print_status(state)
+
+
+@lab.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json) -> None:
+    """Hosts, addresses, MTU, rate (as the kernel reports them now)."""
+    import json
+
+    from commbench.lab import network as labmod
+
+    labmod.require_root()
+    state = labmod.require_state()
+    if as_json:
+        click.echo(json.dumps({"hosts": labmod.live_facts(state), "daemons": state.daemons}, indent=2))
+    else:
+        _print_status(state)
+
+
+def _print_status(state) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from commbench.lab import network as labmod
+
+    table = Table("host", "address", "iface", "state", "MTU", "rate")
+    for f in labmod.live_facts(state):
+        table.add_row(f["host"], f["addr"], f["iface"], str(f["state"]), str(f["mtu"]), _rate(f["rate_bits"]))
+    Console().print(table)
+    for d in state.daemons:
+        click.echo(f"daemon {d['name']} pid {d['pid']}")
+
+
+def _rate(bits: float | None) -> str:
+    if bits is None:
+        return "unshaped"
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bits >= scale:
+            return f"{bits / scale:g}{unit}"
+    return f"{bits:g}bit"
+
+
+@lab.command(name="set")
+@click.option("--node", default=None, help="One host (default: all).")
+@click.option("--mtu", type=int, default=None)
+@click.option("--rate", default=None)
+def set_cmd(node, mtu, rate) -> None:
+    """Change MTU and/or rate live, for every host or one."""
+    from commbench.lab import network as labmod
+
+    state = labmod.set_link(node, mtu, rate)
+    _print_status(state)
+
+
+@lab.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.argument("node")
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def exec_cmd(node, argv) -> int:
+    """Run a command on one host: commbench lab exec cbnode1 -- ip addr."""
+    from commbench.lab import network as labmod
+    from commbench.lab import run as labrun
+
+    labmod.require_root()
+    return labrun.exec_on(labmod.require_state(), node, list(argv))
+
+
+@lab.command(context_settings={"ignore_unknown_options": True})
+@click.option("--port", type=int, default=29400, show_default=True, help="Rendezvous port on the first host.")
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def run(port, argv) -> int:
+    """Run a command on every host, one rank each: commbench lab run -- commbench sweep."""
+    from commbench.lab import network as labmod
+    from commbench.lab import run as labrun
+
+    labmod.require_root()
+    return labrun.run_everywhere(labmod.require_state(), list(argv), port)
+
+
+@lab.command()
+def down() -> None:
+    """Remove everything `up` made (also after a crash), and nothing else."""
+    from commbench.lab import network as labmod
+
+    removed = labmod.down()
+    click.echo("lab down: " + (", ".join(removed) if removed else "no lab was up"))
+
+
+@lab.group()
+def slurm() -> None:
+    """A real Slurm on the lab: munged, slurmctld on the first host, one slurmd per host
+    (Debian/Ubuntu: apt-get install slurm-wlm munge)."""
+
+
+@slurm.command(name="up")
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for idle nodes.")
+def slurm_up(timeout) -> None:
+    """Start munged, slurmctld and the slurmds; wait until every host is idle."""
+    from commbench.lab import slurm as labslurm
+
+    state = labslurm.up(timeout)
+    click.echo(f"lab slurm up: {len(state.nodes)} nodes idle in partition 'lab'; "
+               f"SLURM_CONF={labslurm.conf_path()}")
+    click.echo("try: commbench lab slurm submit --wait slurm/commbench.sbatch")
+
+
+@slurm.command(name="status")
+def slurm_status() -> None:
+    """Daemons, node states (sinfo) and jobs (squeue)."""
+    from commbench.lab import network as labmod
+    from commbench.lab import slurm as labslurm
+
+    labmod.require_root()
+    state = labmod.require_state()
+    if not labslurm.is_up(state):
+        click.echo("lab slurm: not up ('commbench lab slurm up' starts it)")
+        return
+    info = labslurm.status(state)
+    for name, alive in info["daemons"].items():
+        click.echo(f"{name}: {'running' if alive else 'STOPPED'}")
+    for node, st in info["nodes"].items():
+        click.echo(f"node {node}: {st}")
+    click.echo(f"jobs:\n{info['queue']}" if info["queue"] else "jobs: none")
+    click.echo(f"SLURM_CONF={info['conf']}")
+
+
+@slurm.command(name="down")
+def slurm_down() -> None:
+    """Stop the lab's Slurm and munged and remove their files (the network stays)."""
+    from commbench.lab import network as labmod
+    from commbench.lab import slurm as labslurm
+
+    labmod.require_root()
+    state = labmod.load_state()
+    stopped = labslurm.down(state) if state is not None else []
+    click.echo("lab slurm down: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+@slurm.command(name="submit", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
+@click.option("--wait", "wait_", is_flag=True, help="Wait for the job to end; exit with its result.")
+@click.option("--timeout", type=float, default=None, help="With --wait: cancel the job after this many seconds.")
+@click.argument("script")
+@click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
+def slurm_submit(wait_, timeout, script, sbatch_args) -> int:
+    """Submit a batch script to the lab's Slurm: extra arguments go to sbatch (before the script).
+
+    The job gets the caller's environment with GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME=eth0, e.g.
+    COMMBENCH_ARGS="--sizes 64K,1M" commbench lab slurm submit --wait slurm/commbench.sbatch
+    """
+    from commbench.lab import network as labmod
+    from commbench.lab import slurm as labslurm
+    from commbench.core.errors import EXIT_RUNTIME
+
+    labmod.require_root()
+    labslurm.require_tools()
+    state = labmod.require_state()
+    if timeout is not None and timeout <= 0:
+        raise BadInput(f"--timeout {timeout:g} must be more than 0 seconds")
+    job = labslurm.submit(state, script, list(sbatch_args))
+    click.echo(f"Submitted batch job {job}")
+    if not wait_:
+        return 0
+    info = labslurm.wait(state, job, timeout)
+    st, code, out = info.get("JobState", "?"), info.get("ExitCode", "?"), info.get("StdOut", "?")
+    click.echo(f"job {job} {st} (exit {code}); output: {out}")
+    if st == "COMPLETED":
+        return 0
+    exit_status = code.split(":")[0]
+    return int(exit_status) if st == "FAILED" and exit_status.isdigit() and int(exit_status) > 0 else EXIT_RUNTIME

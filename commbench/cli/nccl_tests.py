@@ -1,0 +1,60 @@
+"""`commbench nccl-tests ...`: parse and delegate to nccl_tests.py (docs/NCCL_TESTS.md)."""
+
+from __future__ import annotations
+
+import click
+
+from commbench.core.errors import BadInput
+
+
+@click.group("nccl-tests")
+def nccl_tests() -> None:
+    """Run NVIDIA nccl-tests binaries, or import their logs, into commbench results."""
+
+
+@nccl_tests.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--out", default="results", show_default=True,
+              help="Folder (one <run_id>.parquet per log) or one .parquet file for all of them.")
+@click.option("--label", default="", help="Free text stored with every row.")
+@click.option("--collective", default=None,
+              help="The collective measured, when neither the log nor its file name says it.")
+def import_(files, out, label, collective) -> int:
+    """Read nccl-tests logs (text in any shape nccl-tests prints, or -J JSON) into commbench results.
+
+    The numbers are nccl-tests' own. Exit 0; 1 when a log records a failed data check; 2 when a
+    file is not an nccl-tests log (nothing is written then).
+    """
+    from commbench.integrations import nccl_tests as nt
+
+    return nt.import_files(list(files), out, label=label, collective=collective)
+
+
+@nccl_tests.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--launcher", type=click.Choice(["none", "mpirun", "srun"]), default="none", show_default=True,
+              help="How to start the binary: directly, under mpirun -np N, or under srun --ntasks N.")
+@click.option("--np", "np_", type=int, default=None, help="Processes for mpirun/srun (nccl-tests built with MPI=1).")
+@click.option("--launcher-arg", "launcher_args", multiple=True, metavar="ARG",
+              help="One extra argument for the launcher (repeat), e.g. --launcher-arg=--allow-run-as-root.")
+@click.option("--timeout", type=float, default=None, help="Seconds before the whole run is killed (exit 3).")
+@click.option("--out", default="results", show_default=True, help="Folder for <run_id>.parquet, or a .parquet file.")
+@click.option("--label", default="", help="Free text stored with every row.")
+@click.option("--collective", default=None, help="The collective measured, if the binary's name does not say it.")
+@click.option("--no-json", is_flag=True, help="Do not ask for -J JSON output; parse the text only.")
+@click.argument("binary")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(launcher, np_, launcher_args, timeout, out, label, collective, no_json, binary, args) -> int:
+    """Run an nccl-tests BINARY (argv, no shell) and store its results: BINARY -- ARGS.
+
+    Output is shown live and parsed as it comes: a failing or hung binary keeps the rows it
+    printed (exit 3, with the tail of its stderr); a failed data check exits 1.
+    """
+    from commbench.integrations import nccl_tests as nt
+
+    args = list(args)
+    if args and args[0] == "--":
+        args = args[1:]
+    if timeout is not None and not timeout > 0:
+        raise BadInput(f"--timeout {timeout:g} must be more than 0 seconds")
+    return nt.run_binary(binary, args, launcher=launcher, np_=np_, launcher_args=list(launcher_args),
+                         timeout=timeout, out=out, label=label, collective=collective, use_json=not no_json)

@@ -1,0 +1,82 @@
+"""Sizes as people type them (binary K/M/G, like nccl-tests) and as tables print them."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from commbench.core.errors import BadInput
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\d*\.\d+)(?:e(\d+))?\s*([KMGT]?)(?:I?B)?\s*$",
+                   re.IGNORECASE | re.ASCII)
+_MAX_SIZE = (1 << 63) - 1  # sizes are stored as int64
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """'64M' -> 67108864. K/M/G/T are binary (1024), as in nccl-tests; '1e6' is accepted.
+
+    Raises BadInput for anything else, zero or negative included.
+    """
+    raw = str(text)
+    m = _SIZE.match(raw) if len(raw) <= 64 else None
+    if not m:
+        raise BadInput(
+            f"{what} {raw!r} is not a size: use a whole number of bytes with an optional "
+            "binary unit, e.g. 8, 4K, 64M, 1G"
+        )
+    # Exact arithmetic: a float would round 2**53 + 1 and overflow on 1e400.
+    digits, exponent = m.group(1), int(m.group(2) or 0)
+    mantissa = Fraction(digits)
+    if mantissa == 0:
+        raise BadInput(f"{what} {raw!r} must be at least 1 byte")
+    # mantissa >= 10**-decimals, so this bound keeps 10**exponent cheap and the answer exact.
+    if exponent - len(digits.partition(".")[2]) > 19:
+        raise BadInput(f"{what} {raw!r} is too large: sizes go up to {_MAX_SIZE} bytes")
+    value = mantissa * 10**exponent * _UNITS[m.group(3).upper()]
+    if value.denominator != 1:
+        raise BadInput(f"{what} {raw!r} is not a whole number of bytes: use e.g. 1536 or 1.5K")
+    if value > _MAX_SIZE:
+        raise BadInput(f"{what} {raw!r} is too large: sizes go up to {_MAX_SIZE} bytes")
+    return int(value)
+
+
+def parse_size_list(text: str, what: str = "--sizes") -> list[int]:
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise BadInput(f"{what} is empty: give comma-separated sizes, e.g. 1K,64K,4M")
+    return [parse_size(p, what) for p in parts]
+
+
+def format_size(nbytes: int | float) -> str:
+    """Human label with binary units: 8 B, 4 KiB, 1.5 MiB, 16 GiB."""
+    n = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        # round first, so 1048575 B reads 1.0 MiB rather than 1024.0 KiB
+        if abs(round(n, 1)) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(n)} B"
+            return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?|\d*\.\d+)(?:e(\d+))?\s*([KMBT]?)\s*$", re.IGNORECASE | re.ASCII)
+_COUNT_UNITS = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+def parse_count(text: str, what: str) -> int:
+    """Decimal counts as people write model and bucket sizes: '1.3B', '125M', '5e8' -> elements."""
+    raw = str(text)
+    m = _COUNT.match(raw) if len(raw) <= 32 else None
+    if not m:
+        raise BadInput(f"{what} {raw!r} is not a count: use e.g. 5e8, 125M, 1.3B")
+    digits, exponent = m.group(1), int(m.group(2) or 0)
+    # As in parse_size: a nonzero mantissa is at least 10**-decimals, so past this bound the count is
+    # beyond int64 whatever it is, and 10**exponent is never computed ('1e99999999' would take minutes).
+    if Fraction(digits) == 0 or exponent - len(digits.partition(".")[2]) > 19:
+        raise BadInput(f"{what} {raw!r} is out of range: use a count from 1 up to about 9e18")
+    value = Fraction(digits) * 10 ** exponent * _COUNT_UNITS[m.group(3).upper()]
+    if value < 1 or value > _MAX_SIZE:
+        raise BadInput(f"{what} {raw!r} is out of range: use a count from 1 up to about 9e18")
+    return int(value)

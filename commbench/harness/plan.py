@@ -1,0 +1,134 @@
+"""The sweep plan: what to measure, as a typed, serialisable dataclass stored with results."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+from commbench.harness.collectives import ALIGN, BY_NAME, Collective, Layout
+from commbench.harness.dtypes import get_dtype
+from commbench.core.errors import BadInput
+
+PLACEMENTS = ("out", "in", "both")
+
+
+def size_grid(min_bytes: int, max_bytes: int, step_factor: float = 2.0, step_bytes: int | None = None) -> list[int]:
+    """nccl-tests' loop: from -b up to -e, times -f (or plus -i when the factor is 1)."""
+    if min_bytes > max_bytes:
+        raise BadInput(f"--min-bytes {min_bytes} is larger than --max-bytes {max_bytes}: swap them or raise -e")
+    if step_factor < 1 or (step_factor == 1 and not step_bytes):
+        raise BadInput("--step-factor must be more than 1 (or 1 with --step-bytes): e.g. -f 2")
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(int(size))
+        nxt = int(size * step_factor) if step_factor > 1 else size + int(step_bytes)
+        size = nxt if nxt > size else size + 1
+    return sizes
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured configuration: a collective at one real size and placement."""
+
+    collective: str
+    requested_bytes: int
+    size_bytes: int  # what nccl-tests prints and commbench stores
+    count: int
+    in_place: bool
+
+
+@dataclass
+class RunOptions:
+    """What every workload shares: iteration policy, failure bounds, where results go."""
+
+    warmup: int = 5
+    iters: int | None = None  # None: adaptive
+    time_budget: float = 0.05  # adaptive: the most seconds of timed iterations per point (benchmarks/README.md)
+    precision: float = 0.03  # adaptive: stop once the median's 95% CI half-width is this fraction (0: fill the budget)
+    min_iters: int = 10
+    max_iters: int = 2000
+    repetitions: int = 1
+    check: bool = True
+    timeout: float = 300.0
+    backend: str = "auto"
+    label: str = ""
+    out: str = "results"
+    run_id: str = ""
+    workload: str = "sweep"
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str):
+        return cls(**json.loads(text))
+
+
+@dataclass
+class SweepPlan(RunOptions):
+    collectives: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)  # requested byte sizes, before nccl-tests rounding
+    dtype: str = "float32"
+    op: str = "sum"
+    root: int = 0
+    placement: str = "both"
+    mtus: list[int] = field(default_factory=list)  # the MTU axis: set on `iface` of every host in turn
+    iface: str | None = None
+
+    def entries(self) -> list[Collective]:
+        return [BY_NAME[c] for c in self.collectives]
+
+    def placements_for(self, collective: Collective) -> list[bool]:
+        """The in_place flags to run for one collective, in nccl-tests column order."""
+        wanted = ["out", "in"] if self.placement == "both" else [self.placement]
+        return [p == "in" for p in wanted if collective.supports(p)]
+
+    def points(self, collective: Collective, world: int, rank: int = 0) -> list[tuple[Layout, list[Point]]]:
+        """Every size of the grid, rounded as nccl-tests rounds it for `world` ranks.
+
+        Sizes that round to zero elements, or to a size already in the list, are dropped so
+        that each stored point is unique.
+        """
+        itemsize = get_dtype(self.dtype).itemsize
+        seen: set[int] = set()
+        out = []
+        for requested in self.sizes:
+            layout = collective.layout(requested // itemsize, world, rank)
+            size = layout.size_bytes(itemsize)
+            if layout.send_numel == 0 or layout.recv_numel == 0 or size in seen:
+                continue
+            seen.add(size)
+            pts = [Point(collective.name, requested, size, layout.count, ip) for ip in self.placements_for(collective)]
+            out.append((layout, pts))
+        return out
+
+
+def validate(plan: SweepPlan, world: int) -> None:
+    """Checks that need the world size; everything else is checked while parsing."""
+    if world < 1:
+        raise BadInput(f"world size {world} is not valid: run at least one rank")
+    if not 0 <= plan.root < world:
+        raise BadInput(f"--root {plan.root} is not a rank of this run (0..{world - 1}): pick a rank in range")
+    if world < 2 and "sendrecv" in plan.collectives:
+        raise BadInput("sendrecv needs at least 2 ranks: raise --nproc or leave sendrecv out")
+    itemsize = get_dtype(plan.dtype).itemsize
+    for collective in plan.entries():
+        if not plan.placements_for(collective):
+            raise BadInput(f"{collective.name} cannot run with placement {plan.placement!r}: "
+                           f"use --placement {collective.placements[0]} or both")
+        if not plan.points(collective, world):
+            smallest = next(count * itemsize for count in range(1, ALIGN * world + 1)
+                            if collective.layout(count, world, 0).recv_numel > 0
+                            and collective.layout(count, world, 0).send_numel > 0)
+            raise BadInput(f"every size rounds to 0 elements for {collective.name} on {world} ranks: "
+                           f"raise --max-bytes to at least {smallest}")
+
+
+def make_run_id(now=None) -> str:
+    import datetime as dt
+    import secrets
+
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"

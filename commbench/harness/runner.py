@@ -1,0 +1,458 @@
+"""The harness every workload runs on, on every rank.
+
+It chooses backend and device, joins the process group (bounded by --timeout), gathers host and
+network facts, opens the results file on rank 0, and hands a `Session` to the workload. The
+session's `time_call` is the one timing loop of commbench: warm up, agree on the iteration count
+(fixed, or adaptive from the warm-up times), time every iteration, and take each iteration's
+maximum over ranks (the slowest rank bounds a collective). `record` builds a result row with the
+columns every workload shares. Failures map to exit codes here, once, for every workload.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import socket
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import commbench
+from commbench.harness import faults
+from commbench.harness.console import Reporter
+from commbench.net.envinfo import env_snapshot, iface_facts, traffic_iface
+from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, BadInput, CommbenchError, RuntimeFailure
+from commbench.core.launch import RankEnv, ignore_further_signals
+from commbench.net.netinfo import host_summary
+from commbench.harness.plan import RunOptions
+from commbench.core.results import SCHEMA_VERSION, ResultWriter, resolve_out
+from commbench.harness.stragglers import rank_summary, straggler_warnings
+from commbench.harness.timing import StopRule, Timer, adaptive_iters, timer_for
+
+
+@dataclass
+class RankTimes:
+    """Every rank's own view of one point, index = rank, gathered once after the timed loop.
+
+    The arrival skew needs no clocks compared across hosts: in a collective that every rank
+    leaves together, a rank that enters late spends that much less time inside it, so in each
+    iteration its lateness behind the first rank to enter is the slowest rank's time minus its
+    own (docs/RESULTS.md, "Per-rank timing")."""
+
+    time_s: list[float]  # each rank's median time inside the call
+    skew_s: list[float] | None  # each rank's median arrival skew; None where ranks do not leave together
+
+
+@dataclass
+class Timing:
+    """What `Session.time_call` measured."""
+
+    samples_s: list[float]  # per iteration, max over ranks
+    iters: int
+    ranks: RankTimes
+
+    def measurement(self, wrong: int | None) -> "Measurement":
+        return Measurement(self.samples_s, self.iters, wrong, self.ranks)
+
+    def __iter__(self):
+        # `samples, iters = session.time_call(call)` keeps working where a workload needs no more
+        return iter((self.samples_s, self.iters))
+
+
+@dataclass
+class Measurement:
+    samples_s: list[float]  # per iteration, max over ranks
+    iters: int
+    wrong: int | None
+    ranks: RankTimes | None = None  # the per-rank columns; None: not measured (e.g. the DeepSpeed engine)
+
+
+@dataclass
+class RunContext:
+    """Facts about the run that every record repeats."""
+
+    plan: RunOptions
+    env: RankEnv
+    backend: str
+    device: torch.device
+    device_name: str
+    hosts: list[str]
+    nnodes: int
+    ranks_per_node: int
+    net: dict
+    started_at: dt.datetime
+    nccl_version: str | None
+
+
+class Workload(Protocol):
+    """What a run measures (workloads/sweep.py, workloads/buckets.py, ...)."""
+
+    plan: RunOptions
+
+    def validate(self, world: int) -> None:
+        """Checks that need the world size (raise BadInput)."""
+
+    def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
+        """Refuse what cannot run (dtype, op, memory) before the process group exists."""
+
+    def total_points(self, world: int) -> int:
+        """Points per repetition, for the progress bar."""
+
+    def run(self, session: "Session") -> bool:
+        """Measure everything; return True if any output was wrong."""
+
+
+def choose_backend(requested: str) -> str:
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
+    if requested == "nccl" and not (torch.cuda.is_available() and torch.cuda.device_count() > 0):
+        raise BadInput("--backend nccl needs CUDA GPUs and none is visible here: use --backend gloo")
+    return requested
+
+
+def _device_for(backend: str, env: RankEnv) -> torch.device:
+    if backend == "nccl":
+        dev = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        return dev
+    return torch.device("cpu")
+
+
+def _nccl_version(backend: str) -> str | None:
+    if backend != "nccl":
+        return None
+    v = torch.cuda.nccl.version()
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+@dataclass
+class Session:
+    """One rank's view of a running measurement."""
+
+    ctx: RunContext
+    timer: Timer
+    reporter: Reporter
+    writer: ResultWriter | None  # rank 0 only
+    # The process group the workload measures on: None is the default one. A workload may put
+    # a fresh group here (new connections, e.g. after an MTU change: TCP keeps its MSS).
+    group: object = None
+    warmup_done: int | None = None  # warm-up iterations of the last time_call (adaptive may run fewer)
+
+    @property
+    def rank(self) -> int:
+        return self.ctx.env.rank
+
+    @property
+    def world(self) -> int:
+        return self.ctx.env.world_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.ctx.device
+
+    def time_call(self, call: Callable[[], None]) -> Timing:
+        """Warm up, agree on the count, time each iteration; per-iteration max over ranks (s), and
+        every rank's own median time and arrival skew."""
+        samples, iters = self._own_samples(call)
+        slowest = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=self.group)
+        slowest_s = slowest.cpu().tolist()
+        return Timing(slowest_s, iters, self._gather_rank_times(samples, slowest_s))
+
+    def _gather_rank_times(self, own_s: list[float], slowest_s: list[float]) -> RankTimes:
+        """One all_gather of (median time, median arrival skew) from every rank, after the timed loop."""
+        mine = torch.tensor(rank_summary(own_s, slowest_s), dtype=torch.float64, device=self.ctx.device)
+        everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.group))]
+        dist.all_gather(everyone, mine, group=self.group)
+        pairs = torch.stack(everyone).cpu().tolist()  # one copy off the device
+        return RankTimes([p[0] for p in pairs], [p[1] for p in pairs])
+
+    def time_each(self, call: Callable[[], None]) -> tuple[list[list[float]], int]:
+        """The same loop, but every rank's own per-iteration times (s), indexed by rank: for
+        workloads where ranks run different operations at once (disjoint pairs, workloads/pairs.py)
+        and the max over all ranks would mix them."""
+        samples, iters = self._own_samples(call)
+        mine = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
+        everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.group))]
+        dist.all_gather(everyone, mine, group=self.group)  # same count everywhere: equal shapes
+        return [t.cpu().tolist() for t in everyone], iters
+
+    def _own_samples(self, call: Callable[[], None]) -> tuple[list[float], int]:
+        """Warm up, agree on the count with every rank, time each iteration on this rank (s)."""
+        plan, device = self.ctx.plan, self.ctx.device
+        if not plan.iters and plan.precision > 0:
+            return self._until_precise(call)
+        warm = self.timer.run(call, max(1, plan.warmup))
+        self.warmup_done = len(warm)
+        if plan.iters:
+            iters = plan.iters
+            dist.barrier(group=self.group)
+        else:
+            tail = warm[len(warm) // 2:]
+            estimate = torch.tensor([statistics.median(tail)], dtype=torch.float64, device=device)
+            dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=self.group)  # every rank must run the same count
+            iters = adaptive_iters(float(estimate.item()), plan.time_budget, plan.min_iters, plan.max_iters)
+        return self.timer.run(call, iters), iters
+
+    def _until_precise(self, call: Callable[[], None]) -> tuple[list[float], int]:
+        """Warm up (StopRule.warmups: up to --warmup, within a share of the budget), then timed
+        batches until StopRule is met. Between batches (never inside one) one all_reduce (MAX) of
+        the batch's times gives every rank the same per-iteration maxima, hence the same decision;
+        the loop inside a batch is the plain timer loop."""
+        plan = self.ctx.plan
+        rule = StopRule(plan.time_budget, plan.min_iters, plan.max_iters, plan.precision)
+        first = self.timer.run(call, min(2, max(1, plan.warmup)))
+        pace = torch.tensor(first, dtype=torch.float64, device=self.ctx.device)
+        dist.all_reduce(pace, op=dist.ReduceOp.MAX, group=self.group)  # every rank warms up as often
+        self.warmup_done = rule.warmups(min(pace.cpu().tolist()), max(1, plan.warmup))
+        self.timer.run(call, self.warmup_done - len(first))
+        own: list[float] = []
+        slowest: list[float] = []
+        batch = rule.next_batch(slowest)
+        while batch:
+            times = self.timer.run(call, batch)
+            worst = torch.tensor(times, dtype=torch.float64, device=self.ctx.device)
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=self.group)
+            own += times
+            slowest += worst.cpu().tolist()
+            batch = rule.next_batch(slowest)
+        return own, len(own)
+
+    def sum_over_ranks(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.int64, device=self.ctx.device)
+        dist.all_reduce(t, group=self.group)
+        return int(t.item())
+
+    def record(self, *, collective: str, dtype: str, op: str | None, root: int, size_bytes: int, count: int,
+               in_place: bool, busbw_factor: float, m: Measurement, repetition: int, **extra) -> dict:
+        """A result row: the shared columns, the statistics of `m`, and workload columns in `extra`."""
+        ctx, plan = self.ctx, self.ctx.plan
+        us = np.asarray(m.samples_s) * 1e6
+        median_us = float(np.median(us))
+        algbw = size_bytes / (median_us * 1e-6) / 1e9
+        row = {
+            "run_id": plan.run_id, "label": plan.label, "started_at": ctx.started_at,
+            "collective": collective, "dtype": dtype, "op": op, "root": root,
+            "size_bytes": size_bytes, "count": count, "in_place": in_place,
+            "world_size": ctx.env.world_size, "nnodes": ctx.nnodes, "ranks_per_node": ctx.ranks_per_node,
+            "backend": ctx.backend, "device": ctx.device.type, "device_name": ctx.device_name,
+            "launcher": ctx.env.launcher, "iters": m.iters,
+            "warmup": self.warmup_done if self.warmup_done is not None else max(1, plan.warmup), "repetition": repetition,
+            "time_us": median_us, "time_us_min": float(us.min()), "time_us_max": float(us.max()),
+            "time_us_p99": float(np.percentile(us, 99)),
+            "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor, "wrong": m.wrong,
+            "samples_us": us.tolist(), **_rank_columns(m.ranks),
+            "workload": plan.workload, "bucket_bytes": None, "zero_stage": None,
+            "mtu": ctx.net.get("mtu"), "iface": ctx.net.get("iface"), "link_layer": ctx.net.get("link_layer"),
+            "hosts": ctx.hosts, "commbench_version": commbench.__version__, "torch_version": torch.__version__,
+            "nccl_version": ctx.nccl_version, "env": json.dumps(env_snapshot(), sort_keys=True),
+            "net": json.dumps(ctx.net["per_host"], sort_keys=True), "plan": plan.to_json(),
+            "schema_version": SCHEMA_VERSION,
+        }
+        row.update(extra)
+        return row
+
+    def write(self, rows: list[dict]) -> None:
+        if self.writer is not None and rows:
+            self.writer.append(rows)
+
+
+def _rank_columns(ranks: RankTimes | None) -> dict:
+    def us(values: list[float] | None) -> list[float] | None:
+        return None if values is None else [v * 1e6 for v in values]
+
+    return {"rank_time_us": us(ranks.time_s) if ranks else None,
+            "rank_skew_us": us(ranks.skew_s) if ranks else None}
+
+
+def _gather_ranks(env: RankEnv, device: torch.device, device_name: str) -> list[dict]:
+    iface = traffic_iface(env.master_addr)
+    mine = {"rank": env.rank, "host": socket.gethostname(), "pid": os.getpid(), "device": str(device),
+            "device_name": device_name, **iface_facts(iface), "host_net": host_summary(iface),
+            "addr": _local_addr(env.master_addr)}
+    everyone: list[dict] = [None] * env.world_size  # type: ignore[list-item]
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
+def _agree_on(error: str | None, device: torch.device) -> None:
+    """Rank 0 broadcasts a setup error so that every rank stops with the same message."""
+    box = [error]
+    dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
+    if box[0]:
+        raise BadInput(box[0])
+
+
+def _header_lines(ctx: RunContext, ranks: list[dict]) -> list[str]:
+    plan = ctx.plan
+    iters = f"iters: {plan.iters}" if plan.iters else (
+        f"iters: adaptive (until the median is known to {plan.precision:.0%} or {plan.time_budget:g} s per point, "
+        f"{plan.min_iters}..{plan.max_iters})" if plan.precision > 0 else
+        f"iters: adaptive ({plan.time_budget:g} s per point, {plan.min_iters}..{plan.max_iters})")
+    lines = [
+        f"# commbench {commbench.__version__}  run {plan.run_id}  workload {plan.workload}  torch {torch.__version__}"
+        + (f"  nccl {ctx.nccl_version}" if ctx.nccl_version else ""),
+        f"# backend {ctx.backend}  launcher {ctx.env.launcher}  ranks {ctx.env.world_size} "
+        f"({ctx.nnodes} node(s) x {ctx.ranks_per_node})  warmup iters: {'' if plan.iters or not plan.precision else 'up to '}{max(1, plan.warmup)}  {iters}  "
+        f"repetitions: {plan.repetitions}  validation: {int(plan.check)}",
+        "#",
+        "# Using devices",
+    ]
+    for r in ranks:
+        lines.append(f"#  Rank {r['rank']:2d} Pid {r['pid']:7d} on {r['host']:>10s} device {r['device']} "
+                     f"[{r['device_name']}] iface {r['iface']} mtu {r['mtu']}")
+    lines.append("#")
+    return lines
+
+
+def rank_main(workload: Workload, env: RankEnv) -> int:
+    """The entry point of every rank, however it was launched; returns its exit code."""
+    try:
+        return run_workload(workload, env)
+    except CommbenchError as exc:
+        _say(env, f"commbench: {exc}", rank0_only=isinstance(exc, BadInput))
+        return exc.exit_code
+
+
+def run_workload(workload: Workload, env: RankEnv) -> int:
+    """Every rank calls this; returns the rank's exit code. Rank 0 prints and writes."""
+    from datetime import timedelta
+
+    plan = workload.plan
+    backend = choose_backend(plan.backend)
+    device = _device_for(backend, env)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    workload.prepare(backend, device, env)
+    timer = faults.late_timer(timer_for(device), env.rank)  # the timer itself unless a test delays this rank
+
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
+                                rank=env.rank, world_size=env.world_size,
+                                timeout=timedelta(seconds=plan.timeout))
+    except (RuntimeError, ValueError) as exc:  # DistError and gloo's connect errors are RuntimeErrors
+        raise RuntimeFailure(f"rank {env.rank} on {socket.gethostname()} could not join the process group at "
+                             f"{env.master_addr}:{env.master_port}: {_first_line(exc)} (check MASTER_ADDR, "
+                             f"the firewall and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME or --iface)") from None
+    writer: ResultWriter | None = None
+    reporter = Reporter(False, 0)
+    ranks: list[dict] = []
+    try:
+        ranks = _gather_ranks(env, device, device_name)
+        hosts = list(dict.fromkeys(r["host"] for r in ranks))
+        per_host_counts = [sum(1 for r in ranks if r["host"] == h) for h in hosts]
+        per_host = {h: {k: v for k, v in next(r for r in ranks if r["host"] == h).items()
+                        if k in ("iface", "mtu", "link_layer", "speed_mbps", "operstate", "host_net")} for h in hosts}
+        ctx = RunContext(plan, env, backend, device, device_name, hosts, len(hosts), max(per_host_counts),
+                         {**ranks[0], "per_host": per_host}, dt.datetime.now(dt.timezone.utc),
+                         _nccl_version(backend))
+
+        setup_error = None
+        if env.rank == 0:
+            writer = ResultWriter(resolve_out(plan.out, plan.run_id))
+            try:
+                writer.create()
+            except BadInput as exc:
+                setup_error = str(exc)
+                writer = None
+        _agree_on(setup_error, device)
+
+        reporter = Reporter(env.rank == 0, plan.repetitions * workload.total_points(env.world_size))
+        for line in _header_lines(ctx, ranks):
+            reporter.line(line)
+        any_wrong = workload.run(Session(ctx, timer, reporter, writer))
+        if writer is not None and backend == "nccl":
+            from commbench.net.ncclinfo import record_transport
+            record_transport(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport NCCL used
+        if writer is not None:
+            warnings = straggler_warnings(writer.rows, [r["host"] for r in ranks])
+            if warnings:
+                reporter.close()  # a progress bar must not draw over them
+            for warning in warnings:
+                _say(env, warning)
+            busbws = [r["busbw_GBps"] for r in writer.rows]
+            reporter.line("# Out of bounds values : 0 OK")
+            reporter.line(f"# Avg bus bandwidth    : {statistics.fmean(busbws) if busbws else 0.0:.4f} ")
+            reporter.line(f"# Results: {writer.path} ({len(writer.rows)} rows)")
+        if any_wrong:
+            reporter.close()
+            _say(env, getattr(workload, "failure_message", "commbench: some results were wrong (see the #wrong "
+                                                             "column): the collective or the network corrupts data"),
+                 rank0_only=True)
+            return EXIT_BAD_RESULT
+        return EXIT_OK
+    except BaseException as exc:
+        ignore_further_signals()  # stopping now: a launcher's SIGTERM must not cut the report short
+        reporter.close()
+        if isinstance(exc, CommbenchError):
+            _say(env, f"commbench: {exc}", rank0_only=isinstance(exc, BadInput))
+            _kept(env, writer)
+            return exc.exit_code
+        if isinstance(exc, RuntimeError) or isinstance(exc, dist.DistBackendError):
+            _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: "
+                      f"{_failure(exc, env, ranks, plan.timeout)}")
+            _kept(env, writer)
+            return EXIT_RUNTIME
+        _kept(env, writer)
+        raise
+    finally:
+        reporter.close()
+        try:
+            dist.destroy_process_group()
+        except Exception as exc:  # a broken group cannot always be torn down; the process ends anyway
+            _ = exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _local_addr(master_addr: str) -> str | None:
+    """This rank's address towards MASTER_ADDR (the one its peers see), to name a lost peer later."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master_addr, 9))  # picks the route; nothing is sent
+            return s.getsockname()[0]
+    except OSError:
+        return None
+
+
+_SOURCE = re.compile(r"^\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\]\s*")  # gloo's "[.../pair.cc:537] "
+_PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")  # gloo names the peer as [addr]:port
+
+
+def _failure(exc: BaseException, env: RankEnv, ranks: list[dict], timeout: float) -> str:
+    """One line on why a collective failed: the timeout, or the peer that went away (by rank and host
+    where the address tells), then the backend's own words."""
+    text = _SOURCE.sub("", _first_line(exc))
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        return (f"no answer within --timeout {timeout:g} s (a rank, its host or the link stopped "
+                f"responding): {text}")
+    m = _PEER.search(text)
+    if m:
+        peers = [r for r in ranks if r["rank"] != env.rank and r.get("addr") == m.group(1)]
+        if len(peers) == 1:
+            p = peers[0]
+            return f"lost rank {p['rank']} on {p['host']} (pid {p['pid']}, {m.group(1)}): {text}"
+        if peers and len({p["host"] for p in peers}) == 1:
+            which = ", ".join(str(p["rank"]) for p in peers)
+            return f"lost a rank on {peers[0]['host']} (one of ranks {which}, {m.group(1)}): {text}"
+    return text
+
+
+def _say(env: RankEnv, message: str, rank0_only: bool = False) -> None:
+    if rank0_only and env.rank != 0:
+        return
+    print(message, file=sys.stderr, flush=True)
+
+
+def _kept(env: RankEnv, writer: ResultWriter | None) -> None:
+    if writer is not None:
+        _say(env, f"commbench: {len(writer.rows)} finished rows kept in {writer.path}")

@@ -1,0 +1,113 @@
+"""Per-iteration timers and the adaptive iteration count.
+
+CPU (gloo): perf_counter around each blocking call. GPU (NCCL): a pair of CUDA events around
+each call, read after one synchronize, so the host never waits inside the loop. The loops
+below do nothing but call the op and store a number into a list allocated beforehand.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+import torch
+
+from commbench.core.stats import median_ci_halfwidth
+
+
+class Timer(Protocol):
+    def run(self, call: Callable[[], None], iters: int) -> list[float]:
+        """Seconds per iteration, one entry per call."""
+
+
+class CpuTimer:
+    def run(self, call: Callable[[], None], iters: int) -> list[float]:
+        out = [0.0] * iters
+        clock = time.perf_counter
+        for i in range(iters):
+            t0 = clock()
+            call()
+            out[i] = clock() - t0
+        return out
+
+
+class CudaTimer:
+    def run(self, call: Callable[[], None], iters: int) -> list[float]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for i in range(iters):
+            starts[i].record()
+            call()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+
+
+def timer_for(device: torch.device) -> Timer:
+    return CudaTimer() if device.type == "cuda" else CpuTimer()
+
+
+def adaptive_iters(seconds_per_iter: float, time_budget: float, min_iters: int, max_iters: int) -> int:
+    """Enough iterations to fill the time budget, within [min_iters, max_iters]."""
+    if seconds_per_iter <= 0:
+        return max_iters
+    return max(min_iters, min(max_iters, math.ceil(time_budget / seconds_per_iter)))
+
+
+WARMUP_SHARE = 0.25  # of the time budget: the most warm-up may take beyond its first iteration
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When the adaptive count stops: once the median is known to `precision` (the 95% CI
+    half-width of the median over the median, from order statistics: stats.median_ci_halfwidth),
+    or the timed iterations have used `time_budget` seconds, or at `max_iters`; never before
+    `min_iters`. precision 0 never stops early (fill the budget)."""
+
+    time_budget: float
+    min_iters: int
+    max_iters: int
+    precision: float
+
+    def warmups(self, pace_s: float, warmup: int) -> int:
+        """Warm-up iterations in all, up to `warmup`: the first two always run (where `warmup`
+        allows), then more while those after the first fit in WARMUP_SHARE of the time budget at
+        `pace_s`, the faster of the first two (maxima over ranks), so a slow first call, as the
+        first point of a run often has, or one stall sets no pace. Two warm-ups are enough for a
+        large message (measured: the first timed iteration after even one is not slower than the
+        median, benchmarks/README.md), while five of them at 64 MiB cost half of its timed loop."""
+        if pace_s <= 0:
+            return warmup
+        fit = 1 + math.floor(WARMUP_SHARE * self.time_budget / pace_s)
+        return max(min(warmup, 2), min(warmup, fit))
+
+    def next_batch(self, slowest: Sequence[float]) -> int:
+        """How many iterations to time next (0: stop), from the per-iteration maxima over ranks so
+        far. Every rank holds the same maxima, so every rank takes the same decision without
+        another collective. Batches grow toward the count the CI predicts (its half-width falls as
+        1/sqrt(n)), so a point checks its precision a handful of times, never per iteration."""
+        n = len(slowest)
+        if n >= self.max_iters:
+            return 0
+        if n < self.min_iters:
+            return self.min_iters - n
+        spent = math.fsum(slowest)
+        left = self.time_budget - spent
+        if left <= 0:
+            return 0
+        width = median_ci_halfwidth(slowest) if self.precision > 0 else math.inf
+        if width <= self.precision:
+            return 0
+        per_iter = statistics.median(slowest)
+        affordable = self.max_iters - n if per_iter <= 0 else math.ceil(left / per_iter)
+        if self.precision <= 0:
+            wanted = affordable
+        elif math.isfinite(width):
+            wanted = math.ceil(n * (width / self.precision) ** 2 * 1.2) - n  # 20% over the prediction
+            wanted = min(max(wanted, math.ceil(n / 4)), 3 * n)  # grow by 25%..300% per check
+        else:
+            wanted = n  # too few for an interval yet (under 6 at 95%): double
+        return max(1, min(wanted, affordable, self.max_iters - n))

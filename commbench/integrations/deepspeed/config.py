@@ -1,0 +1,499 @@
+"""A user's DeepSpeed config (ds_config.json): read it into typed settings, and adapt it to run here.
+
+`load(path)` / `parse(document)` give a `DsConfig` with the settings that shape communication
+(ZeRO stage, bucket sizes in elements, overlap_comm, reduce_scatter, precision, offload, batch
+sizes). Every problem is a `BadInput` with one line that names the setting and the fix; nothing
+else escapes. Values follow DeepSpeed 0.19's own rules (runtime/zero/config.py,
+runtime/config.py): "auto" means DeepSpeed's default, integral floats such as 5e8 are whole
+numbers, bucket sizes count elements, not bytes.
+
+`adapt_for(config, world_size, device_type)` returns a config dict DeepSpeed accepts on this
+machine and one line per change (docs/DEEPSPEED.md explains each rule).
+
+This module does not import DeepSpeed, so it is cheap to use in the CLI and in unit tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from commbench.core.errors import BadInput
+
+# DeepSpeed 0.19.8 defaults (runtime/zero/config.py DeepSpeedZeroConfig).
+DEFAULT_REDUCE_BUCKET_SIZE = 500_000_000        # reduce_bucket_size: Field(pp_int(5e8), gt=0)
+DEFAULT_ALLGATHER_BUCKET_SIZE = 500_000_000     # allgather_bucket_size: Field(pp_int(5e8), ge=0)
+DEFAULT_PREFETCH_BUCKET_SIZE = 50_000_000       # prefetch_bucket_size: Field(pp_int(5e7), ge=0)
+DEFAULT_PARAM_PERSISTENCE_THRESHOLD = 100_000   # stage3_param_persistence_threshold
+DEFAULT_MAX_REUSE_DISTANCE = 1_000_000_000      # stage3_max_reuse_distance
+_INT64_MAX = (1 << 63) - 1
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+# Adam-family optimizers that DeepSpeed builds itself (engine._configure_basic_optimizer).
+_ADAM_NAMES = {"adam", "adamw"}
+
+
+@dataclass(frozen=True)
+class DsConfig:
+    """The communication-relevant settings of one ds_config, with DeepSpeed's defaults applied.
+
+    Bucket sizes are element counts (DeepSpeed compares them with numel()); multiply by the
+    element size of the communication dtype for bytes (`bucket_bytes`).
+    """
+
+    zero_stage: int = 0
+    reduce_bucket_size: int = DEFAULT_REDUCE_BUCKET_SIZE
+    allgather_bucket_size: int = DEFAULT_ALLGATHER_BUCKET_SIZE
+    stage3_prefetch_bucket_size: int = DEFAULT_PREFETCH_BUCKET_SIZE
+    overlap_comm: bool = False              # DeepSpeed: unset -> True for stage 3, else False
+    reduce_scatter: bool = True
+    contiguous_gradients: bool = True
+    use_multi_rank_bucket_allreduce: bool = True
+    allgather_partitions: bool = True
+    fp16: bool = False
+    bf16: bool = False
+    offload_optimizer: str = "none"         # none | cpu | nvme
+    offload_param: str = "none"             # none | cpu | nvme (DeepSpeed uses it in stage 3 only)
+    train_batch_size: int | None = None     # None: absent or "auto"
+    train_micro_batch_size_per_gpu: int | None = None
+    gradient_accumulation_steps: int | None = None
+    optimizer_type: str | None = None
+    auto_fields: tuple[str, ...] = ()       # settings given as "auto" (DeepSpeed uses its default)
+    source: str = "<dict>"                  # file name, for messages
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def dtype_name(self) -> str:
+        return "float16" if self.fp16 else "bfloat16" if self.bf16 else "float32"
+
+    @property
+    def dtype_bytes(self) -> int:
+        return 2 if (self.fp16 or self.bf16) else 4
+
+    def bucket_bytes(self, name: str = "reduce_bucket_size", dtype_bytes: int | None = None) -> int:
+        """A bucket size in bytes: elements x element size (the training dtype unless given)."""
+        return int(getattr(self, name)) * (dtype_bytes or self.dtype_bytes)
+
+    def to_dict(self) -> dict:
+        """A copy of the document this config was read from."""
+        return copy.deepcopy(dict(self.raw))
+
+
+# ----------------------------------------------------------------------------- reading
+
+def load(path: str | Path) -> DsConfig:
+    """Read a ds_config file (JSON, or hjson as DeepSpeed accepts) into a DsConfig."""
+    p = Path(path)
+    name = str(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise BadInput(f"DeepSpeed config {name!r} does not exist: give the path of your ds_config.json") from None
+    except IsADirectoryError:
+        raise BadInput(f"DeepSpeed config {name!r} is a directory: give the path of a ds_config.json file") from None
+    except OSError as exc:
+        raise BadInput(f"DeepSpeed config {name!r} cannot be read ({exc.strerror or exc}): "
+                       "check the path and its permissions") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"DeepSpeed config {name!r} is not UTF-8 text (byte {exc.start}): "
+                       "save it as UTF-8 JSON") from None
+    return loads(text, source=name)
+
+
+def loads(text: str, source: str = "<string>") -> DsConfig:
+    """Parse ds_config text (JSON, or hjson as DeepSpeed reads files) into a DsConfig."""
+    document, json_error = _decode(text, source)
+    try:
+        return parse(document, source=source)
+    except BadInput:
+        if json_error is None:
+            raise
+        # Not JSON, and hjson's reading of it is not a valid config either: the JSON error is
+        # what the user needs to see.
+        raise json_error from None
+
+
+def _reject_duplicates(pairs):
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen, dup = set(), None
+        for key, _ in pairs:
+            if key in seen:
+                dup = key
+                break
+            seen.add(key)
+        raise _Duplicate(dup)
+    return d
+
+
+class _Duplicate(ValueError):
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _decode(text: str, source: str) -> tuple[Any, BadInput | None]:
+    """JSON first; DeepSpeed also reads hjson files (runtime/config.py hjson.load), so try hjson
+    before refusing. Returns the document and, when it was read as hjson, the JSON error."""
+    if not text.strip():
+        raise BadInput(f"DeepSpeed config {source!r} is empty: write a JSON object such as "
+                       '{"zero_optimization": {"stage": 2}}')
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicates), None
+    except _Duplicate as dup:
+        # DeepSpeed refuses duplicate keys too (config_utils.dict_raise_error_on_duplicate_keys).
+        raise BadInput(f"DeepSpeed config {source!r} has the key {dup.key!r} twice: keep one") from None
+    except RecursionError:
+        raise BadInput(f"DeepSpeed config {source!r} is nested too deeply to be a ds_config: "
+                       "fix the file") from None
+    except json.JSONDecodeError as err:
+        json_err = err
+    except ValueError as err:  # e.g. an integer literal with too many digits
+        raise BadInput(f"DeepSpeed config {source!r} is not valid JSON ({err}): fix the file") from None
+    try:
+        import hjson  # installed with deepspeed, which reads configs with hjson.load
+    except ImportError:
+        hjson = None
+    error = BadInput(f"DeepSpeed config {source!r} is not valid JSON: {json_err.msg} at line {json_err.lineno} "
+                     f"column {json_err.colno}: fix the file there")
+    if hjson is not None:
+        try:
+            return hjson.loads(text, object_pairs_hook=_reject_duplicates), error
+        except _Duplicate as dup:
+            raise BadInput(f"DeepSpeed config {source!r} has the key {dup.key!r} twice: keep one") from None
+        except Exception:  # hjson raises several types; the JSON message is the useful one
+            pass
+    raise error
+
+
+# ----------------------------------------------------------------------------- typed values
+
+class _Reader:
+    def __init__(self, source: str):
+        self.source = source
+        self.auto: list[str] = []
+
+    def fail(self, key: str, problem: str, fix: str):
+        raise BadInput(f"DeepSpeed config {self.source!r}: {key} {problem}: {fix}")
+
+    def section(self, doc: Mapping, key: str, path: str | None = None) -> Mapping:
+        path = path or key
+        value = doc.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail(path, f"is {_show(value)}, not an object", f'write it as "{key}": {{...}}')
+        return value
+
+    def whole(self, doc: Mapping, key: str, path: str, default: int | None, *, minimum: int,
+              unit: str = "") -> int | None:
+        """A whole number >= minimum; 5e8 and 32.0 count; "auto" or absent -> default."""
+        if key not in doc or doc[key] is None:
+            return default
+        value = doc[key]
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            self.auto.append(path)
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(path, f"is {_show(value)}, not a number", f"give a whole number{unit} such as 500000000 or 5e8")
+        if isinstance(value, float):
+            if not math.isfinite(value) or not value.is_integer():
+                self.fail(path, f"is {_show(value)}, not a whole number",
+                          f"give a whole number{unit} such as 500000000 or 5e8")
+            value = int(value)
+        if value < minimum:
+            what = "negative" if value < 0 else "zero"
+            self.fail(path, f"is {what} ({value})", f"give a whole number >= {minimum}{unit}")
+        if value > _INT64_MAX:
+            self.fail(path, f"is too large ({value})", f"give a whole number up to {_INT64_MAX}")
+        return value
+
+    def flag(self, doc: Mapping, key: str, path: str, default: bool | None) -> bool | None:
+        if key not in doc or doc[key] is None:
+            return default
+        value = doc[key]
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            self.auto.append(path)
+            return default
+        if not isinstance(value, bool):
+            self.fail(path, f"is {_show(value)}, not true or false", "write true or false")
+        return value
+
+    def offload(self, zero: Mapping, key: str, path: str) -> str:
+        value = zero.get(key)
+        if value is None:
+            return "none"
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            self.auto.append(path)
+            return "none"
+        if not isinstance(value, dict):
+            self.fail(path, f"is {_show(value)}, not an object", f'write it as "{key}": {{"device": "cpu"}}')
+        device = value.get("device", "none")
+        if device is None:
+            return "none"
+        if not isinstance(device, str) or device.strip().lower() not in OFFLOAD_DEVICES + ("auto",):
+            self.fail(f"{path}.device", f"is {_show(device)}", 'use "none", "cpu" or "nvme"')
+        device = device.strip().lower()
+        if device == "auto":
+            self.auto.append(f"{path}.device")
+            return "none"
+        return device
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (str, bool, int, float, type(None))) else type(value).__name__
+    if isinstance(value, (list, dict)):
+        text = "a list" if isinstance(value, list) else "an object"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse(document: Any, source: str = "<dict>") -> DsConfig:
+    """Check a decoded ds_config document and return its typed settings."""
+    r = _Reader(source)
+    if not isinstance(document, dict):
+        raise BadInput(f"DeepSpeed config {source!r} is {_show(document)}, not a JSON object: "
+                       'a ds_config is an object such as {"zero_optimization": {"stage": 2}}')
+    zero = r.section(document, "zero_optimization")
+
+    stage_value = zero.get("stage", 0)
+    if isinstance(stage_value, str) and stage_value.strip().lower() == "auto":
+        r.auto.append("zero_optimization.stage")
+        stage = 0
+    else:
+        if isinstance(stage_value, float) and stage_value.is_integer():
+            stage_value = int(stage_value)
+        if stage_value is None:
+            stage_value = 0
+        if isinstance(stage_value, bool) or not isinstance(stage_value, int) or not 0 <= stage_value <= 3:
+            r.fail("zero_optimization.stage", f"is {_show(stage_value)}", "use 0, 1, 2 or 3")
+        stage = stage_value
+
+    reduce_bucket = r.whole(zero, "reduce_bucket_size", "zero_optimization.reduce_bucket_size",
+                            DEFAULT_REDUCE_BUCKET_SIZE, minimum=1, unit=" of elements")
+    allgather_bucket = r.whole(zero, "allgather_bucket_size", "zero_optimization.allgather_bucket_size",
+                               DEFAULT_ALLGATHER_BUCKET_SIZE, minimum=0, unit=" of elements")
+    if allgather_bucket % 2:
+        # stage_1_and_2.py asserts allgather_bucket_size % nccl_start_alignment_factor (2) == 0
+        r.fail("zero_optimization.allgather_bucket_size", f"is odd ({allgather_bucket})",
+               "DeepSpeed needs an even number of elements, e.g. 500000000")
+    prefetch_key = "stage3_prefetch_bucket_size" if "stage3_prefetch_bucket_size" in zero else "prefetch_bucket_size"
+    prefetch = r.whole(zero, prefetch_key, f"zero_optimization.{prefetch_key}", DEFAULT_PREFETCH_BUCKET_SIZE,
+                       minimum=0, unit=" of elements")
+    overlap = r.flag(zero, "overlap_comm", "zero_optimization.overlap_comm", None)
+    if overlap is None:
+        overlap = stage == 3  # DeepSpeedZeroConfig.overlap_comm_valid
+    reduce_scatter = r.flag(zero, "reduce_scatter", "zero_optimization.reduce_scatter", True)
+    contiguous = r.flag(zero, "contiguous_gradients", "zero_optimization.contiguous_gradients", True)
+    multi_rank = r.flag(zero, "use_multi_rank_bucket_allreduce",
+                        "zero_optimization.use_multi_rank_bucket_allreduce", True)
+    allgather_partitions = r.flag(zero, "allgather_partitions", "zero_optimization.allgather_partitions", True)
+
+    offload_optimizer = r.offload(zero, "offload_optimizer", "zero_optimization.offload_optimizer")
+    if offload_optimizer == "none" and r.flag(zero, "cpu_offload", "zero_optimization.cpu_offload", False):
+        offload_optimizer = "cpu"  # deprecated spelling, still honoured by DeepSpeed
+    offload_param = r.offload(zero, "offload_param", "zero_optimization.offload_param")
+    if offload_param == "none" and r.flag(zero, "cpu_offload_param", "zero_optimization.cpu_offload_param", False):
+        offload_param = "cpu"
+
+    fp16_section = r.section(document, "fp16")
+    bf16_key = "bf16" if "bf16" in document else "bfloat16"
+    bf16_section = r.section(document, bf16_key)
+    fp16 = bool(r.flag(fp16_section, "enabled", "fp16.enabled", False))
+    bf16 = bool(r.flag(bf16_section, "enabled", f"{bf16_key}.enabled", False))
+    if fp16 and bf16:
+        r.fail("fp16.enabled and bf16.enabled", "are both true", "enable one of them")
+
+    batch = {}
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        batch[key] = r.whole(document, key, key, None, minimum=1)
+
+    optimizer = r.section(document, "optimizer")
+    opt_type = optimizer.get("type")
+    if opt_type is not None and not isinstance(opt_type, str):
+        r.fail("optimizer.type", f"is {_show(opt_type)}, not a name", 'write e.g. "AdamW"')
+    opt_params = optimizer.get("params")
+    if opt_params is not None and not isinstance(opt_params, dict):
+        r.fail("optimizer.params", f"is {_show(opt_params)}, not an object", 'write e.g. {"lr": 1e-4}')
+
+    return DsConfig(
+        zero_stage=stage,
+        reduce_bucket_size=reduce_bucket,
+        allgather_bucket_size=allgather_bucket,
+        stage3_prefetch_bucket_size=prefetch,
+        overlap_comm=overlap,
+        reduce_scatter=reduce_scatter,
+        contiguous_gradients=contiguous,
+        use_multi_rank_bucket_allreduce=multi_rank,
+        allgather_partitions=allgather_partitions,
+        fp16=fp16,
+        bf16=bf16,
+        offload_optimizer=offload_optimizer,
+        offload_param=offload_param,
+        train_batch_size=batch["train_batch_size"],
+        train_micro_batch_size_per_gpu=batch["train_micro_batch_size_per_gpu"],
+        gradient_accumulation_steps=batch["gradient_accumulation_steps"],
+        optimizer_type=opt_type,
+        auto_fields=tuple(r.auto),
+        source=source,
+        raw=copy.deepcopy(document),
+    )
+
+
+# ----------------------------------------------------------------------------- adapting
+
+def adapt_for(config: DsConfig | Mapping[str, Any], world_size: int, device_type: str) -> tuple[dict, list[str]]:
+    """A copy of `config` that DeepSpeed runs with `world_size` ranks on `device_type`, and one
+    line per change. The input is not modified.
+
+    Rules (checked against DeepSpeed 0.19.8 with two gloo ranks on a CPU-only machine; the
+    evidence is in docs/DEEPSPEED.md):
+    - batch sizes: train_batch_size becomes micro x accumulation x world_size (DeepSpeed asserts
+      that equality, runtime/config.py _batch_assertion); missing or "auto" ones are derived as
+      DeepSpeed derives them (_set_batch_related_parameters).
+    - fp16 on CPU becomes bf16. DeepSpeed's CPU accelerator supports bf16 on every CPU but fp16
+      only where oneDNN has fp16 kernels (cpu_accelerator.is_fp16_supported; AVX512-FP16/AMX
+      CPUs), and fp16 loss scaling skips overflowed steps, which skips ZeRO's parameter
+      all-gather (stage_1_and_2.py step() returns before all_gather_dp_groups): with
+      initial_scale_power 32 every step of a short run is skipped. bf16 moves the same bytes.
+    - CPU offload is kept: it runs on CPU with gloo and issues the same collectives (it needs
+      DeepSpeedCPUAdam, which DeepSpeed JIT-builds once per machine). NVMe offload is dropped on
+      CPU (DeepSpeed's async_io op needs libaio and an nvme_path).
+    - offload_param below stage 3 is dropped: DeepSpeed uses it in stage 3 only.
+    - no optimizer: AdamW (lr 1e-4) is added; ZeRO stages need one.
+    - Adam/AdamW on CPU without optimizer offload get "torch_adam": true, so DeepSpeed uses
+      torch.optim.AdamW instead of JIT-building its FusedAdam CPU op; collectives are unchanged.
+    - "auto" values are replaced by DeepSpeed's defaults.
+    """
+    cfg = config if isinstance(config, DsConfig) else parse(config)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise BadInput(f"world size {world_size!r} is not a positive whole number: pass the number of ranks")
+    if not isinstance(device_type, str) or not device_type:
+        raise BadInput(f"device type {device_type!r} is not a device name: use 'cpu' or 'cuda'")
+    device_type = device_type.split(":")[0].lower()
+    out = cfg.to_dict()
+    notes: list[str] = []
+    zero = out.get("zero_optimization")
+    if not isinstance(zero, dict):
+        zero = {}
+        if "zero_optimization" in out:
+            out["zero_optimization"] = zero
+
+    # "auto" -> DeepSpeed's default, written out so the adapted dict is concrete.
+    defaults = {
+        "zero_optimization.stage": cfg.zero_stage,
+        "zero_optimization.reduce_bucket_size": DEFAULT_REDUCE_BUCKET_SIZE,
+        "zero_optimization.allgather_bucket_size": DEFAULT_ALLGATHER_BUCKET_SIZE,
+        "zero_optimization.stage3_prefetch_bucket_size": DEFAULT_PREFETCH_BUCKET_SIZE,
+        "zero_optimization.prefetch_bucket_size": DEFAULT_PREFETCH_BUCKET_SIZE,
+        "zero_optimization.overlap_comm": cfg.zero_stage == 3,
+        "zero_optimization.reduce_scatter": True,
+        "zero_optimization.contiguous_gradients": True,
+        "zero_optimization.use_multi_rank_bucket_allreduce": True,
+        "zero_optimization.allgather_partitions": True,
+        "fp16.enabled": False, "bf16.enabled": False, "bfloat16.enabled": False,
+    }
+    for path in cfg.auto_fields:
+        if path in defaults:
+            _set(out, path, defaults[path])
+            notes.append(f'{path} is "auto": set to DeepSpeed\'s default {json.dumps(defaults[path])}')
+        elif path.endswith(".device"):
+            _set(out, path, "none")
+            notes.append(f'{path} is "auto": set to "none" (no offload)')
+        # batch sizes are handled below
+
+    # Batch sizes: train_batch_size == micro x accumulation x world size (runtime/config.py).
+    micro, gas, tbs = (cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps,
+                       cfg.train_batch_size)
+    derived = []
+    if micro is None:
+        if tbs is not None:
+            micro = max(1, tbs // ((gas or 1) * world_size))
+        else:
+            micro = 1
+        derived.append(f"train_micro_batch_size_per_gpu={micro}")
+    if gas is None:
+        gas = max(1, tbs // (micro * world_size)) if tbs is not None else 1
+        derived.append(f"gradient_accumulation_steps={gas}")
+    new_tbs = micro * gas * world_size
+    if derived:
+        notes.append("batch sizes " + ", ".join(derived) + " derived as DeepSpeed does (absent or \"auto\")")
+    if tbs is not None and tbs != new_tbs:
+        notes.append(f"train_batch_size {tbs} != {micro} (micro) x {gas} (accumulation) x {world_size} "
+                     f"(ranks): set to {new_tbs}, keeping micro batch {micro} and accumulation {gas}")
+    elif tbs is None and not derived:
+        notes.append(f"train_batch_size absent: set to {new_tbs} = {micro} x {gas} x {world_size} ranks")
+    out["train_batch_size"] = new_tbs
+    out["train_micro_batch_size_per_gpu"] = micro
+    out["gradient_accumulation_steps"] = gas
+
+    on_cpu = device_type == "cpu"
+    stage = cfg.zero_stage
+    # Precision.
+    if cfg.fp16 and on_cpu:
+        fp16 = out.get("fp16") if isinstance(out.get("fp16"), dict) else {}
+        out["fp16"] = {**fp16, "enabled": False}
+        out.pop("bfloat16", None)
+        out["bf16"] = {"enabled": True}
+        notes.append("fp16 on a CPU-only machine: switched to bf16 (same 2-byte traffic; DeepSpeed's CPU "
+                     "accelerator has bf16 on every CPU, fp16 only with AVX512-FP16, and fp16 overflow "
+                     "steps skip the parameter all-gather)")
+
+    # Offload.
+    offload_optimizer = cfg.offload_optimizer
+    if zero:
+        for key, value in (("offload_optimizer", cfg.offload_optimizer), ("offload_param", cfg.offload_param)):
+            if value == "none":
+                continue
+            reason = None
+            if key == "offload_param" and stage != 3:
+                reason = f"offload_param with ZeRO stage {stage}: dropped (DeepSpeed uses it in stage 3 only)"
+            elif value == "nvme" and on_cpu:
+                reason = (f"{key} to nvme on a CPU-only machine: dropped (DeepSpeed's async_io op needs "
+                          "libaio and an nvme_path)")
+            if reason:
+                zero.pop(key, None)
+                if key == "offload_optimizer":
+                    offload_optimizer = "none"
+                notes.append(reason)
+        if offload_optimizer == "none" and zero.get("cpu_offload"):
+            zero.pop("cpu_offload")  # the deprecated spelling of the offload dropped above
+        if cfg.offload_param == "none" or (stage != 3 or (on_cpu and cfg.offload_param == "nvme")):
+            zero.pop("cpu_offload_param", None)
+        # whole numbers as ints (5e8 -> 500000000), as DeepSpeed reads them
+        for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                    "prefetch_bucket_size"):
+            if isinstance(zero.get(key), float):
+                zero[key] = int(zero[key])
+
+    # Optimizer.
+    cheap_adam = on_cpu and offload_optimizer == "none"
+    optimizer = out.get("optimizer")
+    if not isinstance(optimizer, dict) or not optimizer.get("type"):
+        params: dict = {"lr": 1e-4}
+        if cheap_adam:
+            params["torch_adam"] = True
+        out["optimizer"] = {"type": "AdamW", "params": params}
+        notes.append("no optimizer in the config: added AdamW (lr 1e-4); the engine needs one for ZeRO")
+    elif cheap_adam and str(optimizer.get("type")).lower() in _ADAM_NAMES:
+        params = optimizer.get("params") if isinstance(optimizer.get("params"), dict) else {}
+        if not params.get("torch_adam"):
+            optimizer["params"] = {**params, "torch_adam": True}
+            notes.append(f"optimizer {optimizer['type']} on CPU: torch_adam set (torch.optim.AdamW instead of "
+                         "JIT-building DeepSpeed's FusedAdam CPU op; the collectives are the same)")
+    return out, notes
+
+
+def _set(doc: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = doc
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[keys[-1]] = value

@@ -1,0 +1,273 @@
+"""The lab: an emulated cluster on one machine.
+
+N hosts are network namespaces, each with an `eth0` veth whose other end is a port of one Linux
+bridge. Every link has a tbf rate (both directions: the host's eth0 and its bridge port) and an
+MTU. Addresses come from a private subnet and exist only inside the namespaces: the bridge has
+none, so nothing outside the lab can reach the hosts or be reached by them.
+
+Everything `up` creates is recorded in a state file *before* it is created, so `down` removes
+exactly that, also after a crash, and never anything it did not make.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from commbench.core.errors import BadInput, RuntimeFailure
+
+# One lab per (prefix, state folder); tests run their own labs side by side with other prefixes.
+PREFIX = os.environ.get("COMMBENCH_LAB_PREFIX", "cb")
+STATE_DIR = Path(os.environ.get("COMMBENCH_LAB_DIR", f"/run/commbench-lab-{PREFIX}"))
+BRIDGE = f"{PREFIX}br0"
+NS_IFACE = "eth0"
+DEFAULT_SUBNET = "10.231.0.0/24"
+SWITCH_MTU = 9216
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$", re.IGNORECASE)
+_RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+
+
+@dataclass
+class LabNode:
+    name: str  # namespace name and hostname
+    addr: str  # address inside the namespace, no prefix length
+    port: str  # the bridge-side veth in the root namespace
+    mtu: int
+    rate: str
+
+
+@dataclass
+class LabState:
+    subnet: str
+    bridge: str
+    nodes: list[LabNode] = field(default_factory=list)
+    # Resources in creation order: ("bridge"|"netns"|"link", name). down() removes them in reverse.
+    created: list[list[str]] = field(default_factory=list)
+    daemons: list[dict] = field(default_factory=list)  # {"name", "pid", "start"} for slurm/munge
+    files: list[str] = field(default_factory=list)
+
+    def node(self, name: str) -> LabNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise BadInput(f"no lab host {name!r}: the hosts are {', '.join(n.name for n in self.nodes)}")
+
+
+def state_path() -> Path:
+    return STATE_DIR / "state.json"
+
+
+def load_state() -> LabState | None:
+    path = state_path()
+    if not path.exists():
+        return None
+    raw = json.loads(path.read_text())
+    raw["nodes"] = [LabNode(**n) for n in raw["nodes"]]
+    return LabState(**raw)
+
+
+def save_state(state: LabState) -> None:
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = state_path().with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2))
+    os.replace(tmp, state_path())
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise BadInput("commbench lab needs root (it creates network namespaces, veths and qdiscs): "
+                       "run it as root, e.g. with sudo")
+
+
+def require_state() -> LabState:
+    state = load_state()
+    if state is None:
+        raise BadInput("no lab is up: start one with 'commbench lab up --nodes 2'")
+    return state
+
+
+def parse_rate(text: str) -> float:
+    """'1gbit' -> 1e9 bits per second (tc's units)."""
+    m = _RATE.match(str(text).strip())
+    if not m or float(m.group(1)) <= 0:
+        raise BadInput(f"rate {text!r} is not a tc rate: use e.g. 100mbit, 1gbit, 800mbit")
+    return float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
+
+
+def check_mtu(mtu: int) -> int:
+    if not 576 <= mtu <= 65535:
+        raise BadInput(f"--mtu {mtu} is outside 576..65535: use e.g. 1500 or 9000")
+    return mtu
+
+
+def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    argv = ["ip"] + (["-n", netns] if netns else []) + list(args)
+    return _run(argv, check)
+
+
+def _tc(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    argv = ["tc"] + (["-n", netns] if netns else []) + list(args)
+    return _run(argv, check)
+
+
+def _run(argv: list[str], check: bool) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeFailure(f"{' '.join(argv)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def _link_exists(name: str) -> bool:
+    return _ip("link", "show", "dev", name, check=False).returncode == 0
+
+
+def _netns_exists(name: str) -> bool:
+    return (Path("/var/run/netns") / name).exists()
+
+
+def node_names(n: int) -> list[str]:
+    return [f"{PREFIX}node{i + 1}" for i in range(n)]
+
+
+def _shape(node: LabNode, state: LabState) -> None:
+    """Apply the node's rate (tbf, both directions) and MTU."""
+    bits = parse_rate(node.rate)
+    # burst: at least 2 ms of traffic and 32 full frames, so tbf itself never limits a TCP window
+    burst = int(max(bits / 8 * 0.002, 32 * (node.mtu + 14)))
+    tbf = ["root", "tbf", "rate", node.rate, "burst", str(burst), "latency", "100ms"]
+    _ip("link", "set", "dev", NS_IFACE, "mtu", str(node.mtu), netns=node.name)
+    # The bridge ports are the switch: jumbo-capable (9216, as switches are usually set), so
+    # the hosts' own eth0 MTU decides, and a host may change it itself (sweep --mtu).
+    _ip("link", "set", "dev", node.port, "mtu", str(max(SWITCH_MTU, node.mtu)))
+    _tc("qdisc", "replace", "dev", NS_IFACE, *tbf, netns=node.name)
+    _tc("qdisc", "replace", "dev", node.port, *tbf)
+
+
+def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_SUBNET) -> LabState:
+    require_root()
+    if load_state() is not None:
+        raise BadInput("a lab is already up: 'commbench lab status' shows it, 'commbench lab down' removes it")
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", PREFIX):
+        raise BadInput(f"COMMBENCH_LAB_PREFIX={PREFIX!r} must be 1-6 lowercase letters/digits: e.g. cb")
+    if not 2 <= nodes <= 64:
+        raise BadInput(f"--nodes {nodes} is outside 2..64: a lab needs at least 2 hosts")
+    parse_rate(rate)
+    check_mtu(mtu)
+    try:
+        net = ipaddress.ip_network(subnet)
+    except ValueError:
+        raise BadInput(f"--subnet {subnet!r} is not a network: use e.g. 10.231.0.0/24") from None
+    if not net.is_private or net.num_addresses < nodes + 2:
+        raise BadInput(f"--subnet {subnet} must be a private range with room for {nodes} hosts")
+    names = node_names(nodes)
+    ports = [f"{PREFIX}veth{i + 1}" for i in range(nodes)]
+    taken = [n for n in names if _netns_exists(n)] + [p for p in [BRIDGE] + ports if _link_exists(p)]
+    if taken:
+        raise BadInput(f"{taken[0]} already exists and was not made by this lab: remove it or pick another machine")
+
+    hosts = list(net.hosts())
+    state = LabState(subnet=str(net), bridge=BRIDGE)
+    if not STATE_DIR.exists():
+        state.files.append(str(STATE_DIR))  # ours: down removes it, with whatever the lab put in it
+    save_state(state)
+    try:
+        state.created.append(["bridge", BRIDGE])
+        save_state(state)
+        _ip("link", "add", BRIDGE, "type", "bridge")
+        _ip("link", "set", BRIDGE, "up")
+        for i, name in enumerate(names):
+            node = LabNode(name, str(hosts[i]), ports[i], mtu, rate)
+            state.created.append(["netns", name])
+            state.created.append(["link", node.port])
+            state.nodes.append(node)
+            save_state(state)
+            _ip("netns", "add", name)
+            _ip("link", "add", node.port, "type", "veth", "peer", "name", NS_IFACE, "netns", name)
+            _ip("link", "set", node.port, "master", BRIDGE)
+            _ip("link", "set", node.port, "up")
+            _ip("link", "set", "lo", "up", netns=name)
+            _ip("addr", "add", f"{node.addr}/{net.prefixlen}", "dev", NS_IFACE, netns=name)
+            _ip("link", "set", NS_IFACE, "up", netns=name)
+            _shape(node, state)
+    except BaseException:
+        down()
+        raise
+    write_hosts_file(state)
+    return state
+
+
+def write_hosts_file(state: LabState) -> Path:
+    path = STATE_DIR / "hosts"
+    lines = ["127.0.0.1 localhost"] + [f"{n.addr} {n.name}" for n in state.nodes]
+    path.write_text("\n".join(lines) + "\n")
+    if str(path) not in state.files:
+        state.files.append(str(path))
+        save_state(state)
+    return path
+
+
+def set_link(node: str | None = None, mtu: int | None = None, rate: str | None = None) -> LabState:
+    require_root()
+    state = require_state()
+    if mtu is None and rate is None:
+        raise BadInput("lab set changes nothing: pass --mtu and/or --rate")
+    if mtu is not None:
+        check_mtu(mtu)
+    if rate is not None:
+        parse_rate(rate)
+    targets = [state.node(node)] if node else state.nodes
+    for n in targets:
+        n.mtu = mtu if mtu is not None else n.mtu
+        n.rate = rate if rate is not None else n.rate
+        _shape(n, state)
+    save_state(state)
+    return state
+
+
+def live_facts(state: LabState) -> list[dict]:
+    """What the kernel says now, per host (not what the state file remembers)."""
+    out = []
+    for n in state.nodes:
+        link = json.loads(_ip("-j", "link", "show", "dev", NS_IFACE, netns=n.name).stdout or "[{}]")[0]
+        qdisc = json.loads(_tc("-j", "qdisc", "show", "dev", NS_IFACE, netns=n.name).stdout or "[]")
+        tbf = next((q for q in qdisc if q.get("kind") == "tbf"), {})
+        rate_bps = tbf.get("options", {}).get("rate")
+        out.append({"host": n.name, "addr": n.addr, "iface": NS_IFACE, "mtu": link.get("mtu"),
+                    "state": link.get("operstate"), "rate_bits": rate_bps * 8 if isinstance(rate_bps, (int, float)) else None,
+                    "rate": n.rate})
+    return out
+
+
+def down() -> list[str]:
+    """Remove what the state file says `up` made (daemons first); return what was removed."""
+    require_root()
+    state = load_state()
+    if state is None:
+        return []
+    removed = []
+    from commbench.lab import processes as labprocs
+    from commbench.lab import slurm as labslurm
+
+    labslurm.cancel_jobs(state)  # a job step outlives its slurmd: end the jobs while slurmctld runs
+    removed += labprocs.stop_recorded(state)
+    for kind, name in reversed(state.created):
+        if kind == "netns" and _netns_exists(name):
+            _ip("netns", "del", name, check=False)
+            removed.append(f"netns {name}")
+        elif kind in ("link", "bridge") and _link_exists(name):
+            _ip("link", "del", name, check=False)
+            removed.append(f"{kind} {name}")
+    state_path().unlink(missing_ok=True)
+    for f in reversed(state.files):
+        path = Path(f)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return removed

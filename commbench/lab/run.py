@@ -1,0 +1,93 @@
+"""`lab run -- CMD`: one rank per lab host, rendezvous on the first host.
+
+Each rank gets the torchrun-style variables commbench's launcher detection reads (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...) plus GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME so that
+the traffic goes over the lab link, and runs under the host's own hostname.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from commbench.lab import nsexec
+from commbench.core.errors import BadInput
+from commbench.lab.network import NS_IFACE, STATE_DIR, LabState
+
+LAB_PORT = 29400
+
+
+def rank_env(state: LabState, rank: int, port: int = LAB_PORT) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "RANK": str(rank), "WORLD_SIZE": str(len(state.nodes)), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": state.nodes[0].addr, "MASTER_PORT": str(port),
+        "GLOO_SOCKET_IFNAME": NS_IFACE, "NCCL_SOCKET_IFNAME": NS_IFACE,
+        "COMMBENCH_LAUNCHER": "lab",
+    })
+    return env
+
+
+def exec_on(state: LabState, node: str, argv: list[str]) -> int:
+    if not argv:
+        raise BadInput("lab exec needs a command after --: e.g. commbench lab exec cbnode1 -- ip addr")
+    n = state.node(node)
+    try:
+        proc = nsexec.popen(argv, n.name, hostname=n.name, hosts_file=str(STATE_DIR / "hosts"))
+    except FileNotFoundError:
+        raise BadInput(f"command not found: {argv[0]}") from None
+    return _wait_all([proc])
+
+
+def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT) -> int:
+    if not argv:
+        raise BadInput("lab run needs a command after --: e.g. commbench lab run -- commbench sweep")
+    procs = []
+    try:
+        for rank, node in enumerate(state.nodes):
+            procs.append(nsexec.popen(argv, node.name, hostname=node.name, hosts_file=str(STATE_DIR / "hosts"),
+                                     env=rank_env(state, rank, port)))
+    except FileNotFoundError:
+        for p in procs:
+            p.kill()
+        raise BadInput(f"command not found: {argv[0]}") from None
+    return _wait_all(procs)
+
+
+class _Terminated(BaseException):
+    """SIGTERM to `lab run` (scancel, a job's time limit, kill)."""
+
+
+def _terminated(signum, frame):
+    raise _Terminated()
+
+
+def _wait_all(procs: list[subprocess.Popen]) -> int:
+    """Wait for every rank; forward Ctrl-C / SIGTERM; rank 0's code unless one failed worse."""
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(0.05)
+    except (KeyboardInterrupt, _Terminated) as exc:
+        sig, code = (signal.SIGINT, 130) if isinstance(exc, KeyboardInterrupt) else (signal.SIGTERM, 143)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the ranks report what they kept; let them
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(sig)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return code
+    finally:
+        if signal.getsignal(signal.SIGTERM) is _terminated:
+            signal.signal(signal.SIGTERM, previous)
+    codes = [p.returncode for p in procs]
+    if any(c < 0 for c in codes):
+        return 3
+    return codes[0] if codes[0] != 0 else max(codes)

@@ -1,0 +1,682 @@
+"""Network facts of one host: interfaces, RDMA ports, GPUs and their topology, the NCCL/GLOO
+environment, and NCCL's own rules for reading it.
+
+Where the facts come from:
+
+- interfaces: the kernel, for the calling process's network namespace (psutil's getifaddrs and
+  ioctls; an ethtool ioctl for the driver). /sys/class/net shows the namespace that mounted /sys,
+  which inside a lab host (or a container sharing the host's /sys) is the wrong one, so it is
+  read only from a recorded tree (``root=DIR``).
+- RDMA ports: /sys/class/infiniband (state, phys_state, rate, link_layer, the GID table with its
+  RoCE types and netdevs) and, when installed, ``ibv_devinfo`` (active_mtu).
+- GPUs: ``nvidia-smi -L`` and ``nvidia-smi topo -m`` when installed.
+
+Commands run as argv lists with a timeout, never through a shell. A recorded tree is a folder laid
+out like /sys (``class/net/IF/...``, ``class/infiniband/DEV/ports/N/...``) with the outputs of the
+commands in ``commands/`` (tests/data/netinfo/README.md describes the layout).
+
+The matching rules below follow NCCL's source (src/misc/utils.cc parseStringList/matchIfList,
+src/misc/socket.cc findInterfaces, src/transport/net_ib ncclIbGetGidIndex) and its documentation
+(https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html); docs/DOCTOR.md cites them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from commbench.net.envinfo import _ARPHRD, env_snapshot
+
+SYSFS = Path("/sys")
+COMMAND_TIMEOUT = 10.0
+
+# ---------------------------------------------------------------------------------------------
+# NCCL's list syntax: NCCL_SOCKET_IFNAME, NCCL_IB_HCA
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NcclList:
+    """A parsed NCCL interface/HCA list: an optional leading ``^`` (exclude the listed names), then
+    an optional ``=`` (names are exact, not prefixes), then comma-separated ``name[:port]`` items.
+    ``^`` and ``=`` apply to the whole list, as in NCCL; ``=`` in the middle of the list is part of
+    a name."""
+
+    raw: str
+    exclude: bool
+    exact: bool
+    items: tuple[tuple[str, int], ...]  # (name or prefix, port; -1 = any port)
+
+    def matches(self, name: str, port: int = -1) -> bool:
+        """Whether NCCL would use `name` (and `port`): matchIfList(...) ^ searchNot."""
+        if not self.items:  # NCCL: an empty user list matches everything
+            hit = True
+        else:
+            hit = any((name == p if self.exact else name.startswith(p)) and (q == -1 or port == -1 or q == port)
+                      for p, q in self.items)
+        return hit != self.exclude
+
+    def item_matches(self, item: tuple[str, int], name: str, port: int = -1) -> bool:
+        p, q = item
+        return (name == p if self.exact else name.startswith(p)) and (q == -1 or port == -1 or q == port)
+
+
+def parse_nccl_list(value: str) -> NcclList:
+    raw = value
+    exclude = value.startswith("^")
+    if exclude:
+        value = value[1:]
+    exact = value.startswith("=")
+    if exact:
+        value = value[1:]
+    items = []
+    for entry in value.split(","):
+        name, sep, rest = entry.partition(":")
+        if not name:  # NCCL skips empty names (",," or ":1")
+            continue
+        if sep:
+            digits = re.match(r"\s*[+-]?\d+", rest)
+            port = int(digits.group()) if digits else (-1 if rest == "" else 0)  # atoi semantics
+        else:
+            port = -1
+        items.append((name, port))
+    return NcclList(raw, exclude, exact, tuple(items))
+
+
+def socket_ifname_selects(value: str | None, interfaces: Iterable[dict]) -> list[str] | None:
+    """The interfaces NCCL_SOCKET_IFNAME selects among those with an IP address, as NCCL's
+    findInterfaces does; None when NCCL ignores the variable (unset, or shorter than 2 characters,
+    socket.cc: ``if (env && strlen(env) > 1)``)."""
+    if value is None or len(value) <= 1:
+        return None
+    spec = parse_nccl_list(value)
+    return [i["name"] for i in interfaces if _has_address(i) and spec.matches(i["name"])]
+
+
+def gloo_ifname_missing(value: str | None, interfaces: Iterable[dict]) -> list[str]:
+    """Names in GLOO_SOCKET_IFNAME that gloo cannot use. torch splits the value on commas and
+    creates one gloo device per name; each name must be an exact interface name with an IP address,
+    or init_process_group fails ("Unable to find address for: NAME"). No prefixes, no ``=``/``^``."""
+    if not value:
+        return []
+    usable = {i["name"] for i in interfaces if _has_address(i)}
+    return [n for n in value.split(",") if n and n not in usable]
+
+
+def _has_address(iface: dict) -> bool:
+    addrs = iface.get("addresses")
+    if addrs is None:  # a recorded tree without `ip addr` output: unknown, assume usable
+        return True
+    return any(a != "::1" for a in addrs)  # NCCL skips IPv6 loopback addresses
+
+
+def ib_hca_selects(value: str | None, ports: Iterable[dict]) -> list[dict]:
+    """The RDMA ports NCCL's IB transport uses: ACTIVE ports with an IB or Ethernet link layer that
+    NCCL_IB_HCA selects (net_ib: ``matchIfList(devName, portNum, ...) ^ searchNot``)."""
+    spec = parse_nccl_list(value) if value is not None else None
+    return [p for p in ports if p.get("state") == "ACTIVE" and p.get("link_layer") in ("InfiniBand", "Ethernet")
+            and (spec is None or spec.matches(p["device"], p["port"]))]
+
+
+# ---------------------------------------------------------------------------------------------
+# RoCE GIDs and the index NCCL uses
+# ---------------------------------------------------------------------------------------------
+
+
+def _gid_addr(gid: str) -> ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.IPv6Address(gid)
+    except ValueError:
+        return None
+
+
+def gid_family(gid: str) -> str:
+    """AF_INET for IPv4-mapped GIDs (::ffff:a.b.c.d), else AF_INET6 (net_ib getGidAddrFamily)."""
+    a = _gid_addr(gid)
+    if a is None:
+        return "AF_INET6"
+    p = a.packed
+    mapped = p[:10] == b"\0" * 10 and p[10:12] == b"\xff\xff"
+    mapped_mc = p[:4] == b"\xff\x0e\0\0" and p[4:10] == b"\0" * 6 and p[10:12] == b"\xff\xff"
+    return "AF_INET" if mapped or mapped_mc else "AF_INET6"
+
+
+def gid_valid(gid: str) -> bool:
+    """net_ib validGid: configured (not all zero, not a bare fe80::) and not link-local."""
+    a = _gid_addr(gid)
+    if a is None:
+        return False
+    p = a.packed
+    trailer = p[4:] != b"\0" * 12
+    if (p[:4] == b"\0" * 4 and not trailer) or (p[:4] == b"\xfe\x80\0\0" and not trailer):
+        return False
+    return not (p[:4] == b"\xfe\x80\0\0" and p[4:8] == b"\0" * 4)
+
+
+def gid_link_local(gid: str) -> bool:
+    a = _gid_addr(gid)
+    return a is not None and a.packed[:4] == b"\xfe\x80\0\0" and a.packed[4:8] == b"\0" * 4
+
+
+def roce_version(gid_type: str | None) -> int | None:
+    if not gid_type:
+        return None
+    if gid_type.startswith(("IB/RoCE v1", "RoCE v1")):
+        return 1
+    if gid_type.startswith("RoCE v2"):
+        return 2
+    return None
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...] | None:
+    if not version:
+        return None
+    nums = re.findall(r"\d+", version)
+    return tuple(int(n) for n in nums[:3]) if nums else None
+
+
+def nccl_gid_index(port: dict, environ: dict, nccl_version: str | None = None) -> tuple[int, str]:
+    """The GID index NCCL uses on a RoCE port, and how it got there.
+
+    NCCL_IB_GID_INDEX >= 0 wins. Otherwise NCCL >= 2.21 picks one itself (net_ib ncclIbGetGidIndex /
+    ncclUpdateGidIndex): starting at index 0 it walks the table and moves to a GID of the wanted
+    address family (NCCL_IB_ADDR_FAMILY, default AF_INET) inside NCCL_IB_ADDR_RANGE, preferring
+    the wanted RoCE version (NCCL_IB_ROCE_VERSION_NUM, default 2). Older NCCL used index 0.
+    """
+    raw = environ.get("NCCL_IB_GID_INDEX")
+    if raw not in (None, ""):
+        try:
+            idx = int(raw)
+        except ValueError:
+            idx = -1
+        if idx >= 0:
+            return idx, f"NCCL_IB_GID_INDEX={raw}"
+    v = _version_tuple(nccl_version)
+    if v is not None and v < (2, 21):
+        return 0, f"NCCL {nccl_version} default"
+    family = "AF_INET6" if environ.get("NCCL_IB_ADDR_FAMILY") == "AF_INET6" else "AF_INET"
+    try:
+        want_ver = int(environ.get("NCCL_IB_ROCE_VERSION_NUM") or 2)
+    except ValueError:
+        want_ver = 2
+    net = None
+    rng = environ.get("NCCL_IB_ADDR_RANGE")
+    if rng:
+        try:
+            net = ipaddress.ip_network(rng, strict=False)
+        except ValueError:
+            net = None
+    table = {g["index"]: g for g in port.get("gids", [])}
+    size = max(table, default=-1) + 1
+    zero = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+    def in_range(gid: str) -> bool:
+        if net is None:
+            return True
+        a = _gid_addr(gid)
+        if a is None:
+            return False
+        if net.version == 4:
+            return ipaddress.IPv4Address(a.packed[12:]) in net
+        return a in net
+
+    cur = 0
+    for cand in range(1, size):
+        g = table.get(cur, {}).get("gid", zero)
+        c = table.get(cand, {}).get("gid", zero)
+        if gid_family(c) != gid_family(g) and gid_family(c) == family and in_range(c):
+            cur = cand
+            continue
+        if gid_family(c) != family or not gid_valid(c) or not in_range(c):
+            continue
+        ver_cur = roce_version(table.get(cur, {}).get("type"))
+        ver_cand = roce_version(table.get(cand, {}).get("type"))
+        if (ver_cur != ver_cand or not gid_valid(g)) and ver_cand == want_ver:
+            cur = cand
+    how = "NCCL's automatic choice" + (f" (NCCL_IB_ADDR_FAMILY={family})" if family != "AF_INET" else "")
+    return cur, how
+
+
+# ---------------------------------------------------------------------------------------------
+# Interfaces
+# ---------------------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _driver(name: str) -> str | None:
+    """The interface's driver from the ETHTOOL_GDRVINFO ioctl (netns-aware, like `ethtool -i`)."""
+    import array
+    import fcntl
+    import struct
+
+    buf = array.array("B", struct.pack("I", 0x00000003) + b"\0" * 192)  # struct ethtool_drvinfo
+    addr, _ = buf.buffer_info()
+    ifr = struct.pack("16sP", name.encode()[:15], addr)
+    ifr += b"\0" * (40 - len(ifr))
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            fcntl.ioctl(s.fileno(), 0x8946, ifr)  # SIOCETHTOOL
+    except OSError:
+        return None
+    driver = bytes(buf[4:36]).split(b"\0", 1)[0].decode(errors="replace")
+    return driver or None
+
+
+def live_interfaces() -> list[dict]:
+    import psutil
+
+    from commbench.net.envinfo import hw_type
+
+    addrs = psutil.net_if_addrs()
+    stats = psutil.net_if_stats()
+    out = []
+    for name in sorted(set(addrs) | set(stats)):
+        st = stats.get(name)
+        flags = set((getattr(st, "flags", "") or "").split(",")) if st else set()
+        up = bool(st and st.isup)
+        running = "running" in flags if flags else None
+        state = "down" if not up else ("up" if running in (True, None) else "no-carrier")
+        kind = hw_type(name)
+        ips, mac = [], None
+        for a in addrs.get(name, []):
+            if a.family == socket.AF_INET:
+                ips.append(a.address)
+            elif a.family == socket.AF_INET6:
+                ips.append(a.address.split("%")[0])
+            elif a.family == getattr(psutil, "AF_LINK", 17):
+                mac = a.address
+        out.append({
+            "name": name, "state": state, "running": running, "mtu": st.mtu if st else None,
+            "speed_mbps": st.speed if st and st.speed and st.speed > 0 else None,
+            "driver": _driver(name), "link_layer": _ARPHRD.get(kind or "", kind), "mac": mac, "addresses": ips,
+        })
+    return out
+
+
+_IP_LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<([^>]*)>.*?\bmtu\s+(\d+)(?:.*?\bstate\s+(\S+))?")
+
+
+def parse_ip_addr(text: str) -> dict[str, dict]:
+    """`ip addr` text output -> {name: {flags, mtu, state, addresses}}."""
+    out: dict[str, dict] = {}
+    cur = None
+    for line in text.splitlines():
+        m = _IP_LINK.match(line.strip())
+        if m:
+            cur = out.setdefault(m.group(1), {"flags": m.group(2).split(","), "mtu": int(m.group(3)),
+                                              "state": (m.group(4) or "").lower() or None, "addresses": []})
+            continue
+        m = re.match(r"\s*inet6?\s+([0-9a-fA-F.:]+)(?:/\d+)?", line)
+        if m and cur is not None:
+            cur["addresses"].append(m.group(1))
+    return out
+
+
+def recorded_interfaces(root: Path) -> list[dict]:
+    base = root / "class" / "net"
+    ip = parse_ip_addr(_read(root / "commands" / "ip_addr.txt") or "")
+    names = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
+    out = []
+    for name in names:
+        d = base / name
+        oper = _read(d / "operstate")
+        mtu = _read(d / "mtu")
+        speed = _read(d / "speed")
+        kind = _read(d / "type")
+        uevent = _read(d / "device" / "uevent") or ""
+        drv = re.search(r"^DRIVER=(\S+)", uevent, re.M)
+        rec = ip.get(name)
+        flags = set(rec["flags"]) if rec else set()
+        if rec and "UP" in flags:
+            state, running = ("up", True) if ("LOWER_UP" in flags or oper in ("up", "unknown")) else ("no-carrier", False)
+        elif rec:
+            state, running = "down", False
+        else:
+            state = {"up": "up", "unknown": "up", "down": "down", "lowerlayerdown": "no-carrier",
+                     "dormant": "no-carrier"}.get(oper or "", oper or "unknown")
+            running = state == "up" if oper else None
+        out.append({
+            "name": name, "state": state, "running": running,
+            "mtu": int(mtu) if mtu and mtu.isdigit() else (rec["mtu"] if rec else None),
+            "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None,
+            "driver": drv.group(1) if drv else None, "link_layer": _ARPHRD.get(kind or "", kind),
+            "mac": _read(d / "address"), "addresses": rec["addresses"] if rec else None,
+        })
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# RDMA ports
+# ---------------------------------------------------------------------------------------------
+
+_ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+def _state_word(text: str | None) -> str | None:
+    """'4: ACTIVE' -> 'ACTIVE'; '5: LinkUp' -> 'LinkUp'."""
+    if text is None:
+        return None
+    return text.split(":", 1)[1].strip() if ":" in text else text.strip()
+
+
+def rate_gbps(rate: str | None) -> float | None:
+    m = re.match(r"\s*([\d.]+)\s*Gb/sec", rate or "")
+    return float(m.group(1)) if m else None
+
+
+def rdma_ports(sysfs: Path) -> list[dict]:
+    """Every port of every device under SYSFS/class/infiniband."""
+    base = sysfs / "class" / "infiniband"
+    if not base.is_dir():
+        return []
+    ports = []
+    for dev in sorted(base.iterdir(), key=lambda p: _natural(p.name)):
+        pdir = dev / "ports"
+        if not pdir.is_dir():
+            continue
+        for port in sorted((p for p in pdir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+            ports.append(_read_port(dev.name, port))
+    return ports
+
+
+def _natural(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _read_port(device: str, port: Path) -> dict:
+    gids = []
+    types_dir = port / "gid_attrs" / "types"
+    gdir = port / "gids"
+    if gdir.is_dir():
+        for g in sorted((p for p in gdir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+            value = _read(g)
+            if not value or value == _ZERO_GID:
+                continue  # empty slot (its types/ndevs files answer EINVAL)
+            i = int(g.name)
+            gids.append({"index": i, "gid": value, "type": _read(types_dir / g.name),
+                         "ndev": _read(port / "gid_attrs" / "ndevs" / g.name)})
+    ndev = next((g["ndev"] for g in gids if g.get("ndev")), None) or _read(port / "gid_attrs" / "ndevs" / "0")
+    if ndev is None:
+        net = port.parent.parent / "device" / "net"
+        if net.is_dir():
+            names = sorted(p.name for p in net.iterdir())
+            ndev = names[0] if names else None
+    rate = _read(port / "rate")
+    return {
+        "device": device, "port": int(port.name), "state": _state_word(_read(port / "state")),
+        "phys_state": _state_word(_read(port / "phys_state")), "rate": rate, "rate_gbps": rate_gbps(rate),
+        "link_layer": _read(port / "link_layer"), "netdev": ndev, "gid_types_known": types_dir.is_dir(),
+        "gids": gids, "active_mtu": None, "max_mtu": None,
+    }
+
+
+def parse_ibv_devinfo(text: str) -> dict[tuple[str, int], dict]:
+    """`ibv_devinfo` (or -v) text -> {(device, port): {state, active_mtu, max_mtu, link_layer}}."""
+    out: dict[tuple[str, int], dict] = {}
+    dev = None
+    cur = None
+    for line in text.splitlines():
+        m = re.match(r"\s*([A-Za-z_][\w ]*?):\s*(.*?)\s*$", line)
+        if not m:
+            continue
+        key, value = m.group(1).strip(), m.group(2)
+        if key == "hca_id":
+            dev, cur = value, None
+        elif key == "port" and dev is not None and value.isdigit():
+            cur = out.setdefault((dev, int(value)), {})
+        elif cur is not None and key in ("state", "active_mtu", "max_mtu", "link_layer", "phys_state"):
+            if key.endswith("mtu"):
+                num = re.match(r"(\d+)", value)
+                cur[key] = int(num.group(1)) if num else None
+            elif key == "state":
+                cur[key] = value.split()[0].removeprefix("PORT_") if value else None
+            else:
+                cur[key] = value
+    return out
+
+
+def merge_ibv(ports: list[dict], ibv: dict[tuple[str, int], dict]) -> list[dict]:
+    """Add ibv_devinfo's MTUs to the sysfs ports; ports only ibv_devinfo knows are added too."""
+    seen = set()
+    for p in ports:
+        info = ibv.get((p["device"], p["port"]))
+        if info:
+            seen.add((p["device"], p["port"]))
+            p["active_mtu"] = info.get("active_mtu")
+            p["max_mtu"] = info.get("max_mtu")
+            if p.get("state") is None and info.get("state"):
+                p["state"] = info["state"]
+            if p.get("link_layer") is None and info.get("link_layer"):
+                p["link_layer"] = info["link_layer"]
+    for (dev, num), info in ibv.items():
+        if (dev, num) not in seen:
+            ports.append({"device": dev, "port": num, "state": info.get("state"), "phys_state": None,
+                          "rate": None, "rate_gbps": None, "link_layer": info.get("link_layer"), "netdev": None,
+                          "gid_types_known": False, "gids": [], "active_mtu": info.get("active_mtu"),
+                          "max_mtu": info.get("max_mtu")})
+    return ports
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_nvidia_smi_list(text: str) -> list[dict]:
+    """`nvidia-smi -L` -> [{index, name, uuid, mig: [...]}]."""
+    gpus: list[dict] = []
+    for line in text.splitlines():
+        m = re.match(r"\s*GPU (\d+): (.+?) \(UUID: ([^)]+)\)", line)
+        if m:
+            gpus.append({"index": int(m.group(1)), "name": m.group(2), "uuid": m.group(3), "mig": []})
+            continue
+        m = re.match(r"\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: ([^)]+)\)", line)
+        if m and gpus:
+            gpus[-1]["mig"].append({"profile": m.group(1), "index": int(m.group(2)), "uuid": m.group(3)})
+    return gpus
+
+
+_LINK_RANK = {"X": -1, "PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
+
+
+def parse_topo_matrix(text: str) -> dict | None:
+    """`nvidia-smi topo -m` -> the GPU/NIC matrix, CPU/NUMA affinity and each GPU's nearest NICs."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in text.splitlines()]
+    header_at = next((i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"]), None)
+    if header_at is None:
+        return None
+    header = lines[header_at].split()
+    cols = []
+    for tok in header:
+        if tok == "CPU":
+            break
+        cols.append(tok)
+    legend = {}
+    for line in lines:
+        m = re.match(r"\s*(NIC\d+):\s*(\S+)\s*$", line)
+        if m:
+            legend[m.group(1)] = m.group(2)
+    matrix: dict[str, dict[str, str]] = {}
+    affinity: dict[str, dict] = {}
+    for line in lines[header_at + 1:]:
+        toks = line.split()
+        if not toks or toks[0] not in cols:
+            if toks[:1] == ["Legend:"]:
+                break
+            continue
+        row = toks[0]
+        cells = toks[1:1 + len(cols)]
+        matrix[row] = dict(zip(cols, cells))
+        rest = toks[1 + len(cols):]
+        if rest and row.startswith("GPU"):
+            affinity[row] = {"cpu": rest[0], "numa": rest[1] if len(rest) > 1 else None}
+    name = {c: legend.get(c, c) for c in cols}
+    gpus = [c for c in cols if c.startswith("GPU")]
+    nics = [c for c in cols if not c.startswith("GPU")]
+    nearest = {}
+    for g in gpus:
+        links = [(name[n], matrix.get(g, {}).get(n)) for n in nics]
+        links = [(n, link) for n, link in links if link in _LINK_RANK]
+        if links:
+            best = min(_LINK_RANK[link] for _, link in links)
+            nearest[g] = {"link": next(link for _, link in links if _LINK_RANK[link] == best),
+                          "nics": [n for n, link in links if _LINK_RANK[link] == best]}
+    return {"columns": [name[c] for c in cols], "matrix": {name.get(r, r): {name[c]: v for c, v in row.items()}
+                                                             for r, row in matrix.items()},
+            "affinity": affinity, "nearest_nic": nearest}
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------
+
+Runner = Callable[[list[str], float], "str | None"]
+
+
+def run_command(argv: list[str], timeout: float = COMMAND_TIMEOUT) -> str | None:
+    """stdout of `argv` (no shell), or None when it is not installed, fails or times out."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _recorded_command(root: Path, name: str) -> str | None:
+    return _read(root / "commands" / name)
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL version
+# ---------------------------------------------------------------------------------------------
+
+
+def nccl_version() -> str | None:
+    """The NCCL this Python environment would load: the nvidia-nccl wheel torch depends on, else
+    torch's own (CUDA builds only)."""
+    from importlib import metadata
+
+    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    try:
+        import torch
+
+        if torch.version.cuda is None:
+            return None
+        v = torch.cuda.nccl.version()
+        return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception:  # no torch, or a build without NCCL
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# One host
+# ---------------------------------------------------------------------------------------------
+
+
+def nccl_env(environ: dict | None = None) -> dict[str, str]:
+    """The NCCL_* / GLOO_* part of the allow-listed environment snapshot."""
+    return {k: v for k, v in env_snapshot(environ).items() if k.startswith(("NCCL_", "GLOO_"))}
+
+
+def host_facts(root: str | Path | None = None, environ: dict | None = None, gpus: bool = True,
+               run: Runner = run_command, timeout: float = COMMAND_TIMEOUT, nccl: str | None | bool = True) -> dict:
+    """Everything doctor knows about this host, JSON-able.
+
+    root: a recorded tree (no live reading, no commands: their recorded outputs are used).
+    gpus: also ask nvidia-smi (skipped by the cheap summary stored with results).
+    nccl: True to detect the NCCL version, or the version string (or None) to use.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    if root is not None:
+        root = Path(root)
+        host = _read(root / "hostname") or root.name
+        interfaces = recorded_interfaces(root)
+        ports = rdma_ports(root)
+        ibv_text = _recorded_command(root, "ibv_devinfo.txt")
+        smi_l = _recorded_command(root, "nvidia-smi_-L.txt") if gpus else None
+        smi_topo = _recorded_command(root, "nvidia-smi_topo_-m.txt") if gpus else None
+        source = f"recorded {root}"
+        ibv_state = "recorded" if ibv_text is not None else "not recorded"
+    else:
+        host = socket.gethostname()
+        interfaces = live_interfaces()
+        ports = rdma_ports(SYSFS)
+        installed = shutil.which("ibv_devinfo") is not None
+        ibv_text = run(["ibv_devinfo"], timeout) if installed else None
+        ibv_state = ("ran" if ibv_text is not None else "failed") if installed else "not installed"
+        smi_l = run(["nvidia-smi", "-L"], timeout) if gpus else None
+        smi_topo = run(["nvidia-smi", "topo", "-m"], timeout) if gpus and smi_l else None
+        source = "live"
+    if ibv_text:
+        ports = merge_ibv(ports, parse_ibv_devinfo(ibv_text))
+    if nccl is True:
+        version = nccl_version() if root is None else _read(root / "nccl_version")
+    else:
+        version = nccl or None
+    return {
+        "host": host, "source": source, "interfaces": interfaces, "rdma": ports, "ibv_devinfo": ibv_state,
+        "gpus": parse_nvidia_smi_list(smi_l) if smi_l else None,
+        "topology": parse_topo_matrix(smi_topo) if smi_topo else None,
+        "env": nccl_env(environ), "nccl_version": version,
+    }
+
+
+def host_summary(iface: str | None = None, environ: dict | None = None) -> dict:
+    """The per-host network facts stored with every result row (the `net` column's per_host entry):
+    interfaces of note, RDMA ports, the NCCL/GLOO environment. Cheap: sysfs, psutil and at most
+    ibv_devinfo with a short timeout (no nvidia-smi)."""
+    try:
+        facts = host_facts(environ=environ, gpus=False, timeout=1.5, nccl=None)
+    except Exception as exc:  # never fail a measurement over its metadata
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    env = facts["env"]
+    wanted = {iface} | {p["netdev"] for p in facts["rdma"] if p.get("netdev")}
+    for var in ("NCCL_SOCKET_IFNAME",):
+        picked = socket_ifname_selects(env.get(var), facts["interfaces"])
+        wanted |= set(picked or [])
+    wanted |= {n for n in (env.get("GLOO_SOCKET_IFNAME") or "").split(",") if n}
+    keys = ("name", "state", "mtu", "speed_mbps", "driver", "link_layer", "addresses")
+    ifaces = [{k: i.get(k) for k in keys} for i in facts["interfaces"]
+              if i["name"] in wanted or (i.get("addresses") and i.get("link_layer") != "loopback")]
+    ports = [{k: p.get(k) for k in ("device", "port", "state", "phys_state", "rate", "link_layer", "netdev",
+                                    "active_mtu")}
+             | {"roce_v2_gids": [g["index"] for g in p["gids"] if roce_version(g.get("type")) == 2]}
+             for p in facts["rdma"]]
+    return {"interfaces": ifaces, "rdma": ports, "env": env, "ibv_devinfo": facts["ibv_devinfo"]}
+
+
+def socket_ifname_warnings(environ: dict | None = None, interfaces: list[dict] | None = None) -> list[str]:
+    """One line per NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME that matches no usable interface here."""
+    environ = os.environ if environ is None else environ
+    interfaces = live_interfaces() if interfaces is None else interfaces
+    have = ", ".join(i["name"] for i in interfaces if _has_address(i)) or "none"
+    lines = []
+    nccl = environ.get("NCCL_SOCKET_IFNAME")
+    if socket_ifname_selects(nccl, interfaces) == []:
+        lines.append(f"NCCL_SOCKET_IFNAME={nccl} matches no interface with an address on {socket.gethostname()} "
+                     f"(have: {have})")
+    missing = gloo_ifname_missing(environ.get("GLOO_SOCKET_IFNAME"), interfaces)
+    if missing:
+        lines.append(f"GLOO_SOCKET_IFNAME={environ.get('GLOO_SOCKET_IFNAME')} names {', '.join(missing)}, "
+                     f"which is not an interface with an address on {socket.gethostname()} (have: {have})")
+    return lines
