@@ -35,7 +35,7 @@ import common  # noqa: E402  (puts this checkout's commbench first on sys.path)
 
 import bare_loop  # noqa: E402
 
-from commbench.core import launch
+from commbench.core import launch, results  # noqa: E402
 from commbench.harness import plan as planning  # noqa: E402
 from commbench.harness.collectives import BY_NAME, CallArgs  # noqa: E402
 from commbench.harness.data import allocate, fill  # noqa: E402
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         # The default iteration policy of `commbench sweep` (RunOptions' defaults); the #wrong check
         # runs after the timed loop and is off here only to save time.
         plan = SweepPlan(collectives=[a.collective], sizes=sizes, check=False, backend="gloo",
-                         out=str(Path(tmp) / "fidelity.parquet"), run_id=planning.make_run_id(),
+                         out=str(Path(tmp) / "fidelity.parquet"), run_id=results.make_run_id(),
                          placement="in" if BY_NAME[a.collective].supports("in") else "out", workload="fidelity")
         report = str(Path(tmp) / "pairs.json")
         code = launch.spawn_local(a.nproc, functools.partial(rank_main, FidelityWorkload(plan, a.rounds, report)))

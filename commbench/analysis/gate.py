@@ -282,7 +282,7 @@ def _positive_int(value: Any, where: str, name: str) -> int:
 
 
 def _collective(value: Any, where: str) -> str:
-    from commbench.harness import collectives
+    from commbench.core import vocab as collectives
 
     names = ", ".join(c.name for c in collectives.COLLECTIVES)
     if not isinstance(value, str) or not value.strip() or "," in value or value.strip().lower() == "all":
@@ -295,8 +295,8 @@ def _collective(value: Any, where: str) -> str:
 
 
 def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | None) -> Entry:
-    from commbench.harness import collectives
-    from commbench.harness.dtypes import get_dtype, get_op
+    from commbench.core import vocab as collectives
+    from commbench.core.vocab import get_dtype, get_op
 
     where = f"{source}: entry {index}"
     if not isinstance(raw, dict):

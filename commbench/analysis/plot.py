@@ -23,6 +23,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from commbench.core.errors import BadInput
+from commbench.core.vocab import ORDER, order_key
 from commbench.core.units import format_size
 
 METRICS = {
@@ -43,7 +44,6 @@ UNUSED_COLUMNS = ("samples_us", "rank_time_us", "rank_skew_us", "env", "plan")
 
 # A fixed colour per collective, in the collectives table's order, so all_reduce has the same
 # colour in every figure and report. tab10 without grey (kept for "other").
-_ORDER = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "sendrecv")
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
             "#17becf", "#bcbd22", "#7f7f7f")
 _STYLES = ("-", "--", ":", "-.")
@@ -284,16 +284,12 @@ def aggregate(df, column: str) -> list[Line]:
     return lines
 
 
-def _order(name: str) -> tuple[int, str]:
-    return (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)
-
-
 def collective_colors(names: Iterable[str]) -> dict[str, str]:
     """Known collectives keep their table colour; others take the remaining colours in turn."""
-    colors, spare = {}, [c for c in _PALETTE[len(_ORDER):]]
-    for n in sorted(set(names), key=_order):
-        if n in _ORDER:
-            colors[n] = _PALETTE[_ORDER.index(n)]
+    colors, spare = {}, [c for c in _PALETTE[len(ORDER):]]
+    for n in sorted(set(names), key=order_key):
+        if n in ORDER:
+            colors[n] = _PALETTE[ORDER.index(n)]
         else:
             colors[n] = spare.pop(0) if spare else _PALETTE[len(colors) % len(_PALETTE)]
     return colors
@@ -318,7 +314,7 @@ def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> N
                 f"{label} ({run_id})" if label else run_id)
     if run_labels:
         labels.update(run_labels)
-    lines.sort(key=lambda ln: (_order(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"],
+    lines.sort(key=lambda ln: (order_key(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"],
                                ln.key["run_id"]))
     collectives = {ln.key["collective"] for ln in lines}
     colors = collective_colors(collectives)
@@ -460,7 +456,7 @@ def _titles(df) -> str:
 
 
 def _what(df, metric_label: str) -> str:
-    colls = sorted(set(df["collective"].unique()), key=_order)  # unique first: a million rows
+    colls = sorted(set(df["collective"].unique()), key=order_key)  # unique first: a million rows
     dtypes = sorted({str(v) for v in df["dtype"].dropna().unique()}) if "dtype" in df.columns else []
     what = ", ".join(colls) if len(colls) <= 4 else f"{len(colls)} collectives"
     if dtypes and len(dtypes) <= 2:
@@ -616,7 +612,7 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
             ln.color = colors[ln.key["collective"]]
             ln.style = dash
             ln.marker = _MARKERS[variants.index((ln.key["dtype"], ln.key["in_place"])) % len(_MARKERS)]
-        lines.sort(key=lambda ln: (_order(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"]))
+        lines.sort(key=lambda ln: (order_key(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"]))
         return lines
 
     fig = _new_figure()

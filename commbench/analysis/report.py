@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from commbench.analysis import plot
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.vocab import order_key
 from commbench.core.units import format_size
 
 FORMATS = ("html", "markdown")
@@ -180,7 +181,7 @@ def peak_rows(df) -> list[dict]:
             "reps": int(g["reps"].max()), "sizes": len(g),
             "wrong": None if _missing(w["total"]) else int(w["total"]), "unchecked": int(w["unchecked"]),
         })
-    out.sort(key=lambda r: (plot._order(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"]))
+    out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"]))
     return out
 
 
@@ -196,7 +197,7 @@ def point_rows(df) -> list[dict]:
              "run": names.get(str(r.run_id), str(r.run_id)), "size_bytes": int(r.size_bytes), "time_us": r.time,
              "algbw": r.algbw, "busbw": r.busbw, "reps": int(r.reps), "wrong": r.wrong}
             for r in g.itertuples()]
-    rows.sort(key=lambda r: (plot._order(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
+    rows.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
                              r["size_bytes"]))
     return rows
 
@@ -247,7 +248,7 @@ def run_facts(row: dict, df) -> list[tuple[str, str]]:
         ("interface (rank 0)", row.get("iface")),
         ("MTU", row.get("mtu")),
         ("link layer", row.get("link_layer")),
-        ("collectives", ", ".join(sorted(set(mine["collective"]), key=plot._order))),
+        ("collectives", ", ".join(sorted(set(mine["collective"]), key=order_key))),
         ("dtypes", ", ".join(sorted(set(mine["dtype"].dropna().astype(str))))),
         ("sizes", f"{format_size(int(mine['size_bytes'].min()))} .. {format_size(int(mine['size_bytes'].max()))}"
                   f" ({mine['size_bytes'].nunique()} sizes)" if len(mine) else "–"),

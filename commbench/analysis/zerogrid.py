@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commbench.harness.dtypes import get_dtype
+from commbench.core.vocab import get_dtype
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 

@@ -69,7 +69,7 @@ def run_options(command):
 def _run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, check, backend, nproc, iface,
                 timeout, out, label, workload: str, precision: float = 0.03) -> dict:
     """Validate the shared options; return the RunOptions fields (backend resolved)."""
-    from commbench.harness import plan as planning
+    from commbench.core import results
     from commbench.harness.runner import choose_backend
 
     if warmup < 0:
@@ -91,7 +91,7 @@ def _run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, c
     return dict(warmup=warmup, iters=iters, time_budget=time_budget, precision=precision, min_iters=min_iters,
                 max_iters=max_iters,
                 repetitions=repetitions, check=check, timeout=timeout, backend=choose_backend(backend),
-                label=label, out=out, run_id=planning.make_run_id(), workload=workload)
+                label=label, out=out, run_id=results.make_run_id(), workload=workload)
 
 
 def _warn_socket_ifname(env) -> None:
@@ -155,15 +155,14 @@ def _launch(workload, nproc: int | None) -> int:
 def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtype, op, root, placement, mtus,
           nccl_debug, nproc, **run) -> int:
     """Measure collectives over a range of message sizes (the nccl-tests grid)."""
-    from commbench.harness import collectives
-    from commbench.harness import dtypes
+    from commbench.core import vocab
     from commbench.harness import plan as planning
     from commbench.core import units
     from commbench.workloads.sweep import SweepWorkload
 
-    entries = collectives.resolve(collective)
-    dt = dtypes.get_dtype(dtype)
-    op_name = dtypes.get_op(op)
+    entries = vocab.resolve(collective)
+    dt = vocab.get_dtype(dtype)
+    op_name = vocab.get_op(op)
     fields = _run_fields(nproc=nproc, workload="sweep", **run)
 
     if placement != "both":
@@ -186,7 +185,7 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
     mtu_axis = _mtu_axis(mtus, run.get("iface"))
     plan = planning.SweepPlan(collectives=[c.name for c in entries], sizes=grid, dtype=dt.name, op=op_name,
                               root=root, placement=placement, mtus=mtu_axis, iface=run.get("iface"), **fields)
-    dtypes.check_backend_support(fields["backend"], dt, op_name if any(c.reduces for c in entries) else None)
+    vocab.check_backend_support(fields["backend"], dt, op_name if any(c.reduces for c in entries) else None)
     if nccl_debug:
         from commbench.net.ncclinfo import enable_debug_file
         enable_debug_file(fields["out"], fields["run_id"], fields["backend"])
@@ -225,12 +224,11 @@ def _mtu_axis(text: str | None, iface: str | None) -> list[int]:
 @run_options
 def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -> int:
     """Reduce one step's gradients in buckets, per bucket size, as DeepSpeed does."""
-    from commbench.harness import collectives
-    from commbench.harness import dtypes
+    from commbench.core import vocab
     from commbench.core import units
     from commbench.workloads.buckets import OPS, BucketPlan, BucketWorkload
 
-    dt = dtypes.get_dtype(dtype)
+    dt = vocab.get_dtype(dtype)
     if params is not None and grad_bytes is not None:
         raise BadInput("--params and --grad-bytes both set the gradient size: pass one of them")
     n_params = units.parse_count(params, "--params") if params is not None else None
@@ -238,7 +236,7 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -
     sizes = [units.parse_count(b, "--bucket-size") for b in bucket_size.split(",") if b.strip()]
     if not sizes:
         raise BadInput("--bucket-size is empty: give element counts, e.g. 1e6,5e7,5e8")
-    entry = collectives.resolve(op)
+    entry = vocab.resolve(op)
     if len(entry) != 1 or entry[0].name not in OPS:
         raise BadInput(f"--op {op} is not a gradient reduction: use all_reduce or reduce_scatter")
     _positive_int(overlap, "--overlap")
@@ -317,11 +315,11 @@ def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int
 def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, scale, engine, steps,
          validate_schedule, nproc, **run) -> int:
     """One training step's ZeRO communication schedule per stage, run with real collectives."""
-    from commbench.harness import dtypes
     from commbench.core import units
+    from commbench.core.vocab import get_dtype
     from commbench.workloads.zero import DEFAULT_CPU_STEP_BYTES, MODELS, ZeroPlan, ZeroWorkload, module_sizes
 
-    dt = dtypes.get_dtype(dtype)
+    dt = get_dtype(dtype)
     if (layers is None) != (hidden is None):
         raise BadInput("--layers and --hidden go together: pass both for a custom shape, or --model")
     if layers is not None:

@@ -284,3 +284,11 @@ def _shared_lists(column: pa.ChunkedArray):
 
 def env_json(env: dict) -> str:
     return json.dumps(env, sort_keys=True)
+
+
+def make_run_id(now=None) -> str:
+    import datetime as dt
+    import secrets
+
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"

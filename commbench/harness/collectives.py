@@ -1,45 +1,20 @@
-"""The collectives, as one table.
-
-Each entry says how many elements each rank sends and receives for a requested byte size
-(nccl-tests' getCollByteCount, including its rounding), the bus-bandwidth factor (nccl-tests'
-getBw), which placements torch can express, how to call it, and what every rank must hold
-afterwards (for the #wrong check). A new collective is one more entry; the runner never
-branches on a collective's name.
-
-Sizes follow nccl-tests: S, the size printed and stored, is the larger of the send and receive
-buffers of one rank (the total gathered output for all_gather, the total input for
-reduce_scatter, the whole send buffer for all_to_all), and algbw = S / t for every collective.
+"""The collectives, bound to torch: each entry of the vocabulary (core/vocab.py) with its torch
+call and what every rank must hold afterwards (for the #wrong check). A new collective is one
+more entry in the vocabulary plus its two functions here; the runner never branches on a
+collective's name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from commbench.harness.dtypes import DType, torch_op
-from commbench.core.errors import BadInput
-
-# nccl-tests rounds per-rank chunks of the gather/scatter family down to a multiple of this
-# many elements (all_gather.cu, reduce_scatter.cu, alltoall.cu: #define ALIGN 4).
-ALIGN = 4
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Element counts of one point on one rank."""
-
-    send_numel: int
-    recv_numel: int
-    count: int  # the "count" column of nccl-tests (elements per rank chunk)
-    # Where the send and receive views start inside the single in-place buffer.
-    send_inplace_offset: int = 0
-    recv_inplace_offset: int = 0
-
-    def size_bytes(self, itemsize: int) -> int:
-        return max(self.send_numel, self.recv_numel) * itemsize
+from commbench.core import vocab
+from commbench.core.vocab import Layout
+from commbench.harness.dtypes import torch_op
 
 
 @dataclass
@@ -56,24 +31,6 @@ class CallArgs:
     op: str | None
     group: object = None  # the process group (None: the default one)
 
-
-def _full(count: int, world: int, rank: int) -> Layout:
-    return Layout(count, count, count)
-
-
-def _gather_family(count: int, world: int, rank: int) -> Layout:
-    base = (count // (ALIGN * world)) * ALIGN
-    return Layout(base, base * world, base, send_inplace_offset=rank * base)
-
-
-def _scatter_family(count: int, world: int, rank: int) -> Layout:
-    base = (count // (ALIGN * world)) * ALIGN
-    return Layout(base * world, base, base, recv_inplace_offset=rank * base)
-
-
-def _alltoall(count: int, world: int, rank: int) -> Layout:
-    base = (count // (ALIGN * world)) * ALIGN
-    return Layout(base * world, base * world, base)
 
 
 # ---- the torch calls: each returns a zero-argument callable that runs one blocking op ----
@@ -162,73 +119,31 @@ def _exp_sendrecv(lay: Layout, a: CallArgs, inputs: Inputs, reduce: Reducer):
     return inputs((a.rank - 1) % a.world, lay.send_numel)
 
 
-@dataclass(frozen=True)
-class Collective:
-    name: str  # canonical, nccl-tests' name without _perf
-    aliases: tuple[str, ...]
-    layout: Callable[[int, int, int], Layout]  # (count, world, rank) -> Layout
-    busbw_factor: Callable[[int], float]  # world -> busbw / algbw
+@dataclass(frozen=True, kw_only=True)
+class Collective(vocab.CollectiveSpec):
+    """A vocabulary entry with its torch call and expected output."""
+
     bind: Callable[[Buffers, CallArgs], Callable[[], None]]
     expected: Callable[..., torch.Tensor | None]
-    reduces: bool = False  # takes --op
-    rooted: bool = False  # takes --root
-    # Placements torch can express: torch's all_reduce, broadcast and reduce work in place only.
-    placements: tuple[str, ...] = ("out", "in")
-    # Every rank leaves when the last one has entered (each needs data from all): a late rank then
-    # spends less time inside, which is what the arrival skew column reads. Not so for a root
-    # that only sends or only receives, or a ring of pairs.
-    exits_together: bool = True
-
-    def supports(self, placement: str) -> bool:
-        return placement in self.placements
 
 
-def _ring_factor(world: int) -> float:
-    return (world - 1) / world
+_BIND = {"all_reduce": _bind_all_reduce, "reduce_scatter": _bind_reduce_scatter, "all_gather": _bind_all_gather,
+         "all_to_all": _bind_all_to_all, "broadcast": _bind_broadcast, "reduce": _bind_reduce,
+         "sendrecv": _bind_sendrecv}
+_EXPECTED = {"all_reduce": _exp_all_reduce, "reduce_scatter": _exp_reduce_scatter, "all_gather": _exp_all_gather,
+             "all_to_all": _exp_all_to_all, "broadcast": _exp_broadcast, "reduce": _exp_reduce,
+             "sendrecv": _exp_sendrecv}
 
 
-COLLECTIVES: tuple[Collective, ...] = (
-    Collective("all_reduce", ("allreduce",), _full, lambda n: 2 * (n - 1) / n,
-               _bind_all_reduce, _exp_all_reduce, reduces=True, placements=("in",)),
-    Collective("reduce_scatter", ("reducescatter",), _scatter_family, _ring_factor,
-               _bind_reduce_scatter, _exp_reduce_scatter, reduces=True),
-    Collective("all_gather", ("allgather",), _gather_family, _ring_factor,
-               _bind_all_gather, _exp_all_gather),
-    Collective("all_to_all", ("alltoall", "a2a"), _alltoall, _ring_factor,
-               _bind_all_to_all, _exp_all_to_all, placements=("out",)),
-    Collective("broadcast", ("bcast",), _full, lambda n: 1.0,
-               _bind_broadcast, _exp_broadcast, rooted=True, placements=("in",), exits_together=False),
-    Collective("reduce", (), _full, lambda n: 1.0,
-               _bind_reduce, _exp_reduce, reduces=True, rooted=True, placements=("in",),
-               exits_together=False),
-    Collective("sendrecv", ("send_recv", "p2p", "ring"), _full, lambda n: 1.0,
-               _bind_sendrecv, _exp_sendrecv, placements=("out",), exits_together=False),
-)
+def _bound(spec: vocab.CollectiveSpec) -> Collective:
+    facts = {f.name: getattr(spec, f.name) for f in fields(vocab.CollectiveSpec)}
+    return Collective(**facts, bind=_BIND[spec.name], expected=_EXPECTED[spec.name])
 
+
+COLLECTIVES: tuple[Collective, ...] = tuple(_bound(spec) for spec in vocab.COLLECTIVES)
 BY_NAME = {c.name: c for c in COLLECTIVES}
 
 
-def _key(text: str) -> str:
-    return text.strip().lower().replace("-", "").replace("_", "").removesuffix("perf")
-
-
 def resolve(names: str) -> list[Collective]:
-    """'allreduce,all-gather' or 'all' -> the table entries, in table order, no duplicates."""
-    wanted = [n for n in names.split(",") if n.strip()]
-    if not wanted:
-        raise BadInput("--collective is empty: name one, e.g. --collective allreduce, or 'all'")
-    picked: list[Collective] = []
-    for name in wanted:
-        if _key(name) == "all":
-            picked.extend(COLLECTIVES)
-            continue
-        match = [c for c in COLLECTIVES if _key(name) in {_key(c.name), *(_key(a) for a in c.aliases)}]
-        if not match:
-            choices = ", ".join(c.name for c in COLLECTIVES)
-            raise BadInput(f"unknown collective {name!r}: use one of {choices}, or all")
-        picked.append(match[0])
-    return [c for c in COLLECTIVES if c in picked]
-
-
-def busbw(collective: Collective, algbw: float, world: int) -> float:
-    return algbw * collective.busbw_factor(world)
+    """'allreduce,all-gather' or 'all' -> the bound entries, in table order, no duplicates."""
+    return [BY_NAME[spec.name] for spec in vocab.resolve(names)]

@@ -11,7 +11,8 @@ from typing import Callable
 
 import torch
 
-from commbench.harness.collectives import Buffers, CallArgs, Collective, Layout
+from commbench.core.vocab import Layout
+from commbench.harness.collectives import Buffers, CallArgs, Collective
 from commbench.harness.dtypes import DType
 
 

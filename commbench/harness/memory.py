@@ -6,7 +6,7 @@ import psutil
 import torch
 
 from commbench.harness.data import check_bytes
-from commbench.harness.dtypes import get_dtype
+from commbench.core.vocab import get_dtype
 from commbench.core.errors import BadInput
 from commbench.harness.plan import SweepPlan
 from commbench.core.units import format_size

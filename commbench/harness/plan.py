@@ -6,8 +6,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from commbench.harness.collectives import ALIGN, BY_NAME, Collective, Layout
-from commbench.harness.dtypes import get_dtype
+from commbench.core.vocab import ALIGN, BY_NAME, CollectiveSpec as Collective, Layout, get_dtype
 from commbench.core.errors import BadInput
 
 PLACEMENTS = ("out", "in", "both")
@@ -124,11 +123,3 @@ def validate(plan: SweepPlan, world: int) -> None:
                             and collective.layout(count, world, 0).send_numel > 0)
             raise BadInput(f"every size rounds to 0 elements for {collective.name} on {world} ranks: "
                            f"raise --max-bytes to at least {smallest}")
-
-
-def make_run_id(now=None) -> str:
-    import datetime as dt
-    import secrets
-
-    now = now or dt.datetime.now(dt.timezone.utc)
-    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"

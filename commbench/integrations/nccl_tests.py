@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import commbench
+from commbench.core import vocab
 from commbench.core.errors import (EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, EXIT_SIGINT, EXIT_SIGTERM, BadInput,
                               RuntimeFailure)
 from commbench.net.ncclinfo import TransportCollector
@@ -73,11 +74,6 @@ _TIME_NAMES = {"time", "cputime"}
 _PER_ITER = ["i_min", "i_max", "i_p99", "i_cv%"]
 # What nccl-tests prints in the redop column (mulsum: ncclRedOpCreatePreMulSum; none: no reduction).
 _PRINTED_OPS = {"sum", "prod", "max", "min", "avg", "mulsum", "none"}
-# Collectives nccl-tests has that commbench's table does not: kept under their own name, with
-# nccl-tests' bus factors for busbw recomputation.
-_EXTRA_FACTORS = {"gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n,
-                  "hypercube": lambda n: (n - 1) / n, "alltoallv": lambda n: (n - 1) / n}
-_ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 
 
 def nccl_version_string(code: int | str | None) -> str | None:
@@ -111,30 +107,20 @@ def collective_from_program(program: str | None) -> str | None:
 
 
 def _canonical(name: str) -> str | None:
-    from commbench.harness import collectives
-
     key = _norm_name(name)
     if not key:
         return None
-    for c in collectives.COLLECTIVES:
+    for c in vocab.COLLECTIVES + vocab.NCCL_TESTS_ONLY:
         if key in {_norm_name(c.name), *(_norm_name(a) for a in c.aliases)}:
             return c.name
-    if key in _EXTRA_FACTORS:
-        return key
     return None
 
 
 def collective_from_filename(path: str | os.PathLike) -> str | None:
     """The longest collective name inside a file name: all_reduce_legacy_8xA100.txt -> all_reduce."""
-    from commbench.harness import collectives
-
     stem = Path(path).name.lower()
     flat = re.sub(r"[^a-z0-9]", "", stem)
-    names: list[tuple[str, str]] = []
-    for c in collectives.COLLECTIVES:
-        for n in (c.name, *c.aliases):
-            names.append((_norm_name(n), c.name))
-    names += [(k, k) for k in _EXTRA_FACTORS]
+    names = [(_norm_name(n), c.name) for c in vocab.COLLECTIVES + vocab.NCCL_TESTS_ONLY for n in (c.name, *c.aliases)]
     best = None
     for key, canon in names:
         if key and key in flat and (best is None or len(key) > len(best[0])):
@@ -145,20 +131,18 @@ def collective_from_filename(path: str | os.PathLike) -> str | None:
 def bus_factor(collective: str, world: int | None) -> float | None:
     if not world or world < 1:
         return None
-    from commbench.harness import collectives
+    spec = vocab.known(collective)
+    return float(spec.busbw_factor(world)) if spec else None
 
-    for c in collectives.COLLECTIVES:
-        if c.name == collective:
-            return float(c.busbw_factor(world))
-    f = _EXTRA_FACTORS.get(collective)
-    return float(f(world)) if f else None
+
+def _rooted(collective: str) -> bool:
+    spec = vocab.known(collective)
+    return bool(spec and spec.rooted)
 
 
 def _dtype_name(raw: str) -> str:
-    from commbench.harness import dtypes
-
     try:
-        return dtypes.get_dtype(raw).name
+        return vocab.get_dtype(raw).name
     except BadInput:
         return raw  # a type commbench does not measure (uint32, f8e4m3): kept as nccl-tests names it
 
@@ -166,10 +150,8 @@ def _dtype_name(raw: str) -> str:
 def _op_name(raw: str | None) -> str | None:
     if raw is None or raw.lower() == "none":
         return None
-    from commbench.harness import dtypes
-
     try:
-        return dtypes.get_op(raw)
+        return vocab.get_op(raw)
     except BadInput:
         return raw.lower()
 
@@ -455,7 +437,7 @@ class RecordBuilder:
         world = stream.world()
         hosts, nnodes, per_node, device_name = stream.topology()
         dtype, op = _dtype_name(h.dtype), _op_name(h.op)
-        root = h.root if h.root is not None else (None if coll in _ROOTED else -1)
+        root = h.root if h.root is not None else (None if _rooted(coll) else -1)
         key = (coll, dtype, op, root, h.size, h.in_place)
         rep = self.reps[key]
         self.reps[key] += 1
@@ -938,8 +920,7 @@ def import_files(paths: Iterable[str], out: str, label: str = "", collective: st
                  warn: Callable[[str], None] = lambda m: print(f"commbench: warning: {m}", file=sys.stderr)) -> int:
     """Parse every file first (nothing is written if one is bad), then write: --out FILE.parquet
     holds them all, --out DIR one <run_id>.parquet per file. Exit 0, or 1 if a data check failed."""
-    from commbench.harness.plan import make_run_id
-    from commbench.core.results import ResultWriter, check_writable, resolve_out
+    from commbench.core.results import ResultWriter, check_writable, make_run_id, resolve_out
 
     paths = list(paths)
     if not paths:
@@ -1055,8 +1036,7 @@ def run_binary(binary: str, args: list[str], *, launcher: str = "none", np_: int
                echo: Callable[[str], None] | None = None, say: Callable[[str], None] | None = None) -> int:
     """Run an nccl-tests binary; stream and parse its output into a results file. Exit code."""
     from commbench.net.envinfo import env_snapshot
-    from commbench.harness.plan import make_run_id
-    from commbench.core.results import ResultWriter, resolve_out
+    from commbench.core.results import ResultWriter, make_run_id, resolve_out
 
     echo = echo or (lambda line: (sys.stdout.write(line), sys.stdout.flush()))
     say = say or (lambda m: print(f"commbench: {m}", file=sys.stderr, flush=True))

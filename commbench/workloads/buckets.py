@@ -20,9 +20,10 @@ import torch
 import torch.distributed as dist
 
 from commbench.harness import faults
-from commbench.harness.collectives import ALIGN, BY_NAME, CallArgs, reduce_scatter_flat
+from commbench.core.vocab import ALIGN, check_backend_support
+from commbench.harness.collectives import BY_NAME, CallArgs, reduce_scatter_flat
 from commbench.harness.data import check_bytes, count_mismatches, input_pattern, reducer
-from commbench.harness.dtypes import check_backend_support, get_dtype, torch_op
+from commbench.harness.dtypes import get_dtype, torch_op
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.harness.plan import RunOptions

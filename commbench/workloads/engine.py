@@ -12,7 +12,8 @@ import torch
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.harness.runner import Measurement, Session
-from commbench.workloads.zero import PAPER_VOLUME, ZeroPlan, module_sizes, step_schedule, volume_factor
+from commbench.core.vocab import volume_factor
+from commbench.workloads.zero import PAPER_VOLUME, ZeroPlan, module_sizes, step_schedule
 
 # A model DeepSpeed trains in seconds on two CPU ranks (the 1.3B shape cannot run here).
 SMALL_SHAPE = {"layers": 2, "hidden": 64, "vocab": 256, "seq": 32}

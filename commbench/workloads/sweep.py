@@ -11,10 +11,11 @@ import torch.distributed as dist
 
 from commbench.harness import faults
 from commbench.net import netctl
-from commbench.harness.collectives import CallArgs, Collective, Layout
+from commbench.core.vocab import Layout, check_backend_support
+from commbench.harness.collectives import CallArgs, Collective
 from commbench.harness.console import PLACEMENT_HEADER, Cell, format_row
 from commbench.harness.data import allocate, count_wrong, fill
-from commbench.harness.dtypes import DType, check_backend_support, get_dtype
+from commbench.harness.dtypes import DType, get_dtype
 from commbench.core.launch import RankEnv
 from commbench.harness.memory import check_fits
 from commbench.core.errors import RuntimeFailure

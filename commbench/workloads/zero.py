@@ -33,8 +33,8 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from commbench.harness.collectives import ALIGN, all_gather_flat, reduce_scatter_flat
-from commbench.harness.dtypes import check_backend_support, get_dtype
+from commbench.core.vocab import ALIGN, check_backend_support, get_dtype, volume_factor
+from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.harness.plan import RunOptions
@@ -105,13 +105,6 @@ def scaled(schedule: list[Comm], scale: float, world: int) -> list[Comm]:
     """Every message times `scale`, rounded to a whole chunk per rank (ALIGN x world elements)."""
     unit = ALIGN * world
     return [Comm(c.op, max(unit, int(c.numel * scale) // unit * unit), c.phase) for c in schedule]
-
-
-def volume_factor(op: str, world: int) -> float:
-    """Bytes a rank sends per byte of message, on average over ranks (the ZeRO paper's
-    accounting): an all-reduce is a reduce-scatter plus an all-gather, 2(n-1)/n; a reduce to one
-    owner, an all-gather or a reduce-scatter moves (n-1)/n of the message per rank."""
-    return (2 if op == "all_reduce" else 1) * (world - 1) / world
 
 
 @dataclass

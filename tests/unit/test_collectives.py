@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from commbench.harness.collectives import ALIGN, BY_NAME, COLLECTIVES, busbw, resolve
+from commbench.core.vocab import ALIGN, busbw
+from commbench.harness.collectives import BY_NAME, COLLECTIVES, resolve
 from commbench.core.errors import BadInput
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"

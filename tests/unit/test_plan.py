@@ -6,7 +6,8 @@ import pytest
 
 from commbench.harness.collectives import BY_NAME
 from commbench.core.errors import BadInput
-from commbench.harness.plan import Point, SweepPlan, make_run_id, size_grid, validate
+from commbench.core.results import make_run_id
+from commbench.harness.plan import Point, SweepPlan, size_grid, validate
 from commbench.core.units import parse_size
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "nccl-tests" / "all_reduce_v2.19.4_1node_8xA100.txt"

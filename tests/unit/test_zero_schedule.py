@@ -3,8 +3,8 @@
 import pytest
 
 from commbench.cli.app import main
-from commbench.workloads.zero import (MODELS, PAPER_VOLUME, module_sizes, scaled, step_schedule,
-                                      volume_factor)
+from commbench.core.vocab import volume_factor
+from commbench.workloads.zero import MODELS, PAPER_VOLUME, module_sizes, scaled, step_schedule
 
 
 def volume(schedule, world):

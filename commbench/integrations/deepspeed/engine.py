@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.vocab import volume_multiplier
 
 # DeepSpeed record name -> commbench collective name.
 _COLLECTIVE = {
@@ -46,9 +47,6 @@ _COLLECTIVE = {
     "batch_isend_irecv": "sendrecv",
     "barrier": "barrier", "log_summary_barrier": "barrier", "monitored_barrier": "barrier",
 }
-# The ZeRO paper's accounting: an all-reduce moves 2x its buffer (reduce-scatter + all-gather);
-# every other collective moves its S once (the (n-1)/n factor is left out, as in the paper).
-_VOLUME_FACTOR = {"all_reduce": 2.0, "barrier": 0.0}
 
 SHM_OP_NAME = "deepspeed_shm_comm"
 
@@ -77,7 +75,7 @@ class CommRecord:
     @property
     def volume_bytes(self) -> float:
         """Bytes in the ZeRO paper's units for all `count` calls."""
-        return self.count * self.size_bytes * _VOLUME_FACTOR.get(self.collective, 1.0)
+        return self.count * self.size_bytes * volume_multiplier(self.collective)
 
     @property
     def total_bytes(self) -> int:

@@ -1,0 +1,232 @@
+"""The vocabulary: collective, dtype and reduction-op names and the facts about them, without torch.
+
+Every fact about a collective lives here once: its canonical name and aliases, how many
+elements each rank sends and receives for a requested size (nccl-tests' getCollByteCount,
+including its rounding), its bus-bandwidth factor (nccl-tests' getBw), which placements torch
+can express, the ZeRO paper's volume multiplier and the display order. The harness binds torch
+calls to these entries (harness/collectives.py); analysis and the nccl-tests reader use them as
+they are, so `compare`, `plot`, `report`, `gate` and `nccl-tests import` never import torch.
+
+Sizes follow nccl-tests: S, the size printed and stored, is the larger of the send and receive
+buffers of one rank (the total gathered output for all_gather, the total input for
+reduce_scatter, the whole send buffer for all_to_all), and algbw = S / t for every collective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from commbench.core.errors import BadInput
+
+# nccl-tests rounds per-rank chunks of the gather/scatter family down to a multiple of this
+# many elements (all_gather.cu, reduce_scatter.cu, alltoall.cu: #define ALIGN 4).
+ALIGN = 4
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Element counts of one point on one rank."""
+
+    send_numel: int
+    recv_numel: int
+    count: int  # the "count" column of nccl-tests (elements per rank chunk)
+    # Where the send and receive views start inside the single in-place buffer.
+    send_inplace_offset: int = 0
+    recv_inplace_offset: int = 0
+
+    def size_bytes(self, itemsize: int) -> int:
+        return max(self.send_numel, self.recv_numel) * itemsize
+
+
+def _full(count: int, world: int, rank: int) -> Layout:
+    return Layout(count, count, count)
+
+
+def _gather_family(count: int, world: int, rank: int) -> Layout:
+    base = (count // (ALIGN * world)) * ALIGN
+    return Layout(base, base * world, base, send_inplace_offset=rank * base)
+
+
+def _scatter_family(count: int, world: int, rank: int) -> Layout:
+    base = (count // (ALIGN * world)) * ALIGN
+    return Layout(base * world, base, base, recv_inplace_offset=rank * base)
+
+
+def _alltoall(count: int, world: int, rank: int) -> Layout:
+    base = (count // (ALIGN * world)) * ALIGN
+    return Layout(base * world, base * world, base)
+
+
+def ring_factor(world: int) -> float:
+    return (world - 1) / world
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    name: str  # canonical, nccl-tests' name without _perf
+    aliases: tuple[str, ...]
+    layout: Callable[[int, int, int], Layout]  # (count, world, rank) -> Layout
+    busbw_factor: Callable[[int], float]  # world -> busbw / algbw
+    reduces: bool = False  # takes --op
+    rooted: bool = False  # takes --root
+    # Placements torch can express: torch's all_reduce, broadcast and reduce work in place only.
+    placements: tuple[str, ...] = ("out", "in")
+    # Every rank leaves when the last one has entered (each needs data from all): a late rank then
+    # spends less time inside, which is what the arrival skew column reads. Not so for a root
+    # that only sends or only receives, or a ring of pairs.
+    exits_together: bool = True
+    # The ZeRO paper's accounting: an all-reduce moves twice its buffer (reduce-scatter plus
+    # all-gather), every other collective its S once.
+    volume: float = 1.0
+
+    def supports(self, placement: str) -> bool:
+        return placement in self.placements
+
+
+# The collectives commbench measures, in display order (nccl-tests' order of its binaries).
+COLLECTIVES: tuple[CollectiveSpec, ...] = (
+    CollectiveSpec("all_reduce", ("allreduce",), _full, lambda n: 2 * (n - 1) / n, reduces=True,
+                   placements=("in",), volume=2.0),
+    CollectiveSpec("reduce_scatter", ("reducescatter",), _scatter_family, ring_factor, reduces=True),
+    CollectiveSpec("all_gather", ("allgather",), _gather_family, ring_factor),
+    CollectiveSpec("all_to_all", ("alltoall", "a2a"), _alltoall, ring_factor, placements=("out",)),
+    CollectiveSpec("broadcast", ("bcast",), _full, lambda n: 1.0, rooted=True, placements=("in",),
+                   exits_together=False),
+    CollectiveSpec("reduce", (), _full, lambda n: 1.0, reduces=True, rooted=True, placements=("in",),
+                   exits_together=False),
+    CollectiveSpec("sendrecv", ("send_recv", "p2p", "ring"), _full, lambda n: 1.0, placements=("out",),
+                   exits_together=False),
+)
+
+# nccl-tests binaries commbench does not run: their results are read under their own names,
+# with nccl-tests' bus factors.
+NCCL_TESTS_ONLY: tuple[CollectiveSpec, ...] = tuple(
+    CollectiveSpec(name, (), _full, ring_factor, rooted=name in ("gather", "scatter"))
+    for name in ("gather", "scatter", "hypercube", "alltoallv"))
+
+BY_NAME = {c.name: c for c in COLLECTIVES}
+ORDER = tuple(c.name for c in COLLECTIVES)
+# A barrier moves no payload: its volume is 0 in the ZeRO paper's accounting.
+_ZERO_VOLUME = {"barrier"}
+
+
+def _key(text: str) -> str:
+    return text.strip().lower().replace("-", "").replace("_", "").removesuffix("perf")
+
+
+def resolve(names: str) -> list[CollectiveSpec]:
+    """'allreduce,all-gather' or 'all' -> the table entries, in table order, no duplicates."""
+    wanted = [n for n in names.split(",") if n.strip()]
+    if not wanted:
+        raise BadInput("--collective is empty: name one, e.g. --collective allreduce, or 'all'")
+    picked: list[CollectiveSpec] = []
+    for name in wanted:
+        if _key(name) == "all":
+            picked.extend(COLLECTIVES)
+            continue
+        match = [c for c in COLLECTIVES if _key(name) in {_key(c.name), *(_key(a) for a in c.aliases)}]
+        if not match:
+            choices = ", ".join(c.name for c in COLLECTIVES)
+            raise BadInput(f"unknown collective {name!r}: use one of {choices}, or all")
+        picked.append(match[0])
+    return [c for c in COLLECTIVES if c in picked]
+
+
+def known(name: str) -> CollectiveSpec | None:
+    """The entry for a canonical name, among the measured ones and nccl-tests' others."""
+    return BY_NAME.get(name) or next((c for c in NCCL_TESTS_ONLY if c.name == name), None)
+
+
+def busbw(collective: CollectiveSpec, algbw: float, world: int) -> float:
+    return algbw * collective.busbw_factor(world)
+
+
+def volume_multiplier(name: str) -> float:
+    """Bytes moved per byte of S in the ZeRO paper's units (all_reduce 2, barrier 0, others 1)."""
+    if name in _ZERO_VOLUME:
+        return 0.0
+    spec = BY_NAME.get(name)
+    return spec.volume if spec else 1.0
+
+
+def volume_factor(name: str, world: int) -> float:
+    """Bytes a rank sends per byte of message, on average over ranks (the ZeRO paper's
+    accounting): an all-reduce is a reduce-scatter plus an all-gather, 2(n-1)/n; a reduce to one
+    owner, an all-gather or a reduce-scatter moves (n-1)/n of the message per rank."""
+    return volume_multiplier(name) * ring_factor(world)
+
+
+def order_key(name: str) -> tuple[int, str]:
+    """Sort key: commbench's collectives in table order, then any other name alphabetically."""
+    return (ORDER.index(name) if name in ORDER else len(ORDER), name)
+
+
+# ---- data types and reduction ops ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DTypeSpec:
+    name: str  # commbench's canonical name, stored in results; also torch's attribute name
+    nccl_name: str  # what nccl-tests prints in its "type" column
+    itemsize: int
+    is_float: bool
+    aliases: tuple[str, ...] = ()
+
+
+DTYPES: tuple[DTypeSpec, ...] = (
+    DTypeSpec("float32", "float", 4, True, ("float", "fp32", "f32")),
+    DTypeSpec("float16", "half", 2, True, ("half", "fp16", "f16")),
+    DTypeSpec("bfloat16", "bfloat16", 2, True, ("bf16",)),
+    DTypeSpec("float64", "double", 8, True, ("double", "fp64", "f64")),
+    DTypeSpec("int8", "int8", 1, False, ("char", "i8")),
+    DTypeSpec("uint8", "uint8", 1, False, ("u8",)),
+    DTypeSpec("int32", "int32", 4, False, ("int", "i32")),
+    DTypeSpec("int64", "int64", 8, False, ("i64",)),
+)
+
+# Reduction ops: commbench name -> (nccl-tests name, torch op attribute).
+OPS: dict[str, tuple[str, str]] = {
+    "sum": ("sum", "SUM"),
+    "prod": ("prod", "PRODUCT"),
+    "max": ("max", "MAX"),
+    "min": ("min", "MIN"),
+    "avg": ("avg", "AVG"),
+}
+_OP_ALIASES = {"product": "prod", "mean": "avg", "average": "avg"}
+
+# What each backend can reduce with: gloo in torch 2.x has no AVG.
+BACKEND_OPS = {"gloo": {"sum", "prod", "max", "min"}, "nccl": set(OPS)}
+BACKEND_DTYPES = {
+    "gloo": {d.name for d in DTYPES},
+    "nccl": {d.name for d in DTYPES},
+}
+
+
+def _dkey(text: str) -> str:
+    return text.strip().lower().replace("-", "").replace("_", "")
+
+
+def get_dtype(text: str) -> DTypeSpec:
+    wanted = _dkey(text)
+    for d in DTYPES:
+        if wanted in {_dkey(d.name), _dkey(d.nccl_name), *(_dkey(a) for a in d.aliases)}:
+            return d
+    names = ", ".join(d.name for d in DTYPES)
+    raise BadInput(f"unknown dtype {text!r}: use one of {names} (nccl-tests names like float, half work too)")
+
+
+def get_op(text: str) -> str:
+    wanted = text.strip().lower()
+    wanted = _OP_ALIASES.get(wanted, wanted)
+    if wanted not in OPS:
+        raise BadInput(f"unknown reduction op {text!r}: use one of {', '.join(OPS)}")
+    return wanted
+
+
+def check_backend_support(backend: str, dtype: DTypeSpec, op: str | None) -> None:
+    if dtype.name not in BACKEND_DTYPES[backend]:
+        raise BadInput(f"the {backend} backend cannot do dtype {dtype.name}: choose another --dtype")
+    if op is not None and op not in BACKEND_OPS[backend]:
+        can = ", ".join(sorted(BACKEND_OPS[backend]))
+        raise BadInput(f"the {backend} backend cannot reduce with op {op}: use --op one of {can}")
