@@ -24,6 +24,7 @@ import pandas as pd
 from commbench.core import stats
 from commbench.analysis.compare import BANDWIDTH_BOUND_FRACTION, _check_frame, _column, _jsonable, _md_cell, _printable
 from commbench.core.errors import BadInput
+from commbench.core.inputs import InputMessages, read_text
 from commbench.core.units import format_size, parse_size
 
 FORMAT_VERSION = 1
@@ -163,20 +164,16 @@ def _reject_duplicate_keys():
     return Loader
 
 
+_BANDS_FILE = InputMessages(
+    missing="bands file {name} does not exist: pass the file --suggest wrote, or write one (docs/GATE.md)",
+    folder="bands file {name} is a folder: pass a YAML file",
+    unreadable="cannot read bands file {name}: {error}",
+    not_text="{name} is not UTF-8 text: pass a YAML bands file")
+
+
 def load_bands(path: str | os.PathLike) -> Bands:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"bands file {p} does not exist: pass the file --suggest wrote, or write one "
-                       "(docs/GATE.md)") from None
-    except IsADirectoryError:
-        raise BadInput(f"bands file {p} is a folder: pass a YAML file") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"{p} is not UTF-8 text: pass a YAML bands file") from None
-    except OSError as exc:
-        raise BadInput(f"cannot read bands file {p}: {exc.strerror or exc}") from None
-    return parse_bands(text, str(p))
+    return parse_bands(read_text(p, _BANDS_FILE), str(p))
 
 
 def parse_bands(text: str, source: str = "<bands>") -> Bands:

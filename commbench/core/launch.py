@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from commbench.core.signals import Terminated, sigterm_raises
 from commbench.core.errors import EXIT_OK, EXIT_RUNTIME, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, BadInput
 
 
@@ -105,14 +106,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Terminated(BaseException):
-    """Raised in a rank on SIGTERM (Slurm preemption, scancel, the supervisor)."""
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated()
-
-
 _stopping = False  # set in a rank by the first SIGINT or SIGTERM
 
 
@@ -127,7 +120,7 @@ def _stop_once(signum, frame):
     if _stopping:
         return
     _stopping = True
-    raise KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
+    raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
 
 
 def install_rank_signal_handlers() -> None:
@@ -150,7 +143,7 @@ def run_as_rank(target: Callable[[RankEnv], int], env: RankEnv) -> int:
         return target(env)
     except KeyboardInterrupt:
         return EXIT_SIGINT
-    except _Terminated:
+    except Terminated:
         return EXIT_SIGTERM
     finally:
         # The rank is done and exits with its own code: the interpreter's shutdown puts the default
@@ -187,32 +180,42 @@ def spawn_local(nproc: int, target: Callable[[RankEnv], int], grace: float = 15.
     for p in procs:
         p.start()
 
-    interrupted: int | None = None
-    previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
-    failed_at: float | None = None
+    failed_at = interrupted = None
     try:
-        while any(p.is_alive() for p in procs):
-            try:
-                if failed_at is None and any(p.exitcode not in (None, 0, 1) for p in procs):
-                    failed_at = time.monotonic()
-                    _report_failure(procs, echo, "; stopping the other ranks")
-                if failed_at is not None and time.monotonic() - failed_at > grace:
-                    _stop(procs, signal.SIGTERM, 5.0)
-                    break
-                time.sleep(0.05)
-            except (KeyboardInterrupt, _Terminated) as exc:
-                interrupted = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else EXIT_SIGTERM
-                _stop(procs, signal.SIGINT, grace)
-                break
+        with sigterm_raises():
+            failed_at, interrupted = _supervise(procs, grace, echo)
     finally:
-        signal.signal(signal.SIGTERM, previous_term)
         _stop(procs, signal.SIGKILL, 0)
 
     if interrupted is not None:
         return interrupted
     if failed_at is None:  # every rank ended between two polls: name the cause now
         _report_failure(procs, echo, "")
-    codes = [p.exitcode for p in procs]
+    return _run_code([p.exitcode for p in procs])
+
+
+def _supervise(procs, grace: float, echo: Callable[[str], None]) -> tuple[float | None, int | None]:
+    """Poll the ranks until all end; a failed rank stops the rest after `grace` seconds, Ctrl-C or
+    SIGTERM forwards SIGINT to every rank. Returns (when a failure was seen, the signal's exit code)."""
+    failed_at: float | None = None
+    while any(p.is_alive() for p in procs):
+        try:
+            if failed_at is None and any(p.exitcode not in (None, 0, 1) for p in procs):
+                failed_at = time.monotonic()
+                _report_failure(procs, echo, "; stopping the other ranks")
+            if failed_at is not None and time.monotonic() - failed_at > grace:
+                _stop(procs, signal.SIGTERM, 5.0)
+                break
+            time.sleep(0.05)
+        except (KeyboardInterrupt, Terminated) as exc:
+            _stop(procs, signal.SIGINT, grace)
+            return failed_at, EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else EXIT_SIGTERM
+    return failed_at, None
+
+
+def _run_code(codes: list[int | None]) -> int:
+    """The run's exit code from the ranks': a killed or failed rank makes it 3, else bad input 2,
+    else a signal's code, else rank 0's."""
     if any(c is not None and c < 0 for c in codes) or EXIT_RUNTIME in codes:
         return EXIT_RUNTIME
     if EXIT_USAGE in codes:

@@ -34,6 +34,7 @@ from typing import Callable, Iterable
 
 import commbench
 from commbench.core import vocab
+from commbench.core.inputs import InputMessages, read_bytes
 from commbench.core.errors import (EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, EXIT_SIGINT, EXIT_SIGTERM, BadInput,
                               RuntimeFailure)
 from commbench.net.ncclinfo import TransportCollector
@@ -723,7 +724,10 @@ def parse_json_document(text: str, source: str, builder: RecordBuilder) -> Parse
                        ("iters", "iterations"), ("agg_iters", "aggregated_iterations"), ("validation", "validation")):
         if cfg.get(name) is not None:
             setattr(s, attr, _jint(cfg[name], f"config.{name}", source, 0, _INT32_MAX))
-    for i, d in enumerate(cfg.get("devices") or []):
+    devices = cfg.get("devices") or []
+    if not isinstance(devices, list):
+        raise BadInput(f"{source}: JSON config.devices is not a list")
+    for i, d in enumerate(devices):
         if not isinstance(d, dict):
             raise BadInput(f"{source}: JSON config.devices[{i}] is not an object")
         r = _jint(d.get("rank"), f"config.devices[{i}].rank", source, 0, _INT32_MAX)
@@ -858,19 +862,15 @@ def parse_text(text: str, source: str, builder: RecordBuilder, strict: bool = Tr
     return parser.close(strict=strict)
 
 
+_LOG_FILE = InputMessages(missing="{name} does not exist: pass an nccl-tests log file",
+                          folder="{name} is a folder: pass nccl-tests log files", unreadable="cannot read {name}: {error}")
+
+
 def parse_file(path: str | os.PathLike, run_id: str, label: str = "", collective: str | None = None) -> Parsed:
     """One nccl-tests log (text or -J JSON) -> commbench rows; BadInput naming the file and line."""
     p = Path(path)
     source = str(path)
-    try:
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise BadInput(f"{source} is a folder: pass nccl-tests log files") from None
-    except FileNotFoundError:
-        raise BadInput(f"{source} does not exist: pass an nccl-tests log file") from None
-    except OSError as exc:
-        raise BadInput(f"cannot read {source}: {exc.strerror or exc}") from None
-    text = _decode(data, source)
+    text = _decode(read_bytes(p, _LOG_FILE), source)
     is_json = text.lstrip().startswith("{")
     try:
         mtime = dt.datetime.fromtimestamp(p.stat().st_mtime, dt.timezone.utc)

@@ -14,6 +14,7 @@ import time
 
 from commbench.lab import nsexec
 from commbench.core.errors import BadInput
+from commbench.core.signals import Terminated, sigterm_raises
 from commbench.lab.network import NS_IFACE, STATE_DIR, LabState
 
 LAB_PORT = 29400
@@ -56,21 +57,13 @@ def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT) -> in
     return _wait_all(procs)
 
 
-class _Terminated(BaseException):
-    """SIGTERM to `lab run` (scancel, a job's time limit, kill)."""
-
-
-def _terminated(signum, frame):
-    raise _Terminated()
-
-
 def _wait_all(procs: list[subprocess.Popen]) -> int:
     """Wait for every rank; forward Ctrl-C / SIGTERM; rank 0's code unless one failed worse."""
-    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        while any(p.poll() is None for p in procs):
-            time.sleep(0.05)
-    except (KeyboardInterrupt, _Terminated) as exc:
+        with sigterm_raises():
+            while any(p.poll() is None for p in procs):
+                time.sleep(0.05)
+    except (KeyboardInterrupt, Terminated) as exc:
         sig, code = (signal.SIGINT, 130) if isinstance(exc, KeyboardInterrupt) else (signal.SIGTERM, 143)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the ranks report what they kept; let them
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -84,9 +77,6 @@ def _wait_all(procs: list[subprocess.Popen]) -> int:
                 p.kill()
                 p.wait()
         return code
-    finally:
-        if signal.getsignal(signal.SIGTERM) is _terminated:
-            signal.signal(signal.SIGTERM, previous)
     codes = [p.returncode for p in procs]
     if any(c < 0 for c in codes):
         return 3

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from commbench.core.errors import BadInput
+from commbench.core.inputs import InputMessages, read_text
 
 # DeepSpeed 0.19.8 defaults (runtime/zero/config.py DeepSpeedZeroConfig).
 DEFAULT_REDUCE_BUCKET_SIZE = 500_000_000        # reduce_bucket_size: Field(pp_int(5e8), gt=0)
@@ -85,25 +86,17 @@ class DsConfig:
 
 # ----------------------------------------------------------------------------- reading
 
+_CONFIG_FILE = InputMessages(
+    missing="DeepSpeed config {name} does not exist: give the path of your ds_config.json",
+    folder="DeepSpeed config {name} is a directory: give the path of a ds_config.json file",
+    unreadable="DeepSpeed config {name} cannot be read ({error}): check the path and its permissions",
+    not_text="DeepSpeed config {name} is not UTF-8 text (byte {byte}): save it as UTF-8 JSON")
+
+
 def load(path: str | Path) -> DsConfig:
     """Read a ds_config file (JSON, or hjson as DeepSpeed accepts) into a DsConfig."""
-    p = Path(path)
-    name = str(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(f"DeepSpeed config {name!r} does not exist: give the path of your ds_config.json") from None
-    except IsADirectoryError:
-        raise BadInput(f"DeepSpeed config {name!r} is a directory: give the path of a ds_config.json file") from None
-    except OSError as exc:
-        raise BadInput(f"DeepSpeed config {name!r} cannot be read ({exc.strerror or exc}): "
-                       "check the path and its permissions") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"DeepSpeed config {name!r} is not UTF-8 text (byte {exc.start}): "
-                       "save it as UTF-8 JSON") from None
-    return loads(text, source=name)
+    text = read_text(path, _CONFIG_FILE, name=repr(str(path)), encoding="utf-8-sig")
+    return loads(text, source=str(path))
 
 
 def loads(text: str, source: str = "<string>") -> DsConfig:
