@@ -167,7 +167,7 @@ def lab_state(tmp_path, monkeypatch):
     ever looked at), ip/tc that fail the test if the lab tried to run them (nothing may be made or
     changed), and root as far as the lab can tell, since its validation comes after the root check
     (tests/unit/test_lab_refusals.py covers the refusal without root)."""
-    from commbench.lab import network as lab
+    from commbench.lab import network, state as lab
 
     def forbidden(*args, **kw):
         raise AssertionError(f"the lab ran {args} on bad input")
@@ -176,8 +176,8 @@ def lab_state(tmp_path, monkeypatch):
     monkeypatch.setattr(lab, "PREFIX", "zq")
     monkeypatch.setattr(lab, "BRIDGE", "zqbr0")
     monkeypatch.setattr(lab, "STATE_DIR", tmp_path / "lab")
-    monkeypatch.setattr(lab, "_ip", forbidden)
-    monkeypatch.setattr(lab, "_tc", forbidden)
+    monkeypatch.setattr(network, "_ip", forbidden)
+    monkeypatch.setattr(network, "_tc", forbidden)
     return lab
 
 

@@ -19,22 +19,16 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from commbench.analysis.frames import REQUIRED_COLUMNS, check_frame, column, jsonable, md_cell, printable, scalar
+from commbench.analysis.sides import KEY_COLUMNS, Side, describe_point, group
 from commbench.core import stats
 from commbench.core.errors import BadInput, RuntimeFailure
-from commbench.core.results import SCHEMA_VERSION
 
-KEY_COLUMNS = ("collective", "dtype", "op", "size_bytes", "in_place", "world_size", "nnodes",
-               "ranks_per_node", "workload", "bucket_bytes", "zero_stage",
-               "src_host", "dst_host", "src_rank", "dst_rank")  # pairs: one point per link
-_INT_KEYS = {"size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage", "src_rank",
-             "dst_rank"}
 # A collective's peak busbw is taken over the before side's points of the same collective on
 # the same topology.
 PEAK_GROUP = ("collective", "world_size", "nnodes", "ranks_per_node")
 BANDWIDTH_BOUND_FRACTION = 0.5
 WITHIN_RUN_ALPHA_DIVISOR = 10
-READABLE_SCHEMA_VERSIONS = range(1, SCHEMA_VERSION + 1)
-REQUIRED_COLUMNS = ("collective", "size_bytes", "busbw_GBps", "schema_version")
 
 # Should be the same on both sides: a difference makes the comparison suspect.
 WARN_COLUMNS = ("commbench_version", "torch_version", "nccl_version", "hosts", "world_size",
@@ -94,220 +88,7 @@ class Comparison:
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["exit_code"] = self.exit_code()
-        return _jsonable(out)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-# ---- reading the frames ----
-
-
-def _scalar(value: Any) -> Any:
-    """numpy / pandas scalars -> Python; every kind of missing -> None."""
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-def _column(frame: pd.DataFrame, name: str) -> list:
-    if name not in frame.columns:
-        return [None] * len(frame)
-    return [_scalar(v) for v in frame[name].to_numpy(dtype=object)]
-
-
-# Workloads that measure the same thing: an imported nccl-tests log and commbench's own sweep are
-# both one collective at one size, with the same definitions (DESIGN.md), so they pair up; the
-# workload then shows as a difference between the sides.
-SAME_MEASUREMENT = {"nccl-tests": "sweep"}
-
-
-def _key_value(name: str, value: Any) -> Any:
-    """One key column's value as the point's key holds it."""
-    v = _scalar(value)
-    if name == "workload":
-        v = SAME_MEASUREMENT.get(v, v)
-    if name in _INT_KEYS:
-        v = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
-    elif name == "in_place":
-        v = bool(v) if v is not None else None
-    return v
-
-
-def _points(frame: pd.DataFrame) -> tuple[list[tuple], np.ndarray]:
-    """The distinct point keys, in the order of their first row, and the point of every row.
-
-    Each column's distinct values are normalised once (not once a row: a million rows), then the
-    columns' codes are combined into one number per row."""
-    n = len(frame)
-    codes, values = [], []
-    for name in KEY_COLUMNS:
-        if name not in frame.columns:
-            codes.append(np.zeros(n, dtype=np.int64))
-            values.append([None])
-            continue
-        raw, distinct = pd.factorize(frame[name], use_na_sentinel=False)
-        ids: dict = {}
-        normal = [ids.setdefault(_key_value(name, v), len(ids)) for v in distinct]
-        codes.append(np.asarray(normal, dtype=np.int64)[raw] if n else np.zeros(0, dtype=np.int64))
-        values.append(list(ids))
-    combined, size = np.zeros(n, dtype=np.int64), 1
-    for c, v in zip(codes, values):
-        if size * len(v) >= 2 ** 62:  # renumber densely before the product overflows
-            combined = np.unique(combined, return_inverse=True)[1].reshape(-1).astype(np.int64)
-            size = int(combined.max()) + 1 if n else 1
-        combined, size = combined * len(v) + c, size * len(v)
-    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")  # points numbered in the order of their first row
-    number = np.empty_like(order)
-    number[order] = np.arange(order.size)
-    firsts = first[order]
-    columns = []
-    for c, v in zip(codes, values):
-        distinct = np.empty(len(v), dtype=object)
-        distinct[:] = v
-        columns.append(distinct[c[firsts]])
-    return list(zip(*columns)), number[inverse.reshape(-1)]
-
-
-def _floats(frame: pd.DataFrame, name: str) -> np.ndarray:
-    """A column as floats, NaN where missing: np.asarray(_column(frame, name), dtype=float)
-    without a Python object a row."""
-    if name not in frame.columns:
-        return np.full(len(frame), np.nan)
-    try:
-        return frame[name].to_numpy(dtype=float, na_value=np.nan)
-    except (TypeError, ValueError):
-        return np.asarray(_column(frame, name), dtype=float)
-
-
-def _describe(key: dict) -> str:
-    from commbench.core.units import format_size
-
-    place = "in-place" if key.get("in_place") else "out-of-place"
-    link = f" {key['src_host']} -> {key['dst_host']}" if key.get("src_host") else ""
-    return (f"{key.get('collective')}{link} {key.get('dtype')} {format_size(key.get('size_bytes') or 0)} {place} "
-            f"on {key.get('world_size')} ranks")
-
-
-def _check_frame(frame: pd.DataFrame, side: str) -> None:
-    if not isinstance(frame, pd.DataFrame):
-        raise BadInput(f"the {side} side is not a table of results")
-    if len(frame) == 0:
-        return
-    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
-    if missing:
-        raise BadInput(f"the {side} results have no column {missing[0]}: pass files written by commbench")
-    versions = {_scalar(v) for v in frame["schema_version"].unique()}
-    unreadable = sorted(v for v in versions if v not in READABLE_SCHEMA_VERSIONS) if None not in versions else [None]
-    if unreadable:
-        raise BadInput(f"the {side} results have schema_version {unreadable[0]}, which this commbench cannot "
-                       f"compare (it reads {READABLE_SCHEMA_VERSIONS.start}..{READABLE_SCHEMA_VERSIONS.stop - 1}): "
-                       "upgrade commbench or re-run the measurement")
-
-
-@dataclass
-class _Side:
-    """The rows of one side, grouped by point; everything per row is an array (a million rows)."""
-
-    name: str
-    rows: dict[tuple, np.ndarray]  # point -> its rows, ascending; points in the order of their first row
-    value: np.ndarray  # the busbw (or algbw, world_size 1) of every row
-    summary: dict[tuple, tuple[float, float, float]]  # point -> median, min, max of its values
-    has_samples: np.ndarray  # per row: it holds per-iteration samples
-    damaged: np.ndarray  # per row: samples with a time or a sample that is not a positive number
-    offsets: np.ndarray  # row i's samples are [offsets[i]:offsets[i + 1]] of them all, flattened
-    samples: list  # per row: its samples_us (None where missing)
-    time_us: np.ndarray
-    iterations: np.ndarray | None = None  # value * time_us / sample of every sample, once a point needs them
-
-    def check_samples(self, idx: np.ndarray, key: dict) -> bool:
-        """Whether any of the point's rows holds samples; a damaged one fails the comparison."""
-        if self.damaged[idx].any():
-            raise BadInput(f"the {self.name} results hold a time that is not a positive number for "
-                           f"{_describe(key)}: a damaged or hand-edited file; re-run the measurement")
-        return bool(self.has_samples[idx].any())
-
-    def iteration_values(self, idx: np.ndarray) -> np.ndarray:
-        """Per-iteration bandwidth of every timed iteration of the point (after check_samples).
-        Computed for every row at the first point that needs them: with enough repetitions no
-        point does, and a million rows' samples are not held twice."""
-        if self.iterations is None:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # damaged rows are never used
-                self.iterations = (np.repeat(self.value * self.time_us, np.diff(self.offsets))
-                                   / _flat_samples(self.samples, self.has_samples, self.name))
-        return np.concatenate([self.iterations[self.offsets[i]:self.offsets[i + 1]] for i in idx])
-
-
-def _group(frame: pd.DataFrame, side: str) -> _Side:
-    keys, point = _points(frame)
-    busbw = _floats(frame, "busbw_GBps")
-    one = _floats(frame, "world_size") == 1
-    if one.any():
-        # busbw is 0 by definition on one rank (factor 2(n-1)/n): compare algbw there.
-        if "algbw_GBps" not in frame.columns:
-            raise BadInput(f"the {side} results hold world_size 1 points but no algbw_GBps column")
-        busbw = np.where(one, _floats(frame, "algbw_GBps"), busbw)
-    bad = np.flatnonzero(~(np.isfinite(busbw) & (busbw > 0)))
-    if bad.size:
-        i = int(bad[0])
-        key = dict(zip(KEY_COLUMNS, keys[point[i]]))
-        raise BadInput(f"the {side} results hold busbw_GBps {busbw[i]} for {_describe(key)} (repetition "
-                       f"{_scalar(frame['repetition'].iloc[i]) if 'repetition' in frame.columns else '?'}): "
-                       "a damaged or hand-edited file; re-run the measurement")
-    counts = np.bincount(point, minlength=len(keys))
-    ends = np.cumsum(counts)
-    rows = dict(zip(keys, np.split(np.argsort(point, kind="stable"), ends[:-1])))
-    # median, min and max of every point at once: its values sorted, then read at positions
-    # (the median of an even count is the mean of the middle two, as np.median takes it)
-    ordered = busbw[np.lexsort((busbw, point))]
-    starts = ends - counts
-    low, high = ordered[starts + (counts - 1) // 2], ordered[starts + counts // 2]
-    with np.errstate(over="ignore"):
-        median = np.where(counts % 2 == 1, low, (low + high) / 2)
-    summary = dict(zip(keys, zip(median.tolist(), ordered[starts].tolist(), ordered[ends - 1].tolist())))
-    samples = _column(frame, "samples_us") if "samples_us" in frame.columns else [None] * len(frame)
-    time_us = _floats(frame, "time_us")
-    has, damaged, offsets = _check_samples(samples, time_us, side)
-    return _Side(side, rows, busbw, summary, has, damaged, offsets, samples, time_us)
-
-
-def _flat_samples(samples: list, has: np.ndarray, side: str) -> np.ndarray:
-    """The samples of every row that has some, one flat array."""
-    if not has.any():
-        return np.zeros(0)
-    try:
-        return np.concatenate([np.asarray(v, dtype=float).reshape(-1) for v, h in zip(samples, has) if h])
-    except (TypeError, ValueError):
-        raise BadInput(f"the {side} results hold samples_us that are not numbers: a damaged or hand-edited "
-                       "file; re-run the measurement") from None
-
-
-def _check_samples(samples: list, time_us: np.ndarray, side: str):
-    """Every row's samples checked at once: which rows hold some, which are damaged (a time or a
-    sample that is not a positive number), and where each row's samples start."""
-    n = len(samples)
-    lengths = np.fromiter((0 if v is None else len(v) for v in samples), dtype=np.int64, count=n)
-    has = lengths > 0
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    flat = _flat_samples(samples, has, side)
-    positive = np.isfinite(flat) & (flat > 0)
-    ok = np.zeros(n, dtype=bool)
-    if has.any():
-        ok[has] = (np.logical_and.reduceat(positive, offsets[:-1][has]) & np.isfinite(time_us[has])
-                   & (time_us[has] > 0))
-    return has, has & ~ok, offsets
+        return jsonable(out)
 
 
 # ---- the comparison ----
@@ -332,12 +113,12 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
     threshold = _check_fraction(threshold, "threshold", low_open=False)
     latency_threshold = _check_fraction(latency_threshold, "latency threshold", low_open=False)
     alpha = _check_fraction(alpha, "alpha", low_open=True)
-    _check_frame(before, "before")
-    _check_frame(after, "after")
+    check_frame(before, "before")
+    check_frame(after, "after")
 
     warnings = _warnings(before, after)
     differences = _differences(before, after)
-    b, a = _group(before, "before"), _group(after, "after")
+    b, a = group(before, "before"), group(after, "after")
     common = [k for k in b.rows if k in a.rows]
     only_before = [dict(zip(KEY_COLUMNS, k)) for k in b.rows if k not in a.rows]
     only_after = [dict(zip(KEY_COLUMNS, k)) for k in a.rows if k not in b.rows]
@@ -353,16 +134,16 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
     needed = stats.repetitions_needed(alpha, m)
     peaks: dict[tuple, float] = {}
     for k, (med, _, _) in b.summary.items():
-        g = _peak_group(k)
+        g = _peakgroup(k)
         peaks[g] = max(peaks.get(g, 0.0), med)
 
     drafts = []
     for k in common:
         key = dict(zip(KEY_COLUMNS, k))
         try:
-            drafts.append(_measure_point(key, b, a, k, peaks[_peak_group(k)], alpha, m))
+            drafts.append(_measure_point(key, b, a, k, peaks[_peakgroup(k)], alpha, m))
         except ValueError as exc:  # the statistics could not answer: never a pass
-            raise RuntimeFailure(f"statistics failed for {_describe(key)}: {exc}") from None
+            raise RuntimeFailure(f"statistics failed for {describe_point(key)}: {exc}") from None
     _test_points(drafts)
 
     rep = [i for i, d in enumerate(drafts) if d["test"] == "repetitions"]
@@ -387,7 +168,7 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
     return Comparison(points=points, geomean_ratio=geo, verdict=verdict, repetitions_needed=needed, **base)
 
 
-def _workload_only_hint(b: _Side, a: _Side) -> str | None:
+def _workload_only_hint(b: Side, a: Side) -> str | None:
     """Name the cause when the sides would share points but for the workload column."""
     i = KEY_COLUMNS.index("workload")
     rest = lambda k: k[:i] + k[i + 1:]  # noqa: E731
@@ -399,12 +180,12 @@ def _workload_only_hint(b: _Side, a: _Side) -> str | None:
             "part of a point's key, so these results share sizes but are never paired")
 
 
-def _peak_group(k: tuple) -> tuple:
+def _peakgroup(k: tuple) -> tuple:
     key = dict(zip(KEY_COLUMNS, k))
     return tuple(key[c] for c in PEAK_GROUP)
 
 
-def _measure_point(key: dict, b: _Side, a: _Side, k: tuple, peak: float, alpha: float, m: int) -> dict:
+def _measure_point(key: dict, b: Side, a: Side, k: tuple, peak: float, alpha: float, m: int) -> dict:
     """A point's numbers; the test's samples wait in "pending" for _test_points."""
     bidx, aidx = b.rows[k], a.rows[k]
     before_med, after_med = b.summary[k][0], a.summary[k][0]
@@ -413,7 +194,7 @@ def _measure_point(key: dict, b: _Side, a: _Side, k: tuple, peak: float, alpha: 
     b_has = b.check_samples(bidx, key)
     a_has = a.check_samples(aidx, key)
 
-    def spread(side: _Side, idx: np.ndarray, has: bool) -> tuple[float, float]:
+    def spread(side: Side, idx: np.ndarray, has: bool) -> tuple[float, float]:
         if idx.size >= 2 or not has:
             return side.summary[k][1:]
         return stats.iqr(side.iteration_values(idx))
@@ -454,7 +235,7 @@ def _test_points(drafts: list[dict]) -> None:
             try:
                 d["p_value"] = stats.mannwhitney_one_sided(x, y, direction)
             except ValueError as exc:  # the statistics could not answer: never a pass
-                raise RuntimeFailure(f"statistics failed for {_describe(d['key'])}: {exc}") from None
+                raise RuntimeFailure(f"statistics failed for {describe_point(d['key'])}: {exc}") from None
 
 
 def _pct(ratio: float) -> str:
@@ -506,28 +287,23 @@ def _decide(d: dict, alpha: float, threshold: float, latency_threshold: float, a
 
 
 def _hashable(v: Any) -> Any:
-    v = _scalar(v) if not isinstance(v, (list, tuple, np.ndarray)) else v
+    v = scalar(v) if not isinstance(v, (list, tuple, np.ndarray)) else v
     if isinstance(v, (list, tuple, np.ndarray)):
-        return tuple(_scalar(x) for x in v)
+        return tuple(scalar(x) for x in v)
     return v
 
 
 def _values(frame: pd.DataFrame, name: str) -> set:
     if name not in frame.columns:
         return set()
-    column = frame[name]
+    values = frame[name]
     try:
-        distinct = column.unique()
+        distinct = values.unique()
     except TypeError:  # list columns (hosts) hold arrays, which do not hash: each distinct list once
-        rows = {id(v): v for v in column.to_numpy(dtype=object)}.values()  # rows may share one array
+        rows = {id(v): v for v in values.to_numpy(dtype=object)}.values()  # rows may share one array
         distinct = {tuple(v.tolist()) if isinstance(v, np.ndarray) else tuple(v) if isinstance(v, list) else v
                     for v in rows}
     return {_hashable(v) for v in distinct}
-
-
-def _printable(text: str) -> str:
-    """Values come from the files (labels, environment): keep each on one line, without control bytes."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def _show(values: set) -> str:
@@ -535,8 +311,8 @@ def _show(values: set) -> str:
         if v is None:
             return "(none)"
         if isinstance(v, tuple):
-            return _printable(",".join(map(str, v))) or "(none)"
-        return _printable(str(v)) if v != "" else '""'
+            return printable(",".join(map(str, v))) or "(none)"
+        return printable(str(v)) if v != "" else '""'
 
     shown = sorted((one(v) for v in values))
     return shown[0] if len(shown) == 1 else "{" + "; ".join(shown) + "}"
@@ -558,9 +334,9 @@ def _env_values(frame: pd.DataFrame, side: str) -> dict[str, set]:
         return {}
     snapshots = []
     try:
-        texts = {_scalar(v) for v in frame["env"].unique()}  # a run repeats its snapshot on every row
+        texts = {scalar(v) for v in frame["env"].unique()}  # a run repeats its snapshot on every row
     except TypeError:
-        texts = set(_column(frame, "env"))
+        texts = set(column(frame, "env"))
     for text in texts:
         if text is None or text == "":
             snapshots.append({})
@@ -625,7 +401,7 @@ def _key_cells(key: dict, extra: list[str]) -> list[str]:
     for name in extra:
         v = key.get(name)
         cells.append(_size(v) if name == "bucket_bytes" and v is not None else ("-" if v is None else str(v)))
-    return [_printable(c) for c in cells]
+    return [printable(c) for c in cells]
 
 
 _KEY_HEADERS = ["collective", "dtype", "op", "size", "place", "ranks (nodes x per node)"]
@@ -689,25 +465,19 @@ def render_table(c: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _md_cell(text: str) -> str:
-    """Text from the files must not become Markdown or HTML structure in a ticket."""
-    return (_printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("|", "\\|"))
-
-
 def render_markdown(c: Comparison) -> str:
     """Markdown for pasting into a ticket."""
     lines = [f"### commbench compare: **{c.verdict}**", ""]
     lines += [f"- {s}" for s in _summary_lines(c)[1:]]
     if c.warnings:
-        lines += ["", "**Warnings** (these should not differ):", ""] + [f"- {_md_cell(w)}" for w in c.warnings]
+        lines += ["", "**Warnings** (these should not differ):", ""] + [f"- {md_cell(w)}" for w in c.warnings]
     if c.differences:
-        lines += ["", "**What differs:**", ""] + [f"- {_md_cell(d)}" for d in c.differences]
+        lines += ["", "**What differs:**", ""] + [f"- {md_cell(d)}" for d in c.differences]
     if c.points:
         headers, rows = _rows(c)
         lines += ["", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        lines += ["| " + " | ".join(_md_cell(x) for x in r) + " |" for r in rows]
+        lines += ["| " + " | ".join(md_cell(x) for x in r) + " |" for r in rows]
     one_sided = _one_sided_lines(c)
     if one_sided:
-        lines += ["", "**On one side only:**", ""] + [f"- {_md_cell(x)}" for x in one_sided]
+        lines += ["", "**On one side only:**", ""] + [f"- {md_cell(x)}" for x in one_sided]
     return "\n".join(lines) + "\n"

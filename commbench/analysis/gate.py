@@ -21,8 +21,9 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from commbench.analysis.compare import BANDWIDTH_BOUND_FRACTION
+from commbench.analysis.frames import check_frame, column, jsonable, md_cell, printable
 from commbench.core import stats
-from commbench.analysis.compare import BANDWIDTH_BOUND_FRACTION, _check_frame, _column, _jsonable, _md_cell, _printable
 from commbench.core.errors import BadInput
 from commbench.core.inputs import InputMessages, read_text
 from commbench.core.units import format_size, parse_size
@@ -133,7 +134,7 @@ class GateReport:
         out = {"system": self.system, "source": self.source, "exit_code": self.exit_code(),
                "verdict": "FAIL" if self.failed else "PASS", "summary": self.summary(),
                "entries": [dataclasses.asdict(r) for r in self.results]}
-        return _jsonable(out)
+        return jsonable(out)
 
 
 # ---- reading and validating the file ----
@@ -185,32 +186,32 @@ def parse_bands(text: str, source: str = "<bands>") -> Bands:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise BadInput(f"{source}: not valid YAML{where}: {_printable(str(problem))}: fix the file "
+        raise BadInput(f"{source}: not valid YAML{where}: {printable(str(problem))}: fix the file "
                        "(docs/GATE.md has the format)") from None
     if not isinstance(doc, dict):
         raise BadInput(f"{source}: expected a mapping with version, system and entries at the top "
                        "(docs/GATE.md has the format)")
     unknown = [k for k in doc if k not in TOP_KEYS]
     if unknown:
-        raise BadInput(f"{source}: unknown top-level key {_printable(str(unknown[0]))!r}: use "
+        raise BadInput(f"{source}: unknown top-level key {printable(str(unknown[0]))!r}: use "
                        f"{', '.join(TOP_KEYS)}")
     version = doc.get("version")
     if version is None:
         raise BadInput(f"{source}: no version: add 'version: {FORMAT_VERSION}' at the top")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise BadInput(f"{source}: version {_printable(repr(version))} is not a format version: "
+        raise BadInput(f"{source}: version {printable(repr(version))} is not a format version: "
                        f"write 'version: {FORMAT_VERSION}'")
     if version > FORMAT_VERSION:
         raise BadInput(f"{source}: version {version} is newer than this commbench reads ({FORMAT_VERSION}): "
                        "upgrade commbench")
     system = doc.get("system")
-    system = "" if system is None else _printable(str(system))
+    system = "" if system is None else printable(str(system))
     defaults = doc.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise BadInput(f"{source}: defaults must be a mapping, e.g. 'defaults: {{lower: 0.05}}'")
     bad = [k for k in defaults if k not in DEFAULT_KEYS]
     if bad:
-        raise BadInput(f"{source}: defaults: unknown key {_printable(str(bad[0]))!r}: defaults take "
+        raise BadInput(f"{source}: defaults: unknown key {printable(str(bad[0]))!r}: defaults take "
                        f"{', '.join(DEFAULT_KEYS)}")
     d_lower = _lower(defaults.get("lower", DEFAULT_LOWER), f"{source}: defaults")
     d_upper = _upper(defaults.get("upper"), f"{source}: defaults")
@@ -242,22 +243,22 @@ def _fraction_value(value: Any, where: str, name: str) -> float:
         try:
             v = float(value.strip()[:-1]) / 100
         except ValueError:
-            raise BadInput(f"{where}: {name} {_printable(value)!r} is not a fraction: write e.g. 0.05 or 5%") from None
+            raise BadInput(f"{where}: {name} {printable(value)!r} is not a fraction: write e.g. 0.05 or 5%") from None
     else:
         try:
             v = float(value)
         except (TypeError, ValueError):
-            raise BadInput(f"{where}: {name} {_printable(repr(value))} is not a fraction: "
+            raise BadInput(f"{where}: {name} {printable(repr(value))} is not a fraction: "
                            "write e.g. 0.05 or 5%") from None
     if not math.isfinite(v):
-        raise BadInput(f"{where}: {name} {_printable(str(value))} is not a fraction: write e.g. 0.05 or 5%")
+        raise BadInput(f"{where}: {name} {printable(str(value))} is not a fraction: write e.g. 0.05 or 5%")
     return v
 
 
 def _lower(value: Any, where: str) -> float:
     v = _fraction_value(value, where, "lower")
     if not 0 <= v < 1:
-        raise BadInput(f"{where}: lower {_printable(str(value))} must be 0 or more and below 1 "
+        raise BadInput(f"{where}: lower {printable(str(value))} must be 0 or more and below 1 "
                        "(a fraction below the expected busbw: 0.05 is 5%)")
     return v
 
@@ -267,14 +268,14 @@ def _upper(value: Any, where: str) -> float | None:
         return None
     v = _fraction_value(value, where, "upper")
     if v < 0:
-        raise BadInput(f"{where}: upper {_printable(str(value))} must be 0 or more (a fraction above the "
+        raise BadInput(f"{where}: upper {printable(str(value))} must be 0 or more (a fraction above the "
                        "expected busbw: 0.1 is 10%), or null for no upper bound")
     return v
 
 
 def _positive_int(value: Any, where: str, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"{where}: {name} {_printable(repr(value))} must be a whole number of at least 1")
+        raise BadInput(f"{where}: {name} {printable(repr(value))} must be a whole number of at least 1")
     return value
 
 
@@ -283,11 +284,11 @@ def _collective(value: Any, where: str) -> str:
 
     names = ", ".join(c.name for c in collectives.COLLECTIVES)
     if not isinstance(value, str) or not value.strip() or "," in value or value.strip().lower() == "all":
-        raise BadInput(f"{where}: collective {_printable(repr(value))} is not one collective: use one of {names}")
+        raise BadInput(f"{where}: collective {printable(repr(value))} is not one collective: use one of {names}")
     try:
         return collectives.resolve(value)[0].name
     except BadInput:
-        raise BadInput(f"{where}: unknown collective {_printable(value)!r}: use one of {names} "
+        raise BadInput(f"{where}: unknown collective {printable(value)!r}: use one of {names} "
                        "(nccl-tests spellings like allreduce work too)") from None
 
 
@@ -301,7 +302,7 @@ def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | N
                        "busbw_GBps: 0.119}}")
     unknown = [k for k in raw if k not in ENTRY_KEYS]
     if unknown:
-        raise BadInput(f"{where}: unknown key {_printable(str(unknown[0]))!r}: entries take {', '.join(ENTRY_KEYS)}")
+        raise BadInput(f"{where}: unknown key {printable(str(unknown[0]))!r}: entries take {', '.join(ENTRY_KEYS)}")
     for key in ("collective", "size", "ranks"):
         if raw.get(key) is None:
             raise BadInput(f"{where}: no {key}: every entry names collective, size and ranks")
@@ -316,26 +317,26 @@ def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | N
 
     size = raw["size"]
     if isinstance(size, bool) or not isinstance(size, (int, str)):
-        raise BadInput(f"{where}: size {_printable(repr(size))} is not a size: write e.g. 64M, 1G or 4096")
+        raise BadInput(f"{where}: size {printable(repr(size))} is not a size: write e.g. 64M, 1G or 4096")
     size_bytes = wrapped(parse_size, str(size), "size")
     ranks = _positive_int(raw["ranks"], where, "ranks")
     dtype = raw.get("dtype")
     if dtype is not None:
         if not isinstance(dtype, str):
-            raise BadInput(f"{where}: dtype {_printable(repr(dtype))} is not a dtype name: write e.g. float32")
+            raise BadInput(f"{where}: dtype {printable(repr(dtype))} is not a dtype name: write e.g. float32")
         dtype = wrapped(get_dtype, dtype).name
     op = raw.get("op")
     if op is not None:
         if not collectives.BY_NAME[coll].reduces:
             raise BadInput(f"{where}: {coll} does not reduce, so it takes no op: remove 'op'")
         if not isinstance(op, str):
-            raise BadInput(f"{where}: op {_printable(repr(op))} is not a reduction: write e.g. sum")
+            raise BadInput(f"{where}: op {printable(repr(op))} is not a reduction: write e.g. sum")
         op = wrapped(get_op, op)
     in_place = raw.get("in_place")
     if isinstance(in_place, str) and in_place.strip().lower() in ("in", "out"):
         in_place = in_place.strip().lower() == "in"
     if in_place is not None and not isinstance(in_place, bool):
-        raise BadInput(f"{where}: in_place {_printable(repr(in_place))} must be true or false (or in / out)")
+        raise BadInput(f"{where}: in_place {printable(repr(in_place))} must be true or false (or in / out)")
     nnodes = raw.get("nnodes")
     if nnodes is not None:
         nnodes = _positive_int(nnodes, where, "nnodes")
@@ -343,16 +344,16 @@ def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | N
             raise BadInput(f"{where}: nnodes {nnodes} is more than ranks {ranks}: a node holds at least one rank")
     workload = raw.get("workload")
     if workload is not None and workload not in GATED_WORKLOADS:
-        raise BadInput(f"{where}: workload {_printable(repr(workload))} cannot be gated: use "
+        raise BadInput(f"{where}: workload {printable(repr(workload))} cannot be gated: use "
                        f"{' or '.join(GATED_WORKLOADS)} (or leave it out for both)")
     expect = raw.get("expect", "pass")
     if expect not in ("pass", "fail"):
-        raise BadInput(f"{where}: expect {_printable(repr(expect))} must be pass or fail")
+        raise BadInput(f"{where}: expect {printable(repr(expect))} must be pass or fail")
     optional = raw.get("optional", False)
     if not isinstance(optional, bool):
-        raise BadInput(f"{where}: optional {_printable(repr(optional))} must be true or false")
+        raise BadInput(f"{where}: optional {printable(repr(optional))} must be true or false")
     note = raw.get("note")
-    note = None if note is None else _printable(str(note))
+    note = None if note is None else printable(str(note))
     common = dict(index=index, collective=coll, size_bytes=size_bytes, ranks=ranks, dtype=dtype, op=op,
                   in_place=in_place, nnodes=nnodes, workload=workload, note=note)
     if expect == "fail":
@@ -365,7 +366,7 @@ def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | N
     if bw is None:
         raise BadInput(f"{where}: no busbw_GBps: give the expected busbw in GB/s, or 'expect: fail'")
     if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not (math.isfinite(bw) and bw > 0):
-        raise BadInput(f"{where}: busbw_GBps {_printable(repr(bw))} must be a number of GB/s above 0")
+        raise BadInput(f"{where}: busbw_GBps {printable(repr(bw))} must be a number of GB/s above 0")
     lower = _lower(raw["lower"], where) if "lower" in raw else d_lower
     upper = _upper(raw["upper"], where) if "upper" in raw else d_upper
     return Entry(busbw_GBps=float(bw), lower=lower, upper=upper, optional=optional, **common)
@@ -394,10 +395,10 @@ class _Rows:
 
 
 def _rows(frame: pd.DataFrame) -> _Rows:
-    _check_frame(frame, "gated")
+    check_frame(frame, "gated")
     if len(frame) == 0:
         raise BadInput("the results hold no rows: pass a run that measured something")
-    workloads = [w if w is not None else "sweep" for w in _column(frame, "workload")]
+    workloads = [w if w is not None else "sweep" for w in column(frame, "workload")]
     keep = [w in GATED_WORKLOADS for w in workloads]
     ignored: dict = {}
     for w, k in zip(workloads, keep):
@@ -405,7 +406,7 @@ def _rows(frame: pd.DataFrame) -> _Rows:
             ignored[w] = ignored.get(w, 0) + 1
 
     def col(name: str) -> list:
-        return [v for v, k in zip(_column(frame, name), keep) if k]
+        return [v for v, k in zip(column(frame, name), keep) if k]
 
     world = col("world_size")
     busbw = np.asarray(col("busbw_GBps"), dtype=float)
@@ -524,8 +525,6 @@ def _size_text(n: int) -> str | int:
 def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = DEFAULT_LOWER,
             upper: float | None = None, min_size: int = DEFAULT_MIN_SIZE, system: str | None = None) -> Suggestion:
     """Bands from a good run: one entry per bandwidth-bound point of at least min_size (docs/GATE.md)."""
-    import yaml
-
     if not 0 <= lower < 1:
         raise BadInput(f"--lower {lower} must be 0 or more and below 1 (a fraction: 0.05 is 5%)")
     if upper is not None and not (math.isfinite(upper) and upper >= 0):
@@ -533,6 +532,17 @@ def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = DEF
     rows = _rows(frame)
     notes = [f"left out {n} rows of workload {w}: bands describe one collective at one size "
              f"({', '.join(GATED_WORKLOADS)})" for w, n in sorted(rows.ignored.items())]
+    entries = _suggested_entries(rows, lower, min_size, notes)
+    if system is None:
+        hosts = sorted({h for hs in column(frame, "hosts") if hs is not None for h in hs})
+        system = ",".join(hosts) if hosts else "unnamed"
+    return Suggestion(text=_bands_text(entries, system, sources, lower, upper, min_size), entries=len(entries),
+                      notes=notes)
+
+
+def _suggested_entries(rows: _Rows, lower: float, min_size: int, notes: list[str]) -> list[dict]:
+    """One entry per point that a band can describe, in a stable order; what is left out and why
+    goes to `notes`."""
     groups: dict[tuple, list[int]] = {}
     for i in range(len(rows.collective)):
         key = (rows.collective[i], rows.dtype[i], rows.world_size[i], rows.nnodes[i], rows.op[i], rows.in_place[i],
@@ -553,40 +563,17 @@ def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = DEF
     entries = []
     left_small = left_latency = 0
     for k in sorted(groups, key=lambda k: (k[0], str(k[1]), k[2], k[3] or 0, k[6], str(k[4]), str(k[5]))):
-        coll, dtype, world, nnodes, op, in_place, size = k
         idx, med = groups[k], medians[k]
         wrong = sum(1 for i in idx if (rows.wrong[i] or 0) > 0)
-        name = f"{coll} {dtype} {format_size(size)} on {world} ranks"
         if wrong:
-            notes.append(f"left out {name}: {wrong} of {len(idx)} rows have wrong results (add it with "
-                         "'expect: fail' if that is a known failure)")
-            continue
-        if size < min_size:
+            notes.append(f"left out {_point_name(k)}: {wrong} of {len(idx)} rows have wrong results (add it "
+                         "with 'expect: fail' if that is a known failure)")
+        elif k[6] < min_size:
             left_small += 1
-            continue
-        if med < BANDWIDTH_BOUND_FRACTION * peaks[k[:4]]:
+        elif med < BANDWIDTH_BOUND_FRACTION * peaks[k[:4]]:
             left_latency += 1
-            continue
-        spread = _spread(rows, idx, med)
-        tol = max(lower, math.ceil(SPREAD_FACTOR * spread * 100) / 100)
-        if tol > MAX_SUGGESTED_LOWER:
-            notes.append(f"{name}: the run's spread (3 x {spread * 100:.1f}%) is wider than "
-                         f"{MAX_SUGGESTED_LOWER * 100:g}%: band capped there; measure a quieter run or more "
-                         "repetitions")
-            tol = MAX_SUGGESTED_LOWER
-        entry: dict[str, Any] = {"collective": coll, "size": _size_text(size), "ranks": world}
-        if dtype is not None:
-            entry["dtype"] = dtype
-        if nnodes is not None:
-            entry["nnodes"] = nnodes
-        if len(variants[coll]["in_place"]) > 1 and in_place is not None:
-            entry["in_place"] = in_place
-        if len(variants[coll]["op"]) > 1 and op is not None:
-            entry["op"] = op
-        entry["busbw_GBps"] = float(f"{med:.5g}")
-        if tol != lower:
-            entry["lower"] = tol
-        entries.append(entry)
+        else:
+            entries.append(_entry_for(k, med, _tolerance(rows, idx, k, med, lower, notes), lower, variants[k[0]]))
     if left_small:
         notes.append(f"left out {left_small} points below {format_size(min_size)} (--min-size)")
     if left_latency:
@@ -595,19 +582,58 @@ def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = DEF
     if not entries:
         raise BadInput(f"no point of the results is bandwidth-bound and at least {format_size(min_size)}: "
                        "pass --min-size smaller, or a sweep with larger sizes")
-    if system is None:
-        hosts = sorted({h for hs in _column(frame, "hosts") if hs is not None for h in hs})
-        system = ",".join(hosts) if hosts else "unnamed"
-    doc = {"version": FORMAT_VERSION, "system": _printable(system), "defaults": {"lower": lower, "upper": upper},
+    return entries
+
+
+def _point_name(k: tuple) -> str:
+    coll, dtype, world, _, _, _, size = k
+    return f"{coll} {dtype} {format_size(size)} on {world} ranks"
+
+
+def _tolerance(rows: _Rows, idx: list[int], k: tuple, med: float, lower: float, notes: list[str]) -> float:
+    """The suggested lower tolerance: `lower`, or the point's own spread, capped."""
+    spread = _spread(rows, idx, med)
+    tol = max(lower, math.ceil(SPREAD_FACTOR * spread * 100) / 100)
+    if tol > MAX_SUGGESTED_LOWER:
+        notes.append(f"{_point_name(k)}: the run's spread (3 x {spread * 100:.1f}%) is wider than "
+                     f"{MAX_SUGGESTED_LOWER * 100:g}%: band capped there; measure a quieter run or more "
+                     "repetitions")
+        tol = MAX_SUGGESTED_LOWER
+    return tol
+
+
+def _entry_for(k: tuple, med: float, tol: float, lower: float, variants: dict[str, set]) -> dict[str, Any]:
+    coll, dtype, world, nnodes, op, in_place, size = k
+    entry: dict[str, Any] = {"collective": coll, "size": _size_text(size), "ranks": world}
+    if dtype is not None:
+        entry["dtype"] = dtype
+    if nnodes is not None:
+        entry["nnodes"] = nnodes
+    if len(variants["in_place"]) > 1 and in_place is not None:
+        entry["in_place"] = in_place
+    if len(variants["op"]) > 1 and op is not None:
+        entry["op"] = op
+    entry["busbw_GBps"] = float(f"{med:.5g}")
+    if tol != lower:
+        entry["lower"] = tol
+    return entry
+
+
+def _bands_text(entries: list[dict], system: str, sources: Iterable[str], lower: float, upper: float | None,
+                min_size: int) -> str:
+    """The bands file: a header saying where it came from, then the YAML."""
+    import yaml
+
+    doc = {"version": FORMAT_VERSION, "system": printable(system), "defaults": {"lower": lower, "upper": upper},
            "entries": entries}
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=200, allow_unicode=False)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    names = ", ".join(_printable(str(s)) for s in sources) or "a results table"
+    names = ", ".join(printable(str(s)) for s in sources) or "a results table"
     header = (f"# commbench reference bands (docs/GATE.md), suggested {when} from {names}.\n"
               f"# One entry per bandwidth-bound point of at least {format_size(min_size)}; busbw_GBps is the run's\n"
               f"# median; lower is {lower:g} or {SPREAD_FACTOR:g} x the point's own spread, whichever is wider.\n"
               "# Review before use: this is a starting point, not a specification.\n")
-    return Suggestion(text=header + body, entries=len(entries), notes=notes)
+    return header + body
 
 
 def write_new(path: str | os.PathLike, text: str) -> None:
@@ -651,7 +677,7 @@ def _table_rows(report: GateReport) -> list[list[str]]:
         out.append([str(r.entry.index), r.entry.describe(), _bw(r.entry.busbw_GBps), _bw(r.measured_GBps),
                     str(r.n_rows), "-" if r.ratio is None else f"{r.ratio:.3f}", _band_text(r), r.verdict,
                     r.reason])
-    return [[_printable(c) for c in row] for row in out]
+    return [[printable(c) for c in row] for row in out]
 
 
 def render_table(report: GateReport) -> str:
@@ -659,16 +685,16 @@ def render_table(report: GateReport) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     system = f" (system {report.system})" if report.system else ""
-    lines = [f"bands: {_printable(report.source)}{system}", "",
+    lines = [f"bands: {printable(report.source)}{system}", "",
              fmt(HEADERS), fmt(["-" * w for w in widths]), *map(fmt, rows), "", report.summary()]
     return "\n".join(lines) + "\n"
 
 
 def render_markdown(report: GateReport) -> str:
     verdict = "FAIL" if report.failed else "PASS"
-    system = f" (system {_md_cell(report.system)})" if report.system else ""
-    lines = [f"### commbench gate: **{verdict}**", "", f"- bands: {_md_cell(report.source)}{system}",
-             f"- {_md_cell(report.summary())}", "",
+    system = f" (system {md_cell(report.system)})" if report.system else ""
+    lines = [f"### commbench gate: **{verdict}**", "", f"- bands: {md_cell(report.source)}{system}",
+             f"- {md_cell(report.summary())}", "",
              "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in _table_rows(report)]
+    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in _table_rows(report)]
     return "\n".join(lines) + "\n"

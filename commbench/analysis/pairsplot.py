@@ -10,6 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from commbench.analysis import linkrank
+from commbench.analysis.figures import draw_heatmap, mpl_text, new_figure
+from commbench.analysis.frames import short
+from commbench.analysis.runs import describe_run, run_name
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
@@ -39,8 +42,6 @@ def matrix(links: list[linkrank.Link]) -> tuple[list[str], np.ndarray]:
 
 
 def build_figure(df, threshold: float = linkrank.DEFAULT_THRESHOLD):
-    from commbench.analysis import plot
-
     runs = linkrank.links_by_run(df)
     if not runs:
         raise BadInput("the results hold no pairs rows with src/dst columns: pass a file written by commbench pairs")
@@ -48,7 +49,7 @@ def build_figure(df, threshold: float = linkrank.DEFAULT_THRESHOLD):
         raise BadInput(f"the results hold {len(runs)} pairs runs; a figure shows up to {MAX_RUNS}: pass fewer files")
     n = max(len(linkrank.endpoint_order(links)) for links in runs.values())
     side = min(14.0, max(4.5, 0.75 * n + 2.5))
-    fig = plot._new_figure(width=(side + 1.6) * len(runs), height=side + 1.4)
+    fig = new_figure(width=(side + 1.6) * len(runs), height=side + 1.4)
     axes = fig.subplots(1, len(runs), squeeze=False)[0]
     for ax, (run_id, links) in zip(axes, runs.items()):
         first = df[df["run_id"] == run_id].iloc[0]
@@ -60,8 +61,6 @@ def build_figure(df, threshold: float = linkrank.DEFAULT_THRESHOLD):
 
 
 def _draw_run(fig, ax, links: list[linkrank.Link], threshold: float, first: dict):
-    from commbench.analysis import plot
-
     ranking = linkrank.rank_links(links, threshold)
     names, values = matrix(links)
     at = {name: i for i, name in enumerate(names)}
@@ -69,7 +68,7 @@ def _draw_run(fig, ax, links: list[linkrank.Link], threshold: float, first: dict
     marked = {(at[ln.src], at[ln.dst]) for ln in ranking.slowest}
     if ranking.bidir:
         marked |= {(j, i) for i, j in marked}
-    image = plot.draw_heatmap(ax, values, names, names, texts=texts, higher_is_better=True, marked=sorted(marked))
+    image = draw_heatmap(ax, values, names, names, texts=texts, higher_is_better=True, marked=sorted(marked))
     slow = {e.name for e in ranking.singled_out}
     for label in list(ax.get_xticklabels()) + list(ax.get_yticklabels()):
         if label.get_text().replace("\\$", "$") in slow:
@@ -88,7 +87,7 @@ def _draw_run(fig, ax, links: list[linkrank.Link], threshold: float, first: dict
         verdict = "no host singled out (two endpoints)"
     else:
         verdict = f"no host stands out (threshold {threshold:.0%})"
-    ax.set_title(plot.mpl_text(f"{plot.run_name(first)}: {what}\n{plot._short(plot.describe_run(first), 90)}\n"
-                               f"boxed: the {len(ranking.slowest)} slowest links · {verdict}"),
+    ax.set_title(mpl_text(f"{run_name(first)}: {what}\n{short(describe_run(first), 90)}\n"
+                          f"boxed: the {len(ranking.slowest)} slowest links · {verdict}"),
                  fontsize=8.5, loc="left")
     return image

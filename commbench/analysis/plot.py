@@ -13,7 +13,6 @@ escaped for matplotlib's mathtext, so a `$` in a label cannot break or restyle t
 from __future__ import annotations
 
 import io
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -22,6 +21,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from commbench.analysis.figures import DPI, mpl_text, new_figure
+from commbench.analysis.frames import BUCKETS_SUFFIX, GROUP_KEYS, prepare, present, short
+from commbench.analysis.runs import describe_run, placement_name, run_name, run_rows
 from commbench.core.errors import BadInput
 from commbench.core.vocab import ORDER, order_key
 from commbench.core.units import format_size
@@ -33,11 +35,8 @@ METRICS = {
 }
 SMALL_BYTES = 64 * 1024
 FORMATS = (".png", ".svg")
-DPI = 110
 MAX_BANDED_LATENCY_LINES = 4
 
-# Line identity: everything that makes two rows different curves.
-GROUP_KEYS = ("collective", "dtype", "in_place", "label", "run_id")
 # Columns no figure reads, left on disk when reading results to plot (the lists are most of a
 # million rows' memory). A figure that starts using one takes it out of here.
 UNUSED_COLUMNS = ("samples_us", "rank_time_us", "rank_skew_us", "env", "plan")
@@ -88,122 +87,6 @@ def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
-# --------------------------------------------------------------------------- text helpers
-
-
-def mpl_text(value) -> str:
-    """A string safe to hand matplotlib: '$' would start mathtext (and can raise while drawing)."""
-    return str(value).replace("$", r"\$")
-
-
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def placement_name(in_place) -> str:
-    return "in-place" if bool(in_place) else "out-of-place"
-
-
-def compact_hosts(hosts) -> str:
-    hosts = [str(h) for h in _as_list(hosts)]
-    if not hosts:
-        return "?"
-    try:
-        import hostlist
-
-        return hostlist.collect_hostlist(hosts)
-    except Exception:  # odd names python-hostlist refuses: list them plainly
-        return ",".join(hosts)
-
-
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    if isinstance(value, float) and math.isnan(value):
-        return []
-    if isinstance(value, str):
-        return [value]
-    try:
-        return list(value)
-    except TypeError:
-        return [value]
-
-
-def _present(value) -> bool:
-    if value is None:
-        return False
-    try:
-        return not (isinstance(value, float) and math.isnan(value)) and value == value and str(value) != ""
-    except (TypeError, ValueError):
-        return True
-
-
-# --------------------------------------------------------------------------- run facts
-
-
-def run_rows(df) -> list[dict]:
-    """The first row of every run, in the order the runs appear: the run's metadata."""
-    if len(df) == 0:
-        return []
-    firsts = df.drop_duplicates(subset=["run_id"], keep="first")
-    return [dict(r) for _, r in firsts.iterrows()]
-
-
-def describe_run(row: dict) -> str:
-    """One line saying what ran where: ranks, hosts, backend, device, network."""
-    world = row.get("world_size")
-    nnodes = row.get("nnodes")
-    hosts = _short(compact_hosts(row.get("hosts")), 48)
-    parts = []
-    ranks = f"{int(world)} ranks" if _present(world) else "? ranks"
-    if _present(nnodes):
-        n = int(nnodes)
-        if _present(row.get("ranks_per_node")) and n > 1:
-            ranks += f" = {n} nodes × {int(row['ranks_per_node'])}"
-        else:
-            ranks += f" on {n} node{'s' if n != 1 else ''}"
-    parts.append(f"{ranks} ({hosts})")
-    if _present(row.get("backend")):
-        parts.append(str(row["backend"]))
-    device_name, device = row.get("device_name"), row.get("device")
-    if _present(device_name) and _present(device) and str(device_name) != str(device):
-        parts.append(f"{device} {device_name}")
-    elif _present(device_name) or _present(device):
-        parts.append(str(device_name if _present(device_name) else device))
-    net = []
-    if _present(row.get("iface")):
-        net.append(str(row["iface"]))
-    net.append(f"MTU {int(row['mtu'])}" if _present(row.get("mtu")) else "MTU ?")
-    if _present(row.get("link_layer")):
-        net.append(str(row["link_layer"]))
-    speeds = _link_speeds(row.get("net"))
-    if speeds:
-        net.append(speeds)
-    parts.append(" ".join(net))
-    return " · ".join(parts)
-
-
-def _link_speeds(net_json) -> str:
-    try:
-        per_host = json.loads(net_json) if isinstance(net_json, str) else {}
-    except ValueError:
-        return ""
-    if not isinstance(per_host, dict):
-        return ""
-    speeds = {h.get("speed_mbps") for h in per_host.values() if isinstance(h, dict)}
-    speeds.discard(None)
-    if len(speeds) == 1:
-        s = next(iter(speeds))
-        if isinstance(s, (int, float)) and s > 0:
-            return f"{s / 1000:g} Gbit/s link"
-    return ""
-
-
-def run_name(row: dict) -> str:
-    label = row.get("label")
-    return str(label) if _present(label) else str(row.get("run_id"))
-
-
 # --------------------------------------------------------------------------- aggregation
 
 
@@ -222,49 +105,9 @@ class Line:
     marker: str = "o"
 
 
-BUCKETS_SUFFIX = " in buckets"
-
-
-def _prepare(df, column: str):
-    import pandas as pd
-
-    if df is None or len(df) == 0:
-        raise BadInput("the results hold no points (an empty or interrupted run): nothing to plot")
-    missing = [c for c in ("collective", "size_bytes", column) if c not in df.columns]
-    if missing:
-        raise BadInput(f"the results have no column {missing[0]}: pass files written by commbench")
-    # Changing d must not change the caller's frame. pandas >= 3 copies on write, so a shallow copy
-    # is enough there; a deep one of a million rows was most of the time a figure took.
-    d = df.copy(deep=int(pd.__version__.split(".")[0]) < 3)
-    for k in GROUP_KEYS:
-        if k not in d.columns:
-            d[k] = ""
-    d["label"] = d["label"].fillna("")
-    d["dtype"] = d["dtype"].fillna("?")
-    d["in_place"] = d["in_place"].fillna(False).astype(bool)
-    d["run_id"] = d["run_id"].fillna("?")
-    if "wrong" not in d.columns:
-        d["wrong"] = pd.NA
-    if "bucket_bytes" in d.columns and "workload" in d.columns:
-        # A buckets row measures one step reduced in buckets: its message size is the bucket.
-        buckets = d["workload"].eq("buckets") & d["bucket_bytes"].notna()
-        d.loc[buckets, "collective"] = d.loc[buckets, "collective"].astype(str) + BUCKETS_SUFFIX
-        # bucket_bytes is an object column in frames built from dicts with None: numbers first
-        d.loc[buckets, "size_bytes"] = pd.to_numeric(d.loc[buckets, "bucket_bytes"]).astype("int64")
-    values = pd.to_numeric(d[column], errors="coerce")
-    keep = np.isfinite(values.to_numpy(dtype=float)) & (pd.to_numeric(d["size_bytes"], errors="coerce") > 0)
-    if column == "time_us":
-        keep &= values.to_numpy(dtype=float) > 0
-    if not keep.all():  # filtering copies every column again: only when a row goes
-        d = d[keep]
-    if len(d) == 0:
-        raise BadInput(f"the results hold no finite {column} values: nothing to plot")
-    return d
-
-
 def aggregate(df, column: str) -> list[Line]:
     """One Line per group: median, min and max over repetitions at every size."""
-    d = _prepare(df, column)
+    d = prepare(df, column)
     keys = list(GROUP_KEYS)
     # One grouping by line and size over just the columns it needs (a million rows), then a
     # small one by line over its result.
@@ -419,7 +262,7 @@ def _legend(fig, lines: list[Line], extra_handles: list = (), extra_labels: list
 
     handles = [Line2D([], [], color=ln.color, linestyle=ln.style, marker=ln.marker, markersize=4, linewidth=1.6)
                for ln in lines]
-    labels = [mpl_text(_short(ln.name, 56)) for ln in lines]
+    labels = [mpl_text(short(ln.name, 56)) for ln in lines]
     if any(len(ln.wrong_sizes) for ln in lines):
         handles.append(Line2D([], [], linestyle="none", marker="x", color="#d00000", markersize=9, markeredgewidth=2))
         labels.append("wrong results (#wrong > 0)")
@@ -447,12 +290,12 @@ def _titles(df) -> str:
     lines = []
     for text, names in described.items():
         prefix = ""
-        if len(described) > 1 or any(_present(r.get("label")) for r in rows):
-            prefix = ", ".join(_short(n, 48 if len(names) == 1 else 24) for n in names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "") + ": "
+        if len(described) > 1 or any(present(r.get("label")) for r in rows):
+            prefix = ", ".join(short(n, 48 if len(names) == 1 else 24) for n in names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "") + ": "
         lines.append(prefix + text)
     if len(lines) > 3:
         lines = lines[:2] + [f"… and {len(lines) - 2} more run setups (see the report)"]
-    return "\n".join(mpl_text(_short(t, 150)) for t in lines)
+    return "\n".join(mpl_text(short(t, 150)) for t in lines)
 
 
 def _what(df, metric_label: str) -> str:
@@ -467,15 +310,6 @@ def _what(df, metric_label: str) -> str:
 # --------------------------------------------------------------------------- figures
 
 
-def _new_figure(width: float = 12.0, height: float = 7.8):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line_rate_text: str | None = None):
     """The figure for a results DataFrame: the metric vs size (top) and the small-size latency
     (bottom). line_rate is in GB/s (see parse_line_rate). Returns a matplotlib Figure."""
@@ -486,11 +320,11 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
         raise BadInput("--line-rate is a bandwidth: use it with --metric busbw or algbw, not time")
     lines = aggregate(df, column)
     name_lines(lines)
-    d = _prepare(df, column)
+    d = prepare(df, column)
     # The latency panel only when there are small sizes to show: an empty panel is noise.
     in_buckets = d["collective"].astype(str).str.endswith(BUCKETS_SUFFIX)
     has_small = bool(((d["size_bytes"] <= SMALL_BYTES) & ~in_buckets).any())
-    fig = _new_figure()
+    fig = new_figure()
     if has_small:
         top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
     else:
@@ -525,44 +359,6 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
     return fig
 
 
-def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str],
-                 texts: Sequence[Sequence[str]] | None = None, higher_is_better: bool = True,
-                 marked: Iterable[tuple[int, int]] = ()):
-    """A matrix as coloured cells with a text in each (the ZeRO grid, the host x host pairs).
-    Better cells are lighter (the eye goes to the dark ones); NaN cells stay blank; `marked`
-    cells get a black box. Returns the image for a colour bar."""
-    import matplotlib
-
-    values = np.asarray(values, dtype=float)
-    cmap = matplotlib.colormaps["viridis" if higher_is_better else "viridis_r"].with_extremes(bad="#f0f0f0")
-    finite = values[np.isfinite(values)]
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    # values spanning more than 10x (a step of 10 s beside 0.5 s) get a log scale: else one cell is
-    # dark and every other one the same light colour
-    if lo > 0 and hi > 10 * lo:
-        from matplotlib.colors import LogNorm
-
-        norm, mid = LogNorm(vmin=lo, vmax=hi), math.sqrt(lo * hi)
-    else:
-        from matplotlib.colors import Normalize
-
-        norm, mid = Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1), (lo + hi) / 2
-    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", norm=norm)
-    ax.set_xticks(range(len(col_labels)), [mpl_text(c) for c in col_labels], fontsize=8)
-    ax.set_yticks(range(len(row_labels)), [mpl_text(r) for r in row_labels], fontsize=8)
-    for i in range(values.shape[0]):
-        for j in range(values.shape[1]):
-            text = texts[i][j] if texts is not None else (f"{values[i, j]:.3g}" if np.isfinite(values[i, j]) else "")
-            dark = np.isfinite(values[i, j]) and ((values[i, j] < mid) == higher_is_better)
-            ax.text(j, i, mpl_text(text), ha="center", va="center", fontsize=8,
-                    color="white" if dark else "black")
-    for i, j in marked:
-        from matplotlib.patches import Rectangle
-
-        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2.2))
-    return image
-
-
 def _latency_panel(ax, time_lines: list[Line], named: list[Line]) -> None:
     style = {tuple(ln.key.values()): ln for ln in named}
     for ln in time_lines:
@@ -590,9 +386,9 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
     column, ylabel = METRICS[metric]
     sides = []
     for name, df, style in ((before_name, before_df, "--"), (after_name, after_df, "-")):
-        d = _prepare(df, column)  # a frame of its own: renaming its runs leaves the caller's alone
+        d = prepare(df, column)  # a frame of its own: renaming its runs leaves the caller's alone
         d["run_id"], d["label"] = name, ""
-        t = _prepare(df, "time_us")
+        t = prepare(df, "time_us")
         t["run_id"], t["label"] = name, ""
         sides.append((name, d, t, style))
     everything = [ln for _, d, _, _ in sides for ln in aggregate(d, column)]
@@ -615,7 +411,7 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
         lines.sort(key=lambda ln: (order_key(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"]))
         return lines
 
-    fig = _new_figure()
+    fig = new_figure()
     top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
     fig.suptitle(mpl_text(f"{ylabel.split(' (')[0]}: {before_name} (dashed) vs {after_name} (solid)"),
                  fontsize=13, fontweight="bold")
@@ -626,7 +422,7 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
         where.append((name, describe_run(rows[0]) + more))
     if where[0][1] == where[1][1]:
         where = [(f"{before_name} and {after_name}", where[0][1])]
-    where = [mpl_text(_short(f"{name}: {text}", 130)) for name, text in where]
+    where = [mpl_text(short(f"{name}: {text}", 130)) for name, text in where]
     top.set_title("\n".join(where), fontsize=9, loc="left")
     lines, time_lines = [], []
     for _, d, t, dash in sides:

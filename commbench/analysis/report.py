@@ -1,5 +1,6 @@
-"""One self-contained report of results: HTML (figures embedded as base64 PNG, no external URLs,
-no JavaScript) or Markdown (for a ticket; the figure is saved as a PNG beside it).
+"""`commbench report`: one self-contained report of results, and its HTML page (figures embedded as
+base64 PNG, no external URLs, no JavaScript). The Markdown form (for a ticket; the figures saved
+as PNGs beside it) is built by markdown.py; what both show comes from summary.py.
 
 Sections: the comparison against a baseline (when given), the curves, a peak-busbw table, the
 runs' metadata (hosts, ranks, backend, device, network, versions, environment) and every point.
@@ -14,20 +15,20 @@ import base64
 import datetime as dt
 import html
 import json
-import math
-import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
-from urllib.parse import quote
 
 from commbench.analysis import plot
+from commbench.analysis.summary import (PAIRS_NOTE, ZERO_NOTE, fnum, fp, json_value, missing, net_rows, peak_rows,
+                                           point_rows, ratio_text, report_title, run_facts, runs_named, size_text,
+                                           wrong_cell)
+from commbench.analysis.markdown import build_markdown
+from commbench.analysis.runs import describe_run, placement_name, run_rows
 from commbench.core.errors import BadInput, RuntimeFailure
-from commbench.core.vocab import order_key
 from commbench.core.units import format_size
 
 FORMATS = ("html", "markdown")
 UNUSED_COLUMNS = ("rank_time_us", "rank_skew_us")  # no section reads them; a section that starts to takes them out
-KEYS = plot.GROUP_KEYS
 
 CSS = """
 :root { --fg:#1d232a; --muted:#5b6672; --line:#d8dee4; --band:#f4f6f8; --bad:#b42318; --good:#067647;
@@ -76,204 +77,12 @@ footer { margin-top: 40px; color: var(--muted); font-size: 13px; }
 """
 
 
-# --------------------------------------------------------------------------- escaping, formatting
+# --------------------------------------------------------------------------- escaping
 
 
 def esc(value: Any) -> str:
     """Text from a results file, safe between tags and inside quoted attributes."""
     return html.escape("" if value is None else str(value), quote=True)
-
-
-# Enough to keep cell text inert: no code spans, emphasis, links/images ([ ] escaped, so "(" is
-# harmless), strikethrough or column breaks. "_" inside a word (all_reduce) is left alone, as
-# GFM does not emphasise there.
-_MD_SPECIAL = re.compile(r"([\\`*\[\]|~]|(?<!\w)_|_(?!\w))")
-
-
-def md(value: Any) -> str:
-    """Text from a results file, safe in a Markdown table cell: no HTML, links, emphasis or
-    column breaks can come out of it."""
-    text = "" if value is None else str(value)
-    text = html.escape(text, quote=False)
-    text = _MD_SPECIAL.sub(r"\\\1", text)
-    return re.sub(r"[\r\n]+", " ", text)
-
-
-def _missing(value) -> bool:
-    """None, NaN, pandas NA/NaT; never true for containers."""
-    if value is None:
-        return True
-    try:
-        import pandas as pd
-
-        answer = pd.isna(value)
-    except (TypeError, ValueError):
-        return False
-    return answer if isinstance(answer, bool) else bool(answer) if getattr(answer, "ndim", 1) == 0 else False
-
-
-def fnum(value, digits: int = 3) -> str:
-    """A number for a table: 3 significant digits, '–' when missing."""
-    if _missing(value):
-        return "–"
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    if not math.isfinite(v):
-        return str(v)
-    if v == 0:
-        return "0"
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}g}" if abs(v) >= 0.001 else f"{v:.2e}"
-
-
-def fp(value) -> str:
-    """A p-value: '<0.0001' below, 3 significant digits otherwise."""
-    if _missing(value):
-        return "–"
-    v = float(value)
-    return "<0.0001" if v < 1e-4 else f"{v:.3g}"
-
-
-def _size(value) -> str:
-    return "–" if _missing(value) else format_size(int(value))
-
-
-# --------------------------------------------------------------------------- tables of results
-
-
-def _runs_named(df) -> dict[str, str]:
-    rows = plot.run_rows(df)
-    names: dict[str, str] = {}
-    labels = [str(r.get("label") or "") for r in rows]
-    for r, label in zip(rows, labels):
-        names[str(r["run_id"])] = label if label and labels.count(label) == 1 else (
-            f"{label} ({r['run_id']})" if label else str(r["run_id"]))
-    return names
-
-
-def peak_rows(df) -> list[dict]:
-    """Per collective / dtype / placement / run: the size with the highest median busbw, the
-    algbw and time there, the repetitions, and the #wrong summed over every row of the group."""
-    d = plot._prepare(df, "busbw_GBps")
-    for col in ("algbw_GBps", "time_us"):
-        if col not in d.columns:
-            d[col] = float("nan")
-    names = _runs_named(d)
-    med = (d.groupby(list(KEYS) + ["size_bytes"], sort=False)
-            .agg(busbw=("busbw_GBps", "median"), algbw=("algbw_GBps", "median"), time=("time_us", "median"),
-                 reps=("busbw_GBps", "size"))
-            .reset_index())
-    wrong = d.groupby(list(KEYS), sort=False)["wrong"].agg(
-        total=lambda s: int(s.dropna().astype("int64").sum()) if s.notna().any() else None,
-        unchecked=lambda s: int(s.isna().sum()))
-    out = []
-    for key, g in med.groupby(list(KEYS), sort=False):
-        best = g.loc[g["busbw"].idxmax()]
-        w = wrong.loc[key]
-        out.append({
-            "collective": key[0], "dtype": key[1], "placement": plot.placement_name(key[2]),
-            "run": names.get(str(key[4]), str(key[4])), "run_id": key[4],
-            "peak_busbw": float(best["busbw"]), "size_bytes": int(best["size_bytes"]),
-            "algbw": float(best["algbw"]), "time_us": float(best["time"]),
-            "reps": int(g["reps"].max()), "sizes": len(g),
-            "wrong": None if _missing(w["total"]) else int(w["total"]), "unchecked": int(w["unchecked"]),
-        })
-    out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"]))
-    return out
-
-
-def point_rows(df) -> list[dict]:
-    """Every point: medians over repetitions."""
-    d = plot._prepare(df, "busbw_GBps")
-    names = _runs_named(d)
-    g = (d.groupby(list(KEYS) + ["size_bytes"], sort=False)
-          .agg(time=("time_us", "median"), algbw=("algbw_GBps", "median"), busbw=("busbw_GBps", "median"),
-               reps=("busbw_GBps", "size"), wrong=("wrong", lambda s: s.dropna().sum() if s.notna().any() else None))
-          .reset_index())
-    rows = [{"collective": r.collective, "dtype": r.dtype, "placement": plot.placement_name(r.in_place),
-             "run": names.get(str(r.run_id), str(r.run_id)), "size_bytes": int(r.size_bytes), "time_us": r.time,
-             "algbw": r.algbw, "busbw": r.busbw, "reps": int(r.reps), "wrong": r.wrong}
-            for r in g.itertuples()]
-    rows.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
-                             r["size_bytes"]))
-    return rows
-
-
-def _wrong_cell(wrong, unchecked: int = 0) -> tuple[str, bool]:
-    if _missing(wrong):
-        return "not checked", False
-    text = str(int(wrong))
-    if unchecked:
-        text += f" ({unchecked} rows unchecked)"
-    return text, int(wrong) > 0
-
-
-def _json(text) -> Any:
-    if _missing(text) or text == "":
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text  # not JSON: shown as the raw (escaped) string
-
-
-def _when(value) -> str:
-    try:
-        return value.strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (AttributeError, ValueError):
-        return str(value)
-
-
-def run_facts(row: dict, df) -> list[tuple[str, str]]:
-    """(name, value) pairs describing one run; values are plain text, escaped by the caller."""
-    mine = df[df["run_id"] == row["run_id"]]
-    hosts = [str(h) for h in plot._as_list(row.get("hosts"))]
-    started = row.get("started_at")
-    facts = [
-        ("run id", row.get("run_id")),
-        ("label", row.get("label") or "(none)"),
-        ("started", "" if _missing(started) else _when(started)),
-        ("workload", row.get("workload")),
-        ("launcher", row.get("launcher")),
-        ("ranks (world size)", row.get("world_size")),
-        ("nodes", row.get("nnodes")),
-        ("ranks per node", row.get("ranks_per_node")),
-        ("hosts", f"{plot.compact_hosts(hosts)} ({len(hosts)} host{'s' if len(hosts) != 1 else ''})" if hosts else "?"),
-        ("backend", row.get("backend")),
-        ("device", " ".join(dict.fromkeys(str(v) for v in (row.get("device"), row.get("device_name"))
-                                          if not _missing(v)))),
-        ("interface (rank 0)", row.get("iface")),
-        ("MTU", row.get("mtu")),
-        ("link layer", row.get("link_layer")),
-        ("collectives", ", ".join(sorted(set(mine["collective"]), key=order_key))),
-        ("dtypes", ", ".join(sorted(set(mine["dtype"].dropna().astype(str))))),
-        ("sizes", f"{format_size(int(mine['size_bytes'].min()))} .. {format_size(int(mine['size_bytes'].max()))}"
-                  f" ({mine['size_bytes'].nunique()} sizes)" if len(mine) else "–"),
-        ("repetitions", mine["repetition"].nunique() if "repetition" in mine.columns else "?"),
-        ("rows", len(mine)),
-        ("commbench", row.get("commbench_version")),
-        ("torch", row.get("torch_version")),
-        ("NCCL", row.get("nccl_version") if not _missing(row.get("nccl_version")) else "– (not an NCCL run)"),
-    ]
-    return [(k, "–" if _missing(v) or v == "" else str(v)) for k, v in facts]
-
-
-def _net_rows(net) -> list[list[str]]:
-    if not isinstance(net, dict):
-        return []
-    rows = []
-    for host, facts in net.items():
-        if isinstance(facts, dict):
-            speed = facts.get("speed_mbps")
-            speed_text = "–" if speed in (None, "") else (f"{speed / 1000:g} Gbit/s" if isinstance(speed, (int, float)) else str(speed))
-            rows.append([host, facts.get("iface"), facts.get("mtu"), facts.get("link_layer"), speed_text,
-                         facts.get("operstate")])
-        else:
-            rows.append([host, facts, "", "", "", ""])
-    return [["–" if v is None else str(v) for v in r] for r in rows]
 
 
 # --------------------------------------------------------------------------- HTML pieces
@@ -316,9 +125,9 @@ def peak_table_html(rows: list[dict]) -> str:
         "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong (total)"]
     body, classes = [], []
     for r in rows:
-        wrong, bad = _wrong_cell(r["wrong"], r["unchecked"])
+        wrong, bad = wrong_cell(r["wrong"], r["unchecked"])
         body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else []) + [
-            fnum(r["peak_busbw"]), _size(r["size_bytes"]), fnum(r["algbw"]), fnum(r["time_us"]), r["reps"], wrong])
+            fnum(r["peak_busbw"]), size_text(r["size_bytes"]), fnum(r["algbw"]), fnum(r["time_us"]), r["reps"], wrong])
         classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
     first_num = 4 if several else 3
     return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
@@ -330,9 +139,9 @@ def points_table_html(rows: list[dict]) -> str:
         "size", "bytes", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "repetitions", "#wrong"]
     body, classes = [], []
     for r in rows:
-        wrong, bad = _wrong_cell(r["wrong"])
+        wrong, bad = wrong_cell(r["wrong"])
         body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else []) + [
-            _size(r["size_bytes"]), r["size_bytes"], fnum(r["time_us"]), fnum(r["algbw"]), fnum(r["busbw"]),
+            size_text(r["size_bytes"]), r["size_bytes"], fnum(r["time_us"]), fnum(r["algbw"]), fnum(r["busbw"]),
             r["reps"], wrong])
         classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
     first_num = 4 if several else 3
@@ -341,24 +150,24 @@ def points_table_html(rows: list[dict]) -> str:
 
 def runs_html(df) -> str:
     parts = []
-    for row in plot.run_rows(df):
+    for row in run_rows(df):
         title = f"Run {row['run_id']}" + (f" — {row['label']}" if row.get("label") else "")
         parts.append(f"<h3>{esc(title)}</h3>")
-        parts.append(f'<p class="muted">{esc(plot.describe_run(row))}</p>')
+        parts.append(f'<p class="muted">{esc(describe_run(row))}</p>')
         facts = run_facts(row, df)
         parts.append('<div class="runs">')
         half = (len(facts) + 1) // 2
         for chunk in (facts[:half], facts[half:]):
             parts.append(_table(None, chunk))
         parts.append("</div>")
-        net = _json(row.get("net"))
-        net_rows = _net_rows(net)
-        if net_rows:
+        net = json_value(row.get("net"))
+        per_host = net_rows(net)
+        if per_host:
             parts.append("<h4>Network, per host</h4>")
-            parts.append(_table(["host", "interface", "MTU", "link layer", "speed", "state"], net_rows, num=[2]))
+            parts.append(_table(["host", "interface", "MTU", "link layer", "speed", "state"], per_host, num=[2]))
         elif net is not None:
             parts.append(f"<h4>Network</h4><pre>{esc(json.dumps(net, indent=2) if not isinstance(net, str) else net)}</pre>")
-        env = _json(row.get("env"))
+        env = json_value(row.get("env"))
         parts.append("<h4>Environment (allow-listed)</h4>")
         if isinstance(env, dict) and env:
             parts.append(_table(["variable", "value"], [[k, v if isinstance(v, str) else json.dumps(v)]
@@ -367,7 +176,7 @@ def runs_html(df) -> str:
             parts.append('<p class="muted">none of the allow-listed variables (NCCL_*, GLOO_*, ...) were set</p>')
         else:
             parts.append(f"<pre>{esc(env)}</pre>")
-        plan_json = _json(row.get("plan"))
+        plan_json = json_value(row.get("plan"))
         if plan_json is not None:
             text = json.dumps(plan_json, indent=2, sort_keys=True) if not isinstance(plan_json, str) else plan_json
             parts.append(f"<details><summary>plan (JSON)</summary><pre>{esc(text)}</pre></details>")
@@ -392,11 +201,11 @@ def _key_text(key: Any, name: str) -> str:
     if not isinstance(key, dict):
         return str(key)
     v = key.get(name)
-    if name == "size_bytes" and not _missing(v):
+    if name == "size_bytes" and not missing(v):
         return format_size(int(v))
-    if name == "in_place" and isinstance(v, (bool, int)) and not _missing(v):
-        return plot.placement_name(v)
-    return "–" if _missing(v) else str(v)
+    if name == "in_place" and isinstance(v, (bool, int)) and not missing(v):
+        return placement_name(v)
+    return "–" if missing(v) else str(v)
 
 
 _KEY_TITLES = {"size_bytes": "size", "in_place": "placement"}
@@ -449,10 +258,6 @@ def _difference_text(item) -> str:
     return str(item)
 
 
-def _ratio(value) -> str:
-    return "–" if _missing(value) else f"{float(value):.3f}×"
-
-
 def comparison_html(c, figure_html: str = "") -> str:
     """A commbench.analysis.compare.Comparison as an HTML section body: the overall verdict badge, the
     numbers behind it, warnings, setup differences, (figure_html, trusted markup, if given), one
@@ -461,11 +266,11 @@ def comparison_html(c, figure_html: str = "") -> str:
     verdict = g("verdict", "")
     parts = [f'<p><span class="badge {_verdict_class(verdict)}">{esc(str(verdict).upper() or "NO VERDICT")}</span>']
     summary = []
-    if not _missing(g("geomean_ratio")):
-        summary.append(f"geometric-mean busbw ratio after/before {_ratio(g('geomean_ratio'))}")
-    if not _missing(g("threshold")):
+    if not missing(g("geomean_ratio")):
+        summary.append(f"geometric-mean busbw ratio after/before {ratio_text(g('geomean_ratio'))}")
+    if not missing(g("threshold")):
         summary.append(f"threshold {fnum(float(g('threshold')) * 100)}%")
-    if not _missing(g("alpha")):
+    if not missing(g("alpha")):
         summary.append(f"alpha {fnum(g('alpha'))}")
     points = list(g("points", []) or [])
     counts: dict[str, int] = {}
@@ -475,7 +280,7 @@ def comparison_html(c, figure_html: str = "") -> str:
         ": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])) if counts else ""))
     parts.append(" &nbsp;" + esc(" · ".join(summary)) + "</p>")
     needed = g("repetitions_needed")
-    if not _missing(needed) and needed:
+    if not missing(needed) and needed:
         parts.append(f'<p class="muted">Deciding a point needs at least {esc(needed)} repetitions a side '
                      f"(sweep -R {esc(needed)}) at this alpha and number of points.</p>")
 
@@ -491,7 +296,7 @@ def comparison_html(c, figure_html: str = "") -> str:
         parts.append(figure_html)
     if points:
         cols, same = _split_key_columns([p.key for p in points])
-        tests = {"–" if _missing(getattr(p, "test", None)) else str(p.test) for p in points}
+        tests = {"–" if missing(getattr(p, "test", None)) else str(p.test) for p in points}
         one_test = len(tests) == 1 and len(points) > 1
         if one_test:
             same.append(("test", tests.pop()))
@@ -505,10 +310,10 @@ def comparison_html(c, figure_html: str = "") -> str:
         for p in points:
             pv = lambda name: getattr(p, name, None)  # noqa: E731
             body.append([_key_text(p.key, col) for col in cols] + [
-                fnum(pv("before_busbw")), fnum(pv("after_busbw")), _ratio(pv("ratio")), fp(pv("p_value")),
-                fp(pv("p_holm")), fp(pv("q_bh"))] + ([] if one_test else ["–" if _missing(pv("test")) else str(pv("test"))]) + [
-                "–" if _missing(pv("verdict")) else str(pv("verdict")),
-                "" if _missing(pv("note")) else str(pv("note"))])
+                fnum(pv("before_busbw")), fnum(pv("after_busbw")), ratio_text(pv("ratio")), fp(pv("p_value")),
+                fp(pv("p_holm")), fp(pv("q_bh"))] + ([] if one_test else ["–" if missing(pv("test")) else str(pv("test"))]) + [
+                "–" if missing(pv("verdict")) else str(pv("verdict")),
+                "" if missing(pv("note")) else str(pv("note"))])
             vc = {"bad": "v-bad", "good": "v-good", "warn": "v-warn"}.get(_verdict_class(pv("verdict")), "")
             classes.append([""] * (len(headers) - 2) + [vc, "note"])
         n = len(cols)
@@ -537,30 +342,18 @@ def _compare(before_df, after_df):
     return compare.compare_frames(before_df, after_df)
 
 
-# --------------------------------------------------------------------------- documents
-
-
-def _title(df) -> str:
-    names = list(_runs_named(df).values())
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return f"commbench report — {shown}"
+# --------------------------------------------------------------------------- the page
 
 
 def _where_html(df) -> str:
     """Under the title: one line per run setup, what ran where."""
     described: dict[str, list[str]] = {}
-    names = _runs_named(df)
-    for r in plot.run_rows(df):
-        described.setdefault(plot.describe_run(r), []).append(names[str(r["run_id"])])
+    names = runs_named(df)
+    for r in run_rows(df):
+        described.setdefault(describe_run(r), []).append(names[str(r["run_id"])])
     several = len(names) > 1
     items = [f"<li>{esc(', '.join(n) + ': ' if several else '')}{esc(text)}</li>" for text, n in described.items()]
     return '<ul class="sub where">' + "".join(items) + "</ul>"
-
-
-ZERO_NOTE = ("Each cell: one training step's communication for that ZeRO stage with that reduce_bucket_size "
-             "(elements, as in ds_config.json), median over repetitions: step time and effective bus bandwidth. "
-             "The boxed cell is the shortest step of its stage. Stage 0 ignores reduce_bucket_size (DeepSpeed's "
-             "fixed 5e8-element buckets): its row is the data-parallel reference.")
 
 
 def zero_html(grid_df) -> str:
@@ -576,11 +369,6 @@ def zero_html(grid_df) -> str:
     return "\n".join(out)
 
 
-PAIRS_NOTE = ("Point-to-point bandwidth of every pair of hosts (`commbench pairs`), median over repetitions: "
-              "senders on rows, receivers on columns; the slowest links are boxed and hosts singled out as "
-              "slow are named in red. Below, the ranking `commbench pairs --from` prints.")
-
-
 def pairs_html(pairs_df) -> str:
     from commbench.analysis import linkrank
     from commbench.analysis import pairsplot
@@ -590,27 +378,6 @@ def pairs_html(pairs_df) -> str:
                       _figure_html(pairsplot.build_figure(pairs_df), "heat map of bandwidth between hosts",
                                    PAIRS_NOTE),
                       f"<pre>{esc(chr(10).join(lines))}</pre>", "</section>"])
-
-
-def pairs_markdown(pairs_df, figure_name: str | None) -> list[str]:
-    from commbench.analysis import linkrank
-
-    lines, _ = linkrank.report(pairs_df)
-    out = ["## Links between hosts", "", PAIRS_NOTE, ""]
-    if figure_name:
-        out += [f"![bandwidth between hosts]({quote(figure_name)})", ""]
-    return out + ["```", *(line.replace("`", "'") for line in lines), "```", ""]
-
-
-def zero_markdown(grid_df, figure_name: str | None) -> list[str]:
-    from commbench.analysis import zerogrid
-
-    out = ["## ZeRO stages x bucket sizes", "", ZERO_NOTE, ""]
-    if figure_name:
-        out += [f"![ZeRO stage x bucket size heat map]({quote(figure_name)})", ""]
-    for g in zerogrid.grids(grid_df):
-        out += [f"### {md(g.name)}", "", _md_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), right=range(3, 7)), ""]
-    return out
 
 
 def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=None,
@@ -633,8 +400,8 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
         sections.insert(0, ("comparison", "Comparison with the baseline"))
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{esc(_title(df))}</title>", f"<style>{CSS}</style></head><body>",
-           f"<header><h1>{esc(_title(df))}</h1>",
+           f"<title>{esc(report_title(df))}</title>", f"<style>{CSS}</style></head><body>",
+           f"<header><h1>{esc(report_title(df))}</h1>",
            _where_html(df),
            "<nav>" + "".join(f'<a href="#{sid}">{esc(t)}</a>' for sid, t in sections) + "</nav></header>"]
     if comparison is not None:
@@ -677,80 +444,6 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
                "units (KiB = 1024 B); busbw and algbw as defined by nccl-tests.</footer>")
     out.append("</body></html>")
     return "\n".join(out)
-
-
-def _md_table(headers: Sequence[str], rows: Iterable[Sequence], right: Iterable[int] = ()) -> str:
-    right = set(right)
-    lines = ["| " + " | ".join(headers) + " |",
-             "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"]
-    lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), comparison=None,
-                   comparison_figure_name: str | None = None, baseline_sources: Sequence[str] = (),
-                   zero_figure_name: str | None = None, pairs_figure_name: str | None = None) -> str:
-    out = [f"# {md(_title(df))}", ""]
-    for r in plot.run_rows(df):
-        out.append(f"- **{md(r['run_id'])}**" + (f" ({md(r['label'])})" if r.get("label") else "")
-                   + f": {md(plot.describe_run(r))}")
-    out.append("")
-    if comparison is not None:
-        out += ["## Comparison with the baseline", "",
-                f"before (baseline): {md(', '.join(map(str, baseline_sources)))}; after: {md(', '.join(map(str, sources)))}", ""]
-        out.append(_comparison_markdown(comparison))
-        if comparison_figure_name:
-            out += ["", f"![busbw before (dashed) and after (solid)]({quote(comparison_figure_name)})"]
-        out.append("")
-    views = plot.split_views(df)
-    curves, grid = views.curves, views.zero
-    if views.pairs is not None:
-        out += pairs_markdown(views.pairs, pairs_figure_name)
-    if grid is not None:
-        out += zero_markdown(grid, zero_figure_name)
-    if curves is not None:
-        out += ["## Bandwidth and latency", ""]
-        if figure_name:
-            out += [f"![busbw and small-size latency vs message size]({quote(figure_name)})", ""]
-        out += ["## Peak bus bandwidth", ""]
-        peaks = peak_rows(curves)
-        several = len({p["run_id"] for p in peaks}) > 1
-        headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
-            "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong"]
-        rows = [[p["collective"], p["dtype"], p["placement"]] + ([p["run"]] if several else []) + [
-            fnum(p["peak_busbw"]), _size(p["size_bytes"]), fnum(p["algbw"]), fnum(p["time_us"]), p["reps"],
-            _wrong_cell(p["wrong"], p["unchecked"])[0]] for p in peaks]
-        first = 4 if several else 3
-        out += [_md_table(headers, rows, right=range(first, len(headers))), ""]
-    out += ["## Runs", ""]
-    for r in plot.run_rows(df):
-        out += [f"### {md(r['run_id'])}", "", _md_table(["fact", "value"], run_facts(r, df)), ""]
-        net_rows = _net_rows(_json(r.get("net")))
-        if net_rows:
-            out += [_md_table(["host", "interface", "MTU", "link layer", "speed", "state"], net_rows, right=[2]), ""]
-        env = _json(r.get("env"))
-        if isinstance(env, dict) and env:
-            out += [_md_table(["variable", "value"], sorted((k, v if isinstance(v, str) else json.dumps(v))
-                                                           for k, v in env.items())), ""]
-    from commbench import __version__
-
-    out.append(f"_commbench {md(__version__)}; GB/s = 1e9 bytes/s; busbw and algbw as defined by nccl-tests._")
-    return "\n".join(out) + "\n"
-
-
-def _comparison_markdown(c) -> str:
-    try:
-        from commbench.analysis import compare
-
-        render = getattr(compare, "render_markdown", None)
-    except ImportError:
-        render = None
-    if render is not None:
-        # compare's Markdown carries labels and environment values from the files: keep any HTML
-        # in them inert (its own markup is Markdown, which has no <, > or &).
-        return html.escape(render(c), quote=False)
-    verdict = md(getattr(c, "verdict", ""))
-    return f"**Verdict: {verdict}**, geometric-mean ratio {_ratio(getattr(c, 'geomean_ratio', None))}"
 
 
 # --------------------------------------------------------------------------- command

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commbench.analysis.figures import draw_heatmap, mpl_text, new_figure
 from commbench.core.vocab import get_dtype
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
@@ -107,8 +108,6 @@ def bucket_text(elems: int) -> str:
 
 def draw(ax, grid: ZeroGrid, metric: str = "busbw") -> object:
     """The heat map of one grid on `ax`; returns the image (for a colour bar)."""
-    from commbench.analysis import plot
-
     if metric not in METRIC_COLUMNS:
         raise BadInput(f"--metric {metric!r} is not one of {', '.join(METRIC_COLUMNS)}")
     values = grid.values(metric)
@@ -117,24 +116,22 @@ def draw(ax, grid: ZeroGrid, metric: str = "busbw") -> object:
               for j in range(len(grid.bucket_elems))] for i in range(len(grid.stages))]
     best = grid.best_bucket()
     marked = [(i, grid.bucket_elems.index(best[s])) for i, s in enumerate(grid.stages) if s in best]
-    image = plot.draw_heatmap(
+    image = draw_heatmap(
         ax, values, row_labels=[f"stage {s}" for s in grid.stages],
         col_labels=[f"{bucket_text(e)}\n({format_size(b)})" for e, b in zip(grid.bucket_elems, grid.bucket_bytes)],
         texts=texts, higher_is_better=(metric != "time"), marked=marked)
     ax.set_xlabel(f"reduce_bucket_size in elements ({grid.dtype} bytes below)")
     ax.set_ylabel("ZeRO stage")
-    ax.set_title(plot.mpl_text(f"{grid.name}: step time and effective busbw (box: shortest step per stage)"),
+    ax.set_title(mpl_text(f"{grid.name}: step time and effective busbw (box: shortest step per stage)"),
                  fontsize=9, loc="left")
     return image
 
 
 def build_figure(df, metric: str = "busbw"):
     """One heat map per run, side by side, with a shared colour bar label."""
-    from commbench.analysis import plot
-
     all_grids = grids(df)
-    fig = plot._new_figure(width=max(7.0, 1.9 * max(len(g.bucket_elems) for g in all_grids) + 2.5) * len(all_grids),
-                           height=1.1 * max(len(g.stages) for g in all_grids) + 2.4)
+    fig = new_figure(width=max(7.0, 1.9 * max(len(g.bucket_elems) for g in all_grids) + 2.5) * len(all_grids),
+                     height=1.1 * max(len(g.stages) for g in all_grids) + 2.4)
     axes = fig.subplots(1, len(all_grids), squeeze=False)[0]
     label = {"busbw": "effective busbw (GB/s)", "algbw": "algbw (GB/s)", "time": "step time (ms)"}[metric]
     for ax, grid in zip(axes, all_grids):

@@ -1,10 +1,12 @@
-"""`commbench lab ...`: parse and delegate to lab.py / labrun.py / labslurm.py."""
+"""`commbench lab ...`: parse and delegate to the lab package (network, run, slurm)."""
 
 from __future__ import annotations
 
 import click
 
 from commbench.core.errors import BadInput
+from commbench.lab import network as labmod
+from commbench.lab import state as labstate
 
 
 @click.group()
@@ -20,7 +22,6 @@ def lab() -> None:
 @click.option("--subnet", default="10.231.0.0/24", show_default=True, help="Private range used only inside the lab.")
 def up(nodes, rate, mtu, subnet) -> None:
     """Create the hosts, the bridge and the shaped links."""
-    from commbench.lab import network as labmod
 
     state = labmod.up(nodes, rate, mtu, subnet)
     click.echo(f"lab up: {len(state.nodes)} hosts on {state.subnet}, {rate}, MTU {mtu}")
@@ -33,10 +34,9 @@ def status(as_json) -> None:
     """Hosts, addresses, MTU, rate (as the kernel reports them now)."""
     import json
 
-    from commbench.lab import network as labmod
 
-    labmod.require_root()
-    state = labmod.require_state()
+    labstate.require_root()
+    state = labstate.require_state()
     if as_json:
         click.echo(json.dumps({"hosts": labmod.live_facts(state), "daemons": state.daemons}, indent=2))
     else:
@@ -47,7 +47,6 @@ def _print_status(state) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from commbench.lab import network as labmod
 
     table = Table("host", "address", "iface", "state", "MTU", "rate")
     for f in labmod.live_facts(state):
@@ -72,7 +71,6 @@ def _rate(bits: float | None) -> str:
 @click.option("--rate", default=None)
 def set_cmd(node, mtu, rate) -> None:
     """Change MTU and/or rate live, for every host or one."""
-    from commbench.lab import network as labmod
 
     state = labmod.set_link(node, mtu, rate)
     _print_status(state)
@@ -83,11 +81,10 @@ def set_cmd(node, mtu, rate) -> None:
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def exec_cmd(node, argv) -> int:
     """Run a command on one host: commbench lab exec cbnode1 -- ip addr."""
-    from commbench.lab import network as labmod
     from commbench.lab import run as labrun
 
-    labmod.require_root()
-    return labrun.exec_on(labmod.require_state(), node, list(argv))
+    labstate.require_root()
+    return labrun.exec_on(labstate.require_state(), node, list(argv))
 
 
 @lab.command(context_settings={"ignore_unknown_options": True})
@@ -95,17 +92,15 @@ def exec_cmd(node, argv) -> int:
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def run(port, argv) -> int:
     """Run a command on every host, one rank each: commbench lab run -- commbench sweep."""
-    from commbench.lab import network as labmod
     from commbench.lab import run as labrun
 
-    labmod.require_root()
-    return labrun.run_everywhere(labmod.require_state(), list(argv), port)
+    labstate.require_root()
+    return labrun.run_everywhere(labstate.require_state(), list(argv), port)
 
 
 @lab.command()
 def down() -> None:
     """Remove everything `up` made (also after a crash), and nothing else."""
-    from commbench.lab import network as labmod
 
     removed = labmod.down()
     click.echo("lab down: " + (", ".join(removed) if removed else "no lab was up"))
@@ -132,11 +127,10 @@ def slurm_up(timeout) -> None:
 @slurm.command(name="status")
 def slurm_status() -> None:
     """Daemons, node states (sinfo) and jobs (squeue)."""
-    from commbench.lab import network as labmod
     from commbench.lab import slurm as labslurm
 
-    labmod.require_root()
-    state = labmod.require_state()
+    labstate.require_root()
+    state = labstate.require_state()
     if not labslurm.is_up(state):
         click.echo("lab slurm: not up ('commbench lab slurm up' starts it)")
         return
@@ -152,11 +146,10 @@ def slurm_status() -> None:
 @slurm.command(name="down")
 def slurm_down() -> None:
     """Stop the lab's Slurm and munged and remove their files (the network stays)."""
-    from commbench.lab import network as labmod
     from commbench.lab import slurm as labslurm
 
-    labmod.require_root()
-    state = labmod.load_state()
+    labstate.require_root()
+    state = labstate.load_state()
     stopped = labslurm.down(state) if state is not None else []
     click.echo("lab slurm down: " + (", ".join(stopped) if stopped else "nothing was running"))
 
@@ -172,13 +165,12 @@ def slurm_submit(wait_, timeout, script, sbatch_args) -> int:
     The job gets the caller's environment with GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME=eth0, e.g.
     COMMBENCH_ARGS="--sizes 64K,1M" commbench lab slurm submit --wait slurm/commbench.sbatch
     """
-    from commbench.lab import network as labmod
     from commbench.lab import slurm as labslurm
     from commbench.core.errors import EXIT_RUNTIME
 
-    labmod.require_root()
+    labstate.require_root()
     labslurm.require_tools()
-    state = labmod.require_state()
+    state = labstate.require_state()
     if timeout is not None and timeout <= 0:
         raise BadInput(f"--timeout {timeout:g} must be more than 0 seconds")
     job = labslurm.submit(state, script, list(sbatch_args))

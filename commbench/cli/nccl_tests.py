@@ -1,4 +1,5 @@
-"""`commbench nccl-tests ...`: parse and delegate to nccl_tests.py (docs/NCCL_TESTS.md)."""
+"""`commbench nccl-tests ...`: parse and delegate to integrations/nccl_tests (importer.py, run.py;
+docs/NCCL_TESTS.md)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ def import_(files, out, label, collective) -> int:
     The numbers are nccl-tests' own. Exit 0; 1 when a log records a failed data check; 2 when a
     file is not an nccl-tests log (nothing is written then).
     """
-    from commbench.integrations import nccl_tests as nt
+    from commbench.integrations.nccl_tests.importer import import_files
 
-    return nt.import_files(list(files), out, label=label, collective=collective)
+    return import_files(list(files), out, label=label, collective=collective)
 
 
 @nccl_tests.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -49,12 +50,12 @@ def run(launcher, np_, launcher_args, timeout, out, label, collective, no_json, 
     Output is shown live and parsed as it comes: a failing or hung binary keeps the rows it
     printed (exit 3, with the tail of its stderr); a failed data check exits 1.
     """
-    from commbench.integrations import nccl_tests as nt
+    from commbench.integrations.nccl_tests.run import run_binary
 
     args = list(args)
     if args and args[0] == "--":
         args = args[1:]
     if timeout is not None and not timeout > 0:
         raise BadInput(f"--timeout {timeout:g} must be more than 0 seconds")
-    return nt.run_binary(binary, args, launcher=launcher, np_=np_, launcher_args=list(launcher_args),
-                         timeout=timeout, out=out, label=label, collective=collective, use_json=not no_json)
+    return run_binary(binary, args, launcher=launcher, np_=np_, launcher_args=list(launcher_args),
+                      timeout=timeout, out=out, label=label, collective=collective, use_json=not no_json)

@@ -166,6 +166,28 @@ class ResultWriter:
 
 
 REQUIRED_COLUMNS = ("schema_version", "collective", "size_bytes", "busbw_GBps")
+# The schema versions this commbench reads and compares (docs/RESULTS.md).
+READABLE_SCHEMA_VERSIONS = range(1, SCHEMA_VERSION + 1)
+
+
+def check_schema_versions(versions: Iterable, source: str, comparing: bool = False) -> None:
+    """Refuse results of a schema_version this commbench cannot read. Reading (read_results;
+    `source` names the file): a version newer than SCHEMA_VERSION. Comparing (compare and gate;
+    `source` is e.g. "the before results"): any version outside READABLE_SCHEMA_VERSIONS, a
+    missing one included."""
+    versions = set(versions)
+    if comparing:
+        readable = READABLE_SCHEMA_VERSIONS
+        unreadable = sorted(v for v in versions if v not in readable) if None not in versions else [None]
+        if unreadable:
+            raise BadInput(f"{source} have schema_version {unreadable[0]}, which this commbench cannot "
+                           f"compare (it reads {readable.start}..{readable.stop - 1}): "
+                           "upgrade commbench or re-run the measurement")
+        return
+    newest = max((v for v in versions if v is not None), default=None)
+    if newest is not None and newest > SCHEMA_VERSION:
+        raise BadInput(f"{source} has schema_version {newest}, newer than this commbench reads "
+                       f"({SCHEMA_VERSION}): upgrade commbench")
 
 
 def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | None = None,
@@ -208,10 +230,7 @@ def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | No
         if missing:
             raise BadInput(f"{f} is not a commbench results file (no column {missing[0]}): "
                            "pass a file written by commbench")
-        newest = pc.max(table.column("schema_version")).as_py()
-        if newest is not None and newest > SCHEMA_VERSION:
-            raise BadInput(f"{f} has schema_version {newest}, newer than this commbench reads "
-                           f"({SCHEMA_VERSION}): upgrade commbench")
+        check_schema_versions([pc.max(table.column("schema_version")).as_py()], str(f))
         frame = table.drop_columns(shared + lists).to_pandas()
         for name in table.column_names:
             if name in shared or name in lists:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
 
-from commbench.core.vocab import ALIGN, BY_NAME, CollectiveSpec as Collective, Layout, get_dtype
+from commbench.core.vocab import ALIGN, Layout, get_dtype
+from commbench.harness.collectives import BY_NAME, Collective
 from commbench.core.errors import BadInput
+from commbench.core.options import RunOptions
 
 PLACEMENTS = ("out", "in", "both")
 
@@ -35,34 +35,6 @@ class Point:
     size_bytes: int  # what nccl-tests prints and commbench stores
     count: int
     in_place: bool
-
-
-@dataclass
-class RunOptions:
-    """What every workload shares: iteration policy, failure bounds, where results go."""
-
-    warmup: int = 5
-    iters: int | None = None  # None: adaptive
-    time_budget: float = 0.05  # adaptive: the most seconds of timed iterations per point (benchmarks/README.md)
-    precision: float = 0.03  # adaptive: stop once the median's 95% CI half-width is this fraction (0: fill the budget)
-    min_iters: int = 10
-    max_iters: int = 2000
-    repetitions: int = 1
-    check: bool = True
-    timeout: float = 300.0
-    backend: str = "auto"
-    label: str = ""
-    out: str = "results"
-    run_id: str = ""
-    workload: str = "sweep"
-    extra: dict = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str):
-        return cls(**json.loads(text))
 
 
 @dataclass

@@ -31,7 +31,7 @@ from commbench.net.envinfo import env_snapshot, iface_facts, traffic_iface
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, BadInput, CommbenchError, RuntimeFailure
 from commbench.core.launch import RankEnv, ignore_further_signals
 from commbench.net.netinfo import host_summary
-from commbench.harness.plan import RunOptions
+from commbench.core.options import RunOptions
 from commbench.core.results import SCHEMA_VERSION, ResultWriter, resolve_out
 from commbench.harness.stragglers import rank_summary, straggler_warnings
 from commbench.harness.timing import StopRule, Timer, adaptive_iters, timer_for
@@ -323,63 +323,26 @@ def rank_main(workload: Workload, env: RankEnv) -> int:
 
 def run_workload(workload: Workload, env: RankEnv) -> int:
     """Every rank calls this; returns the rank's exit code. Rank 0 prints and writes."""
-    from datetime import timedelta
-
     plan = workload.plan
     backend = choose_backend(plan.backend)
     device = _device_for(backend, env)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     workload.prepare(backend, device, env)
     timer = faults.late_timer(timer_for(device), env.rank)  # the timer itself unless a test delays this rank
-
-    try:
-        dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
-                                rank=env.rank, world_size=env.world_size,
-                                timeout=timedelta(seconds=plan.timeout))
-    except (RuntimeError, ValueError) as exc:  # DistError and gloo's connect errors are RuntimeErrors
-        raise RuntimeFailure(f"rank {env.rank} on {socket.gethostname()} could not join the process group at "
-                             f"{env.master_addr}:{env.master_port}: {_first_line(exc)} (check MASTER_ADDR, "
-                             f"the firewall and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME or --iface)") from None
+    _join_group(plan, backend, env)
     writer: ResultWriter | None = None
     reporter = Reporter(False, 0)
     ranks: list[dict] = []
     try:
         ranks = _gather_ranks(env, device, device_name)
-        hosts = list(dict.fromkeys(r["host"] for r in ranks))
-        per_host_counts = [sum(1 for r in ranks if r["host"] == h) for h in hosts]
-        per_host = {h: {k: v for k, v in next(r for r in ranks if r["host"] == h).items()
-                        if k in ("iface", "mtu", "link_layer", "speed_mbps", "operstate", "host_net")} for h in hosts}
-        ctx = RunContext(plan, env, backend, device, device_name, hosts, len(hosts), max(per_host_counts),
-                         {**ranks[0], "per_host": per_host}, dt.datetime.now(dt.timezone.utc),
-                         _nccl_version(backend))
-
-        setup_error = None
-        if env.rank == 0:
-            writer = ResultWriter(resolve_out(plan.out, plan.run_id))
-            try:
-                writer.create()
-            except BadInput as exc:
-                setup_error = str(exc)
-                writer = None
-        _agree_on(setup_error, device)
-
+        ctx = _run_context(plan, env, backend, device, device_name, ranks)
+        writer = _open_writer(plan, env, device)
         reporter = Reporter(env.rank == 0, plan.repetitions * workload.total_points(env.world_size))
         for line in _header_lines(ctx, ranks):
             reporter.line(line)
         any_wrong = workload.run(Session(ctx, timer, reporter, writer))
-        if writer is not None and backend == "nccl":
-            from commbench.net.ncclinfo import record_transport
-            record_transport(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport NCCL used
         if writer is not None:
-            warnings = straggler_warnings(writer.rows, [r["host"] for r in ranks])
-            if warnings:
-                reporter.close()  # a progress bar must not draw over them
-            for warning in warnings:
-                _say(env, warning)
-            busbws = [r["busbw_GBps"] for r in writer.rows]
-            reporter.line("# Out of bounds values : 0 OK")
-            reporter.line(f"# Avg bus bandwidth    : {statistics.fmean(busbws) if busbws else 0.0:.4f} ")
-            reporter.line(f"# Results: {writer.path} ({len(writer.rows)} rows)")
+            _summarise(writer, backend, env, ranks, reporter)
         if any_wrong:
             reporter.close()
             _say(env, getattr(workload, "failure_message", "commbench: some results were wrong (see the #wrong "
@@ -390,23 +353,84 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
     except BaseException as exc:
         ignore_further_signals()  # stopping now: a launcher's SIGTERM must not cut the report short
         reporter.close()
-        if isinstance(exc, CommbenchError):
-            _say(env, f"commbench: {exc}", rank0_only=isinstance(exc, BadInput))
-            _kept(env, writer)
-            return exc.exit_code
-        if isinstance(exc, RuntimeError) or isinstance(exc, dist.DistBackendError):
-            _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: "
-                      f"{_failure(exc, env, ranks, plan.timeout)}")
-            _kept(env, writer)
-            return EXIT_RUNTIME
-        _kept(env, writer)
-        raise
+        return _stopped_by(exc, env, writer, ranks, plan.timeout)
     finally:
         reporter.close()
         try:
             dist.destroy_process_group()
         except Exception as exc:  # a broken group cannot always be torn down; the process ends anyway
             _ = exc
+
+
+def _join_group(plan: RunOptions, backend: str, env: RankEnv) -> None:
+    """init_process_group with --timeout; a rank that cannot join says where it tried and what to check."""
+    from datetime import timedelta
+
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
+                                rank=env.rank, world_size=env.world_size,
+                                timeout=timedelta(seconds=plan.timeout))
+    except (RuntimeError, ValueError) as exc:  # DistError and gloo's connect errors are RuntimeErrors
+        raise RuntimeFailure(f"rank {env.rank} on {socket.gethostname()} could not join the process group at "
+                             f"{env.master_addr}:{env.master_port}: {_first_line(exc)} (check MASTER_ADDR, "
+                             f"the firewall and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME or --iface)") from None
+
+
+def _run_context(plan, env: RankEnv, backend: str, device, device_name: str, ranks: list[dict]) -> RunContext:
+    """What every row records about the run: hosts, ranks per node, each host's network facts."""
+    hosts = list(dict.fromkeys(r["host"] for r in ranks))
+    per_host_counts = [sum(1 for r in ranks if r["host"] == h) for h in hosts]
+    per_host = {h: {k: v for k, v in next(r for r in ranks if r["host"] == h).items()
+                    if k in ("iface", "mtu", "link_layer", "speed_mbps", "operstate", "host_net")} for h in hosts}
+    return RunContext(plan, env, backend, device, device_name, hosts, len(hosts), max(per_host_counts),
+                      {**ranks[0], "per_host": per_host}, dt.datetime.now(dt.timezone.utc), _nccl_version(backend))
+
+
+def _open_writer(plan, env: RankEnv, device) -> ResultWriter | None:
+    """Rank 0 creates the results file; every rank learns whether that worked before measuring."""
+    setup_error, writer = None, None
+    if env.rank == 0:
+        writer = ResultWriter(resolve_out(plan.out, plan.run_id))
+        try:
+            writer.create()
+        except BadInput as exc:
+            setup_error = str(exc)
+            writer = None
+    _agree_on(setup_error, device)
+    return writer
+
+
+def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dict], reporter: Reporter) -> None:
+    """Rank 0 after the last point: NCCL's transport, straggler warnings, nccl-tests' closing lines."""
+    if backend == "nccl":
+        from commbench.net.ncclinfo import record_transport
+        record_transport(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport NCCL used
+    warnings = straggler_warnings(writer.rows, [r["host"] for r in ranks])
+    if warnings:
+        reporter.close()  # a progress bar must not draw over them
+    for warning in warnings:
+        _say(env, warning)
+    busbws = [r["busbw_GBps"] for r in writer.rows]
+    reporter.line("# Out of bounds values : 0 OK")
+    reporter.line(f"# Avg bus bandwidth    : {statistics.fmean(busbws) if busbws else 0.0:.4f} ")
+    reporter.line(f"# Results: {writer.path} ({len(writer.rows)} rows)")
+
+
+def _stopped_by(exc: BaseException, env: RankEnv, writer: ResultWriter | None, ranks: list[dict],
+                timeout: float) -> int:
+    """A rank stopped by an error or a signal: say why, say what was kept, return its exit code
+    (re-raising what is neither ours nor a collective's failure)."""
+    if isinstance(exc, CommbenchError):
+        _say(env, f"commbench: {exc}", rank0_only=isinstance(exc, BadInput))
+        _kept(env, writer)
+        return exc.exit_code
+    if isinstance(exc, RuntimeError) or isinstance(exc, dist.DistBackendError):
+        _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: "
+                  f"{_failure(exc, env, ranks, timeout)}")
+        _kept(env, writer)
+        return EXIT_RUNTIME
+    _kept(env, writer)
+    raise exc
 
 
 def _first_line(exc: BaseException) -> str:

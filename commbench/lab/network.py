@@ -13,83 +13,19 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.lab import state as labstate
+from commbench.lab.state import NS_IFACE, LabNode, LabState, load_state, require_root, require_state, save_state, state_path
 
-# One lab per (prefix, state folder); tests run their own labs side by side with other prefixes.
-PREFIX = os.environ.get("COMMBENCH_LAB_PREFIX", "cb")
-STATE_DIR = Path(os.environ.get("COMMBENCH_LAB_DIR", f"/run/commbench-lab-{PREFIX}"))
-BRIDGE = f"{PREFIX}br0"
-NS_IFACE = "eth0"
 DEFAULT_SUBNET = "10.231.0.0/24"
 SWITCH_MTU = 9216
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$", re.IGNORECASE)
 _RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
-
-
-@dataclass
-class LabNode:
-    name: str  # namespace name and hostname
-    addr: str  # address inside the namespace, no prefix length
-    port: str  # the bridge-side veth in the root namespace
-    mtu: int
-    rate: str
-
-
-@dataclass
-class LabState:
-    subnet: str
-    bridge: str
-    nodes: list[LabNode] = field(default_factory=list)
-    # Resources in creation order: ("bridge"|"netns"|"link", name). down() removes them in reverse.
-    created: list[list[str]] = field(default_factory=list)
-    daemons: list[dict] = field(default_factory=list)  # {"name", "pid", "start"} for slurm/munge
-    files: list[str] = field(default_factory=list)
-
-    def node(self, name: str) -> LabNode:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise BadInput(f"no lab host {name!r}: the hosts are {', '.join(n.name for n in self.nodes)}")
-
-
-def state_path() -> Path:
-    return STATE_DIR / "state.json"
-
-
-def load_state() -> LabState | None:
-    path = state_path()
-    if not path.exists():
-        return None
-    raw = json.loads(path.read_text())
-    raw["nodes"] = [LabNode(**n) for n in raw["nodes"]]
-    return LabState(**raw)
-
-
-def save_state(state: LabState) -> None:
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = state_path().with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2))
-    os.replace(tmp, state_path())
-
-
-def require_root() -> None:
-    if os.geteuid() != 0:
-        raise BadInput("commbench lab needs root (it creates network namespaces, veths and qdiscs): "
-                       "run it as root, e.g. with sudo")
-
-
-def require_state() -> LabState:
-    state = load_state()
-    if state is None:
-        raise BadInput("no lab is up: start one with 'commbench lab up --nodes 2'")
-    return state
 
 
 def parse_rate(text: str) -> float:
@@ -132,7 +68,7 @@ def _netns_exists(name: str) -> bool:
 
 
 def node_names(n: int) -> list[str]:
-    return [f"{PREFIX}node{i + 1}" for i in range(n)]
+    return [f"{labstate.PREFIX}node{i + 1}" for i in range(n)]
 
 
 def _shape(node: LabNode, state: LabState) -> None:
@@ -153,8 +89,8 @@ def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_S
     require_root()
     if load_state() is not None:
         raise BadInput("a lab is already up: 'commbench lab status' shows it, 'commbench lab down' removes it")
-    if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", PREFIX):
-        raise BadInput(f"COMMBENCH_LAB_PREFIX={PREFIX!r} must be 1-6 lowercase letters/digits: e.g. cb")
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", labstate.PREFIX):
+        raise BadInput(f"COMMBENCH_LAB_PREFIX={labstate.PREFIX!r} must be 1-6 lowercase letters/digits: e.g. cb")
     if not 2 <= nodes <= 64:
         raise BadInput(f"--nodes {nodes} is outside 2..64: a lab needs at least 2 hosts")
     parse_rate(rate)
@@ -166,21 +102,21 @@ def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_S
     if not net.is_private or net.num_addresses < nodes + 2:
         raise BadInput(f"--subnet {subnet} must be a private range with room for {nodes} hosts")
     names = node_names(nodes)
-    ports = [f"{PREFIX}veth{i + 1}" for i in range(nodes)]
-    taken = [n for n in names if _netns_exists(n)] + [p for p in [BRIDGE] + ports if _link_exists(p)]
+    ports = [f"{labstate.PREFIX}veth{i + 1}" for i in range(nodes)]
+    taken = [n for n in names if _netns_exists(n)] + [p for p in [labstate.BRIDGE] + ports if _link_exists(p)]
     if taken:
         raise BadInput(f"{taken[0]} already exists and was not made by this lab: remove it or pick another machine")
 
     hosts = list(net.hosts())
-    state = LabState(subnet=str(net), bridge=BRIDGE)
-    if not STATE_DIR.exists():
-        state.files.append(str(STATE_DIR))  # ours: down removes it, with whatever the lab put in it
+    state = LabState(subnet=str(net), bridge=labstate.BRIDGE)
+    if not labstate.STATE_DIR.exists():
+        state.files.append(str(labstate.STATE_DIR))  # ours: down removes it, with whatever the lab put in it
     save_state(state)
     try:
-        state.created.append(["bridge", BRIDGE])
+        state.created.append(["bridge", labstate.BRIDGE])
         save_state(state)
-        _ip("link", "add", BRIDGE, "type", "bridge")
-        _ip("link", "set", BRIDGE, "up")
+        _ip("link", "add", labstate.BRIDGE, "type", "bridge")
+        _ip("link", "set", labstate.BRIDGE, "up")
         for i, name in enumerate(names):
             node = LabNode(name, str(hosts[i]), ports[i], mtu, rate)
             state.created.append(["netns", name])
@@ -189,7 +125,7 @@ def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_S
             save_state(state)
             _ip("netns", "add", name)
             _ip("link", "add", node.port, "type", "veth", "peer", "name", NS_IFACE, "netns", name)
-            _ip("link", "set", node.port, "master", BRIDGE)
+            _ip("link", "set", node.port, "master", labstate.BRIDGE)
             _ip("link", "set", node.port, "up")
             _ip("link", "set", "lo", "up", netns=name)
             _ip("addr", "add", f"{node.addr}/{net.prefixlen}", "dev", NS_IFACE, netns=name)
@@ -203,7 +139,7 @@ def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_S
 
 
 def write_hosts_file(state: LabState) -> Path:
-    path = STATE_DIR / "hosts"
+    path = labstate.STATE_DIR / "hosts"
     lines = ["127.0.0.1 localhost"] + [f"{n.addr} {n.name}" for n in state.nodes]
     path.write_text("\n".join(lines) + "\n")
     if str(path) not in state.files:

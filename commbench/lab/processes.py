@@ -7,15 +7,16 @@ import time
 
 import psutil
 
+from commbench.lab.state import save_state
+
 
 def record(state, name: str, pid: int) -> None:
-    from commbench.lab.network import save_state
-
     state.daemons.append({"name": name, "pid": pid, "start": psutil.Process(pid).create_time()})
     save_state(state)
 
 
-def _ours(entry: dict) -> psutil.Process | None:
+def running(entry: dict) -> psutil.Process | None:
+    """The recorded daemon's process if it still runs (same pid and start time), else None."""
     try:
         proc = psutil.Process(entry["pid"])
         return proc if abs(proc.create_time() - entry["start"]) < 0.01 else None
@@ -24,7 +25,7 @@ def _ours(entry: dict) -> psutil.Process | None:
 
 
 def stop_recorded(state, timeout: float = 10.0) -> list[str]:
-    procs = [(e["name"], p) for e in reversed(state.daemons) if (p := _ours(e)) is not None]
+    procs = [(e["name"], p) for e in reversed(state.daemons) if (p := running(e)) is not None]
     for _, p in procs:
         try:
             p.terminate()

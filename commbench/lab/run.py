@@ -15,7 +15,7 @@ import time
 from commbench.lab import nsexec
 from commbench.core.errors import BadInput
 from commbench.core.signals import Terminated, sigterm_raises
-from commbench.lab.network import NS_IFACE, STATE_DIR, LabState
+from commbench.lab.state import NS_IFACE, STATE_DIR, LabState
 
 LAB_PORT = 29400
 

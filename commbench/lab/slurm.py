@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from commbench.lab import network as labmod
+from commbench.lab import state as labmod
 from commbench.lab import processes as labprocs
 from commbench.lab import nsexec
 from commbench.core.errors import BadInput, CommbenchError, RuntimeFailure
@@ -286,7 +286,7 @@ def cancel_jobs(state: labmod.LabState, timeout: float = 15.0) -> None:
     """Cancel every job of the lab's Slurm and wait (bounded) until the queue is empty, so that no
     job step outlives its slurmd."""
     ctld = next((d for d in state.daemons if d["name"] == "slurmctld"), None)
-    if ctld is None or labprocs._ours(ctld) is None:
+    if ctld is None or labprocs.running(ctld) is None:
         return
     try:
         _cancel_all(state, timeout)
@@ -332,7 +332,7 @@ def down(state: labmod.LabState | None = None) -> list[str]:
 
 
 def status(state: labmod.LabState) -> dict:
-    alive = {d["name"]: labprocs._ours(d) is not None for d in state.daemons if _is_ours(d)}
+    alive = {d["name"]: labprocs.running(d) is not None for d in state.daemons if _is_ours(d)}
     info = {"daemons": alive, "conf": str(conf_path()), "nodes": {}, "queue": ""}
     if alive.get("slurmctld"):
         info["nodes"] = node_states(state)
@@ -344,7 +344,7 @@ def status(state: labmod.LabState) -> dict:
 def require_up(state: labmod.LabState) -> None:
     if not is_up(state):
         raise BadInput("the lab's Slurm is not up: start it with 'commbench lab slurm up'")
-    dead = [d["name"] for d in state.daemons if _is_ours(d) and labprocs._ours(d) is None]
+    dead = [d["name"] for d in state.daemons if _is_ours(d) and labprocs.running(d) is None]
     if dead:
         raise RuntimeFailure(f"the lab's {', '.join(dead)} stopped: see {slurm_dir()} and {munge_dir()}; "
                              "restart with 'commbench lab slurm down' and 'commbench lab slurm up'")

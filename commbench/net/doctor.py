@@ -49,13 +49,13 @@ def roce_rdma_mtu(netdev_mtu: int) -> int:
 
 
 def _usable_names(facts: dict) -> str:
-    names = [i["name"] for i in facts["interfaces"] if netinfo._has_address(i)]
+    names = [i["name"] for i in facts["interfaces"] if netinfo.has_address(i)]
     return ", ".join(names) or "none"
 
 
 def _suggest_iface(facts: dict) -> str:
     for i in facts["interfaces"]:
-        if i.get("link_layer") != "loopback" and i.get("state") == "up" and netinfo._has_address(i):
+        if i.get("link_layer") != "loopback" and i.get("state") == "up" and netinfo.has_address(i):
             return i["name"]
     return "eth0"
 
@@ -78,7 +78,7 @@ def check_socket_ifname(facts: dict) -> list[Finding]:
     hint = ("NCCL reads a comma list of name prefixes ('eth' matches eth0, eth1), '=' first makes them exact "
             f"('=eth0'), '^' first excludes ('^docker,lo'): e.g. NCCL_SOCKET_IFNAME=={_suggest_iface(facts)}")
     if not selected:
-        no_addr = [i["name"] for i in facts["interfaces"] if spec.matches(i["name"]) and not netinfo._has_address(i)]
+        no_addr = [i["name"] for i in facts["interfaces"] if spec.matches(i["name"]) and not netinfo.has_address(i)]
         extra = f"; {', '.join(no_addr)} matches but has no IP address" if no_addr else ""
         return [Finding("socket-ifname", host, f"NCCL_SOCKET_IFNAME={value} matches no interface with an IP address "
                         f"on {host} (interfaces with an address: {_usable_names(facts)}){extra}", hint)]
@@ -257,7 +257,7 @@ def check_roce_gid(facts: dict) -> list[Finding]:
 
 
 def _gid_text(gid: str) -> str:
-    a = netinfo._gid_addr(gid)
+    a = netinfo.gid_addr(gid)
     if a is None:
         return gid
     return str(a.ipv4_mapped) if a.ipv4_mapped else str(a)

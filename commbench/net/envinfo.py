@@ -23,7 +23,7 @@ ALLOWED_NAMES = {
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH|(^|_)KEY$)", re.IGNORECASE)
 
 # /sys/class/net/IF/type values (include/uapi/linux/if_arp.h)
-_ARPHRD = {"1": "ethernet", "32": "infiniband", "772": "loopback"}
+ARPHRD = {"1": "ethernet", "32": "infiniband", "772": "loopback"}
 
 
 def env_snapshot(environ: dict | None = None) -> dict[str, str]:
@@ -120,7 +120,7 @@ def iface_facts(iface: str | None, sysfs: Path | None = None) -> dict:
     return {
         "iface": iface,
         "mtu": int(mtu) if mtu is not None and str(mtu).isdigit() else None,
-        "link_layer": _ARPHRD.get(kind or "", kind),
+        "link_layer": ARPHRD.get(kind or "", kind),
         "speed_mbps": int(speed) if speed and str(speed).lstrip("-").isdigit() and int(speed) > 0 else None,
         "operstate": read("operstate"),
     }

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from commbench.net.envinfo import _ARPHRD, env_snapshot
+from commbench.net.envinfo import ARPHRD, env_snapshot
 
 SYSFS = Path("/sys")
 COMMAND_TIMEOUT = 10.0
@@ -97,7 +97,7 @@ def socket_ifname_selects(value: str | None, interfaces: Iterable[dict]) -> list
     if value is None or len(value) <= 1:
         return None
     spec = parse_nccl_list(value)
-    return [i["name"] for i in interfaces if _has_address(i) and spec.matches(i["name"])]
+    return [i["name"] for i in interfaces if has_address(i) and spec.matches(i["name"])]
 
 
 def gloo_ifname_missing(value: str | None, interfaces: Iterable[dict]) -> list[str]:
@@ -106,11 +106,12 @@ def gloo_ifname_missing(value: str | None, interfaces: Iterable[dict]) -> list[s
     or init_process_group fails ("Unable to find address for: NAME"). No prefixes, no ``=``/``^``."""
     if not value:
         return []
-    usable = {i["name"] for i in interfaces if _has_address(i)}
+    usable = {i["name"] for i in interfaces if has_address(i)}
     return [n for n in value.split(",") if n and n not in usable]
 
 
-def _has_address(iface: dict) -> bool:
+def has_address(iface: dict) -> bool:
+    """Whether NCCL could use the interface: it has an address other than ::1 (or none were recorded)."""
     addrs = iface.get("addresses")
     if addrs is None:  # a recorded tree without `ip addr` output: unknown, assume usable
         return True
@@ -130,7 +131,8 @@ def ib_hca_selects(value: str | None, ports: Iterable[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _gid_addr(gid: str) -> ipaddress.IPv6Address | None:
+def gid_addr(gid: str) -> ipaddress.IPv6Address | None:
+    """A RoCE GID as an IPv6 address, or None when it is not one."""
     try:
         return ipaddress.IPv6Address(gid)
     except ValueError:
@@ -139,7 +141,7 @@ def _gid_addr(gid: str) -> ipaddress.IPv6Address | None:
 
 def gid_family(gid: str) -> str:
     """AF_INET for IPv4-mapped GIDs (::ffff:a.b.c.d), else AF_INET6 (net_ib getGidAddrFamily)."""
-    a = _gid_addr(gid)
+    a = gid_addr(gid)
     if a is None:
         return "AF_INET6"
     p = a.packed
@@ -150,7 +152,7 @@ def gid_family(gid: str) -> str:
 
 def gid_valid(gid: str) -> bool:
     """net_ib validGid: configured (not all zero, not a bare fe80::) and not link-local."""
-    a = _gid_addr(gid)
+    a = gid_addr(gid)
     if a is None:
         return False
     p = a.packed
@@ -161,7 +163,7 @@ def gid_valid(gid: str) -> bool:
 
 
 def gid_link_local(gid: str) -> bool:
-    a = _gid_addr(gid)
+    a = gid_addr(gid)
     return a is not None and a.packed[:4] == b"\xfe\x80\0\0" and a.packed[4:8] == b"\0" * 4
 
 
@@ -220,7 +222,7 @@ def nccl_gid_index(port: dict, environ: dict, nccl_version: str | None = None) -
     def in_range(gid: str) -> bool:
         if net is None:
             return True
-        a = _gid_addr(gid)
+        a = gid_addr(gid)
         if a is None:
             return False
         if net.version == 4:
@@ -301,7 +303,7 @@ def live_interfaces() -> list[dict]:
         out.append({
             "name": name, "state": state, "running": running, "mtu": st.mtu if st else None,
             "speed_mbps": st.speed if st and st.speed and st.speed > 0 else None,
-            "driver": _driver(name), "link_layer": _ARPHRD.get(kind or "", kind), "mac": mac, "addresses": ips,
+            "driver": _driver(name), "link_layer": ARPHRD.get(kind or "", kind), "mac": mac, "addresses": ips,
         })
     return out
 
@@ -352,7 +354,7 @@ def recorded_interfaces(root: Path) -> list[dict]:
             "name": name, "state": state, "running": running,
             "mtu": int(mtu) if mtu and mtu.isdigit() else (rec["mtu"] if rec else None),
             "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None,
-            "driver": drv.group(1) if drv else None, "link_layer": _ARPHRD.get(kind or "", kind),
+            "driver": drv.group(1) if drv else None, "link_layer": ARPHRD.get(kind or "", kind),
             "mac": _read(d / "address"), "addresses": rec["addresses"] if rec else None,
         })
     return out
@@ -669,7 +671,7 @@ def socket_ifname_warnings(environ: dict | None = None, interfaces: list[dict] |
     """One line per NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME that matches no usable interface here."""
     environ = os.environ if environ is None else environ
     interfaces = live_interfaces() if interfaces is None else interfaces
-    have = ", ".join(i["name"] for i in interfaces if _has_address(i)) or "none"
+    have = ", ".join(i["name"] for i in interfaces if has_address(i)) or "none"
     lines = []
     nccl = environ.get("NCCL_SOCKET_IFNAME")
     if socket_ifname_selects(nccl, interfaces) == []:

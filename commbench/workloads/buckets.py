@@ -26,7 +26,7 @@ from commbench.harness.data import check_bytes, count_mismatches, input_pattern,
 from commbench.harness.dtypes import get_dtype, torch_op
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
-from commbench.harness.plan import RunOptions
+from commbench.core.options import RunOptions
 from commbench.harness.runner import Session
 from commbench.core.units import format_size
 

@@ -28,7 +28,7 @@ from commbench.analysis import linkrank
 from commbench.workloads import tournament
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
-from commbench.harness.plan import RunOptions
+from commbench.core.options import RunOptions
 from commbench.harness.runner import Measurement, Session
 from commbench.core.units import format_size
 

@@ -37,7 +37,7 @@ from commbench.core.vocab import ALIGN, check_backend_support, get_dtype, volume
 from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
-from commbench.harness.plan import RunOptions
+from commbench.core.options import RunOptions
 from commbench.harness.runner import Session
 from commbench.core.units import format_size
 

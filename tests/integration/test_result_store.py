@@ -143,7 +143,7 @@ def test_a_full_disk_fails_clearly_and_keeps_what_was_written(small_disk, tmp_pa
     finally:
         kill_quietly(proc)
     err = stderr.read_text()
-    assert code == 3, err  # a runtime failure (DESIGN.md): what was measured is kept
+    assert code == 3, err  # a runtime failure (docs/ARCHITECTURE.md, exit codes): what was measured is kept
     assert "Traceback" not in err
     lines = stderr_lines(err)
     assert all(line.startswith("commbench: ") for line in lines), err

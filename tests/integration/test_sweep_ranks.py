@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 ALL = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "sendrecv")
 
-# DESIGN.md's busbw factors (nccl-tests' getBw), written out here on purpose: not imported.
+# The busbw factors of docs/RESULTS.md (nccl-tests' getBw), written out here on purpose: not imported.
 BUSBW_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,

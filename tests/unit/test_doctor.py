@@ -429,7 +429,7 @@ def test_rdma_ports_from_sysfs():
 # ------------------------------------------------------------------ the sweep's warning and the results' summary
 
 def test_sweep_warning_line(capsys, monkeypatch):
-    from commbench.cli.app import _warn_socket_ifname
+    from commbench.cli.launcher import _warn_socket_ifname
 
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib9")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")

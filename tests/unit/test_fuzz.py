@@ -184,7 +184,7 @@ LOGS = sorted((DATA / "nccl-tests").glob("*.txt"))
 def _nccl_tests():
     if importlib.util.find_spec("commbench.integrations.nccl_tests") is None:
         pytest.skip("commbench.integrations.nccl_tests does not exist yet (another change adds it)")
-    import commbench.integrations.nccl_tests as nt
+    import commbench.integrations.nccl_tests.importer as nt
 
     return nt
 

@@ -1,5 +1,7 @@
 """The lab's refusals that need no root and create nothing."""
 
+import os
+
 import pytest
 
 from commbench.lab import network as lab
@@ -10,7 +12,7 @@ from commbench.core.errors import BadInput
 @pytest.mark.parametrize("args", [["lab", "up"], ["lab", "status"], ["lab", "set", "--mtu", "9000"],
                                   ["lab", "down"], ["lab", "run", "--", "true"], ["lab", "exec", "x", "--", "true"]])
 def test_every_lab_command_refuses_without_root(monkeypatch, capsys, args):
-    monkeypatch.setattr(lab.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 2

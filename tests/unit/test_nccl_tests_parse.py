@@ -20,7 +20,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from commbench.integrations import nccl_tests as nt
+from commbench.integrations.nccl_tests.format import (SINGLE_RANK_HINT, collective_from_filename,
+                                                      collective_from_program, nccl_version_string)
+from commbench.integrations.nccl_tests.importer import parse_file
+from commbench.integrations.nccl_tests.json_doc import parse_json_document
+from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, base_columns
+from commbench.integrations.nccl_tests.run import _user_json_path, build_argv
+from commbench.integrations.nccl_tests.text import parse_text
 from commbench.core.errors import BadInput
 from commbench.core.results import _table
 
@@ -29,20 +35,20 @@ SAMPLES = sorted(p.name for p in DATA.glob("*.txt"))
 NO_ROWS = "all_reduce_legacy_non_mpi_build_duplicated_headers_partial.txt"
 
 
-def frame(parsed: nt.Parsed) -> pd.DataFrame:
+def frame(parsed: Parsed) -> pd.DataFrame:
     """Through the real schema, as the writer stores them."""
     return _table(parsed.records).to_pandas()
 
 
-def load(name: str, **kw) -> tuple[nt.Parsed, pd.DataFrame]:
-    parsed = nt.parse_file(DATA / name, "20250101-000000-abcdef", **kw)
+def load(name: str, **kw) -> tuple[Parsed, pd.DataFrame]:
+    parsed = parse_file(DATA / name, "20250101-000000-abcdef", **kw)
     return parsed, frame(parsed)
 
 
-def text_parsed(text: str, name: str = "all_reduce_perf.log", collective: str | None = None) -> nt.Parsed:
-    builder = nt.RecordBuilder(nt.base_columns("20250101-000000-abcdef", "", pd.Timestamp.now(tz="UTC"), {}, {}),
-                               collective, nt.collective_from_filename(name), name)
-    return nt.parse_text(text, name, builder)
+def text_parsed(text: str, name: str = "all_reduce_perf.log", collective: str | None = None) -> Parsed:
+    builder = RecordBuilder(base_columns("20250101-000000-abcdef", "", pd.Timestamp.now(tz="UTC"), {}, {}),
+                            collective, collective_from_filename(name), name)
+    return parse_text(text, name, builder)
 
 
 def hosts(df: pd.DataFrame) -> list[list[str]]:
@@ -201,12 +207,12 @@ def test_non_mpi_build_with_duplicated_headers_and_no_rows_is_bad_input_with_the
         load(NO_ROWS)
     msg = str(exc.value)
     assert f"{NO_ROWS} line 14:" in msg and "no nccl-tests result rows" in msg
-    assert nt.SINGLE_RANK_HINT in msg and "\n" not in msg
+    assert SINGLE_RANK_HINT in msg and "\n" not in msg
 
 
 def test_single_rank_busbw_zero_symptom():
     parsed, df = load("all_reduce_single_rank_busbw0_partial.txt")
-    assert parsed.warnings == [nt.SINGLE_RANK_HINT]
+    assert parsed.warnings == [SINGLE_RANK_HINT]
     assert set(df.world_size) == {1} and (df.busbw_GBps == 0).all()
     # two processes printed the same sizes: repetitions 0 and 1, in the order printed
     check_half(row(df, 134217728, False, 0), "33554432", "631.9", "212.41", "0.00", "0")
@@ -260,7 +266,7 @@ def test_tagged_processes_each_printing_their_own_header_is_the_single_rank_symp
         text += f"[1,1]<stdout>:{line}\n[1,0]<stdout>:{line}\n"
     parsed = text_parsed(text)
     df = frame(parsed)
-    assert parsed.warnings == [nt.SINGLE_RANK_HINT]
+    assert parsed.warnings == [SINGLE_RANK_HINT]
     assert set(df.world_size) == {1} and len(df) == 8 and set(df.repetition) == {0, 1}
 
 
@@ -285,7 +291,7 @@ def test_s_timestamp_sets_started_at_on_import(tmp_path):
     f = tmp_path / "all_reduce_perf.log"
     f.write_text("     1048576        262144     float     sum      -1    67.31   15.58   27.26       0    65.27   "
                  "16.07   28.11       0    2025-03-04 10:11:12\n")
-    df = frame(nt.parse_file(f, "20250101-000000-abcdef"))
+    df = frame(parse_file(f, "20250101-000000-abcdef"))
     local = dt.datetime(2025, 3, 4, 10, 11, 12).astimezone(dt.timezone.utc)  # nccl-tests prints local time
     assert df.started_at.iloc[0] == pd.Timestamp(local)
 
@@ -356,7 +362,7 @@ def test_rows_from_two_interleaved_processes_after_duplicated_headers():
             "  0e+00\n")
     parsed = text_parsed(dup + rows + rows.replace("2861.4", "2799.0"))
     df = frame(parsed)
-    assert parsed.warnings == [nt.SINGLE_RANK_HINT]
+    assert parsed.warnings == [SINGLE_RANK_HINT]
     assert set(df.world_size) == {1} and list(df.repetition) == [0, 0, 1, 1]
     assert list(df.time_us) == [2861.4, 0.49, 2799.0, 0.49] and set(df.check_error) == {0.0}
     assert df.algbw_GBps.iloc[1] == 2.7e6
@@ -394,15 +400,15 @@ def test_collective_override_and_none_found():
 
 
 def test_file_and_program_names():
-    assert nt.collective_from_program("./build/all_gather_perf_mpi") == "all_gather"
-    assert nt.collective_from_program("alltoall_perf") == "all_to_all"
-    assert nt.collective_from_program("sendrecv_perf") == "sendrecv"
-    assert nt.collective_from_program("reduce_scatter_perf") == "reduce_scatter"
-    assert nt.collective_from_program("scatter_perf") == "scatter"
-    assert nt.collective_from_filename("node3_reduce_scatter_perf.out") == "reduce_scatter"
-    assert nt.collective_from_filename("run.log") is None
-    assert nt.nccl_version_string(21903) == "2.19.3" and nt.nccl_version_string("2708") == "2.7.8"
-    assert nt.nccl_version_string(22703) == "2.27.3"
+    assert collective_from_program("./build/all_gather_perf_mpi") == "all_gather"
+    assert collective_from_program("alltoall_perf") == "all_to_all"
+    assert collective_from_program("sendrecv_perf") == "sendrecv"
+    assert collective_from_program("reduce_scatter_perf") == "reduce_scatter"
+    assert collective_from_program("scatter_perf") == "scatter"
+    assert collective_from_filename("node3_reduce_scatter_perf.out") == "reduce_scatter"
+    assert collective_from_filename("run.log") is None
+    assert nccl_version_string(21903) == "2.19.3" and nccl_version_string("2708") == "2.7.8"
+    assert nccl_version_string(22703) == "2.27.3"
 
 
 # ---- -J JSON ------------------------------------------------------------------------------------
@@ -449,7 +455,7 @@ def json_doc(**over) -> str:
 def test_json_document(tmp_path):
     f = tmp_path / "r.json"
     f.write_text(json_doc())
-    parsed = nt.parse_file(f, "20250101-000000-abcdef", label="j")
+    parsed = parse_file(f, "20250101-000000-abcdef", label="j")
     df = frame(parsed)
     assert parsed.fmt == "json" and parsed.failed and parsed.skipped == {"of size 0": 2, "without a time": 1}
     assert len(df) == 3 and set(df.collective) == {"all_reduce"} and set(df.root) == {-1}
@@ -474,7 +480,7 @@ def test_json_cut_short_names_the_line(tmp_path):
     f = tmp_path / "cut.json"
     f.write_text(text[: len(text) // 2])
     with pytest.raises(BadInput, match=r"cut\.json line [0-9]+: not valid JSON"):
-        nt.parse_file(f, "20250101-000000-abcdef")
+        parse_file(f, "20250101-000000-abcdef")
 
 
 @pytest.mark.parametrize("change, match", [
@@ -489,7 +495,7 @@ def test_bad_json(tmp_path, change, match):
     f = tmp_path / "all_reduce.json"
     f.write_text(json_doc(**change))
     with pytest.raises(BadInput, match=match):
-        nt.parse_file(f, "20250101-000000-abcdef")
+        parse_file(f, "20250101-000000-abcdef")
 
 
 # ---- bad input ----------------------------------------------------------------------------------
@@ -499,10 +505,10 @@ def test_binary_junk_names_the_line(tmp_path):
     f = tmp_path / "all_reduce.log"
     f.write_bytes(CURRENT.encode()[:200] + b"\n\x00\x01\x02\xff" * 50)
     with pytest.raises(BadInput, match=r"all_reduce\.log line 4: binary data"):
-        nt.parse_file(f, "20250101-000000-abcdef")
+        parse_file(f, "20250101-000000-abcdef")
     f.write_bytes(bytes(range(128, 256)) * 40)
     with pytest.raises(BadInput, match=r"line 1: binary data"):
-        nt.parse_file(f, "20250101-000000-abcdef")
+        parse_file(f, "20250101-000000-abcdef")
 
 
 def test_truncated_last_row_names_the_line(tmp_path):
@@ -511,7 +517,7 @@ def test_truncated_last_row_names_the_line(tmp_path):
     cut = "\n".join(lines[:24]) + "\n" + lines[24][:60]
     f.write_text(cut)
     with pytest.raises(BadInput, match=r"all_reduce\.log line 25: .*truncated"):
-        nt.parse_file(f, "20250101-000000-abcdef")
+        parse_file(f, "20250101-000000-abcdef")
 
 
 def test_row_that_does_not_match_its_header(tmp_path):
@@ -533,14 +539,14 @@ def test_no_rows(tmp_path, content):
     f = tmp_path / "all_reduce.log"
     f.write_text(content)
     with pytest.raises(BadInput, match=r"no nccl-tests result rows"):
-        nt.parse_file(f, "20250101-000000-abcdef")
+        parse_file(f, "20250101-000000-abcdef")
 
 
 def test_missing_file_and_folder(tmp_path):
     with pytest.raises(BadInput, match="does not exist"):
-        nt.parse_file(tmp_path / "nope.log", "x")
+        parse_file(tmp_path / "nope.log", "x")
     with pytest.raises(BadInput, match="is a folder"):
-        nt.parse_file(tmp_path, "x")
+        parse_file(tmp_path, "x")
 
 
 # ---- the import command -------------------------------------------------------------------------
@@ -587,7 +593,7 @@ def test_import_command_failed_check_exits_1_and_symptom_warns(tmp_path, capsys)
                          "--out", str(tmp_path / "s.parquet"), capsys=capsys)
     assert code == 0
     assert [line for line in err.splitlines() if "warning" in line] == [
-        f"commbench: warning: {DATA / 'all_reduce_single_rank_busbw0_partial.txt'}: {nt.SINGLE_RANK_HINT}"]
+        f"commbench: warning: {DATA / 'all_reduce_single_rank_busbw0_partial.txt'}: {SINGLE_RANK_HINT}"]
 
 
 # ---- anything at all: a result or BadInput ------------------------------------------------------
@@ -615,10 +621,10 @@ def _parse_any(text: str) -> None:
         _table(parsed.records)  # whatever was accepted fits the schema
 
 
-def json_parsed(text: str) -> nt.Parsed:
-    builder = nt.RecordBuilder(nt.base_columns("20250101-000000-abcdef", "", pd.Timestamp.now(tz="UTC"), {}, {}),
-                               None, "all_reduce", "r.json")
-    return nt.parse_json_document(text, "r.json", builder)
+def json_parsed(text: str) -> Parsed:
+    builder = RecordBuilder(base_columns("20250101-000000-abcdef", "", pd.Timestamp.now(tz="UTC"), {}, {}),
+                            None, "all_reduce", "r.json")
+    return parse_json_document(text, "r.json", builder)
 
 
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
@@ -664,7 +670,7 @@ def test_arbitrary_bytes_give_rows_or_bad_input(tmp_path_factory, blob):
     f = tmp_path_factory.mktemp("b") / "all_reduce.log"
     f.write_bytes(blob)
     try:
-        parsed = nt.parse_file(f, "20250101-000000-abcdef")
+        parsed = parse_file(f, "20250101-000000-abcdef")
     except BadInput:
         return
     _table(parsed.records)
@@ -674,22 +680,22 @@ def test_arbitrary_bytes_give_rows_or_bad_input(tmp_path_factory, blob):
 
 
 def test_run_argv_is_a_list_for_each_launcher(monkeypatch):
-    monkeypatch.setattr(nt.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("commbench.integrations.nccl_tests.run.shutil.which", lambda name: f"/usr/bin/{name}")
     args = ["-b", "8", "-e", "1G", "-f", "2", "-g", "1"]
-    assert nt.build_argv("/x/all_reduce_perf", args, "none", None, []) == ["/x/all_reduce_perf", *args]
-    assert nt.build_argv("/x/all_reduce_perf", args, "mpirun", 16, ["--hostfile", "h"]) == [
+    assert build_argv("/x/all_reduce_perf", args, "none", None, []) == ["/x/all_reduce_perf", *args]
+    assert build_argv("/x/all_reduce_perf", args, "mpirun", 16, ["--hostfile", "h"]) == [
         "/usr/bin/mpirun", "-np", "16", "--hostfile", "h", "/x/all_reduce_perf", *args]
-    assert nt.build_argv("/x/all_reduce_perf", args, "srun", 4, ["--mpi=pmix"]) == [
+    assert build_argv("/x/all_reduce_perf", args, "srun", 4, ["--mpi=pmix"]) == [
         "/usr/bin/srun", "--ntasks", "4", "--mpi=pmix", "/x/all_reduce_perf", *args]
     with pytest.raises(BadInput, match="--np starts several processes"):
-        nt.build_argv("/x/all_reduce_perf", args, "none", 2, [])
-    monkeypatch.setattr(nt.shutil, "which", lambda name: None)
+        build_argv("/x/all_reduce_perf", args, "none", 2, [])
+    monkeypatch.setattr("commbench.integrations.nccl_tests.run.shutil.which", lambda name: None)
     with pytest.raises(BadInput, match="mpirun is not on PATH"):
-        nt.build_argv("/x/all_reduce_perf", args, "mpirun", 2, [])
+        build_argv("/x/all_reduce_perf", args, "mpirun", 2, [])
 
 
 def test_a_json_path_given_by_the_user_is_kept():
-    assert nt._user_json_path(["-b", "8", "-J", "out.json"]) == "out.json"
-    assert nt._user_json_path(["--output_file=o.json"]) == "o.json"
-    assert nt._user_json_path(["-Jx.json"]) == "x.json"
-    assert nt._user_json_path(["-b", "8"]) is None
+    assert _user_json_path(["-b", "8", "-J", "out.json"]) == "out.json"
+    assert _user_json_path(["--output_file=o.json"]) == "o.json"
+    assert _user_json_path(["-Jx.json"]) == "x.json"
+    assert _user_json_path(["-b", "8"]) is None

@@ -110,7 +110,7 @@ def test_own_debug_file_is_the_one_of_this_process(tmp_path):
 def test_record_transport_rewrites_the_results(tmp_path, monkeypatch):
     import pandas as pd
 
-    from commbench.integrations import nccl_tests
+    from commbench.integrations.nccl_tests import importer as nccl_tests
     from commbench.core.results import ResultWriter
 
     parsed = nccl_tests.parse_file(Path(__file__).parents[1] / "data" / "nccl-tests"

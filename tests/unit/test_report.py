@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench.analysis import report
+from commbench.analysis import markdown, report
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 
@@ -226,11 +226,11 @@ def test_markdown_report_has_tables_and_a_linked_png_beside_it(df, tmp_path):
 
 
 def test_md_escapes_what_markdown_would_interpret():
-    assert report.md("a|b") == "a\\|b"
-    assert report.md("<b>") == "&lt;b&gt;"
-    assert report.md("[x](javascript:y)") == "\\[x\\](javascript:y)"
-    assert report.md("all_reduce") == "all_reduce" and report.md("_e_") == "\\_e\\_"
-    assert report.md("line\nbreak") == "line break"
+    assert markdown.md("a|b") == "a\\|b"
+    assert markdown.md("<b>") == "&lt;b&gt;"
+    assert markdown.md("[x](javascript:y)") == "\\[x\\](javascript:y)"
+    assert markdown.md("all_reduce") == "all_reduce" and markdown.md("_e_") == "\\_e\\_"
+    assert markdown.md("line\nbreak") == "line break"
 
 
 def test_format_follows_the_out_suffix_and_default_out_is_next_to_the_first_result(tmp_path):

@@ -247,83 +247,31 @@ def _show(value: Any) -> str:
 
 
 def parse(document: Any, source: str = "<dict>") -> DsConfig:
-    """Check a decoded ds_config document and return its typed settings."""
+    """Check a decoded ds_config document and return its typed settings.
+
+    The settings are read in a fixed order (ZeRO section, precision, batch sizes, optimizer), so
+    the first problem reported, and the order of `auto_fields`, do not depend on the helpers.
+    """
     r = _Reader(source)
     if not isinstance(document, dict):
         raise BadInput(f"DeepSpeed config {source!r} is {_show(document)}, not a JSON object: "
                        'a ds_config is an object such as {"zero_optimization": {"stage": 2}}')
     zero = r.section(document, "zero_optimization")
-
-    stage_value = zero.get("stage", 0)
-    if isinstance(stage_value, str) and stage_value.strip().lower() == "auto":
-        r.auto.append("zero_optimization.stage")
-        stage = 0
-    else:
-        if isinstance(stage_value, float) and stage_value.is_integer():
-            stage_value = int(stage_value)
-        if stage_value is None:
-            stage_value = 0
-        if isinstance(stage_value, bool) or not isinstance(stage_value, int) or not 0 <= stage_value <= 3:
-            r.fail("zero_optimization.stage", f"is {_show(stage_value)}", "use 0, 1, 2 or 3")
-        stage = stage_value
-
-    reduce_bucket = r.whole(zero, "reduce_bucket_size", "zero_optimization.reduce_bucket_size",
-                            DEFAULT_REDUCE_BUCKET_SIZE, minimum=1, unit=" of elements")
-    allgather_bucket = r.whole(zero, "allgather_bucket_size", "zero_optimization.allgather_bucket_size",
-                               DEFAULT_ALLGATHER_BUCKET_SIZE, minimum=0, unit=" of elements")
-    if allgather_bucket % 2:
-        # stage_1_and_2.py asserts allgather_bucket_size % nccl_start_alignment_factor (2) == 0
-        r.fail("zero_optimization.allgather_bucket_size", f"is odd ({allgather_bucket})",
-               "DeepSpeed needs an even number of elements, e.g. 500000000")
-    prefetch_key = "stage3_prefetch_bucket_size" if "stage3_prefetch_bucket_size" in zero else "prefetch_bucket_size"
-    prefetch = r.whole(zero, prefetch_key, f"zero_optimization.{prefetch_key}", DEFAULT_PREFETCH_BUCKET_SIZE,
-                       minimum=0, unit=" of elements")
-    overlap = r.flag(zero, "overlap_comm", "zero_optimization.overlap_comm", None)
-    if overlap is None:
-        overlap = stage == 3  # DeepSpeedZeroConfig.overlap_comm_valid
-    reduce_scatter = r.flag(zero, "reduce_scatter", "zero_optimization.reduce_scatter", True)
-    contiguous = r.flag(zero, "contiguous_gradients", "zero_optimization.contiguous_gradients", True)
-    multi_rank = r.flag(zero, "use_multi_rank_bucket_allreduce",
-                        "zero_optimization.use_multi_rank_bucket_allreduce", True)
-    allgather_partitions = r.flag(zero, "allgather_partitions", "zero_optimization.allgather_partitions", True)
-
-    offload_optimizer = r.offload(zero, "offload_optimizer", "zero_optimization.offload_optimizer")
-    if offload_optimizer == "none" and r.flag(zero, "cpu_offload", "zero_optimization.cpu_offload", False):
-        offload_optimizer = "cpu"  # deprecated spelling, still honoured by DeepSpeed
-    offload_param = r.offload(zero, "offload_param", "zero_optimization.offload_param")
-    if offload_param == "none" and r.flag(zero, "cpu_offload_param", "zero_optimization.cpu_offload_param", False):
-        offload_param = "cpu"
-
-    fp16_section = r.section(document, "fp16")
-    bf16_key = "bf16" if "bf16" in document else "bfloat16"
-    bf16_section = r.section(document, bf16_key)
-    fp16 = bool(r.flag(fp16_section, "enabled", "fp16.enabled", False))
-    bf16 = bool(r.flag(bf16_section, "enabled", f"{bf16_key}.enabled", False))
-    if fp16 and bf16:
-        r.fail("fp16.enabled and bf16.enabled", "are both true", "enable one of them")
-
-    batch = {}
-    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
-        batch[key] = r.whole(document, key, key, None, minimum=1)
-
-    optimizer = r.section(document, "optimizer")
-    opt_type = optimizer.get("type")
-    if opt_type is not None and not isinstance(opt_type, str):
-        r.fail("optimizer.type", f"is {_show(opt_type)}, not a name", 'write e.g. "AdamW"')
-    opt_params = optimizer.get("params")
-    if opt_params is not None and not isinstance(opt_params, dict):
-        r.fail("optimizer.params", f"is {_show(opt_params)}, not an object", 'write e.g. {"lr": 1e-4}')
+    stage = _read_stage(r, zero)
+    reduce_bucket, allgather_bucket, prefetch = _read_buckets(r, zero)
+    flags = _read_zero_flags(r, zero, stage)
+    offload_optimizer, offload_param = _read_offload(r, zero)
+    fp16, bf16 = _read_precision(r, document)
+    batch = {key: r.whole(document, key, key, None, minimum=1)
+             for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")}
+    opt_type = _read_optimizer_type(r, document)
 
     return DsConfig(
         zero_stage=stage,
         reduce_bucket_size=reduce_bucket,
         allgather_bucket_size=allgather_bucket,
         stage3_prefetch_bucket_size=prefetch,
-        overlap_comm=overlap,
-        reduce_scatter=reduce_scatter,
-        contiguous_gradients=contiguous,
-        use_multi_rank_bucket_allreduce=multi_rank,
-        allgather_partitions=allgather_partitions,
+        **flags,
         fp16=fp16,
         bf16=bf16,
         offload_optimizer=offload_optimizer,
@@ -336,6 +284,89 @@ def parse(document: Any, source: str = "<dict>") -> DsConfig:
         source=source,
         raw=copy.deepcopy(document),
     )
+
+
+def _read_stage(r: _Reader, zero: Mapping) -> int:
+    """zero_optimization.stage: 0-3; absent, null or "auto" is 0 (DeepSpeed's default), 2.0 is 2."""
+    stage_value = zero.get("stage", 0)
+    if isinstance(stage_value, str) and stage_value.strip().lower() == "auto":
+        r.auto.append("zero_optimization.stage")
+        return 0
+    if isinstance(stage_value, float) and stage_value.is_integer():
+        stage_value = int(stage_value)
+    if stage_value is None:
+        stage_value = 0
+    if isinstance(stage_value, bool) or not isinstance(stage_value, int) or not 0 <= stage_value <= 3:
+        r.fail("zero_optimization.stage", f"is {_show(stage_value)}", "use 0, 1, 2 or 3")
+    return stage_value
+
+
+def _read_buckets(r: _Reader, zero: Mapping) -> tuple[int, int, int]:
+    """The reduce, all-gather and stage-3 prefetch bucket sizes in elements, as DeepSpeed checks them."""
+    reduce_bucket = r.whole(zero, "reduce_bucket_size", "zero_optimization.reduce_bucket_size",
+                            DEFAULT_REDUCE_BUCKET_SIZE, minimum=1, unit=" of elements")
+    allgather_bucket = r.whole(zero, "allgather_bucket_size", "zero_optimization.allgather_bucket_size",
+                               DEFAULT_ALLGATHER_BUCKET_SIZE, minimum=0, unit=" of elements")
+    if allgather_bucket % 2:
+        # stage_1_and_2.py asserts allgather_bucket_size % nccl_start_alignment_factor (2) == 0
+        r.fail("zero_optimization.allgather_bucket_size", f"is odd ({allgather_bucket})",
+               "DeepSpeed needs an even number of elements, e.g. 500000000")
+    prefetch_key = "stage3_prefetch_bucket_size" if "stage3_prefetch_bucket_size" in zero else "prefetch_bucket_size"
+    prefetch = r.whole(zero, prefetch_key, f"zero_optimization.{prefetch_key}", DEFAULT_PREFETCH_BUCKET_SIZE,
+                       minimum=0, unit=" of elements")
+    return reduce_bucket, allgather_bucket, prefetch
+
+
+def _read_zero_flags(r: _Reader, zero: Mapping, stage: int) -> dict[str, bool]:
+    """The ZeRO switches that change which collectives run, keyed by their DsConfig field."""
+    overlap = r.flag(zero, "overlap_comm", "zero_optimization.overlap_comm", None)
+    if overlap is None:
+        overlap = stage == 3  # DeepSpeedZeroConfig.overlap_comm_valid
+    return {
+        "overlap_comm": overlap,
+        "reduce_scatter": r.flag(zero, "reduce_scatter", "zero_optimization.reduce_scatter", True),
+        "contiguous_gradients": r.flag(zero, "contiguous_gradients", "zero_optimization.contiguous_gradients",
+                                       True),
+        "use_multi_rank_bucket_allreduce": r.flag(zero, "use_multi_rank_bucket_allreduce",
+                                                  "zero_optimization.use_multi_rank_bucket_allreduce", True),
+        "allgather_partitions": r.flag(zero, "allgather_partitions", "zero_optimization.allgather_partitions",
+                                       True),
+    }
+
+
+def _read_offload(r: _Reader, zero: Mapping) -> tuple[str, str]:
+    """Optimizer and parameter offload devices, honouring the deprecated cpu_offload spellings."""
+    offload_optimizer = r.offload(zero, "offload_optimizer", "zero_optimization.offload_optimizer")
+    if offload_optimizer == "none" and r.flag(zero, "cpu_offload", "zero_optimization.cpu_offload", False):
+        offload_optimizer = "cpu"  # deprecated spelling, still honoured by DeepSpeed
+    offload_param = r.offload(zero, "offload_param", "zero_optimization.offload_param")
+    if offload_param == "none" and r.flag(zero, "cpu_offload_param", "zero_optimization.cpu_offload_param", False):
+        offload_param = "cpu"
+    return offload_optimizer, offload_param
+
+
+def _read_precision(r: _Reader, document: Mapping) -> tuple[bool, bool]:
+    """fp16 and bf16 (or its old name bfloat16) enabled; both at once is refused, as DeepSpeed does."""
+    fp16_section = r.section(document, "fp16")
+    bf16_key = "bf16" if "bf16" in document else "bfloat16"
+    bf16_section = r.section(document, bf16_key)
+    fp16 = bool(r.flag(fp16_section, "enabled", "fp16.enabled", False))
+    bf16 = bool(r.flag(bf16_section, "enabled", f"{bf16_key}.enabled", False))
+    if fp16 and bf16:
+        r.fail("fp16.enabled and bf16.enabled", "are both true", "enable one of them")
+    return fp16, bf16
+
+
+def _read_optimizer_type(r: _Reader, document: Mapping) -> str | None:
+    """optimizer.type (a name or absent); optimizer.params, when given, must be an object."""
+    optimizer = r.section(document, "optimizer")
+    opt_type = optimizer.get("type")
+    if opt_type is not None and not isinstance(opt_type, str):
+        r.fail("optimizer.type", f"is {_show(opt_type)}, not a name", 'write e.g. "AdamW"')
+    opt_params = optimizer.get("params")
+    if opt_params is not None and not isinstance(opt_params, dict):
+        r.fail("optimizer.params", f"is {_show(opt_params)}, not an object", 'write e.g. {"lr": 1e-4}')
+    return opt_type
 
 
 # ----------------------------------------------------------------------------- adapting
@@ -364,20 +395,39 @@ def adapt_for(config: DsConfig | Mapping[str, Any], world_size: int, device_type
     - "auto" values are replaced by DeepSpeed's defaults.
     """
     cfg = config if isinstance(config, DsConfig) else parse(config)
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise BadInput(f"world size {world_size!r} is not a positive whole number: pass the number of ranks")
-    if not isinstance(device_type, str) or not device_type:
-        raise BadInput(f"device type {device_type!r} is not a device name: use 'cpu' or 'cuda'")
-    device_type = device_type.split(":")[0].lower()
+    device_type = _check_target(world_size, device_type)
+    on_cpu = device_type == "cpu"
     out = cfg.to_dict()
-    notes: list[str] = []
     zero = out.get("zero_optimization")
     if not isinstance(zero, dict):
         zero = {}
         if "zero_optimization" in out:
             out["zero_optimization"] = zero
+    # Each step edits `out` (and `zero`, the same object as out["zero_optimization"] when that
+    # is an object) in place and returns its lines; the order of the lines is the order here.
+    notes = _concrete_autos(cfg, out)
+    notes += _consistent_batch_sizes(cfg, out, world_size)
+    notes += _runnable_precision(cfg, out, on_cpu)
+    offload_optimizer, offload_notes = _runnable_offload(cfg, zero, on_cpu)
+    notes += offload_notes
+    notes += _usable_optimizer(out, cheap_adam=on_cpu and offload_optimizer == "none")
+    return out, notes
 
-    # "auto" -> DeepSpeed's default, written out so the adapted dict is concrete.
+
+def _check_target(world_size: Any, device_type: Any) -> str:
+    """Refuse a world size or device name that cannot be a target; the device's type ('cuda:1' -> 'cuda')."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise BadInput(f"world size {world_size!r} is not a positive whole number: pass the number of ranks")
+    if not isinstance(device_type, str) or not device_type:
+        raise BadInput(f"device type {device_type!r} is not a device name: use 'cpu' or 'cuda'")
+    return device_type.split(":")[0].lower()
+
+
+def _concrete_autos(cfg: DsConfig, out: dict) -> list[str]:
+    """Write DeepSpeed's default in place of each "auto", so the adapted dict is concrete.
+
+    Batch sizes given as "auto" are left to _consistent_batch_sizes, which derives them.
+    """
     defaults = {
         "zero_optimization.stage": cfg.zero_stage,
         "zero_optimization.reduce_bucket_size": DEFAULT_REDUCE_BUCKET_SIZE,
@@ -391,6 +441,7 @@ def adapt_for(config: DsConfig | Mapping[str, Any], world_size: int, device_type
         "zero_optimization.allgather_partitions": True,
         "fp16.enabled": False, "bf16.enabled": False, "bfloat16.enabled": False,
     }
+    notes = []
     for path in cfg.auto_fields:
         if path in defaults:
             _set(out, path, defaults[path])
@@ -398,12 +449,15 @@ def adapt_for(config: DsConfig | Mapping[str, Any], world_size: int, device_type
         elif path.endswith(".device"):
             _set(out, path, "none")
             notes.append(f'{path} is "auto": set to "none" (no offload)')
-        # batch sizes are handled below
+    return notes
 
-    # Batch sizes: train_batch_size == micro x accumulation x world size (runtime/config.py).
+
+def _consistent_batch_sizes(cfg: DsConfig, out: dict, world_size: int) -> list[str]:
+    """train_batch_size == micro x accumulation x world size, which DeepSpeed asserts
+    (runtime/config.py _batch_assertion); missing ones derived as DeepSpeed derives them."""
     micro, gas, tbs = (cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps,
                        cfg.train_batch_size)
-    derived = []
+    notes, derived = [], []
     if micro is None:
         if tbs is not None:
             micro = max(1, tbs // ((gas or 1) * world_size))
@@ -424,62 +478,73 @@ def adapt_for(config: DsConfig | Mapping[str, Any], world_size: int, device_type
     out["train_batch_size"] = new_tbs
     out["train_micro_batch_size_per_gpu"] = micro
     out["gradient_accumulation_steps"] = gas
+    return notes
 
-    on_cpu = device_type == "cpu"
-    stage = cfg.zero_stage
-    # Precision.
-    if cfg.fp16 and on_cpu:
-        fp16 = out.get("fp16") if isinstance(out.get("fp16"), dict) else {}
-        out["fp16"] = {**fp16, "enabled": False}
-        out.pop("bfloat16", None)
-        out["bf16"] = {"enabled": True}
-        notes.append("fp16 on a CPU-only machine: switched to bf16 (same 2-byte traffic; DeepSpeed's CPU "
-                     "accelerator has bf16 on every CPU, fp16 only with AVX512-FP16, and fp16 overflow "
-                     "steps skip the parameter all-gather)")
 
-    # Offload.
+def _runnable_precision(cfg: DsConfig, out: dict, on_cpu: bool) -> list[str]:
+    """fp16 on CPU -> bf16: same bytes on the wire, and no skipped steps (adapt_for says why)."""
+    if not (cfg.fp16 and on_cpu):
+        return []
+    fp16 = out.get("fp16") if isinstance(out.get("fp16"), dict) else {}
+    out["fp16"] = {**fp16, "enabled": False}
+    out.pop("bfloat16", None)
+    out["bf16"] = {"enabled": True}
+    return ["fp16 on a CPU-only machine: switched to bf16 (same 2-byte traffic; DeepSpeed's CPU "
+            "accelerator has bf16 on every CPU, fp16 only with AVX512-FP16, and fp16 overflow "
+            "steps skip the parameter all-gather)"]
+
+
+def _runnable_offload(cfg: DsConfig, zero: dict, on_cpu: bool) -> tuple[str, list[str]]:
+    """Drop the offloads DeepSpeed cannot run here (offload_param below stage 3, NVMe on CPU) and
+    write bucket sizes as ints. Returns the optimizer offload that is left, and the lines."""
     offload_optimizer = cfg.offload_optimizer
-    if zero:
-        for key, value in (("offload_optimizer", cfg.offload_optimizer), ("offload_param", cfg.offload_param)):
-            if value == "none":
-                continue
-            reason = None
-            if key == "offload_param" and stage != 3:
-                reason = f"offload_param with ZeRO stage {stage}: dropped (DeepSpeed uses it in stage 3 only)"
-            elif value == "nvme" and on_cpu:
-                reason = (f"{key} to nvme on a CPU-only machine: dropped (DeepSpeed's async_io op needs "
-                          "libaio and an nvme_path)")
-            if reason:
-                zero.pop(key, None)
-                if key == "offload_optimizer":
-                    offload_optimizer = "none"
-                notes.append(reason)
-        if offload_optimizer == "none" and zero.get("cpu_offload"):
-            zero.pop("cpu_offload")  # the deprecated spelling of the offload dropped above
-        if cfg.offload_param == "none" or (stage != 3 or (on_cpu and cfg.offload_param == "nvme")):
-            zero.pop("cpu_offload_param", None)
-        # whole numbers as ints (5e8 -> 500000000), as DeepSpeed reads them
-        for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-                    "prefetch_bucket_size"):
-            if isinstance(zero.get(key), float):
-                zero[key] = int(zero[key])
+    notes: list[str] = []
+    if not zero:
+        return offload_optimizer, notes
+    stage = cfg.zero_stage
+    for key, value in (("offload_optimizer", cfg.offload_optimizer), ("offload_param", cfg.offload_param)):
+        if value == "none":
+            continue
+        reason = None
+        if key == "offload_param" and stage != 3:
+            reason = f"offload_param with ZeRO stage {stage}: dropped (DeepSpeed uses it in stage 3 only)"
+        elif value == "nvme" and on_cpu:
+            reason = (f"{key} to nvme on a CPU-only machine: dropped (DeepSpeed's async_io op needs "
+                      "libaio and an nvme_path)")
+        if reason:
+            zero.pop(key, None)
+            if key == "offload_optimizer":
+                offload_optimizer = "none"
+            notes.append(reason)
+    if offload_optimizer == "none" and zero.get("cpu_offload"):
+        zero.pop("cpu_offload")  # the deprecated spelling of the offload dropped above
+    if cfg.offload_param == "none" or (stage != 3 or (on_cpu and cfg.offload_param == "nvme")):
+        zero.pop("cpu_offload_param", None)
+    # whole numbers as ints (5e8 -> 500000000), as DeepSpeed reads them
+    for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                "prefetch_bucket_size"):
+        if isinstance(zero.get(key), float):
+            zero[key] = int(zero[key])
+    return offload_optimizer, notes
 
-    # Optimizer.
-    cheap_adam = on_cpu and offload_optimizer == "none"
+
+def _usable_optimizer(out: dict, cheap_adam: bool) -> list[str]:
+    """Add AdamW when there is no optimizer (ZeRO needs one); with `cheap_adam` (CPU, no optimizer
+    offload) Adam/AdamW get torch_adam, so DeepSpeed does not JIT-build its FusedAdam CPU op."""
     optimizer = out.get("optimizer")
     if not isinstance(optimizer, dict) or not optimizer.get("type"):
         params: dict = {"lr": 1e-4}
         if cheap_adam:
             params["torch_adam"] = True
         out["optimizer"] = {"type": "AdamW", "params": params}
-        notes.append("no optimizer in the config: added AdamW (lr 1e-4); the engine needs one for ZeRO")
-    elif cheap_adam and str(optimizer.get("type")).lower() in _ADAM_NAMES:
+        return ["no optimizer in the config: added AdamW (lr 1e-4); the engine needs one for ZeRO"]
+    if cheap_adam and str(optimizer.get("type")).lower() in _ADAM_NAMES:
         params = optimizer.get("params") if isinstance(optimizer.get("params"), dict) else {}
         if not params.get("torch_adam"):
             optimizer["params"] = {**params, "torch_adam": True}
-            notes.append(f"optimizer {optimizer['type']} on CPU: torch_adam set (torch.optim.AdamW instead of "
-                         "JIT-building DeepSpeed's FusedAdam CPU op; the collectives are the same)")
-    return out, notes
+            return [f"optimizer {optimizer['type']} on CPU: torch_adam set (torch.optim.AdamW instead of "
+                    "JIT-building DeepSpeed's FusedAdam CPU op; the collectives are the same)"]
+    return []
 
 
 def _set(doc: dict, dotted: str, value: Any) -> None:

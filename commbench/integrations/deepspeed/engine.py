@@ -35,6 +35,7 @@ from typing import Any, Mapping
 
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.vocab import volume_multiplier
+from commbench.integrations.deepspeed import config as dsconfig
 
 # DeepSpeed record name -> commbench collective name.
 _COLLECTIVE = {
@@ -58,7 +59,7 @@ class CommRecord:
     op: str                    # DeepSpeed's record name, e.g. all_reduce, all_gather_into_tensor
     collective: str            # commbench's name: all_reduce | all_gather | reduce_scatter | ...
     msg_bytes: int             # the size DeepSpeed logged (the op's `tensor` argument)
-    size_bytes: int            # S as in DESIGN.md / nccl-tests (all_gather: n x msg_bytes)
+    size_bytes: int            # S as in docs/RESULTS.md / nccl-tests (all_gather: n x msg_bytes)
     count: int
     total_latency_ms: float
     avg_latency_ms: float
@@ -68,7 +69,7 @@ class CommRecord:
 
     @property
     def algbw_GBps(self) -> float:
-        """S / mean latency in 1e9 bytes/s (DESIGN.md). Meaningless for ops DeepSpeed issues with
+        """S / mean latency in 1e9 bytes/s (docs/RESULTS.md). Meaningless for ops DeepSpeed issues with
         async_op=True (ZeRO-3's parameter all-gathers): their latency is the launch only."""
         return self.size_bytes / (self.avg_latency_ms / 1e3) / 1e9 if self.avg_latency_ms > 0 else 0.0
 
@@ -314,8 +315,71 @@ def run_engine(ds_config: Mapping[str, Any], stage: int, model_shape: Mapping[st
     import torch
     import torch.distributed as tdist
 
-    from commbench.integrations.deepspeed import config as dsconfig
+    layers, hidden, vocab, seq = _check_run(tdist, stage, steps, warmup_steps, model_shape)
+    deepspeed, dscomm = _import_deepspeed()
+    world, rank = tdist.get_world_size(), tdist.get_rank()
+    dev = torch.device(device)
+    adapted, notes = _engine_config(_read_config(ds_config), stage, zero_overrides, world, dev.type)
+    final = dsconfig.parse(adapted)
+    batch = _Batch(micro=final.train_micro_batch_size_per_gpu or 1, gas=final.gradient_accumulation_steps or 1,
+                   seq=seq, vocab=vocab)
+    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(final.dtype_name, torch.float32)
 
+    local_rank = _local_rank(tdist) if dev.type == "cpu" or dev.index is None else dev.index
+    env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank)}
+
+    logger = dscomm.comms_logger
+    was_enabled = logger.enabled
+    restore_append = _per_call_latencies(dscomm)
+    engine = None
+    with _launcher_env(env):
+        try:
+            backend_init_s, cached_before = _init_backend(deepspeed, dscomm, tdist)
+            torch.manual_seed(seed)
+            model = build_model(layers, hidden, vocab, seq)
+            param_count = sum(p.numel() for p in model.parameters())
+            if dev.type != "cpu":
+                model = model.to(dev)
+            t0 = time.perf_counter()
+            engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                                   config=adapted)
+            init_time_s = time.perf_counter() - t0
+            gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
+            warm, times, warmup_comm, comm = _measure(tdist, logger, engine, batch, gen, dev,
+                                                      warmup_steps, steps, world)
+            all_times = _max_over_ranks(tdist, warm + times, dev)
+        except BadInput:
+            raise
+        except Exception as exc:  # DeepSpeed asserts, raises ValueError, ZeRORuntimeException, ...
+            raise _failure(exc, stage, rank) from exc
+        finally:
+            _teardown(logger, was_enabled, restore_append, engine)
+            engine = None  # the last reference, so that gc.collect() frees ZeRO's buffers now
+            gc.collect()
+
+    return EngineResult(
+        stage=stage, world_size=world, rank=rank, device=str(dev), steps=steps, micro_batches_per_step=batch.gas,
+        step_times_s=tuple(all_times[warmup_steps:]), warmup_time_s=float(sum(all_times[:warmup_steps])),
+        init_time_s=init_time_s, backend_init_s=backend_init_s, shm_op_cached_before=cached_before,
+        param_count=param_count, param_bytes=param_count * torch.empty((), dtype=dtype).element_size(),
+        dtype=final.dtype_name, comm=comm, warmup_comm=warmup_comm, config=adapted, notes=tuple(notes),
+        deepspeed_version=getattr(deepspeed, "__version__", ""))
+
+
+# ----------------------------------------------------------------------------- the run's steps
+
+@dataclass(frozen=True)
+class _Batch:
+    """What one optimizer step feeds the model: `gas` micro-batches of `micro` x `seq` tokens."""
+
+    micro: int
+    gas: int
+    seq: int
+    vocab: int
+
+
+def _check_run(tdist, stage: Any, steps: Any, warmup_steps: Any, model_shape: Any) -> tuple[int, int, int, int]:
+    """Refuse a call that cannot run, before DeepSpeed is imported; the model shape checked."""
     if not tdist.is_available() or not tdist.is_initialized():
         raise BadInput("run_engine needs an initialised torch.distributed process group: "
                        "call torch.distributed.init_process_group first (commbench's harness does)")
@@ -325,23 +389,34 @@ def run_engine(ds_config: Mapping[str, Any], stage: int, model_shape: Mapping[st
         raise BadInput(f"steps={steps!r} is not a positive whole number: pass steps >= 1")
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
         raise BadInput(f"warmup_steps={warmup_steps!r} is not a whole number >= 0")
-    layers, hidden, vocab, seq = _check_shape(model_shape)
+    return _check_shape(model_shape)
+
+
+def _import_deepspeed():
+    """deepspeed and deepspeed.comm, or a BadInput that says how to install it."""
     try:
         import deepspeed
         import deepspeed.comm as dscomm
     except ImportError as exc:
         raise BadInput(f"DeepSpeed is not importable ({exc}): pip install deepspeed") from None
+    return deepspeed, dscomm
 
-    world, rank = tdist.get_world_size(), tdist.get_rank()
-    dev = torch.device(device)
+
+def _read_config(ds_config: Any) -> dsconfig.DsConfig:
+    """The user's config as a DsConfig, from a DsConfig, a path or a dict."""
     if isinstance(ds_config, dsconfig.DsConfig):
-        base = ds_config
-    elif isinstance(ds_config, (str, os.PathLike)):
-        base = dsconfig.load(ds_config)
-    elif isinstance(ds_config, Mapping):
-        base = dsconfig.parse(dict(ds_config))
-    else:
-        raise BadInput(f"ds_config {type(ds_config).__name__} is not a config: pass a dict, a path or a DsConfig")
+        return ds_config
+    if isinstance(ds_config, (str, os.PathLike)):
+        return dsconfig.load(ds_config)
+    if isinstance(ds_config, Mapping):
+        return dsconfig.parse(dict(ds_config))
+    raise BadInput(f"ds_config {type(ds_config).__name__} is not a config: pass a dict, a path or a DsConfig")
+
+
+def _engine_config(base: dsconfig.DsConfig, stage: int, zero_overrides: Mapping[str, Any] | None,
+                   world: int, device_type: str) -> tuple[dict, list[str]]:
+    """The config deepspeed.initialize gets: the stage asked for, the overrides, adapt_for's
+    changes, the comms logger on; and one line per change, in that order."""
     requested = base.to_dict()
     notes: list[str] = []
     zero = requested.setdefault("zero_optimization", {})
@@ -353,99 +428,92 @@ def run_engine(ds_config: Mapping[str, Any], stage: int, model_shape: Mapping[st
     for key, value in (zero_overrides or {}).items():
         notes.append(f"zero_optimization.{key} = {value!r} (override)")
         zero[key] = value
-    adapted, adapt_notes = dsconfig.adapt_for(dsconfig.parse(requested, source=base.source), world, dev.type)
+    adapted, adapt_notes = dsconfig.adapt_for(dsconfig.parse(requested, source=base.source), world, device_type)
     notes += adapt_notes
     adapted["comms_logger"] = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
     adapted.setdefault("steps_per_print", 1 << 30)  # keep DeepSpeed's periodic prints out of the output
-    final = dsconfig.parse(adapted)
-    gas = final.gradient_accumulation_steps or 1
-    micro = final.train_micro_batch_size_per_gpu or 1
-    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(final.dtype_name, torch.float32)
+    return adapted, notes
 
-    local_rank = _local_rank(tdist) if dev.type == "cpu" or dev.index is None else dev.index
-    env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank)}
 
-    logger = dscomm.comms_logger
-    was_enabled = logger.enabled
-    restore_append = _per_call_latencies(dscomm)
+def _init_backend(deepspeed, dscomm, tdist) -> tuple[float, bool | None]:
+    """Let DeepSpeed wrap commbench's process group, unless it already has. Returns the time it
+    took (the first call JIT-builds the shm comm op) and whether that op was cached before."""
     backend_init_s, cached_before = 0.0, None
-    engine = None
-    with _launcher_env(env):
+    # is_initialized() reads comm.comm's global cdb; deepspeed.comm.cdb is a copy made at
+    # import time (`from .comm import *`) and stays None
+    if not dscomm.is_initialized():
         try:
-            # is_initialized() reads comm.comm's global cdb; deepspeed.comm.cdb is a copy made at
-            # import time (`from .comm import *`) and stays None
-            if not dscomm.is_initialized():
-                try:
-                    cached_before = any(shm_op_build_dir().glob(f"{SHM_OP_NAME}*.so"))
-                except Exception:
-                    cached_before = None
-                t0 = time.perf_counter()
-                # wraps the existing group (comm.py: cdb None and torch.distributed initialised);
-                # the first call JIT-builds the shm comm op (comm/torch.py build_shm_op)
-                deepspeed.init_distributed(dist_backend=tdist.get_backend())
-                backend_init_s = time.perf_counter() - t0
+            cached_before = any(shm_op_build_dir().glob(f"{SHM_OP_NAME}*.so"))
+        except Exception:
+            cached_before = None
+        t0 = time.perf_counter()
+        # wraps the existing group (comm.py: cdb None and torch.distributed initialised);
+        # the first call JIT-builds the shm comm op (comm/torch.py build_shm_op)
+        deepspeed.init_distributed(dist_backend=tdist.get_backend())
+        backend_init_s = time.perf_counter() - t0
+    return backend_init_s, cached_before
 
-            torch.manual_seed(seed)
-            model = build_model(layers, hidden, vocab, seq)
-            param_count = sum(p.numel() for p in model.parameters())
-            if dev.type != "cpu":
-                model = model.to(dev)
-            t0 = time.perf_counter()
-            engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                                   config=adapted)
-            init_time_s = time.perf_counter() - t0
-            gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
 
-            def one_step():
-                for _ in range(gas):
-                    tokens = torch.randint(vocab, (micro, seq), generator=gen).to(engine.device)
-                    targets = torch.randint(vocab, (micro, seq), generator=gen).to(engine.device)
-                    loss = engine(tokens, targets)
-                    engine.backward(loss)
-                    engine.step()
-                if dev.type == "cuda":
-                    torch.cuda.synchronize(dev)
+def _one_step(engine, batch: _Batch, gen, dev) -> None:
+    """One optimizer step: `gas` micro-batches of forward + backward + engine.step() (DeepSpeed
+    steps the optimizer at the accumulation boundary); waits for the GPU so the time is whole."""
+    import torch
 
-            def timed(n):
-                times = []
-                for _ in range(n):
-                    tdist.barrier()  # torch.distributed directly: not in the comms logger
-                    t = time.perf_counter()
-                    one_step()
-                    times.append(time.perf_counter() - t)
-                return times
+    for _ in range(batch.gas):
+        tokens = torch.randint(batch.vocab, (batch.micro, batch.seq), generator=gen).to(engine.device)
+        targets = torch.randint(batch.vocab, (batch.micro, batch.seq), generator=gen).to(engine.device)
+        loss = engine(tokens, targets)
+        engine.backward(loss)
+        engine.step()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
 
-            logger.reset_data()
-            warm = timed(warmup_steps)
-            warmup_comm = _records(logger.get_raw_data(), world)
-            logger.reset_data()
-            times = timed(steps)
-            comm = _records(logger.get_raw_data(), world)
-            logger.reset_data()
 
-            t = torch.tensor(warm + times, dtype=torch.float64, device=dev if dev.type != "cpu" else "cpu")
-            tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
-            all_times = t.tolist()
-        except BadInput:
-            raise
-        except Exception as exc:  # DeepSpeed asserts, raises ValueError, ZeRORuntimeException, ...
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            raise RuntimeFailure(f"DeepSpeed ZeRO stage {stage} failed on rank {rank}: "
-                                 f"{type(exc).__name__}: {first}".rstrip(": ")) from exc
-        finally:
-            logger.reset_data()
-            logger.enabled = was_enabled
-            restore_append()
-            if engine is not None:
-                with contextlib.suppress(Exception):
-                    engine.destroy()
-            engine = None
-            gc.collect()
+def _timed_steps(tdist, engine, batch: _Batch, gen, dev, n: int) -> list[float]:
+    """This rank's time of each of `n` steps, every step started together after a barrier."""
+    times = []
+    for _ in range(n):
+        tdist.barrier()  # torch.distributed directly: not in the comms logger
+        t = time.perf_counter()
+        _one_step(engine, batch, gen, dev)
+        times.append(time.perf_counter() - t)
+    return times
 
-    return EngineResult(
-        stage=stage, world_size=world, rank=rank, device=str(dev), steps=steps, micro_batches_per_step=gas,
-        step_times_s=tuple(all_times[warmup_steps:]), warmup_time_s=float(sum(all_times[:warmup_steps])),
-        init_time_s=init_time_s, backend_init_s=backend_init_s, shm_op_cached_before=cached_before,
-        param_count=param_count, param_bytes=param_count * torch.empty((), dtype=dtype).element_size(),
-        dtype=final.dtype_name, comm=comm, warmup_comm=warmup_comm, config=adapted, notes=tuple(notes),
-        deepspeed_version=getattr(deepspeed, "__version__", ""))
+
+def _measure(tdist, logger, engine, batch: _Batch, gen, dev, warmup_steps: int, steps: int, world: int):
+    """Warm-up steps, then timed steps, each with the comms logger's records of its own: the
+    logger is reset before, between and after, so `comm` holds only the steady state."""
+    logger.reset_data()
+    warm = _timed_steps(tdist, engine, batch, gen, dev, warmup_steps)
+    warmup_comm = _records(logger.get_raw_data(), world)
+    logger.reset_data()
+    times = _timed_steps(tdist, engine, batch, gen, dev, steps)
+    comm = _records(logger.get_raw_data(), world)
+    logger.reset_data()
+    return warm, times, warmup_comm, comm
+
+
+def _max_over_ranks(tdist, values: list[float], dev) -> list[float]:
+    """Each step's time, max over ranks (the slowest rank bounds a step), in one all_reduce."""
+    import torch
+
+    t = torch.tensor(values, dtype=torch.float64, device=dev if dev.type != "cpu" else "cpu")
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def _failure(exc: Exception, stage: int, rank: int) -> RuntimeFailure:
+    """DeepSpeed's error as one line that names the stage and the rank."""
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return RuntimeFailure(f"DeepSpeed ZeRO stage {stage} failed on rank {rank}: "
+                          f"{type(exc).__name__}: {first}".rstrip(": "))
+
+
+def _teardown(logger, was_enabled: bool, restore_append, engine) -> None:
+    """Leave DeepSpeed's comms logger as it was found and destroy the engine, whatever happened."""
+    logger.reset_data()
+    logger.enabled = was_enabled
+    restore_append()
+    if engine is not None:
+        with contextlib.suppress(Exception):
+            engine.destroy()

@@ -1,0 +1,68 @@
+"""The matplotlib pieces every figure shares (curves, the ZeRO grid, the pairs heat map).
+
+A figure is a plain `matplotlib.figure.Figure` on the Agg canvas, so nothing here touches pyplot's
+global state. Every string that comes from a results file goes through `mpl_text`: a `$` in a
+label cannot start mathtext and break or restyle the figure.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+
+DPI = 110
+
+
+def mpl_text(value) -> str:
+    """A string safe to hand matplotlib: '$' would start mathtext (and can raise while drawing)."""
+    return str(value).replace("$", r"\$")
+
+
+def new_figure(width: float = 12.0, height: float = 7.8):
+    """An empty Figure on its own Agg canvas (constrained layout)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str],
+                 texts: Sequence[Sequence[str]] | None = None, higher_is_better: bool = True,
+                 marked: Iterable[tuple[int, int]] = ()):
+    """A matrix as coloured cells with a text in each (the ZeRO grid, the host x host pairs).
+    Better cells are lighter (the eye goes to the dark ones); NaN cells stay blank; `marked`
+    cells get a black box. Returns the image for a colour bar."""
+    import matplotlib
+
+    values = np.asarray(values, dtype=float)
+    cmap = matplotlib.colormaps["viridis" if higher_is_better else "viridis_r"].with_extremes(bad="#f0f0f0")
+    finite = values[np.isfinite(values)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    # values spanning more than 10x (a step of 10 s beside 0.5 s) get a log scale: else one cell is
+    # dark and every other one the same light colour
+    if lo > 0 and hi > 10 * lo:
+        from matplotlib.colors import LogNorm
+
+        norm, mid = LogNorm(vmin=lo, vmax=hi), math.sqrt(lo * hi)
+    else:
+        from matplotlib.colors import Normalize
+
+        norm, mid = Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1), (lo + hi) / 2
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", norm=norm)
+    ax.set_xticks(range(len(col_labels)), [mpl_text(c) for c in col_labels], fontsize=8)
+    ax.set_yticks(range(len(row_labels)), [mpl_text(r) for r in row_labels], fontsize=8)
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            text = texts[i][j] if texts is not None else (f"{values[i, j]:.3g}" if np.isfinite(values[i, j]) else "")
+            dark = np.isfinite(values[i, j]) and ((values[i, j] < mid) == higher_is_better)
+            ax.text(j, i, mpl_text(text), ha="center", va="center", fontsize=8,
+                    color="white" if dark else "black")
+    for i, j in marked:
+        from matplotlib.patches import Rectangle
+
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2.2))
+    return image

@@ -1,0 +1,127 @@
+"""The Markdown form of `commbench report`, for a ticket: the same sections as the HTML page, the
+figures as PNG files beside it (written by report.write_report). Every value from a results file
+goes through md(), never raw.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any, Iterable, Sequence
+from urllib.parse import quote
+
+from commbench.analysis import plot
+from commbench.analysis.summary import (PAIRS_NOTE, ZERO_NOTE, fnum, json_value, net_rows, peak_rows, ratio_text,
+                                           report_title, run_facts, size_text, wrong_cell)
+from commbench.analysis.runs import describe_run, run_rows
+
+
+# Enough to keep cell text inert: no code spans, emphasis, links/images ([ ] escaped, so "(" is
+# harmless), strikethrough or column breaks. "_" inside a word (all_reduce) is left alone, as
+# GFM does not emphasise there.
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|~]|(?<!\w)_|_(?!\w))")
+
+
+def md(value: Any) -> str:
+    """Text from a results file, safe in a Markdown table cell: no HTML, links, emphasis or
+    column breaks can come out of it."""
+    text = "" if value is None else str(value)
+    text = html.escape(text, quote=False)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return re.sub(r"[\r\n]+", " ", text)
+
+
+def md_table(headers: Sequence[str], rows: Iterable[Sequence], right: Iterable[int] = ()) -> str:
+    right = set(right)
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"]
+    lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), comparison=None,
+                   comparison_figure_name: str | None = None, baseline_sources: Sequence[str] = (),
+                   zero_figure_name: str | None = None, pairs_figure_name: str | None = None) -> str:
+    out = [f"# {md(report_title(df))}", ""]
+    for r in run_rows(df):
+        out.append(f"- **{md(r['run_id'])}**" + (f" ({md(r['label'])})" if r.get("label") else "")
+                   + f": {md(describe_run(r))}")
+    out.append("")
+    if comparison is not None:
+        out += ["## Comparison with the baseline", "",
+                f"before (baseline): {md(', '.join(map(str, baseline_sources)))}; after: {md(', '.join(map(str, sources)))}", ""]
+        out.append(comparison_markdown(comparison))
+        if comparison_figure_name:
+            out += ["", f"![busbw before (dashed) and after (solid)]({quote(comparison_figure_name)})"]
+        out.append("")
+    views = plot.split_views(df)
+    curves, grid = views.curves, views.zero
+    if views.pairs is not None:
+        out += pairs_markdown(views.pairs, pairs_figure_name)
+    if grid is not None:
+        out += zero_markdown(grid, zero_figure_name)
+    if curves is not None:
+        out += ["## Bandwidth and latency", ""]
+        if figure_name:
+            out += [f"![busbw and small-size latency vs message size]({quote(figure_name)})", ""]
+        out += ["## Peak bus bandwidth", ""]
+        peaks = peak_rows(curves)
+        several = len({p["run_id"] for p in peaks}) > 1
+        headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
+            "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong"]
+        rows = [[p["collective"], p["dtype"], p["placement"]] + ([p["run"]] if several else []) + [
+            fnum(p["peak_busbw"]), size_text(p["size_bytes"]), fnum(p["algbw"]), fnum(p["time_us"]), p["reps"],
+            wrong_cell(p["wrong"], p["unchecked"])[0]] for p in peaks]
+        first = 4 if several else 3
+        out += [md_table(headers, rows, right=range(first, len(headers))), ""]
+    out += ["## Runs", ""]
+    for r in run_rows(df):
+        out += [f"### {md(r['run_id'])}", "", md_table(["fact", "value"], run_facts(r, df)), ""]
+        per_host = net_rows(json_value(r.get("net")))
+        if per_host:
+            out += [md_table(["host", "interface", "MTU", "link layer", "speed", "state"], per_host, right=[2]), ""]
+        env = json_value(r.get("env"))
+        if isinstance(env, dict) and env:
+            out += [md_table(["variable", "value"], sorted((k, v if isinstance(v, str) else json.dumps(v))
+                                                           for k, v in env.items())), ""]
+    from commbench import __version__
+
+    out.append(f"_commbench {md(__version__)}; GB/s = 1e9 bytes/s; busbw and algbw as defined by nccl-tests._")
+    return "\n".join(out) + "\n"
+
+
+def comparison_markdown(c) -> str:
+    try:
+        from commbench.analysis import compare
+
+        render = getattr(compare, "render_markdown", None)
+    except ImportError:
+        render = None
+    if render is not None:
+        # compare's Markdown carries labels and environment values from the files: keep any HTML
+        # in them inert (its own markup is Markdown, which has no <, > or &).
+        return html.escape(render(c), quote=False)
+    verdict = md(getattr(c, "verdict", ""))
+    return f"**Verdict: {verdict}**, geometric-mean ratio {ratio_text(getattr(c, 'geomean_ratio', None))}"
+
+
+def pairs_markdown(pairs_df, figure_name: str | None) -> list[str]:
+    from commbench.analysis import linkrank
+
+    lines, _ = linkrank.report(pairs_df)
+    out = ["## Links between hosts", "", PAIRS_NOTE, ""]
+    if figure_name:
+        out += [f"![bandwidth between hosts]({quote(figure_name)})", ""]
+    return out + ["```", *(line.replace("`", "'") for line in lines), "```", ""]
+
+
+def zero_markdown(grid_df, figure_name: str | None) -> list[str]:
+    from commbench.analysis import zerogrid
+
+    out = ["## ZeRO stages x bucket sizes", "", ZERO_NOTE, ""]
+    if figure_name:
+        out += [f"![ZeRO stage x bucket size heat map]({quote(figure_name)})", ""]
+    for g in zerogrid.grids(grid_df):
+        out += [f"### {md(g.name)}", "", md_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), right=range(3, 7)), ""]
+    return out

@@ -1,0 +1,87 @@
+"""What ran where, one line per run: the run's first row, its name, ranks, hosts, backend, device
+and network, as figure titles and the report show them."""
+
+from __future__ import annotations
+
+import json
+
+from commbench.analysis.frames import as_list, present, short
+
+
+def placement_name(in_place) -> str:
+    return "in-place" if bool(in_place) else "out-of-place"
+
+
+def compact_hosts(hosts) -> str:
+    hosts = [str(h) for h in as_list(hosts)]
+    if not hosts:
+        return "?"
+    try:
+        import hostlist
+
+        return hostlist.collect_hostlist(hosts)
+    except Exception:  # odd names python-hostlist refuses: list them plainly
+        return ",".join(hosts)
+
+
+def run_rows(df) -> list[dict]:
+    """The first row of every run, in the order the runs appear: the run's metadata."""
+    if len(df) == 0:
+        return []
+    firsts = df.drop_duplicates(subset=["run_id"], keep="first")
+    return [dict(r) for _, r in firsts.iterrows()]
+
+
+def describe_run(row: dict) -> str:
+    """One line saying what ran where: ranks, hosts, backend, device, network."""
+    world = row.get("world_size")
+    nnodes = row.get("nnodes")
+    hosts = short(compact_hosts(row.get("hosts")), 48)
+    parts = []
+    ranks = f"{int(world)} ranks" if present(world) else "? ranks"
+    if present(nnodes):
+        n = int(nnodes)
+        if present(row.get("ranks_per_node")) and n > 1:
+            ranks += f" = {n} nodes × {int(row['ranks_per_node'])}"
+        else:
+            ranks += f" on {n} node{'s' if n != 1 else ''}"
+    parts.append(f"{ranks} ({hosts})")
+    if present(row.get("backend")):
+        parts.append(str(row["backend"]))
+    device_name, device = row.get("device_name"), row.get("device")
+    if present(device_name) and present(device) and str(device_name) != str(device):
+        parts.append(f"{device} {device_name}")
+    elif present(device_name) or present(device):
+        parts.append(str(device_name if present(device_name) else device))
+    net = []
+    if present(row.get("iface")):
+        net.append(str(row["iface"]))
+    net.append(f"MTU {int(row['mtu'])}" if present(row.get("mtu")) else "MTU ?")
+    if present(row.get("link_layer")):
+        net.append(str(row["link_layer"]))
+    speeds = _link_speeds(row.get("net"))
+    if speeds:
+        net.append(speeds)
+    parts.append(" ".join(net))
+    return " · ".join(parts)
+
+
+def _link_speeds(net_json) -> str:
+    try:
+        per_host = json.loads(net_json) if isinstance(net_json, str) else {}
+    except ValueError:
+        return ""
+    if not isinstance(per_host, dict):
+        return ""
+    speeds = {h.get("speed_mbps") for h in per_host.values() if isinstance(h, dict)}
+    speeds.discard(None)
+    if len(speeds) == 1:
+        s = next(iter(speeds))
+        if isinstance(s, (int, float)) and s > 0:
+            return f"{s / 1000:g} Gbit/s link"
+    return ""
+
+
+def run_name(row: dict) -> str:
+    label = row.get("label")
+    return str(label) if present(label) else str(row.get("run_id"))

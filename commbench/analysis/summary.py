@@ -1,0 +1,210 @@
+"""What both formats of `commbench report` show, as plain rows and text: the peak busbw per line,
+every point, a run's facts and network, numbers formatted for a table. The HTML page (report.py)
+and the Markdown (markdown.py) escape these values; nothing here is markup.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from commbench.analysis.frames import GROUP_KEYS, as_list, prepare
+from commbench.analysis.runs import compact_hosts, placement_name, run_rows
+from commbench.core.units import format_size
+from commbench.core.vocab import order_key
+
+
+def missing(value) -> bool:
+    """None, NaN, pandas NA/NaT; never true for containers."""
+    if value is None:
+        return True
+    try:
+        import pandas as pd
+
+        answer = pd.isna(value)
+    except (TypeError, ValueError):
+        return False
+    return answer if isinstance(answer, bool) else bool(answer) if getattr(answer, "ndim", 1) == 0 else False
+
+
+def fnum(value, digits: int = 3) -> str:
+    """A number for a table: 3 significant digits, '–' when missing."""
+    if missing(value):
+        return "–"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if not math.isfinite(v):
+        return str(v)
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}" if abs(v) >= 0.001 else f"{v:.2e}"
+
+
+def fp(value) -> str:
+    """A p-value: '<0.0001' below, 3 significant digits otherwise."""
+    if missing(value):
+        return "–"
+    v = float(value)
+    return "<0.0001" if v < 1e-4 else f"{v:.3g}"
+
+
+def size_text(value) -> str:
+    return "–" if missing(value) else format_size(int(value))
+
+
+def runs_named(df) -> dict[str, str]:
+    rows = run_rows(df)
+    names: dict[str, str] = {}
+    labels = [str(r.get("label") or "") for r in rows]
+    for r, label in zip(rows, labels):
+        names[str(r["run_id"])] = label if label and labels.count(label) == 1 else (
+            f"{label} ({r['run_id']})" if label else str(r["run_id"]))
+    return names
+
+
+def peak_rows(df) -> list[dict]:
+    """Per collective / dtype / placement / run: the size with the highest median busbw, the
+    algbw and time there, the repetitions, and the #wrong summed over every row of the group."""
+    d = prepare(df, "busbw_GBps")
+    for col in ("algbw_GBps", "time_us"):
+        if col not in d.columns:
+            d[col] = float("nan")
+    names = runs_named(d)
+    med = (d.groupby(list(GROUP_KEYS) + ["size_bytes"], sort=False)
+            .agg(busbw=("busbw_GBps", "median"), algbw=("algbw_GBps", "median"), time=("time_us", "median"),
+                 reps=("busbw_GBps", "size"))
+            .reset_index())
+    wrong = d.groupby(list(GROUP_KEYS), sort=False)["wrong"].agg(
+        total=lambda s: int(s.dropna().astype("int64").sum()) if s.notna().any() else None,
+        unchecked=lambda s: int(s.isna().sum()))
+    out = []
+    for key, g in med.groupby(list(GROUP_KEYS), sort=False):
+        best = g.loc[g["busbw"].idxmax()]
+        w = wrong.loc[key]
+        out.append({
+            "collective": key[0], "dtype": key[1], "placement": placement_name(key[2]),
+            "run": names.get(str(key[4]), str(key[4])), "run_id": key[4],
+            "peak_busbw": float(best["busbw"]), "size_bytes": int(best["size_bytes"]),
+            "algbw": float(best["algbw"]), "time_us": float(best["time"]),
+            "reps": int(g["reps"].max()), "sizes": len(g),
+            "wrong": None if missing(w["total"]) else int(w["total"]), "unchecked": int(w["unchecked"]),
+        })
+    out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"]))
+    return out
+
+
+def point_rows(df) -> list[dict]:
+    """Every point: medians over repetitions."""
+    d = prepare(df, "busbw_GBps")
+    names = runs_named(d)
+    g = (d.groupby(list(GROUP_KEYS) + ["size_bytes"], sort=False)
+          .agg(time=("time_us", "median"), algbw=("algbw_GBps", "median"), busbw=("busbw_GBps", "median"),
+               reps=("busbw_GBps", "size"), wrong=("wrong", lambda s: s.dropna().sum() if s.notna().any() else None))
+          .reset_index())
+    rows = [{"collective": r.collective, "dtype": r.dtype, "placement": placement_name(r.in_place),
+             "run": names.get(str(r.run_id), str(r.run_id)), "size_bytes": int(r.size_bytes), "time_us": r.time,
+             "algbw": r.algbw, "busbw": r.busbw, "reps": int(r.reps), "wrong": r.wrong}
+            for r in g.itertuples()]
+    rows.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
+                             r["size_bytes"]))
+    return rows
+
+
+def wrong_cell(wrong, unchecked: int = 0) -> tuple[str, bool]:
+    if missing(wrong):
+        return "not checked", False
+    text = str(int(wrong))
+    if unchecked:
+        text += f" ({unchecked} rows unchecked)"
+    return text, int(wrong) > 0
+
+
+def json_value(text) -> Any:
+    if missing(text) or text == "":
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text  # not JSON: shown as the raw (escaped) string
+
+
+def _when(value) -> str:
+    try:
+        return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (AttributeError, ValueError):
+        return str(value)
+
+
+def run_facts(row: dict, df) -> list[tuple[str, str]]:
+    """(name, value) pairs describing one run; values are plain text, escaped by the caller."""
+    mine = df[df["run_id"] == row["run_id"]]
+    hosts = [str(h) for h in as_list(row.get("hosts"))]
+    started = row.get("started_at")
+    facts = [
+        ("run id", row.get("run_id")),
+        ("label", row.get("label") or "(none)"),
+        ("started", "" if missing(started) else _when(started)),
+        ("workload", row.get("workload")),
+        ("launcher", row.get("launcher")),
+        ("ranks (world size)", row.get("world_size")),
+        ("nodes", row.get("nnodes")),
+        ("ranks per node", row.get("ranks_per_node")),
+        ("hosts", f"{compact_hosts(hosts)} ({len(hosts)} host{'s' if len(hosts) != 1 else ''})" if hosts else "?"),
+        ("backend", row.get("backend")),
+        ("device", " ".join(dict.fromkeys(str(v) for v in (row.get("device"), row.get("device_name"))
+                                          if not missing(v)))),
+        ("interface (rank 0)", row.get("iface")),
+        ("MTU", row.get("mtu")),
+        ("link layer", row.get("link_layer")),
+        ("collectives", ", ".join(sorted(set(mine["collective"]), key=order_key))),
+        ("dtypes", ", ".join(sorted(set(mine["dtype"].dropna().astype(str))))),
+        ("sizes", f"{format_size(int(mine['size_bytes'].min()))} .. {format_size(int(mine['size_bytes'].max()))}"
+                  f" ({mine['size_bytes'].nunique()} sizes)" if len(mine) else "–"),
+        ("repetitions", mine["repetition"].nunique() if "repetition" in mine.columns else "?"),
+        ("rows", len(mine)),
+        ("commbench", row.get("commbench_version")),
+        ("torch", row.get("torch_version")),
+        ("NCCL", row.get("nccl_version") if not missing(row.get("nccl_version")) else "– (not an NCCL run)"),
+    ]
+    return [(k, "–" if missing(v) or v == "" else str(v)) for k, v in facts]
+
+
+def net_rows(net) -> list[list[str]]:
+    if not isinstance(net, dict):
+        return []
+    rows = []
+    for host, facts in net.items():
+        if isinstance(facts, dict):
+            speed = facts.get("speed_mbps")
+            speed_text = "–" if speed in (None, "") else (f"{speed / 1000:g} Gbit/s" if isinstance(speed, (int, float)) else str(speed))
+            rows.append([host, facts.get("iface"), facts.get("mtu"), facts.get("link_layer"), speed_text,
+                         facts.get("operstate")])
+        else:
+            rows.append([host, facts, "", "", "", ""])
+    return [["–" if v is None else str(v) for v in r] for r in rows]
+
+
+def ratio_text(value) -> str:
+    return "–" if missing(value) else f"{float(value):.3f}×"
+
+
+def report_title(df) -> str:
+    names = list(runs_named(df).values())
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"commbench report — {shown}"
+
+
+ZERO_NOTE = ("Each cell: one training step's communication for that ZeRO stage with that reduce_bucket_size "
+             "(elements, as in ds_config.json), median over repetitions: step time and effective bus bandwidth. "
+             "The boxed cell is the shortest step of its stage. Stage 0 ignores reduce_bucket_size (DeepSpeed's "
+             "fixed 5e8-element buckets): its row is the data-parallel reference.")
+
+
+PAIRS_NOTE = ("Point-to-point bandwidth of every pair of hosts (`commbench pairs`), median over repetitions: "
+              "senders on rows, receivers on columns; the slowest links are boxed and hosts singled out as "
+              "slow are named in red. Below, the ranking `commbench pairs --from` prints.")

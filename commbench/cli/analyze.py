@@ -1,0 +1,175 @@
+"""The analysis commands (compare, gate, plot, report): they read results files and never start
+ranks or import torch."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from commbench.cli.options import fraction
+from commbench.core.errors import BadInput
+
+
+@click.command()
+@click.argument("before", type=click.Path())
+@click.argument("after", type=click.Path())
+@click.option("--threshold", default="3%", show_default=True,
+              help="Minimum effect for bandwidth-bound points (5% or 0.05).")
+@click.option("--latency-threshold", default="10%", show_default=True,
+              help="Minimum effect for the other (latency-bound) points.")
+@click.option("--alpha", default="0.05", show_default=True, help="Significance level, Holm-corrected over points.")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
+@click.option("--allow-within-run", is_flag=True,
+              help="Let per-iteration samples decide points with too few repetitions (they are not independent).")
+@click.option("--out", default=None, help="Write the report to this file instead of stdout.")
+@click.option("--plot", "plot_path", default=None, help="Also draw the comparison into this image file.")
+def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_within_run, out, plot_path) -> int:
+    """Compare two sets of results (files or folders): a verdict per point and overall.
+
+    Exit 0: no regression; 1: a regression; 3: inconclusive or nothing comparable. See docs/COMPARE.md.
+    """
+    from commbench.analysis import compare as comparing
+    from commbench.core import results
+
+    thr = fraction(threshold, "--threshold")
+    lat = fraction(latency_threshold, "--latency-threshold")
+    a = fraction(alpha, "--alpha", low_open=True)
+    if out is not None and (os.path.isdir(out) or out.lower().endswith(".parquet")):
+        raise BadInput(f"--out {out} is a folder or a results file: pass a report file name, e.g. compare.md")
+    # Read only what the comparison (and its figure) use: per-rank lists and plan stay on disk.
+    read: dict = {"columns": comparing.READ_COLUMNS}
+    if plot_path is not None:
+        try:
+            from commbench.analysis.plot import UNUSED_COLUMNS
+        except ImportError:
+            raise BadInput("--plot needs commbench.analysis.plot") from None
+        read = {"skip": [c for c in UNUSED_COLUMNS if c not in comparing.READ_COLUMNS]}
+    before_df = results.read_results([before], **read)
+    after_df = results.read_results([after], **read)
+    comparison = comparing.compare_frames(before_df, after_df, threshold=thr, latency_threshold=lat, alpha=a,
+                                          allow_within_run=allow_within_run)
+    if plot_path is not None:
+        try:
+            from commbench.analysis.plot import plot_comparison
+        except ImportError:
+            raise BadInput("--plot needs commbench.analysis.plot") from None
+        plot_comparison(before_df, after_df, plot_path)
+    for line in comparison.warnings:
+        print(f"commbench: warning: {line}", file=sys.stderr)
+    _emit(_render(fmt, comparison, comparing.render_markdown, comparing.render_table), out)
+    if out is not None:
+        print(f"{comparison.verdict}: report written to {out}")
+    return comparison.exit_code()
+
+
+def _render(fmt: str, result, markdown, table) -> str:
+    """A verdict object (compare's, gate's) as json (its to_dict), markdown or a table."""
+    if fmt == "json":
+        import json
+
+        return json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n"
+    return markdown(result) if fmt == "markdown" else table(result)
+
+
+def _emit(text: str, out: str | None) -> None:
+    """To stdout, or to the --out file."""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise BadInput(f"cannot write --out {out}: {exc.strerror or exc}") from None
+
+
+@click.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--expect", "expect", default=None, metavar="FILE.yaml", help="Reference bands to judge RESULTS against.")
+@click.option("--suggest", is_flag=True, help="Write starting bands from RESULTS (a good run) instead of judging.")
+@click.option("--lower", default=None, help="With --suggest: lower tolerance (5% or 0.05) [default: 5%, widened to "
+              "3x the run's own spread].")
+@click.option("--upper", default=None, help="With --suggest: upper tolerance (10% or 0.1) [default: none].")
+@click.option("--min-size", default=None, help="With --suggest: smallest size to band [default: 1M].")
+@click.option("--system", default=None, help="With --suggest: the system's name in the file [default: the hosts].")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
+@click.option("--out", default=None, help="Write the report (or, with --suggest, the bands) to this file.")
+def gate(results, expect, suggest, lower, upper, min_size, system, fmt, out) -> int:
+    """Judge RESULTS against reference bands (--expect FILE.yaml), or suggest bands (--suggest).
+
+    Exit 0: every entry within its band; 1: an entry missed (named in the summary); 2: bad input.
+    See docs/GATE.md.
+    """
+    from commbench.analysis import gate as gating
+    from commbench.core import results as store
+    from commbench.core.units import parse_size
+
+    if suggest == (expect is not None):
+        raise BadInput("gate needs exactly one of --expect FILE.yaml (judge a run) and --suggest (write bands)")
+    if out is not None and (os.path.isdir(out) or out.lower().endswith(".parquet")):
+        raise BadInput(f"--out {out} is a folder or a results file: pass a file name, e.g. bands.yaml")
+    if suggest:
+        if fmt != "table":
+            raise BadInput("--format is for judging; --suggest always writes YAML: remove --format")
+        low = gating.DEFAULT_LOWER if lower is None else fraction(lower, "--lower")
+        up = None if upper is None else fraction(upper, "--upper")
+        if out is not None and os.path.exists(out):  # before reading anything: never overwrite
+            raise BadInput(f"{out} already exists: gate --suggest never overwrites a file; pass another --out "
+                           "or remove it first")
+        smallest = gating.DEFAULT_MIN_SIZE if min_size is None else parse_size(min_size, "--min-size")
+        made = gating.suggest(store.read_results(list(results)), sources=results, lower=low, upper=up,
+                              min_size=smallest, system=system)
+        for note in made.notes:
+            print(f"commbench: note: {note}", file=sys.stderr)
+        if out is None:
+            sys.stdout.write(made.text)
+        else:
+            gating.write_new(out, made.text)
+            print(f"{made.entries} bands written to {out}")
+        return 0
+    stray = [flag for flag, v in (("--lower", lower), ("--upper", upper), ("--min-size", min_size),
+                                         ("--system", system)) if v is not None]
+    if stray:
+        raise BadInput(f"{stray[0]} is for --suggest; tolerances of --expect live in the bands file")
+    bands = gating.load_bands(expect)
+    report = gating.judge(bands, store.read_results(list(results)))
+    _emit(_render(fmt, report, gating.render_markdown, gating.render_table), out)
+    if out is not None or fmt != "table":
+        print(report.summary(), file=sys.stderr)  # the verdict stays visible in a CI log
+    return report.exit_code()
+
+
+@click.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--metric", type=click.Choice(["busbw", "algbw", "time"]), default="busbw", show_default=True,
+              help="What the top panel shows against message size.")
+@click.option("--out", default=None, help="Image file (.png or .svg) [default: next to the first result, as <name>.png].")
+@click.option("--line-rate", default=None, help="Draw the link's rate as a reference line, e.g. 400Gbps, 100000Mbps, 50GB/s.")
+def plot(results, metric, out, line_rate) -> int:
+    """Draw bandwidth (or time) against message size, one line per collective, dtype, placement and run;
+    `zero --bucket-size` grids and `pairs` runs as heat maps (beside the curves when both are there)."""
+    from commbench.analysis import plot as plotting
+
+    written = plotting.plot_results(list(results), metric=metric, out=out, line_rate=line_rate)
+    print(f"plot written to {written[0]}" + (f" (also: {', '.join(map(str, written[1:]))})" if written[1:] else ""))
+    return 0
+
+
+@click.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--baseline", multiple=True, type=click.Path(),
+              help="Results to compare against (before); repeat for several files.")
+@click.option("--out", default=None, help="Report file [default: next to the first result, as <name>.html or .md].")
+@click.option("--format", "fmt", type=click.Choice(["html", "markdown"]), default=None,
+              help="html (one self-contained page) or markdown (figure saved as a PNG beside it) "
+                   "[default: from --out's suffix, else html].")
+@click.option("--line-rate", default=None, help="Reference line on the curves, e.g. 400Gbps or 50GB/s.")
+def report(results, baseline, out, fmt, line_rate) -> int:
+    """Write one report of results: curves, peak busbw, run metadata, and the comparison with --baseline."""
+    from commbench.analysis import report as reporting
+
+    written = reporting.write_report(list(results), list(baseline) or None, out=out, fmt=fmt, line_rate=line_rate)
+    print(f"report written to {written[0]}" + (f" (figures: {', '.join(map(str, written[1:]))})" if written[1:] else ""))
+    return 0

@@ -1,0 +1,21 @@
+"""`commbench doctor`: parse and delegate to net/doctor.py."""
+
+from __future__ import annotations
+
+import click
+
+from commbench.cli.options import positive_float
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (facts per host, findings, exit code).")
+@click.option("--root", "roots", multiple=True, metavar="DIR",
+              help="Check a recorded sysfs tree instead of this host (repeat for several hosts).")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for the other hosts under a launcher.")
+def doctor(as_json, roots, timeout) -> int:
+    """Check the network setup for NCCL/gloo: interfaces, RDMA ports, GPUs, NCCL_* settings, across hosts."""
+    from commbench.net import doctor as doctoring
+
+    positive_float(timeout, "--timeout")
+    return doctoring.run(as_json=as_json, roots=list(roots), timeout=timeout)

@@ -1,0 +1,47 @@
+"""Running a workload: on the ranks a launcher started (torchrun, srun, mpirun, lab run), or on
+local ranks this process spawns and supervises."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from commbench.core.errors import BadInput
+
+
+def _warn_socket_ifname(env) -> None:
+    """Before running: one stderr line per NCCL/GLOO_SOCKET_IFNAME that matches no interface here
+    (rank 0 under a launcher, or the local parent)."""
+    if env is not None and env.rank != 0:
+        return
+    from commbench.net.netinfo import socket_ifname_warnings
+
+    for line in socket_ifname_warnings():
+        print(f"commbench: warning: {line} (see `commbench doctor`)", file=sys.stderr)
+
+
+def launch_workload(workload, nproc: int | None) -> int:
+    """Run `workload` on the ranks a launcher started, or spawn `nproc` local ranks."""
+    import torch
+
+    from commbench.core import launch
+    from commbench.core import results
+    from commbench.harness.runner import rank_main
+
+    env = launch.detect()
+    _warn_socket_ifname(env)
+    if env is not None:
+        if nproc is not None:
+            raise BadInput(f"--nproc is for local runs, but {env.launcher} started {env.world_size} ranks: "
+                           "drop --nproc or set the rank count in the launcher")
+        workload.validate(env.world_size)
+        return launch.run_as_rank(functools.partial(rank_main, workload), env)
+
+    backend = workload.plan.backend
+    if nproc is None:
+        nproc = torch.cuda.device_count() if backend == "nccl" else 2
+    workload.validate(nproc)
+    device = torch.device("cpu") if backend == "gloo" else torch.device("cuda", 0)
+    workload.prepare(backend, device, launch.RankEnv("local", 0, nproc, 0, nproc, "127.0.0.1", 0))
+    results.check_writable(results.resolve_out(workload.plan.out, workload.plan.run_id))
+    return launch.spawn_local(nproc, functools.partial(rank_main, workload))

@@ -1,0 +1,109 @@
+"""What nccl-tests output says, as both of its readers (text and -J JSON) see it: the ranks, one
+placement of one printed row, the columns of a text table, and the state of one output stream."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    host: str
+    pid: int | None = None
+    device: int | None = None
+    device_name: str = ""
+
+
+@dataclass
+class Half:
+    """One placement of one printed row."""
+
+    size: int
+    count: int
+    dtype: str
+    op: str | None
+    root: int | None
+    in_place: bool
+    time: float | None
+    algbw: float | None
+    busbw: float | None
+    wrong: int | None = None
+    error: float | None = None
+    tmin: float | None = None
+    tmax: float | None = None
+    tp99: float | None = None
+    samples: list[float] | None = None
+    iters: int | None = None
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    redop: bool
+    root: bool
+    check: str | None  # "wrong", "error"; None: infer from the value
+    per_iter: bool
+    groups: int
+    time_name: str = "time"
+    line: int | None = None  # where the column header was; None: inferred from a row
+
+    @property
+    def prefix(self) -> int:
+        return 3 + self.redop + self.root
+
+    @property
+    def group(self) -> int:
+        return 8 if self.per_iter else 4
+
+
+class Stream:
+    """The state of one output stream (one mpirun tag, or the whole untagged output)."""
+
+    def __init__(self) -> None:
+        self.tests_version: str | None = None
+        self.nccl_version: str | None = None
+        self.program: str | None = None
+        self.nthread: int | None = None
+        self.ngpus: int | None = None
+        self.warmup: int | None = None
+        self.iters: int | None = None
+        self.agg_iters: int | None = None
+        self.validation: int | None = None
+        self.ranks: dict[int, RankInfo] = {}
+        self.layout: Layout | None = None
+        self.rows = 0
+        self.headers = 0  # nThread lines in this section: more than one = several processes printed it
+        self.dup_rank = False
+        self.seen: set[str] = set()
+
+    def new_section(self) -> None:
+        keep = self.nccl_version
+        self.__init__()
+        self.nccl_version = keep
+
+    @property
+    def several_processes(self) -> bool:
+        return self.headers > 1 or self.dup_rank
+
+    def world(self) -> int | None:
+        if self.several_processes and self.nthread and self.ngpus:
+            return self.nthread * self.ngpus
+        if self.ranks:
+            return len(self.ranks)
+        return None
+
+    def topology(self) -> tuple[list[str], int | None, int | None, str | None]:
+        infos = [self.ranks[r] for r in sorted(self.ranks)]
+        hosts = list(dict.fromkeys(i.host for i in infos))
+        names = list(dict.fromkeys(i.device_name for i in infos if i.device_name))
+        device_name = ", ".join(names) if names else None
+        if not infos:
+            return [], None, None, device_name
+        if self.several_processes:
+            world = self.world() or 1
+            return hosts, 1, world, device_name
+        per_host = collections.Counter(i.host for i in infos)
+        return hosts, len(hosts), max(per_host.values()), device_name
+

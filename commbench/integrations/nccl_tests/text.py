@@ -1,0 +1,341 @@
+"""nccl-tests text output -> halves -> rows, one line at a time (a log, or a live run's stdout): every
+shape met in the field (tests/data/nccl-tests/README.md, docs/NCCL_TESTS.md): mpirun --tag-output
+and srun --label prefixes, -S timestamps, -I per-iteration columns, several headers, logs pasted
+without '#' or without a column header."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from commbench.core.errors import BadInput
+from commbench.integrations.nccl_tests.format import (IDENT, INT, INT32_MAX, INT64_MAX, NUMBER, SINGLE_RANK_HINT,
+                                                      STAMP, nccl_version_string, where)
+from commbench.integrations.nccl_tests.model import Half, Layout, RankInfo, Stream
+from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, finalize
+from commbench.net.ncclinfo import TransportCollector
+
+# ---- line shapes ------------------------------------------------------------------------------
+
+_TAG = re.compile(r"^\[([0-9]+),([0-9]+)\]<(stdout|stderr|stddiag)>:[ \t]?", re.ASCII)  # mpirun --tag-output
+_SRUN_LABEL = re.compile(r"^[ \t]{0,8}([0-9]{1,7}): ", re.ASCII)  # srun --label
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_VERSION = re.compile(r"^nccl-tests version\s+(\S+)(?:\s+nccl-headers=([0-9]+))?(?:\s+nccl-library=([0-9]+))?",
+                      re.ASCII)
+_STARTING = re.compile(r"^Collective test starting:\s*(\S+)", re.ASCII)
+_CONCLUDED = re.compile(r"^Collective test concluded:", re.ASCII)
+_NTHREAD = re.compile(r"^nThread\s+([0-9]+)\s+nGpus\s+([0-9]+)", re.ASCII)
+_ITERS = re.compile(r"warmup iters:\s*([0-9]+)\s+iters:\s*([0-9]+)", re.ASCII)
+_AGG = re.compile(r"agg iters:\s*([0-9]+)", re.ASCII)
+_VALIDATION = re.compile(r"validation:\s*([0-9]+)", re.ASCII)
+_RANK = re.compile(r"^Rank\s+([0-9]+)\s+(?:Group\s+([0-9]+)\s+)?Pid\s+([0-9]+)\s+on\s+(\S+)\s+device\s+([0-9]+)"
+                   r"(?:\s+\[([^\]]*)\])?\s*(.*?)\s*$", re.ASCII)
+_OOB = re.compile(r"^Out of bounds values\s*:\s*([0-9]+)\s*(OK|FAILED)?", re.ASCII)
+_JSON_OUT = re.compile(r"^Writing JSON output to (.+?)\s*$")
+_ROWLIKE = re.compile(r"^\s*[0-9]+\s+[0-9]+\s+[A-Za-z_][A-Za-z0-9_]*(\s|$)", re.ASCII)
+_UINT = re.compile(r"[0-9]+", re.ASCII)
+
+_CHECK_NAMES = {"#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
+_TIME_NAMES = {"time", "cputime"}
+_PER_ITER = ["i_min", "i_max", "i_p99", "i_cv%"]
+# What nccl-tests prints in the redop column (mulsum: ncclRedOpCreatePreMulSum; none: no reduction).
+_PRINTED_OPS = {"sum", "prod", "max", "min", "avg", "mulsum", "none"}
+
+
+# ---- parsing rows -----------------------------------------------------------------------------
+
+
+def _number(tok: str, what: str, source: str, line: int) -> float | None:
+    """A printed time, bandwidth or check value: a number of 0 or more, or nan (None)."""
+    if not NUMBER.fullmatch(tok) or tok.startswith("-"):
+        raise BadInput(f"{where(source, line)}: {what} {tok[:40]!r} is not a number of 0 or more: not a "
+                       "result row commbench can read")
+    v = float(tok)
+    return None if math.isnan(v) else v
+
+
+def _uint(tok: str, what: str, source: str, line: int) -> int:
+    if not _UINT.fullmatch(tok) or len(tok) > 19 or int(tok) > INT64_MAX:
+        raise BadInput(f"{where(source, line)}: {what} {tok[:40]!r} is not a whole number of bytes/elements")
+    return int(tok)
+
+
+def header_layout(tokens: list[str], source: str, line: int) -> Layout | None:
+    """The column header line (without '#'), or None if `tokens` is not one."""
+    low = [t.lower() for t in tokens]
+    if len(low) < 3 or low[0] not in ("size", "bytes") or low[1] not in ("count", "n") or low[2] != "type":
+        return None
+    rest = low[3:]
+    redop = bool(rest) and rest[0] in ("redop", "op")
+    rest = rest[1:] if redop else rest
+    root = bool(rest) and rest[0] == "root"
+    rest = rest[1:] if root else rest
+    if rest and rest[-1] == "timestamp":
+        rest = rest[:-1]
+    groups: list[tuple[str, str, bool]] = []
+    while rest:
+        if len(rest) >= 4 and rest[0] in _TIME_NAMES and rest[1] == "algbw" and rest[2] == "busbw" \
+                and rest[3] in _CHECK_NAMES:
+            head, rest = rest[:4], rest[4:]
+            per = rest[:4] == _PER_ITER
+            if per:
+                rest = rest[4:]
+            groups.append((head[0], _CHECK_NAMES[head[3]], per))
+        else:
+            groups = []
+            break
+    if not groups or len(groups) > 2 or len({g[1:] for g in groups}) != 1:
+        raise BadInput(f"{where(source, line)}: an nccl-tests column header commbench does not know "
+                       f"({' '.join(tokens)[:120]!r}): send the log to the commbench maintainers")
+    return Layout(redop=redop, root=root, check=groups[0][1], per_iter=groups[0][2], groups=len(groups),
+                  time_name=groups[0][0], line=line)
+
+
+def _infer_layout(tokens: list[str]) -> Layout | None:
+    """A row without a column header before it (pasted or cut logs): the shape from the fields."""
+    rest = tokens[3:]
+    redop = bool(rest) and rest[0].lower() in _PRINTED_OPS
+    if redop:
+        rest = rest[1:]
+    root = len(rest) % 4 == 1 and bool(INT.fullmatch(rest[0]))
+    if root:
+        rest = rest[1:]
+    if len(rest) == 8:
+        return Layout(redop, root, None, False, 2)
+    if len(rest) == 4:
+        return Layout(redop, root, None, False, 1)
+    if len(rest) == 16:
+        return Layout(redop, root, None, True, 2)
+    return None
+
+
+def parse_row(text: str, layout: Layout | None, source: str, line: int, final: bool = False) -> list[Half]:
+    """The halves (out-of-place, in-place) of a printed result row (no '#', no prefix)."""
+    text = STAMP.sub(" ", text)
+    tokens = text.split()
+    inferred = layout is None
+    if layout is None:
+        layout = _infer_layout(tokens)
+    g = layout.group if layout else 4
+    body = tokens[layout.prefix:] if layout else []
+    if layout is None or len(body) not in (g, 2 * g) or (len(body) == 2 * g and layout.groups == 1):
+        cut = " (the file ends in the middle of this row: truncated?)" if final else ""
+        against = (f"does not match the column header at line {layout.line} "
+                   f"({layout.prefix + layout.groups * g} fields)" if layout is not None and not inferred
+                   else "is not a row layout nccl-tests prints")
+        raise BadInput(f"{where(source, line)}: a result row with {len(tokens)} fields {against}{cut}")
+    size = _uint(tokens[0], "size", source, line)
+    count = _uint(tokens[1], "count", source, line)
+    dtype = tokens[2]
+    if not IDENT.fullmatch(dtype):
+        raise BadInput(f"{where(source, line)}: type {dtype[:40]!r} is not a data type name")
+    op = tokens[3] if layout.redop else None
+    if op is not None and not IDENT.fullmatch(op):
+        raise BadInput(f"{where(source, line)}: redop {op[:40]!r} is not a reduction name")
+    root = None
+    if layout.root:
+        tok = tokens[3 + layout.redop]
+        if not INT.fullmatch(tok) or len(tok) > 11 or not -1 <= int(tok) <= INT32_MAX:
+            raise BadInput(f"{where(source, line)}: root {tok[:40]!r} is not a rank number")
+        root = int(tok)
+    halves = []
+    groups = [body[i:i + g] for i in range(0, len(body), g)]
+    placements = [True] if len(groups) == 1 else [False, True]  # a lone group is in-place (nccl-tests' null body)
+    for in_place, grp in zip(placements, groups):
+        t = _number(grp[0], "time", source, line)
+        alg = _number(grp[1], "algbw", source, line)
+        bus = _number(grp[2], "busbw", source, line)
+        check = grp[3]
+        wrong = error = None
+        if check.upper() != "N/A":
+            value = _number(check, "#wrong", source, line)
+            kind = layout.check or ("error" if re.search(r"[.eE]", check) else "wrong")
+            if kind == "error":
+                error = value
+            elif value is not None:
+                if not 0 <= value <= INT64_MAX // 2:
+                    raise BadInput(f"{where(source, line)}: #wrong {check[:40]!r} is out of range")
+                wrong = int(value)
+        h = Half(size, count, dtype, op, root, in_place, t, alg, bus, wrong, error, line=line)
+        if layout.per_iter:
+            h.tmin = _number(grp[4], "i_min", source, line)
+            h.tmax = _number(grp[5], "i_max", source, line)
+            h.tp99 = _number(grp[6], "i_p99", source, line)
+            _number(grp[7], "i_cv%", source, line)
+        halves.append(h)
+    return halves
+
+
+def _unprefixed(raw: str) -> tuple[object, str]:
+    """A line without colour codes and carriage returns, and the stream it belongs to: an mpirun
+    --tag-output or srun --label prefix is taken off and names it (None: untagged output)."""
+    line = _ANSI.sub("", raw.rstrip("\r\n")).replace("\r", "")
+    key: object = None
+    if m := _TAG.match(line):
+        key, line = (m.group(1), m.group(2)), line[m.end():]
+    elif m := _SRUN_LABEL.match(line):
+        key, line = m.group(1), line[m.end():]
+    return key, line
+
+
+class TextParser:
+    """nccl-tests text output, one line at a time (for logs and for a live run)."""
+
+    def __init__(self, source: str, builder: RecordBuilder):
+        self.source = source
+        self.builder = builder
+        self.streams: dict[object, Stream] = {}
+        self.info = TransportCollector()
+        self.parsed = Parsed()
+        self.busbw_printed_nonzero = False
+        self.algbw_printed_nonzero = False
+        self.rows_without_ranks = False
+        self.last_line = 0
+
+    def _stream(self, key: object) -> Stream:
+        if key not in self.streams:
+            self.streams[key] = Stream()
+        return self.streams[key]
+
+    def feed(self, raw: str, lineno: int, final: bool = False) -> list[dict]:
+        """One line of output -> the records it completes (none for most lines)."""
+        self.last_line = lineno
+        self.parsed.lines = lineno
+        key, line = _unprefixed(raw)
+        if not line.strip():
+            return []
+        if "NCCL INFO" in line or "NCCL WARN" in line or "NCCL TRACE" in line or "NCCL version" in line:
+            self.info.feed(line)
+            return []
+        s = self._stream(key)
+        stripped = line.strip()
+        hashed = stripped.startswith("#")
+        content = stripped.lstrip("#").strip()
+        if not content or self._section_header(s, content) or self._note(content):
+            return []
+        layout = header_layout(content.split(), self.source, lineno)
+        if layout is not None:
+            s.layout = layout
+            return []
+        if hashed or not _ROWLIKE.match(content):
+            return []  # banners, units, warnings, anything else: not ours
+        return self._row(s, content, lineno, final)
+
+    def _section_header(self, s: Stream, content: str) -> bool:
+        """A line of the header nccl-tests prints before its table (version, test name, nThread,
+        Rank): what it says is kept in the stream, and a header after rows starts a new section."""
+        if m := _VERSION.match(content):
+            self._section_line(s, "version")
+            s.tests_version = m.group(1)
+            s.nccl_version = nccl_version_string(m.group(3) or m.group(2)) or s.nccl_version
+            return True
+        if m := _STARTING.match(content):
+            self._section_line(s, "starting")
+            s.program = m.group(1)
+            return True
+        if m := _NTHREAD.match(content):
+            self._section_line(s, "nthread")
+            s.headers += 1
+            s.nthread, s.ngpus = int(m.group(1)), int(m.group(2))
+            if it := _ITERS.search(content):
+                s.warmup, s.iters = int(it.group(1)), int(it.group(2))
+            if agg := _AGG.search(content):
+                s.agg_iters = int(agg.group(1))
+            if val := _VALIDATION.search(content):
+                s.validation = int(val.group(1))
+            return True
+        if m := _RANK.match(content):
+            if s.rows:
+                s.new_section()
+            r = int(m.group(1))
+            if r in s.ranks:
+                s.dup_rank = True
+            else:
+                s.ranks[r] = RankInfo(r, m.group(4), int(m.group(3)), int(m.group(5)), m.group(7) or "")
+            return True
+        return False
+
+    def _note(self, content: str) -> bool:
+        """A line after the table that matters to the whole output (the out-of-bounds check, where
+        -J JSON went, the end of a test)."""
+        if m := _OOB.match(content):
+            if (m.group(2) == "FAILED") or int(m.group(1)) > 0:
+                self.parsed.failed = True
+            return True
+        if m := _JSON_OUT.match(content):
+            self.parsed.json_path = m.group(1)
+            return True
+        return bool(_CONCLUDED.match(content))
+
+    def _row(self, s: Stream, content: str, lineno: int, final: bool) -> list[dict]:
+        """A result row -> its records; what it shows of the run (bandwidths printed as other than
+        0, a failed check, rows before any Rank line) is noted for close()."""
+        halves = parse_row(content, s.layout, self.source, lineno, final=final)
+        s.rows += 1
+        out = []
+        for h in halves:
+            if h.busbw:
+                self.busbw_printed_nonzero = True
+            if h.algbw:
+                self.algbw_printed_nonzero = True
+            if h.wrong:
+                self.parsed.failed = True
+            if not s.ranks:
+                self.rows_without_ranks = True
+            rec = self.builder.record(h, s)
+            if rec is not None:
+                out.append(rec)
+        self.parsed.records.extend(out)
+        return out
+
+    def _section_line(self, s: Stream, kind: str) -> None:
+        if s.rows:
+            s.new_section()
+        elif kind in s.seen and kind != "nthread":
+            s.headers = max(s.headers, 2)
+        s.seen.add(kind)
+
+    def single_rank_symptom(self) -> bool:
+        several = any(s.several_processes for s in self.streams.values())
+        headed = [s for s in self.streams.values() if s.headers]
+        if len(headed) > 1 and all(s.world() == 1 or s.several_processes for s in headed):
+            several = True  # mpirun --tag-output: each tagged process printed its own header
+        zero_busbw = bool(self.parsed.records) and not self.busbw_printed_nonzero and self.algbw_printed_nonzero
+        return several or (zero_busbw and self.rows_without_ranks)
+
+    def close(self, strict: bool = True) -> Parsed:
+        p = self.parsed
+        p.transport = self.info.transport
+        p.skipped = dict(self.builder.skipped)
+        for rec in p.records:
+            if rec.get("nccl_version") is None:
+                rec["nccl_version"] = self.info.nccl_version
+            rec["transport"] = p.transport
+        symptom = self.single_rank_symptom()
+        if not p.records and strict:
+            extra = ""
+            if p.skipped:
+                extra = f" (only rows {', '.join(p.skipped)}, which commbench does not keep)"
+            elif symptom:
+                extra = f"; {SINGLE_RANK_HINT}"
+            elif any(s.headers for s in self.streams.values()):
+                extra = " after the header: the run stopped before its first size"
+            raise BadInput(f"{where(self.source, self.last_line)}: no nccl-tests result rows in the file "
+                           f"(it ends here){extra}")
+        finalize(p.records)
+        if symptom:
+            p.warnings.append(SINGLE_RANK_HINT)
+        if p.failed:
+            p.warnings.append("the data check failed (#wrong > 0 or 'Out of bounds values ... FAILED'): "
+                              "these results are wrong")
+        return p
+
+
+def parse_text(text: str, source: str, builder: RecordBuilder, strict: bool = True) -> Parsed:
+    parser = TextParser(source, builder)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    for i, raw in enumerate(lines, 1):
+        parser.feed(raw, i, final=(i == len(lines) and not text.endswith("\n")))
+    return parser.close(strict=strict)

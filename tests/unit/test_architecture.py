@@ -1,0 +1,281 @@
+"""The package rules of docs/ARCHITECTURE.md, read from the source with `ast`.
+
+Imports go down the flow (cli -> workloads -> harness -> core; analysis, net, lab and
+integrations beside), without circles, without another module's private names, and core and
+analysis never reach torch. Functions stay short enough to read at once. The allow-lists are
+empty on purpose: a new exception is a change to these rules, made here and in the doc.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "commbench"
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+
+# What each package may import (besides itself and the root package's __version__).
+ALLOWED = {
+    "core": set(),
+    "analysis": {"core"},
+    "net": {"core"},
+    "lab": {"core"},
+    "integrations": {"core", "net"},
+    "harness": {"core", "net"},
+    "workloads": {"core", "net", "harness", "integrations", "analysis"},
+    "cli": {"core", "net", "harness", "integrations", "analysis", "workloads", "lab"},
+}
+TORCH_FREE = {"core", "analysis"}
+HEAVY = {"torch", "deepspeed"}
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 700
+MAX_LOOSE_MODULES = 3
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    tree: ast.Module
+    imports: set[str] = field(default_factory=set)  # commbench modules
+    heavy: set[str] = field(default_factory=set)  # torch / deepspeed, imported directly
+    private_uses: list[str] = field(default_factory=list)
+    pkg_dir: Path = PKG
+
+    @property
+    def package(self) -> str:
+        parts = self.name.split(".")
+        return parts[1] if len(parts) > 2 or (len(parts) == 2 and (self.pkg_dir / parts[1]).is_dir()) else ""
+
+
+def _name_of(path: Path, pkg: Path) -> str:
+    rel = path.relative_to(pkg.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules(pkg: Path = PKG) -> dict[str, Module]:
+    mods = {}
+    for path in sorted(pkg.rglob("*.py")):
+        name = _name_of(path, pkg)
+        mods[name] = Module(name, path, ast.parse(path.read_text(), str(path)), pkg_dir=pkg)
+    for mod in mods.values():
+        _read_imports(mod, mods)
+    return mods
+
+
+def _read_imports(mod: Module, mods: dict[str, Module]) -> None:
+    aliases: dict[str, str] = {}  # a local name bound to a commbench module
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                if top in HEAVY:
+                    mod.heavy.add(top)
+                elif a.name in mods:
+                    mod.imports.add(a.name)
+                    if a.asname:
+                        aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            assert node.level == 0, f"{mod.path}: relative import (commbench uses absolute ones)"
+            top = node.module.split(".")[0]
+            if top in HEAVY:
+                mod.heavy.add(top)
+                continue
+            if top != "commbench":
+                continue
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                if sub in mods:  # from commbench.analysis import plot
+                    mod.imports.add(sub)
+                    aliases[a.asname or a.name] = sub
+                else:
+                    mod.imports.add(node.module)
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        mod.private_uses.append(f"from {node.module} import {a.name}")
+    for node in ast.walk(mod.tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            mod.private_uses.append(f"{aliases[node.value.id]}.{node.attr} (line {node.lineno})")
+    mod.imports.discard(mod.name)
+
+
+def _cycles(mods: dict[str, Module]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(mods[v].imports):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(mods):
+        if v not in index:
+            visit(v)
+    return found
+
+
+MODS = _modules()
+
+
+def test_no_import_circles():
+    cycles = _cycles(MODS)
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def _private_uses(mods: dict[str, Module]) -> dict[str, list[str]]:
+    return {m.name: m.private_uses for m in mods.values() if m.private_uses}
+
+
+def test_no_module_imports_another_modules_private_names():
+    uses = _private_uses(MODS)
+    assert not uses, "\n".join(f"{m}: {u}" for m, us in uses.items() for u in us)
+
+
+def _climbing(mods: dict[str, Module]) -> list[str]:
+    climbing = []
+    for mod in mods.values():
+        for dep in sorted(mod.imports):
+            target = mods[dep]
+            if not target.package or target.package == mod.package:
+                if dep.endswith("__main__") or (dep.startswith("commbench.cli") and mod.package != "cli"
+                                                and mod.name != "commbench.__main__"):
+                    climbing.append(f"{mod.name} -> {dep}")
+                continue
+            if not mod.package:  # the root package: only __main__, which starts the CLI
+                if mod.name != "commbench.__main__" or target.package != "cli":
+                    climbing.append(f"{mod.name} -> {dep}")
+                continue
+            if target.package not in ALLOWED[mod.package]:
+                climbing.append(f"{mod.name} ({mod.package}) -> {dep} ({target.package})")
+    return climbing
+
+
+def test_imports_go_down_the_flow():
+    climbing = _climbing(MODS)
+    assert not climbing, "imports that climb the flow:\n" + "\n".join(climbing)
+
+
+def _reaches_heavy(name: str, seen: set[str], mods: dict[str, Module]) -> list[str]:
+    """A path from `name` to torch/deepspeed through commbench imports, or []."""
+    mod = mods[name]
+    if mod.heavy:
+        return [name, sorted(mod.heavy)[0]]
+    seen.add(name)
+    for dep in sorted(mod.imports):
+        if dep not in seen:
+            path = _reaches_heavy(dep, seen, mods)
+            if path:
+                return [name, *path]
+    return []
+
+
+def _torch_paths(mods: dict[str, Module]) -> dict[str, str]:
+    paths = {}
+    for mod in mods.values():
+        if mod.package in TORCH_FREE:
+            path = _reaches_heavy(mod.name, set(), mods)
+            if path:
+                paths[mod.name] = " -> ".join(path)
+    return paths
+
+
+def test_core_and_analysis_never_reach_torch():
+    paths = _torch_paths(MODS)
+    assert not paths, "\n".join(paths.values())
+
+
+def _long_functions(mods: dict[str, Module]) -> list[str]:
+    long = []
+    for mod in mods.values():
+        for node in ast.walk(mod.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{mod.path.name}:{node.lineno} {node.name} ({lines} lines)")
+    return long
+
+
+def test_functions_are_short():
+    long = _long_functions(MODS)
+    assert not long, "functions over 80 lines:\n" + "\n".join(long)
+
+
+def test_modules_are_short_and_live_in_packages():
+    long = [f"{m.path.relative_to(ROOT)} ({n} lines)" for m in MODS.values()
+            if (n := len(m.path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not long, "modules over 700 lines:\n" + "\n".join(long)
+    loose = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(loose) <= MAX_LOOSE_MODULES, loose
+
+
+def _documented() -> set[str]:
+    """Module paths named in docs/ARCHITECTURE.md, relative to commbench/ (e.g. `core/units.py`)."""
+    return set(re.findall(r"`((?:[a-z_]+/)*[a-z_]+\.py)`", DOC.read_text()))
+
+
+def test_architecture_doc_names_every_module_and_only_real_ones():
+    named = _documented()
+    real = {str(m.path.relative_to(PKG)) for m in MODS.values()
+            if m.path.name != "__init__.py" or m.path.read_text().strip()}
+    assert sorted(named - real) == [], "named in docs/ARCHITECTURE.md but not in commbench/"
+    assert sorted(real - named) == [], "in commbench/ but not named in docs/ARCHITECTURE.md"
+
+
+@pytest.mark.parametrize("pkg", sorted(ALLOWED))
+def test_every_package_exists(pkg):
+    assert (PKG / pkg / "__init__.py").is_file()
+
+
+def test_the_checks_find_planted_violations(tmp_path):
+    """Each rule fails on a tree that breaks it, so an empty answer above means something."""
+    pkg = tmp_path / "commbench"
+    files = {
+        "__init__.py": "",
+        "core/__init__.py": "",
+        "core/a.py": "from commbench.harness import b\n_x = 1\n",
+        "harness/__init__.py": "",
+        "harness/b.py": "import torch\nfrom commbench.core import a\n",
+        "analysis/__init__.py": "",
+        "analysis/c.py": ("from commbench.core.a import _x\nfrom commbench.core import a\n"
+                          "def f():\n" + "    y = a._x\n" * 81),
+    }
+    for rel, text in files.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    mods = _modules(pkg)
+    assert _cycles(mods) == [["commbench.core.a", "commbench.harness.b"]]
+    assert _private_uses(mods)["commbench.analysis.c"][:2] == ["from commbench.core.a import _x",
+                                                               "commbench.core.a._x (line 4)"]
+    assert _climbing(mods) == ["commbench.core.a (core) -> commbench.harness.b (harness)"]
+    assert _torch_paths(mods) == {"commbench.analysis.c": "commbench.analysis.c -> commbench.core.a -> "
+                                                          "commbench.harness.b -> torch",
+                                  "commbench.core.a": "commbench.core.a -> commbench.harness.b -> torch"}
+    assert _long_functions(mods) == ["c.py:3 f (82 lines)"]
