@@ -33,7 +33,8 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from commbench.core.vocab import ALIGN, check_backend_support, get_dtype, volume_factor
+from commbench.core.vocab import ALIGN, check_backend_support, volume_factor
+from commbench.harness.dtypes import get_dtype
 from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
