@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis.frames import REQUIRED_COLUMNS, check_frame, column, jsonable, md_cell, printable, scalar
-from commbench.analysis.sides import KEY_COLUMNS, Side, describe_point, group
+from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point, group, split_failed
 from commbench.core import stats
 from commbench.core.errors import BadInput, RuntimeFailure
 
@@ -38,19 +38,23 @@ DIFFERENCE_COLUMNS = ("mtu", "link_layer", "iface", "label")
 ENV_PREFIXES = ("NCCL_", "GLOO_")
 # Every column compare_frames reads: callers reading files for it read only these (results.read_results).
 READ_COLUMNS = tuple(dict.fromkeys(REQUIRED_COLUMNS + KEY_COLUMNS + WARN_COLUMNS + DIFFERENCE_COLUMNS + (
-    "schema_version", "algbw_GBps", "time_us", "samples_us", "repetition", "env")))
+    "schema_version", "algbw_GBps", "time_us", "samples_us", "repetition", "env", "status", "error", "confirm")))
 
-VERDICTS = ("regression", "improvement", "unchanged", "inconclusive")
+# A pairs link measured before and failed after, failed before and measured after, failed on both
+# sides (docs/COMPARE.md, "Links that failed"). "link down" counts as a regression.
+LINK_DOWN, LINK_RESTORED, STILL_DOWN = "link down", "link restored", "still down"
+REGRESSIONS = ("regression", LINK_DOWN)
+VERDICTS = ("regression", LINK_DOWN, "improvement", LINK_RESTORED, "unchanged", "inconclusive", STILL_DOWN)
 
 
 @dataclass
 class PointComparison:
     key: dict
-    before_busbw: float
-    after_busbw: float
-    before_spread: tuple[float, float]
-    after_spread: tuple[float, float]
-    ratio: float
+    before_busbw: float | None  # None: no repetition of that side was measured (a failed link)
+    after_busbw: float | None
+    before_spread: tuple[float, float] | None
+    after_spread: tuple[float, float] | None
+    ratio: float | None  # None when a side has no measured repetition
     n_before: int
     n_after: int
     test: str  # "repetitions", "within-run only", or "none" (no samples to test at all)
@@ -118,10 +122,14 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
 
     warnings = _warnings(before, after)
     differences = _differences(before, after)
+    before, b_lost = split_failed(before)
+    after, a_lost = split_failed(after)
     b, a = group(before, "before"), group(after, "after")
-    common = [k for k in b.rows if k in a.rows]
-    only_before = [dict(zip(KEY_COLUMNS, k)) for k in b.rows if k not in a.rows]
-    only_after = [dict(zip(KEY_COLUMNS, k)) for k in a.rows if k not in b.rows]
+    b_keys, a_keys = list(dict.fromkeys([*b.rows, *b_lost])), list(dict.fromkeys([*a.rows, *a_lost]))
+    in_b, in_a = set(b_keys), set(a_keys)
+    common = [k for k in b_keys if k in in_a]
+    only_before = [dict(zip(KEY_COLUMNS, k)) for k in b_keys if k not in in_a]
+    only_after = [dict(zip(KEY_COLUMNS, k)) for k in a_keys if k not in in_b]
     base = dict(only_before=only_before, only_after=only_after, warnings=warnings, differences=differences,
                 alpha=alpha, threshold=threshold, latency_threshold=latency_threshold,
                 allow_within_run=allow_within_run)
@@ -130,15 +138,41 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
             warnings.append(hint)
         return Comparison(points=[], geomean_ratio=None, verdict="nothing comparable", **base)
 
-    m = len(common)
-    needed = stats.repetitions_needed(alpha, m)
+    # Points measured on both sides are tested; a point that failed on a side in every repetition
+    # (a pairs link down) is decided by that alone and is not one of the m tested points.
+    tested = [k for k in common if k in b.rows and k in a.rows]
+    needed = stats.repetitions_needed(alpha, len(tested)) if tested else None
+    decided = dict(zip(tested, _tested_points(tested, b, a, alpha, threshold, latency_threshold, allow_within_run,
+                                              needed)))
+    points = [_with_failures(decided[k], b_lost.get(k), a_lost.get(k)) if k in decided
+              else _failed_point(k, b, a, b_lost.get(k), a_lost.get(k), threshold) for k in common]
+    bound = [p.ratio for p in points if p.bandwidth_bound]
+    geo = stats.geomean(bound) if bound else None
+    return Comparison(points=points, geomean_ratio=geo, verdict=_overall({p.verdict for p in points}),
+                      repetitions_needed=needed, **base)
+
+
+def _overall(verdicts: set[str]) -> str:
+    if verdicts & set(REGRESSIONS):
+        return "regression"
+    if verdicts & {"inconclusive", STILL_DOWN}:
+        return "inconclusive"
+    if verdicts & {"improvement", LINK_RESTORED}:
+        return "improvement"
+    return "unchanged"
+
+
+def _tested_points(tested: list[tuple], b: Side, a: Side, alpha: float, threshold: float, latency_threshold: float,
+                   allow_within_run: bool, needed: int | None) -> list[PointComparison]:
+    """The points measured on both sides: tests, Holm over the m of them, verdicts."""
+    m = len(tested)
     peaks: dict[tuple, float] = {}
     for k, (med, _, _) in b.summary.items():
         g = _peakgroup(k)
         peaks[g] = max(peaks.get(g, 0.0), med)
 
     drafts = []
-    for k in common:
+    for k in tested:
         key = dict(zip(KEY_COLUMNS, k))
         try:
             drafts.append(_measure_point(key, b, a, k, peaks[_peakgroup(k)], alpha, m))
@@ -152,20 +186,54 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
         ps = [drafts[i]["p_value"] for i in family]
         for i, ph, q in zip(family, stats.holm(ps, m), stats.bh_qvalues(ps, m)):
             drafts[i]["p_holm"], drafts[i]["q_bh"] = ph, q
+    return [_decide(d, alpha, threshold, latency_threshold, allow_within_run, needed) for d in drafts]
 
-    points = [_decide(d, alpha, threshold, latency_threshold, allow_within_run, needed) for d in drafts]
-    bound = [p.ratio for p in points if p.bandwidth_bound]
-    geo = stats.geomean(bound) if bound else None
-    verdicts = {p.verdict for p in points}
-    if "regression" in verdicts:
-        verdict = "regression"
-    elif "inconclusive" in verdicts:
-        verdict = "inconclusive"
-    elif "improvement" in verdicts:
-        verdict = "improvement"
+
+# ---- failed links (pairs rows with a status in linkrank.FAILED) ----
+
+
+def _failed_point(k: tuple, b: Side, a: Side, lost_before: Lost | None, lost_after: Lost | None,
+                  threshold: float) -> PointComparison:
+    """A point that failed in every repetition of one side or both: no ratio, no test.
+    Measured before and failed after: "link down" (a regression); failed before and measured
+    after: "link restored"; failed on both sides: "still down" (no answer, exit 3)."""
+    nb = int(b.rows[k].size) if k in b.rows else 0
+    na = int(a.rows[k].size) if k in a.rows else 0
+    fb = lost_before.count if lost_before else 0
+    fa = lost_after.count if lost_after else 0
+    before = f"before: {lost_before.text(nb + fb)}" if lost_before else None
+    after = f"after: {lost_after.text(na + fa)}" if lost_after else None
+    if na == 0 and nb > 0:
+        verdict, notes = LINK_DOWN, [f"could not be measured {after}", before]
+    elif na > 0:
+        verdict, notes = LINK_RESTORED, [f"could not be measured {before}", "measured again after", after]
     else:
-        verdict = "unchanged"
-    return Comparison(points=points, geomean_ratio=geo, verdict=verdict, repetitions_needed=needed, **base)
+        verdict, notes = STILL_DOWN, ["could not be measured on either side, nothing to compare", before, after]
+    return PointComparison(
+        key=dict(zip(KEY_COLUMNS, k)), before_busbw=b.summary[k][0] if nb else None,
+        after_busbw=a.summary[k][0] if na else None, before_spread=b.summary[k][1:] if nb else None,
+        after_spread=a.summary[k][1:] if na else None, ratio=None, n_before=nb, n_after=na, test="none",
+        p_value=None, p_holm=None, q_bh=None, threshold=threshold, bandwidth_bound=False, verdict=verdict,
+        note="; ".join(n for n in notes if n))
+
+
+def _with_failures(p: PointComparison, lost_before: Lost | None, lost_after: Lost | None) -> PointComparison:
+    """A tested point some of whose repetitions failed: its failures in the note; failing after
+    but never before makes it "link down" (the link works only some of the time now)."""
+    if not lost_before and not lost_after:
+        return p
+    notes = []
+    if lost_before:
+        notes.append(f"before: {lost_before.text(p.n_before + lost_before.count)}")
+    if lost_after:
+        notes.append(f"after: {lost_after.text(p.n_after + lost_after.count)}"
+                     + ("" if lost_before else ", never before"))
+    verdict = LINK_DOWN if lost_after and not lost_before else p.verdict
+    if verdict != p.verdict:
+        notes.append(f"the measured repetitions: {p.verdict} ({p.note or _pct(p.ratio)})")
+    elif p.note:
+        notes.append(p.note)
+    return dataclasses.replace(p, verdict=verdict, note="; ".join(notes))
 
 
 def _workload_only_hint(b: Side, a: Side) -> str | None:
@@ -407,6 +475,13 @@ def _key_cells(key: dict, extra: list[str]) -> list[str]:
 _KEY_HEADERS = ["collective", "dtype", "op", "size", "place", "ranks (nodes x per node)"]
 
 
+def _side_cell(busbw: float | None, spread: tuple[float, float] | None) -> str:
+    """'0.118 (0.117..0.119)', or 'failed' when no repetition of the side was measured."""
+    if busbw is None or spread is None:
+        return "failed"
+    return f"{_bw(busbw)} ({_bw(spread[0])}..{_bw(spread[1])})"
+
+
 def _rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
     extra = _extra_columns(p.key for p in c.points)
     headers = _KEY_HEADERS + extra + ["bound", "before GB/s (min..max)", "after GB/s (min..max)", "change",
@@ -414,12 +489,11 @@ def _rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
     rows = []
     for p in c.points:
         rows.append(_key_cells(p.key, extra) + [
-            "bw" if p.bandwidth_bound else "lat",
-            f"{_bw(p.before_busbw)} ({_bw(p.before_spread[0])}..{_bw(p.before_spread[1])})",
-            f"{_bw(p.after_busbw)} ({_bw(p.after_spread[0])}..{_bw(p.after_spread[1])})",
-            _pct(p.ratio), f"{p.n_before}/{p.n_after}", p.test,
+            "-" if p.ratio is None else "bw" if p.bandwidth_bound else "lat",
+            _side_cell(p.before_busbw, p.before_spread), _side_cell(p.after_busbw, p.after_spread),
+            "-" if p.ratio is None else _pct(p.ratio), f"{p.n_before}/{p.n_after}", p.test,
             "-" if p.p_holm is None else _p(p.p_holm), "-" if p.q_bh is None else _p(p.q_bh),
-            p.verdict.upper() if p.verdict == "regression" else p.verdict, p.note])
+            p.verdict.upper() if p.verdict in REGRESSIONS else p.verdict, p.note])
     return headers, rows
 
 

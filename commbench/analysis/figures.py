@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 DPI = 110
+HATCH_FACE, HATCH_EDGE = "#c8c8c8", "#8a8a8a"  # a cell where nothing could be measured
 
 
 def mpl_text(value) -> str:
@@ -32,13 +33,16 @@ def new_figure(width: float = 12.0, height: float = 7.8):
 
 def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str],
                  texts: Sequence[Sequence[str]] | None = None, higher_is_better: bool = True,
-                 marked: Iterable[tuple[int, int]] = ()):
+                 marked: Iterable[tuple[int, int]] = (), hatched: Iterable[tuple[int, int]] = ()):
     """A matrix as coloured cells with a text in each (the ZeRO grid, the host x host pairs).
     Better cells are lighter (the eye goes to the dark ones); NaN cells stay blank; `marked`
-    cells get a black box. Returns the image for a colour bar."""
+    cells get a black box; `hatched` cells (NaN: nothing measured there, e.g. a failed link) are
+    grey with diagonal hatching, under their text. The colour scale is set by the finite cells
+    only. Returns the image for a colour bar."""
     import matplotlib
 
     values = np.asarray(values, dtype=float)
+    hatched = set(hatched)
     cmap = matplotlib.colormaps["viridis" if higher_is_better else "viridis_r"].with_extremes(bad="#f0f0f0")
     finite = values[np.isfinite(values)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
@@ -59,10 +63,14 @@ def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str
         for j in range(values.shape[1]):
             text = texts[i][j] if texts is not None else (f"{values[i, j]:.3g}" if np.isfinite(values[i, j]) else "")
             dark = np.isfinite(values[i, j]) and ((values[i, j] < mid) == higher_is_better)
-            ax.text(j, i, mpl_text(text), ha="center", va="center", fontsize=8,
-                    color="white" if dark else "black")
-    for i, j in marked:
-        from matplotlib.patches import Rectangle
+            box = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85)
+            ax.text(j, i, mpl_text(text), ha="center", va="center", fontsize=8, color="white" if dark else "black",
+                    bbox=box if text and (i, j) in hatched else None)
+    from matplotlib.patches import Rectangle
 
+    for i, j in sorted(hatched):
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=HATCH_FACE, edgecolor=HATCH_EDGE, hatch="///",
+                               linewidth=0.0, zorder=1.5))
+    for i, j in marked:
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2.2))
     return image

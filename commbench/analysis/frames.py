@@ -60,6 +60,14 @@ def as_list(value) -> list:
         return [value]
 
 
+def is_true(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """Per row: the column holds true (a flag such as `confirm`); False where it is missing, and for
+    every row when there is no such column."""
+    if name not in frame.columns:
+        return np.zeros(len(frame), dtype=bool)
+    return frame[name].eq(True).fillna(False).to_numpy(dtype=bool)
+
+
 def present(value) -> bool:
     """A cell that holds something: not None, NaN or ""."""
     if value is None:

@@ -13,6 +13,10 @@ few hosts there are (from 3), and so are two slow hosts of four (where "median o
 would blame nobody, since half of every host's peers are slow). A single bad link between two
 healthy hosts is at the top of the ranked list but blames neither host. With two endpoints a
 slow link cannot be pinned on either end, so nobody is singled out.
+
+Links that could not be measured (rows with a `status` in FAILED) are left out of that ranking
+and judged by their pattern instead, in linkfaults.py (docs/PAIRS.md "When links fail"), which
+also writes the whole `pairs --from` report.
 """
 
 from __future__ import annotations
@@ -195,29 +199,56 @@ def _best_text(e: Endpoint, r: Ranking) -> str:
 
 
 PAIRS_COLLECTIVES = {"sendrecv": False, "sendrecv_bidir": True}
+FAILED = ("unreachable", "timeout", "error")  # statuses of a link that could not be measured
+LINK_ENDS = ("src_host", "dst_host", "src_rank", "dst_rank")
+
+
+def pairs_rows(df):
+    """The pairs rows of `df` that name their link (measured, failed and confirmation rows), or None."""
+    if df is None or len(df) == 0 or "workload" not in df.columns:
+        return None
+    rows = df[df["workload"] == "pairs"]
+    if len(rows) == 0 or any(c not in rows.columns for c in LINK_ENDS):
+        return None
+    rows = rows.dropna(subset=list(LINK_ENDS))
+    return rows if len(rows) else None
+
+
+def endpoint_names(rows) -> dict[tuple[str, int], str]:
+    """(host, rank) -> the endpoint's name: the host when it has one rank in `rows`, else host/rRANK."""
+    ends = {(h, int(r)) for h, r in zip(rows["src_host"], rows["src_rank"])} | \
+           {(h, int(r)) for h, r in zip(rows["dst_host"], rows["dst_rank"])}
+    per_host = Counter(h for h, _ in ends)
+    return {(h, r): h if per_host[h] == 1 else f"{h}/r{r}" for h, r in ends}
+
+
+def column(rows, name: str) -> list:
+    """A column's values with every missing value (None, NaN, pd.NA) as None; all None when absent."""
+    if name not in rows.columns:
+        return [None] * len(rows)
+    import pandas as pd
+
+    return [None if pd.isna(v) else v for v in rows[name]]
 
 
 def links_by_run(df) -> dict[str, list[Link]]:
     """`commbench pairs` rows -> links per run (median busbw over repetitions). Endpoints are named
-    by host when each host has one, else host/rank."""
+    by host when each host has one, else host/rank. Failed rows (status in FAILED) and the rows of
+    the confirmation round are left out: the ranking is of what the main rounds measured."""
     out: dict[str, list[Link]] = {}
-    if df is None or len(df) == 0 or "workload" not in df.columns:
+    rows = pairs_rows(df)
+    if rows is None:
         return out
-    rows = df[df["workload"] == "pairs"]
-    need = ("src_host", "dst_host", "src_rank", "dst_rank")
-    if len(rows) == 0 or any(c not in rows.columns for c in need):
-        return out
-    rows = rows.dropna(subset=list(need) + ["busbw_GBps"])
     for run_id, run in rows.groupby("run_id", sort=False):
-        ends = {(h, int(r)) for h, r in zip(run["src_host"], run["src_rank"])} | \
-               {(h, int(r)) for h, r in zip(run["dst_host"], run["dst_rank"])}
-        per_host = Counter(h for h, _ in ends)
-        name = {(h, r): h if per_host[h] == 1 else f"{h}/r{r}" for h, r in ends}
+        name = endpoint_names(run)
+        keep = [s not in FAILED and not c for s, c in zip(column(run, "status"), column(run, "confirm"))]
+        run = run[keep] if not all(keep) else run
+        run = run.dropna(subset=["busbw_GBps"])
         links = []
         keys = ["src_host", "src_rank", "dst_host", "dst_rank", "collective"]
-        for (sh, sr, dh, dr, coll), g in run.groupby(keys, sort=False):
+        for (sh, sr, dh, dr, coll), gbps in run.groupby(keys, sort=False)["busbw_GBps"].median().items():
             links.append(Link(name[(sh, int(sr))], name[(dh, int(dr))], str(sh), str(dh),
-                              float(g["busbw_GBps"].median()), PAIRS_COLLECTIVES.get(coll, False), int(sr), int(dr)))
+                              float(gbps), PAIRS_COLLECTIVES.get(coll, False), int(sr), int(dr)))
         if links:
             out[str(run_id)] = links
     return out
@@ -230,25 +261,3 @@ def endpoint_order(links: list[Link]) -> list[str]:
         seen.setdefault(ln.src, ln.src_rank if ln.src_rank is not None else 0)
         seen.setdefault(ln.dst, ln.dst_rank if ln.dst_rank is not None else 0)
     return sorted(seen, key=lambda n: (seen[n], n))
-
-
-def report(df, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[str], list[str]]:
-    """`commbench pairs --from`: (console lines, verdicts) for every pairs run in `df`."""
-    from commbench.core.errors import BadInput
-    from commbench.core.units import format_size
-
-    runs = links_by_run(df)
-    if not runs:
-        raise BadInput("the results hold no pairs rows: pass a file written by commbench pairs")
-    lines, verdicts = [], []
-    for run_id, links in runs.items():
-        ranking = rank_links(links, threshold)
-        first = df[df["run_id"] == run_id].iloc[0]
-        size = first.get("size_bytes")
-        lines.append(f"# run {run_id}: {first.get('collective')} of {format_size(int(size))}, "
-                     f"{len(ranking.endpoints)} {'hosts' if ranking.per_host else 'endpoints'}, {len(links)} links")
-        lines += render(ranking)
-        found = verdict(ranking)
-        if found:
-            verdicts.append(f"run {run_id}: {found}")
-    return lines, verdicts

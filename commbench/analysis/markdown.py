@@ -12,8 +12,9 @@ from typing import Any, Iterable, Sequence
 from urllib.parse import quote
 
 from commbench.analysis import plot
-from commbench.analysis.summary import (PAIRS_NOTE, ZERO_NOTE, fnum, json_value, net_rows, peak_rows, ratio_text,
-                                           report_title, run_facts, size_text, wrong_cell)
+from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
+                                           fnum, json_value, net_rows, peak_rows, ratio_text, report_title, run_facts,
+                                           size_text, wrong_cell)
 from commbench.analysis.runs import describe_run, run_rows
 
 
@@ -58,6 +59,7 @@ def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), com
     views = plot.split_views(df)
     curves, grid = views.curves, views.zero
     if views.pairs is not None:
+        out += faults_markdown(views.pairs)
         out += pairs_markdown(views.pairs, pairs_figure_name)
     if grid is not None:
         out += zero_markdown(grid, zero_figure_name)
@@ -106,14 +108,37 @@ def comparison_markdown(c) -> str:
     return f"**Verdict: {verdict}**, geometric-mean ratio {ratio_text(getattr(c, 'geomean_ratio', None))}"
 
 
-def pairs_markdown(pairs_df, figure_name: str | None) -> list[str]:
-    from commbench.analysis import linkrank
+def _code_block(lines: Iterable[str]) -> list[str]:
+    """Lines from a file shown verbatim: no backtick can close the fence."""
+    return ["```", *(line.replace("`", "'") for line in lines), "```"]
 
-    lines, _ = linkrank.report(pairs_df)
+
+def faults_markdown(pairs_df) -> list[str]:
+    """The "Faults" section: links of a pairs run that could not be measured ([] when none failed)."""
+    runs = fault_runs(pairs_df)
+    if not runs:
+        return []
+    out = ["## Faults", "", FAULTS_NOTE, ""]
+    for run in runs:
+        if len(runs) > 1:
+            out += [f"### Run {md(run['run'])}", ""]
+        out += [f"**{md(run['summary'])}**", ""]
+        if run["culprits"]:
+            out += [md_table(CULPRIT_HEADERS, run["culprits"]), ""]
+        if run["undecided"]:
+            out += [f"No verdict: {md(run['undecided'])}.", ""]
+        out += [md_table(FAULT_HEADERS, run["rows"]), ""]
+    return out
+
+
+def pairs_markdown(pairs_df, figure_name: str | None) -> list[str]:
+    from commbench.analysis import linkfaults
+
+    lines, _ = linkfaults.report(pairs_df)
     out = ["## Links between hosts", "", PAIRS_NOTE, ""]
     if figure_name:
         out += [f"![bandwidth between hosts]({quote(figure_name)})", ""]
-    return out + ["```", *(line.replace("`", "'") for line in lines), "```", ""]
+    return out + [*_code_block(lines), ""]
 
 
 def zero_markdown(grid_df, figure_name: str | None) -> list[str]:

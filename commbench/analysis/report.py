@@ -2,8 +2,10 @@
 base64 PNG, no external URLs, no JavaScript). The Markdown form (for a ticket; the figures saved
 as PNGs beside it) is built by markdown.py; what both show comes from summary.py.
 
-Sections: the comparison against a baseline (when given), the curves, a peak-busbw table, the
-runs' metadata (hosts, ranks, backend, device, network, versions, environment) and every point.
+Sections: the comparison against a baseline (when given), the failed links of a pairs run
+("Faults", only when a link could not be measured), the pairs heat map, the curves, a peak-busbw
+table, the runs' metadata (hosts, ranks, backend, device, network, versions, environment) and
+every point.
 
 Every value read from a results file is untrusted (labels and environment values are free
 text): it goes through html.escape in HTML and through md() in Markdown, never raw.
@@ -19,9 +21,9 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from commbench.analysis import plot
-from commbench.analysis.summary import (PAIRS_NOTE, ZERO_NOTE, fnum, fp, json_value, missing, net_rows, peak_rows,
-                                           point_rows, ratio_text, report_title, run_facts, runs_named, size_text,
-                                           wrong_cell)
+from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
+                                           fnum, fp, json_value, missing, net_rows, peak_rows, point_rows,
+                                           ratio_text, report_title, run_facts, runs_named, size_text, wrong_cell)
 from commbench.analysis.markdown import build_markdown
 from commbench.analysis.runs import describe_run, placement_name, run_rows
 from commbench.core.errors import BadInput, RuntimeFailure
@@ -188,9 +190,9 @@ def runs_html(df) -> str:
 
 def _verdict_class(verdict: Any) -> str:
     v = str(verdict or "").lower()
-    if any(w in v for w in ("regress", "worse", "slower", "fail")):
+    if any(w in v for w in ("regress", "worse", "slower", "fail", "down")):
         return "bad"
-    if any(w in v for w in ("improv", "better", "faster")):
+    if any(w in v for w in ("improv", "better", "faster", "restored")):
         return "good"
     if any(w in v for w in ("inconclusive", "noisy", "unknown", "insufficient", "mixed", "nothing")):
         return "warn"
@@ -334,6 +336,15 @@ def comparison_html(c, figure_html: str = "") -> str:
     return "\n".join(parts)
 
 
+def comparison_figure(before_df, after_df):
+    """The before/after overlay, or None when a side has no bandwidth to draw (every pairs link of
+    it failed: the comparison's "link down" points say so)."""
+    try:
+        return plot.build_comparison_figure(before_df, after_df)
+    except BadInput:
+        return None
+
+
 def _compare(before_df, after_df):
     try:
         from commbench.analysis import compare
@@ -369,11 +380,32 @@ def zero_html(grid_df) -> str:
     return "\n".join(out)
 
 
+def faults_html(pairs_df) -> str:
+    """The "Faults" section: links of a pairs run that could not be measured ("" when none failed)."""
+    runs = fault_runs(pairs_df)
+    if not runs:
+        return ""
+    out = ['<section id="faults"><h2>Faults</h2>', f'<p class="muted">{esc(FAULTS_NOTE)}</p>']
+    for run in runs:
+        if len(runs) > 1:
+            out.append(f"<h3>Run {esc(run['run'])}</h3>")
+        out.append(f'<p><span class="badge bad">{esc(run["summary"])}</span></p>')
+        if run["culprits"]:
+            named = [["v-bad" if n else "", "", "", "", "wrap"] for n in run["named"]]
+            out.append(_table(CULPRIT_HEADERS, run["culprits"], classes=named))
+        if run["undecided"]:
+            out.append(f'<p class="v-warn">No verdict: {esc(run["undecided"])}.</p>')
+        out.append('<div class="scroll">' + _table(FAULT_HEADERS, run["rows"], classes=[
+            ["", "", "bad", "wrap", ""]] * len(run["rows"])) + "</div>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
 def pairs_html(pairs_df) -> str:
-    from commbench.analysis import linkrank
+    from commbench.analysis import linkfaults
     from commbench.analysis import pairsplot
 
-    lines, _ = linkrank.report(pairs_df)
+    lines, _ = linkfaults.report(pairs_df)
     return "\n".join(['<section id="pairs"><h2>Links between hosts</h2>',
                       _figure_html(pairsplot.build_figure(pairs_df), "heat map of bandwidth between hosts",
                                    PAIRS_NOTE),
@@ -396,6 +428,9 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
         sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
     if views.pairs is not None:
         sections.insert(0, ("pairs", "Links between hosts"))
+    faults = faults_html(views.pairs)
+    if faults:
+        sections.insert(0, ("faults", "Faults"))
     if comparison is not None:
         sections.insert(0, ("comparison", "Comparison with the baseline"))
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -409,13 +444,15 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
         out.append(f'<p class="muted">before (baseline): {esc(", ".join(map(str, baseline_sources)) or "–")}; '
                    f'after: {esc(", ".join(map(str, sources)) or "–")}</p>')
         figure = ""
-        if baseline_df is not None:
-            cfig = plot.build_comparison_figure(baseline_df, df)
+        cfig = comparison_figure(baseline_df, df) if baseline_df is not None else None
+        if cfig is not None:
             figure = _figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
                                   "Before (baseline, dashed) and after (solid): median busbw over every run and "
                                   "repetition of each side; below, the time of the small sizes.")
         out.append(comparison_html(comparison, figure))
         out.append("</section>")
+    if faults:
+        out.append(faults)
     if views.pairs is not None:
         out.append(pairs_html(views.pairs))
     if grid is not None:
@@ -512,10 +549,11 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
         from commbench.analysis import pairsplot
 
         written.append(plot.write_new(pfigure, plot.figure_bytes(pairsplot.build_figure(views.pairs), "png"), "figure"))
-    if baseline_df is not None:
-        plot.write_new(cfigure, plot.figure_bytes(plot.build_comparison_figure(baseline_df, df), "png"), "figure")
+    cfig = comparison_figure(baseline_df, df) if baseline_df is not None else None
+    if cfig is not None:
+        plot.write_new(cfigure, plot.figure_bytes(cfig, "png"), "figure")
         written.append(cfigure)
     text = build_markdown(df, figure.name if curves is not None else None, sources, comparison,
-                          cfigure.name if baseline_df is not None else None, bsources,
+                          cfigure.name if cfig is not None else None, bsources,
                           zfigure.name if grid is not None else None, pfigure.name if views.pairs is not None else None)
     return [plot.write_new(target, text.encode("utf-8"), "report")] + written

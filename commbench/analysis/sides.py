@@ -4,23 +4,27 @@ A point is one value of KEY_COLUMNS (collective, dtype, size, placement, ranks, 
 its rows are the repetitions. Every per-row quantity is an array (a million rows): the point of
 every row, the busbw compared (algbw on one rank), each point's median, min and max, and the
 per-iteration samples, flattened, for the within-run test. Damaged data raises, never compares.
+Rows that could not be measured (a failed pairs link) are split off first (`split_failed`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from commbench.analysis.frames import column, scalar
+from commbench.analysis.frames import column, is_true, printable, scalar, short
+from commbench.analysis.linkrank import FAILED
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
 KEY_COLUMNS = ("collective", "dtype", "op", "size_bytes", "in_place", "world_size", "nnodes",
                "ranks_per_node", "workload", "bucket_bytes", "zero_stage",
                "src_host", "dst_host", "src_rank", "dst_rank")  # pairs: one point per link
+ERROR_CHARS = 200  # of a failed row's reason, in a note
 _INT_KEYS = {"size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage", "src_rank",
              "dst_rank"}
 
@@ -77,6 +81,47 @@ def _points(frame: pd.DataFrame) -> tuple[list[tuple], np.ndarray]:
         distinct[:] = v
         columns.append(distinct[c[firsts]])
     return list(zip(*columns)), number[inverse.reshape(-1)]
+
+
+@dataclass
+class Lost:
+    """A point's repetitions that could not be measured (status in linkrank.FAILED: a pairs link)."""
+
+    statuses: dict[str, int]  # status -> repetitions, most frequent first
+    error: str | None  # the most common reason, on one line
+
+    @property
+    def count(self) -> int:
+        return sum(self.statuses.values())
+
+    def text(self, of: int) -> str:
+        """'unreachable in 3 of 3 repetitions: no route to host' (`of`: the side's repetitions)."""
+        what = ", ".join(f"{s} in {n}" for s, n in self.statuses.items())
+        return f"{what} of {of} repetition{'s' if of != 1 else ''}" + (f": {self.error}" if self.error else "")
+
+
+def split_failed(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple, Lost]]:
+    """(the rows compared, point -> its failed repetitions). Rows of a pairs confirmation round
+    (`confirm` true) re-measure a suspect link: evidence for the fault verdict, not repetitions,
+    so they are left out; failed rows (NaN time and bandwidth) are counted per point instead."""
+    confirm = is_true(frame, "confirm")
+    failed = np.zeros(len(frame), dtype=bool)
+    if "status" in frame.columns and frame["status"].notna().any():
+        failed = frame["status"].isin(FAILED).to_numpy(dtype=bool) & ~confirm
+    if not (confirm | failed).any():
+        return frame, {}
+    lost_rows = frame[failed]
+    keys, point = _points(lost_rows)
+    statuses, errors = column(lost_rows, "status"), column(lost_rows, "error")
+    counts: dict[int, Counter] = {}
+    reasons: dict[int, Counter] = {}
+    for p, status, error in zip(point.tolist(), statuses, errors):
+        counts.setdefault(p, Counter())[str(status)] += 1
+        if error:
+            reasons.setdefault(p, Counter())[short(" ".join(printable(str(error)).split()), ERROR_CHARS)] += 1
+    lost = {keys[p]: Lost(dict(c.most_common()), reasons[p].most_common(1)[0][0] if p in reasons else None)
+            for p, c in counts.items()}
+    return frame[~(confirm | failed)], lost
 
 
 def _floats(frame: pd.DataFrame, name: str) -> np.ndarray:

@@ -9,7 +9,7 @@ import json
 import math
 from typing import Any
 
-from commbench.analysis.frames import GROUP_KEYS, as_list, prepare
+from commbench.analysis.frames import GROUP_KEYS, as_list, is_true, prepare
 from commbench.analysis.runs import compact_hosts, placement_name, run_rows
 from commbench.core.units import format_size
 from commbench.core.vocab import order_key
@@ -208,3 +208,44 @@ ZERO_NOTE = ("Each cell: one training step's communication for that ZeRO stage w
 PAIRS_NOTE = ("Point-to-point bandwidth of every pair of hosts (`commbench pairs`), median over repetitions: "
               "senders on rows, receivers on columns; the slowest links are boxed and hosts singled out as "
               "slow are named in red. Below, the ranking `commbench pairs --from` prints.")
+
+
+FAULTS_NOTE = ("Links of `commbench pairs` that could not be measured (unreachable: the peer's host did not "
+               "answer; timeout: its process did not answer in time; error: the transfer failed), what their "
+               "pattern blames, and every failed link. A confirmation round re-measures a suspect against hosts "
+               "that passed. In the heat map a failed link is a hatched grey cell.")
+CULPRIT_HEADERS = ["culprit", "kind", "status", "confirmation round", "evidence"]
+FAULT_HEADERS = ["src", "dst", "status", "error", "confirmation round"]
+_CONFIRMED = {True: "failed again: confirmed", False: "recovered: not named", None: "–"}
+
+
+def fault_runs(pairs_df) -> list[dict]:
+    """Per pairs run with failed rows (status in linkrank.FAILED), from linkfaults.faults: its name, a
+    line counting the failures, the culprits as CULPRIT_HEADERS cells (and per culprit whether it
+    is named: not refuted by the confirmation round, not undecided), why there is no verdict (or
+    None), and the failed links as FAULT_HEADERS cells; plain text. [] when nothing failed."""
+    if pairs_df is None or len(pairs_df) == 0 or "status" not in pairs_df.columns or pairs_df["status"].isna().all():
+        return []
+    from commbench.analysis import linkfaults, linkrank
+
+    names = runs_named(pairs_df)
+    out = []
+    for run_id, run in pairs_df.groupby("run_id", sort=False):
+        failed = run["status"].isin(linkrank.FAILED)
+        if not failed.any():
+            continue
+        verdict = linkfaults.faults(run)
+        confirm = is_true(run, "confirm") & failed.to_numpy()
+        counts = run.loc[failed, "status"].value_counts()
+        line = (f"{int(failed.sum())} of {len(run)} measurements failed: "
+                + ", ".join(f"{n} {s}" for s, n in counts.items())
+                + (f" ({int(confirm.sum())} in the confirmation round)" if confirm.any() else ""))
+        culprits = [[c.name, c.kind, c.status, _CONFIRMED.get(c.confirmed, str(c.confirmed)), " · ".join(c.evidence)]
+                    for c in verdict.culprits]
+        rows = [["–" if missing(f.get(k)) else str(f.get(k)) for k in ("src", "dst", "status", "error")]
+                + ["yes" if not missing(f.get("confirm")) and bool(f.get("confirm")) else "–"]
+                for f in verdict.failed]
+        out.append({"run": names.get(str(run_id), str(run_id)), "run_id": str(run_id), "summary": line,
+                    "culprits": culprits, "named": [c in verdict.named for c in verdict.culprits],
+                    "undecided": verdict.undecided, "rows": rows})
+    return out

@@ -4,6 +4,7 @@ local ranks this process spawns and supervises."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 from commbench.core.errors import BadInput
@@ -35,7 +36,14 @@ def launch_workload(workload, nproc: int | None) -> int:
             raise BadInput(f"--nproc is for local runs, but {env.launcher} started {env.world_size} ranks: "
                            "drop --nproc or set the rank count in the launcher")
         workload.validate(env.world_size)
-        return launch.run_as_rank(functools.partial(rank_main, workload), env)
+        code = launch.run_as_rank(functools.partial(rank_main, workload), env)
+        if code != 0:
+            # After a failure on a sick fabric the backend's threads may stay blocked on dead sockets,
+            # and the interpreter's shutdown would wait for them: the rows are written, so end now.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
 
     backend = workload.plan.backend
     if nproc is None:

@@ -147,20 +147,26 @@ def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int
 
     Exit 1 when a host is singled out as slow (or data arrived wrong). See docs/PAIRS.md.
     """
-    from commbench.analysis import linkrank
     from commbench.core import units
 
     threshold = fraction(slow_below, "--slow-below", low_open=True)
     if from_results:
         if size is not None or mode is not None or hosts_only:
             raise BadInput("--from ranks results already measured: drop --size, --mode and --hosts-only")
+        from commbench.analysis import linkfaults
         from commbench.core.results import read_results
 
-        lines, verdicts = linkrank.report(read_results(list(from_results)), threshold)
+        frame = read_results(list(from_results))
+        lines, verdicts = linkfaults.report(frame, threshold)
         click.echo("\n".join(lines))
         for line in verdicts:
             print(f"commbench: {line}", file=sys.stderr)
-        return 1 if verdicts else 0
+        if verdicts:  # a slow host, or a failed host or link, is named
+            return 1
+        stuck = {run_id: v for run_id, v in linkfaults.faults_by_run(frame).items() if v.exit_code == 3}
+        for run_id, v in stuck.items():
+            print(f"commbench: run {run_id}: no verdict: {v.undecided}", file=sys.stderr)
+        return 3 if stuck else 0
     from commbench.workloads.pairs import PairsPlan, PairsWorkload
 
     nbytes = units.parse_size(size or "64M", "--size")

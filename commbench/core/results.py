@@ -80,6 +80,10 @@ SCHEMA = pa.schema([
     ("dst_host", pa.string()),
     ("src_rank", pa.int32()),
     ("dst_rank", pa.int32()),
+    # a point that could not be measured (pairs: a link whose transfer failed): why, and the message
+    ("status", pa.string()),
+    ("error", pa.string()),
+    ("confirm", pa.bool_()),  # pairs: a row of the confirmation round
     ("schema_version", pa.int32()),
 ])
 

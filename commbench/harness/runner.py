@@ -10,6 +10,7 @@ columns every workload shares. Failures map to exit codes here, once, for every 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -27,6 +28,8 @@ import torch.distributed as dist
 import commbench
 from commbench.harness import faults
 from commbench.harness.console import Reporter
+from commbench.harness.control import ControlPlane, RollCall
+from commbench.harness.pairgroup import DistOps, PairGroup
 from commbench.net.envinfo import env_snapshot, iface_facts, traffic_iface
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, BadInput, CommbenchError, RuntimeFailure
 from commbench.core.launch import RankEnv, ignore_further_signals
@@ -144,6 +147,8 @@ class Session:
     # a fresh group here (new connections, e.g. after an MTU change: TCP keeps its MSS).
     group: object = None
     warmup_done: int | None = None  # warm-up iterations of the last time_call (adaptive may run fewer)
+    control: ControlPlane | None = None  # the control plane (harness/control.py); None in unit tests
+    ops: PairGroup | None = None  # a pair's own group (workloads/pairs.py): the loop runs on it, not on `group`
 
     @property
     def rank(self) -> int:
@@ -157,32 +162,49 @@ class Session:
     def device(self) -> torch.device:
         return self.ctx.device
 
-    def time_call(self, call: Callable[[], None]) -> Timing:
+    def time_call(self, call: Callable[[], None], label: str = "a collective") -> Timing:
         """Warm up, agree on the count, time each iteration; per-iteration max over ranks (s), and
-        every rank's own median time and arrival skew."""
-        samples, iters = self._own_samples(call)
+        every rank's own median time and arrival skew. `label` names the point if it hangs."""
+        with self._point(label):
+            samples, iters = self._own_samples(call)
         slowest = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=self.group)
+        self._ops().max_(slowest)
         slowest_s = slowest.cpu().tolist()
         return Timing(slowest_s, iters, self._gather_rank_times(samples, slowest_s))
 
     def _gather_rank_times(self, own_s: list[float], slowest_s: list[float]) -> RankTimes:
         """One all_gather of (median time, median arrival skew) from every rank, after the timed loop."""
         mine = torch.tensor(rank_summary(own_s, slowest_s), dtype=torch.float64, device=self.ctx.device)
-        everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.group))]
-        dist.all_gather(everyone, mine, group=self.group)
+        everyone = self._ops().gather(mine)
         pairs = torch.stack(everyone).cpu().tolist()  # one copy off the device
         return RankTimes([p[0] for p in pairs], [p[1] for p in pairs])
 
-    def time_each(self, call: Callable[[], None]) -> tuple[list[list[float]], int]:
+    def time_each(self, call: Callable[[], None], label: str = "a transfer") -> tuple[list[list[float]], int]:
         """The same loop, but every rank's own per-iteration times (s), indexed by rank: for
         workloads where ranks run different operations at once (disjoint pairs, workloads/pairs.py)
         and the max over all ranks would mix them."""
-        samples, iters = self._own_samples(call)
+        with self._point(label):
+            samples, iters = self._own_samples(call)
         mine = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
-        everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.group))]
-        dist.all_gather(everyone, mine, group=self.group)  # same count everywhere: equal shapes
+        everyone = self._ops().gather(mine)  # same count everywhere: equal shapes
         return [t.cpu().tolist() for t in everyone], iters
+
+    def _ops(self):
+        """The group operations of the loop: the pair's own (ops), or those of `group`."""
+        return self.ops if self.ops is not None else DistOps(self.group)
+
+    @contextlib.contextmanager
+    def _point(self, label: str):
+        """Marks a point's boundaries on the control plane (never its iterations), so that a hang
+        inside it is named while it happens (ControlPlane.watch)."""
+        if self.control is None:
+            yield
+            return
+        self.control.enter(label)
+        try:
+            yield
+        finally:
+            self.control.leave()
 
     def _own_samples(self, call: Callable[[], None]) -> tuple[list[float], int]:
         """Warm up, agree on the count with every rank, time each iteration on this rank (s)."""
@@ -193,11 +215,11 @@ class Session:
         self.warmup_done = len(warm)
         if plan.iters:
             iters = plan.iters
-            dist.barrier(group=self.group)
+            self._ops().barrier()
         else:
             tail = warm[len(warm) // 2:]
             estimate = torch.tensor([statistics.median(tail)], dtype=torch.float64, device=device)
-            dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=self.group)  # every rank must run the same count
+            self._ops().max_(estimate)  # every rank must run the same count
             iters = adaptive_iters(float(estimate.item()), plan.time_budget, plan.min_iters, plan.max_iters)
         return self.timer.run(call, iters), iters
 
@@ -210,7 +232,7 @@ class Session:
         rule = StopRule(plan.time_budget, plan.min_iters, plan.max_iters, plan.precision)
         first = self.timer.run(call, min(2, max(1, plan.warmup)))
         pace = torch.tensor(first, dtype=torch.float64, device=self.ctx.device)
-        dist.all_reduce(pace, op=dist.ReduceOp.MAX, group=self.group)  # every rank warms up as often
+        self._ops().max_(pace)  # every rank warms up as often
         self.warmup_done = rule.warmups(min(pace.cpu().tolist()), max(1, plan.warmup))
         self.timer.run(call, self.warmup_done - len(first))
         own: list[float] = []
@@ -219,7 +241,7 @@ class Session:
         while batch:
             times = self.timer.run(call, batch)
             worst = torch.tensor(times, dtype=torch.float64, device=self.ctx.device)
-            dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=self.group)
+            self._ops().max_(worst)
             own += times
             slowest += worst.cpu().tolist()
             batch = rule.next_batch(slowest)
@@ -329,7 +351,8 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     workload.prepare(backend, device, env)
     timer = faults.late_timer(timer_for(device), env.rank)  # the timer itself unless a test delays this rank
-    _join_group(plan, backend, env)
+    control = _join_group(plan, backend, env)
+    broken = False
     writer: ResultWriter | None = None
     reporter = Reporter(False, 0)
     ranks: list[dict] = []
@@ -340,7 +363,8 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
         reporter = Reporter(env.rank == 0, plan.repetitions * workload.total_points(env.world_size))
         for line in _header_lines(ctx, ranks):
             reporter.line(line)
-        any_wrong = workload.run(Session(ctx, timer, reporter, writer))
+        control.watch(lambda line: _say(env, line))
+        any_wrong = workload.run(Session(ctx, timer, reporter, writer, control=control))
         if writer is not None:
             _summarise(writer, backend, env, ranks, reporter)
         if any_wrong:
@@ -353,27 +377,33 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
     except BaseException as exc:
         ignore_further_signals()  # stopping now: a launcher's SIGTERM must not cut the report short
         reporter.close()
-        return _stopped_by(exc, env, writer, ranks, plan.timeout)
+        broken = isinstance(exc, (RuntimeError, dist.DistBackendError)) and not isinstance(exc, CommbenchError)
+        return _stopped_by(exc, env, writer, ranks, plan.timeout, control)
     finally:
         reporter.close()
-        try:
-            dist.destroy_process_group()
-        except Exception as exc:  # a broken group cannot always be torn down; the process ends anyway
-            _ = exc
+        if not broken:  # a group broken by a dead link blocks in its teardown (a send waits for TCP's retries)
+            try:
+                dist.destroy_process_group()
+            except Exception as exc:  # a broken group cannot always be torn down; the process ends anyway
+                _ = exc
+        control.close()
 
 
-def _join_group(plan: RunOptions, backend: str, env: RankEnv) -> None:
-    """init_process_group with --timeout; a rank that cannot join says where it tried and what to check."""
+def _join_group(plan: RunOptions, backend: str, env: RankEnv) -> ControlPlane:
+    """The control plane's store, then the process group on it, with --timeout; a rank that cannot
+    join says where it tried and what to check."""
     from datetime import timedelta
 
     try:
-        dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
-                                rank=env.rank, world_size=env.world_size,
+        control = ControlPlane.serve(env.master_addr, env.master_port, env.rank, env.world_size,
+                                     _local_addr(env.master_addr), plan.timeout)
+        dist.init_process_group(backend, store=control.group_store(), rank=env.rank, world_size=env.world_size,
                                 timeout=timedelta(seconds=plan.timeout))
     except (RuntimeError, ValueError) as exc:  # DistError and gloo's connect errors are RuntimeErrors
         raise RuntimeFailure(f"rank {env.rank} on {socket.gethostname()} could not join the process group at "
                              f"{env.master_addr}:{env.master_port}: {_first_line(exc)} (check MASTER_ADDR, "
                              f"the firewall and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME or --iface)") from None
+    return control
 
 
 def _run_context(plan, env: RankEnv, backend: str, device, device_name: str, ranks: list[dict]) -> RunContext:
@@ -417,7 +447,7 @@ def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dic
 
 
 def _stopped_by(exc: BaseException, env: RankEnv, writer: ResultWriter | None, ranks: list[dict],
-                timeout: float) -> int:
+                timeout: float, control: ControlPlane) -> int:
     """A rank stopped by an error or a signal: say why, say what was kept, return its exit code
     (re-raising what is neither ours nor a collective's failure)."""
     if isinstance(exc, CommbenchError):
@@ -425,12 +455,33 @@ def _stopped_by(exc: BaseException, env: RankEnv, writer: ResultWriter | None, r
         _kept(env, writer)
         return exc.exit_code
     if isinstance(exc, RuntimeError) or isinstance(exc, dist.DistBackendError):
+        call = _roll_call(control, env, _first_line(exc))
         _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: "
-                  f"{_failure(exc, env, ranks, timeout)}")
+                  f"{_failure(exc, env, ranks, timeout, call)}")
+        if call is not None:
+            _say(env, f"commbench: roll call: {control.describe(call)}")
         _kept(env, writer)
         return EXIT_RUNTIME
     _kept(env, writer)
     raise exc
+
+
+ROLL_CALL_SLACK_S = 15.0  # beyond --timeout: how long a failed rank waits for rank 0's roll call
+
+
+def _roll_call(control: ControlPlane, env: RankEnv, why: str) -> RollCall | None:
+    """Every rank reports its failure on the control plane (a report is an answer); rank 0 then
+    calls the roll, so the ranks that stopped answering are named, not the first to complain."""
+    try:
+        control.report(why)
+        if env.rank != 0:  # stay up (a report is only read while its mailbox exists) until rank 0 called
+            control.relay("rollcall", [0], control.timeout + ROLL_CALL_SLACK_S)
+            return None
+        call = control.roll_call()
+        control.put("rollcall", "done")
+        return call
+    except Exception:  # the control plane is gone too (rank 0's host): the backend's words must do
+        return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -452,9 +503,11 @@ _SOURCE = re.compile(r"^\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\]\s*")  # gloo's "[.../
 _PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")  # gloo names the peer as [addr]:port
 
 
-def _failure(exc: BaseException, env: RankEnv, ranks: list[dict], timeout: float) -> str:
-    """One line on why a collective failed: the timeout, or the peer that went away (by rank and host
-    where the address tells), then the backend's own words."""
+def _failure(exc: BaseException, env: RankEnv, ranks: list[dict], timeout: float,
+             call: RollCall | None = None) -> str:
+    """One line on why a collective failed: the timeout, or the peer whose connection broke (by rank
+    and host where the address tells), then the backend's own words. With a roll call (rank 0) a
+    peer is called lost only when the roll call found it silent; one that answered is not blamed."""
     text = _SOURCE.sub("", _first_line(exc))
     if "timed out" in text.lower() or "timeout" in text.lower():
         return (f"no answer within --timeout {timeout:g} s (a rank, its host or the link stopped "
@@ -464,10 +517,15 @@ def _failure(exc: BaseException, env: RankEnv, ranks: list[dict], timeout: float
         peers = [r for r in ranks if r["rank"] != env.rank and r.get("addr") == m.group(1)]
         if len(peers) == 1:
             p = peers[0]
-            return f"lost rank {p['rank']} on {p['host']} (pid {p['pid']}, {m.group(1)}): {text}"
+            if call is None or p["rank"] in call.silent:
+                return f"lost rank {p['rank']} on {p['host']} (pid {p['pid']}, {m.group(1)}): {text}"
+            return (f"the connection to rank {p['rank']} on {p['host']} ({m.group(1)}) closed (it answered the "
+                    f"roll call: it stopped because another rank did): {text}")
         if peers and len({p["host"] for p in peers}) == 1:
             which = ", ".join(str(p["rank"]) for p in peers)
-            return f"lost a rank on {peers[0]['host']} (one of ranks {which}, {m.group(1)}): {text}"
+            verb = "lost a rank" if call is None or set(call.silent) & {p["rank"] for p in peers} else \
+                "the connection closed to a rank"
+            return f"{verb} on {peers[0]['host']} (one of ranks {which}, {m.group(1)}): {text}"
     return text
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 from commbench.lab import nsexec
@@ -57,11 +58,20 @@ def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT) -> in
     return _wait_all(procs)
 
 
+LINGER_AFTER_RANK0_S = 30.0  # a rank cut off by a dead link may never return from its backend
+
+
 def _wait_all(procs: list[subprocess.Popen]) -> int:
-    """Wait for every rank; forward Ctrl-C / SIGTERM; rank 0's code unless one failed worse."""
+    """Wait for every rank; forward Ctrl-C / SIGTERM; rank 0's code unless one failed worse. A rank
+    still running LINGER_AFTER_RANK0_S after rank 0 ended (blocked on a dead link, as torchrun's
+    agent would see it) is killed and named; rank 0's code stands, since its rows are complete."""
+    killed: list[int] = []
     try:
         with sigterm_raises():
             while any(p.poll() is None for p in procs):
+                if procs[0].poll() is not None:
+                    killed = _stop_lingering(procs)
+                    break
                 time.sleep(0.05)
     except (KeyboardInterrupt, Terminated) as exc:
         sig, code = (signal.SIGINT, 130) if isinstance(exc, KeyboardInterrupt) else (signal.SIGTERM, 143)
@@ -78,6 +88,22 @@ def _wait_all(procs: list[subprocess.Popen]) -> int:
                 p.wait()
         return code
     codes = [p.returncode for p in procs]
-    if any(c < 0 for c in codes):
+    if any(c < 0 for r, c in enumerate(codes) if r not in killed):
         return 3
-    return codes[0] if codes[0] != 0 else max(codes)
+    if killed and codes[0] == 0:
+        return 3
+    return codes[0] if codes[0] != 0 else max(c for r, c in enumerate(codes) if r not in killed)
+
+
+def _stop_lingering(procs: list[subprocess.Popen]) -> list[int]:
+    """Rank 0 has ended: wait for the others, then kill those still running; their ranks."""
+    end = time.monotonic() + LINGER_AFTER_RANK0_S
+    while time.monotonic() < end and any(p.poll() is None for p in procs):
+        time.sleep(0.1)
+    killed = [r for r, p in enumerate(procs) if p.poll() is None]
+    for r in killed:
+        print(f"commbench: lab run: rank {r} still running {LINGER_AFTER_RANK0_S:g} s after rank 0 ended "
+              "(blocked on a dead link?): killed", file=sys.stderr, flush=True)
+        procs[r].kill()
+        procs[r].wait()
+    return killed

@@ -128,7 +128,7 @@ class BucketWorkload:
             for lay in self.layouts(world):
                 call = self._bind(lay, grads, out, world)
                 grads.copy_(input_pattern(rank, grads.numel(), dtype, "sum", grads.device))
-                timing = session.time_call(call)
+                timing = session.time_call(call, f"{plan.op} of buckets of {lay.bucket:,} elements")
                 wrong = None
                 if plan.check:
                     grads.copy_(input_pattern(rank, grads.numel(), dtype, "sum", grads.device))

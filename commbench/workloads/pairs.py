@@ -10,6 +10,12 @@ once (isend + irecv); one row per pair, its bandwidth per direction (each direct
 Timing: every rank times its own side (Session.time_each) while its peers in other pairs do the
 same; a pair's time per iteration is the slower of its two ends, so pairs never mix. A rank that
 sits a round out (the bye, or a second rank of a host under --hosts-only) idles through it.
+
+Faults: each pair runs on a process group of its own (harness/pairgroup.py) and the rounds are
+kept in step over the control plane (harness/control.py), never over the run's process group, so
+a dead link, host or rank fails only its own pairs. A failed link is a row with a status; rank 0
+collects every pair's outcome from either end's mailbox, runs a confirmation round for the
+suspects and names the culprit from the pattern (analysis/linkfaults.py, docs/PAIRS.md).
 """
 
 from __future__ import annotations
@@ -17,24 +23,22 @@ from __future__ import annotations
 import socket
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
 
 import psutil
 import torch
 import torch.distributed as dist
 
-from commbench.harness import faults
-from commbench.analysis import linkrank
+from commbench.analysis import linkfaults, linkrank
+from commbench.workloads import pairlinks
+from commbench.workloads.pairlinks import pattern
 from commbench.workloads import tournament
-from commbench.core.errors import BadInput
+from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
-from commbench.harness.runner import Measurement, Session
+from commbench.harness.runner import Session
 from commbench.core.units import format_size
 
 MODES = ("sendrecv", "bidir")
-COLLECTIVE = {"sendrecv": "sendrecv", "bidir": "sendrecv_bidir"}
-PATTERN_PERIOD = 251  # prime: a stream shifted by a few bytes, or another rank's data, does not match
 
 
 @dataclass
@@ -61,13 +65,6 @@ def endpoint_names(hosts: list[str], ranks: list[int]) -> dict[int, str]:
     """Host names when each host has one participant, else host/rank (as linkrank names them)."""
     per_host = Counter(hosts[r] for r in ranks)
     return {r: hosts[r] if per_host[hosts[r]] == 1 else f"{hosts[r]}/r{r}" for r in ranks}
-
-
-def pattern(rank: int, numel: int, device) -> torch.Tensor:
-    """What `rank` sends: bytes 1..251 in a rank-dependent order, built without an index tensor
-    (an int64 arange of a 1 GiB message would need 8 GiB)."""
-    base = (torch.arange(PATTERN_PERIOD, dtype=torch.int64) * 7 + 13 * rank) % PATTERN_PERIOD + 1
-    return base.to(torch.uint8).repeat(-(-numel // PATTERN_PERIOD))[:numel].to(device)
 
 
 @dataclass
@@ -98,16 +95,31 @@ class PairsWorkload:
         return 2 if self.plan.mode == "sendrecv" else 1
 
     def run(self, session: Session) -> bool:
-        plan, rank = self.plan, session.rank
+        plan = self.plan
         hosts: list[str] = [None] * session.world  # type: ignore[list-item]
-        dist.all_gather_object(hosts, socket.gethostname(), group=session.group)
+        dist.all_gather_object(hosts, socket.gethostname(), group=session.group)  # at start: the fabric is whole
+        session.control.peers()  # every mailbox's address, while rank 0 can still be reached by all
         players = participants(hosts, plan.hosts_only)
         if len(players) < 2:
             raise BadInput(f"--hosts-only found {len(players)} host ({hosts[0]}): run on several hosts under a "
                            "launcher, or drop --hosts-only to pair the ranks of this host")
         names = endpoint_names(hosts, players)
         schedule = tournament.rounds(players)
-        reporter = session.reporter
+        self._header(session, hosts, players, schedule)
+        buffers = self._buffers(session, players)
+        tester = pairlinks.LinkTester(session, plan, hosts, names, buffers, players)
+        for repetition in range(plan.repetitions):
+            for number, pairs in enumerate(schedule, 1):
+                for phase in range(self._phases()):
+                    links = [(a, b) if phase == 0 else (b, a) for a, b in pairs]
+                    tester.step(f"{repetition}.{number}.{phase}", links, repetition, number)
+                    session.reporter.advance(f"round {number}/{len(schedule)}")
+        tester.confirm(self._phases() == 1)
+        tester.finish()
+        return self._conclude(session, tester)
+
+    def _header(self, session: Session, hosts: list[str], players: list[int], schedule) -> None:
+        plan, reporter = self.plan, session.reporter
         n_hosts = len({hosts[r] for r in players})
         reporter.line(f"# Pairs: {plan.mode} of {format_size(plan.size_bytes)} between {len(players)} "
                       f"{'hosts' if len(players) == n_hosts else f'ranks on {n_hosts} host(s)'}, {len(schedule)} "
@@ -116,93 +128,48 @@ class PairsWorkload:
                          ", both directions at once (GB/s per direction)"))
         reporter.line(f"#  {'round':>5}  {'link':<40} {'time (us)':>12} {'GB/s':>9} {'#wrong':>7}")
 
-        send = recv = None
-        if rank in players:
-            send = pattern(rank, plan.size_bytes, session.device)
-            recv = torch.zeros(plan.size_bytes, dtype=torch.uint8, device=session.device)
-        rows: list[dict] = []
-        any_wrong = False
-        for repetition in range(plan.repetitions):
-            for number, pairs in enumerate(schedule, 1):
-                for phase in range(self._phases()):
-                    links = [(a, b) if phase == 0 else (b, a) for a, b in pairs]
-                    call, peer, receives = self._bind(links, rank, send, recv, session.group)
-                    per_rank, iters = session.time_each(call)
-                    wrong = self._check(session, call, peer, receives, recv) if plan.check else None
-                    for src, dst in links:
-                        samples = [max(x, y) for x, y in zip(per_rank[src], per_rank[dst])]
-                        bad = None if wrong is None else wrong[dst] + (wrong[src] if plan.mode == "bidir" else 0)
-                        any_wrong = any_wrong or bool(bad)
-                        if rank != 0:
-                            continue
-                        row = session.record(collective=COLLECTIVE[plan.mode], dtype="uint8", op=None, root=-1,
-                                             size_bytes=plan.size_bytes, count=plan.size_bytes, in_place=False,
-                                             busbw_factor=1.0, m=Measurement(samples, iters, bad),
-                                             repetition=repetition, src_host=hosts[src], dst_host=hosts[dst],
-                                             src_rank=src, dst_rank=dst)
-                        rows.append(row)
-                        arrow = "<->" if plan.mode == "bidir" else "->"
-                        reporter.line(f"   {number:5d}  {f'{names[src]} {arrow} {names[dst]}':<40} "
-                                      f"{row['time_us']:12.1f} {row['busbw_GBps']:9.4f} "
-                                      f"{'N/A' if bad is None else bad:>7}")
-                    session.write(rows[-len(links):] if rank == 0 else [])
-                    reporter.advance(f"round {number}/{len(schedule)}")
-        slow = self._conclude(session, rows)
-        if any_wrong:
-            self.failure_message = ("commbench: some transfers arrived wrong (see the #wrong column): the link or "
-                                    "the network corrupts data" + (f"; also {slow}" if slow else ""))
-        elif slow:
-            self.failure_message = f"commbench: {slow}"
-        return any_wrong or bool(slow)
+    def _buffers(self, session: Session, players: list[int]):
+        if session.rank not in players:
+            return None
+        send = pattern(session.rank, self.plan.size_bytes, session.device)
+        return send, torch.zeros(self.plan.size_bytes, dtype=torch.uint8, device=session.device)
 
-    def _conclude(self, session: Session, rows: list[dict]) -> str | None:
-        """Rank 0 ranks the links and names slow hosts; every rank learns whether there are any."""
-        message = None
-        if session.rank == 0 and rows:
+    def _conclude(self, session: Session, tester: "pairlinks.LinkTester") -> bool:
+        """Rank 0 ranks the links, names slow hosts and failed hosts or links; the others are done."""
+        if session.rank != 0:
+            return False
+        rows = tester.rows
+        lines, slow = [], None
+        if rows:
             import pandas as pd
 
-            links = next(iter(linkrank.links_by_run(pd.DataFrame(rows)).values()))
-            ranking = linkrank.rank_links(links, self.plan.threshold)
-            session.reporter.line("#")
-            for line in linkrank.render(ranking):
-                session.reporter.line(line)
-            message = linkrank.verdict(ranking)
-        box = [message]
-        dist.broadcast_object_list(box, src=0, group=session.group)
-        return box[0]
+            frame = pd.DataFrame(rows)
+            runs = linkrank.links_by_run(frame)
+            if runs:
+                ranking = linkrank.rank_links(next(iter(runs.values())), self.plan.threshold)
+                lines += linkrank.render(ranking)
+                slow = linkrank.verdict(ranking)
+            verdict = linkfaults.faults(frame)
+            if verdict.failed:
+                lines += linkfaults.render_faults(verdict)
+        session.reporter.line("#")
+        for line in lines:
+            session.reporter.line(line)
+        return self._outcome(tester, slow, verdict if rows else None)
 
-    def _bind(self, links: list[tuple[int, int]], rank: int, send, recv,
-              group) -> tuple[Callable[[], None], int | None, bool]:
-        """This rank's side of the round: (the call, its peer, whether it receives)."""
-        for src, dst in links:
-            if self.plan.mode == "bidir" and rank in (src, dst):
-                peer = dst if rank == src else src
-                ops = [dist.P2POp(dist.isend, send, peer, group), dist.P2POp(dist.irecv, recv, peer, group)]
-
-                def both() -> None:
-                    for work in dist.batch_isend_irecv(ops):
-                        work.wait()
-                return both, peer, True
-            if rank == src:
-                return (lambda: dist.send(send, dst, group=group)), dst, False
-            if rank == dst:
-                return (lambda: dist.recv(recv, src, group=group)), src, True
-        return (lambda: None), None, False
-
-    def _check(self, session: Session, call, peer: int | None, receives: bool, recv) -> list[int]:
-        """One more transfer into a cleared buffer; the receiver counts bytes that differ from
-        what its peer sends. Returns every rank's count."""
-        mine = 0
-        if receives:
-            recv.zero_()
-        call()
-        if receives:
-            if session.device.type == "cuda":
-                torch.cuda.synchronize(session.device)
-            if faults.corrupts_output(session.rank):
-                recv[0] += 1
-            mine = int((recv != pattern(peer, recv.numel(), session.device)).sum().item())
-        counts = torch.tensor([mine], dtype=torch.int64, device=session.device)
-        everyone = [torch.empty_like(counts) for _ in range(session.world)]
-        dist.all_gather(everyone, counts, group=session.group)
-        return [int(t.item()) for t in everyone]
+    def _outcome(self, tester, slow: str | None, verdict) -> bool:
+        """Exit 1 for wrong data, a slow host or a named fault; 3 (raised) when no verdict."""
+        named = [] if verdict is None else verdict.named
+        problems = []
+        if tester.any_wrong:
+            problems.append("some transfers arrived wrong (see the #wrong column): the link or the network "
+                            "corrupts data")
+        problems += [f"{c.kind} {c.name}: {c.status} ({'; '.join(c.evidence[:1])})" for c in named]
+        if slow:
+            problems.append(slow)
+        if problems:
+            self.failure_message = "commbench: " + "; also ".join(problems)
+            return True
+        if verdict is not None and verdict.exit_code == 3:
+            raise RuntimeFailure(f"pairs reached no verdict: {verdict.undecided}")
+        return False

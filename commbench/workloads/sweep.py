@@ -19,6 +19,7 @@ from commbench.harness.dtypes import DType, get_dtype
 from commbench.core.launch import RankEnv
 from commbench.harness.memory import check_fits
 from commbench.core.errors import RuntimeFailure
+from commbench.core.units import format_size
 from commbench.harness.plan import Point, SweepPlan, validate
 from commbench.harness.runner import Measurement, Session
 
@@ -28,7 +29,8 @@ def measure_point(session: Session, collective: Collective, layout: Layout, poin
     bufs = allocate(collective, layout, dtype, point.in_place, session.device)
     fill(bufs, args, dtype, point.in_place)
     call = collective.bind(bufs, args)
-    timing = session.time_call(call)
+    timing = session.time_call(call, f"{collective.name} {format_size(point.size_bytes)}"
+                                      f"{' in place' if point.in_place else ''}")
 
     wrong = None
     if session.ctx.plan.check:

@@ -178,7 +178,7 @@ class ZeroWorkload:
             for bucket, stage in ((b, s) for b in self.buckets() for s in plan.stages):
                 sched = self.schedule(stage, world, bucket)
                 call = _bind(sched, dtype.torch_dtype, session.device, session.rank, world)
-                timing = session.time_call(call)
+                timing = session.time_call(call, f"ZeRO-{stage} step (buckets of {bucket:.3g} elements)")
                 moved = sum(c.numel * dtype.itemsize * volume_factor(c.op, world) for c in sched)
                 total = sum(c.numel * dtype.itemsize for c in sched)
                 paper = (PAPER_VOLUME[stage] * plan.micro_batches * params * plan.scale * dtype.itemsize

@@ -15,7 +15,8 @@ from commbench.analysis import pairsplot
 from commbench.workloads import tournament
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
-from commbench.workloads.pairs import PairsPlan, PairsWorkload, endpoint_names, participants, pattern
+from commbench.workloads.pairlinks import pattern
+from commbench.workloads.pairs import PairsPlan, PairsWorkload, endpoint_names, participants
 
 from .synthetic import make_rows, write
 

@@ -1,0 +1,564 @@
+"""The verdict when links fail: which host or link the pattern of failed `commbench pairs` links
+points at (suspects), the confirmation round that checks it (confirm_plan, faults), and the
+`pairs --from` report, which puts it after linkrank.py's ranking (report). The rules are in
+docs/PAIRS.md, "When links fail".
+
+A run's rows are judged in the order they were stored, which is the order their links were
+measured (the confirmation round's rows, confirm true, come last): a host that went down during
+the run worked before its first failed link and failed every link since, and is named as one host,
+not as several failed links.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from commbench.analysis import linkrank
+from commbench.analysis.linkrank import FAILED, LINK_ENDS, PAIRS_COLLECTIVES, column, endpoint_names, pairs_rows
+
+
+# --------------------------------------------------------------------------- the pairs --from report
+
+
+def report(df, threshold: float = linkrank.DEFAULT_THRESHOLD) -> tuple[list[str], list[str]]:
+    """`commbench pairs --from`: (console lines, verdicts) for every pairs run in `df`. Verdicts
+    name the slow endpoints and the failed hosts and links (FaultVerdict.named); a run whose
+    faults are undecided adds none (its exit code is in faults_by_run)."""
+    from commbench.core.errors import BadInput
+
+    rows = pairs_rows(df)
+    if rows is None:
+        raise BadInput("the results hold no pairs rows: pass a file written by commbench pairs")
+    runs = linkrank.links_by_run(rows)
+    lines, verdicts = [], []
+    for run_id, run in rows.groupby("run_id", sort=False):
+        run_lines, run_verdicts = _run_report(str(run_id), run, runs.get(str(run_id), []), threshold)
+        lines += run_lines
+        verdicts += run_verdicts
+    return lines, verdicts
+
+
+def _run_report(run_id: str, run, links: list[linkrank.Link], threshold: float) -> tuple[list[str], list[str]]:
+    from commbench.core.units import format_size
+
+    names = endpoint_names(run)
+    found = faults(run)
+    per_host = all(n == h for (h, _), n in names.items())
+    n_failed = sum(1 for f in found.failed if not f["confirm"])
+    first = run.iloc[0]
+    lines = [f"# run {run_id}: {first.get('collective')} of {format_size(int(first.get('size_bytes')))}, "
+             f"{len(names)} {'hosts' if per_host else 'endpoints'}, {len(links)} links"
+             + (f", {n_failed} failed" if n_failed else "")]
+    verdicts = []
+    if links:
+        ranking = linkrank.rank_links(links, threshold)
+        lines += linkrank.render(ranking)
+        slow = linkrank.verdict(ranking)
+        if slow:
+            verdicts.append(f"run {run_id}: {slow}")
+    else:
+        lines.append("# No link was measured: every transfer of this run failed.")
+    if found.failed or found.culprits:
+        lines += render_faults(found)
+    for c in found.named:
+        text = _headline(c, found)
+        verdicts.append(f"run {run_id}: {text[0].lower()}{text[1:]}")
+    return lines, verdicts
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """What the pattern of failed links points at.
+
+    kind: "host" (an endpoint: a host, or host/rN with several ranks per host), "link" ("A <-> B")
+    or "undecided" (a failed link with only two endpoints: either end may be to blame). status: the
+    dominant failure status of its failed rows. evidence: one-line reasons. confirmed: True when
+    the confirmation round failed again, False when it recovered (then it is no longer named),
+    None when no confirmation ran for it or the round could not decide (evidence says why).
+    worked_before: a host that failed during the run (rule a, its second form): how many of its
+    links worked before its first failure (0 otherwise). via: a host that the confirmation round
+    found behind a suspect link (that link's name; None otherwise)."""
+
+    kind: str
+    name: str
+    status: str
+    evidence: tuple[str, ...]
+    confirmed: bool | None = None
+    worked_before: int = 0
+    via: str | None = None
+
+
+@dataclass
+class FaultVerdict:
+    culprits: list[Culprit]
+    failed: list[dict]  # per failed link and round: src, dst, status, error, confirm (True or None), bidir
+    undecided: str | None = None  # why no verdict can be reached for (some) failed links
+
+    @property
+    def named(self) -> list[Culprit]:
+        """Hosts and links to blame: kind host or link, not refuted by the confirmation round."""
+        return [c for c in self.culprits if c.kind in ("host", "link") and c.confirmed is not False]
+
+    @property
+    def exit_code(self) -> int:
+        """1: something is named; 3: no verdict (undecided) and nothing named; 0: otherwise."""
+        if self.named:
+            return 1
+        return 3 if self.undecided else 0
+
+
+@dataclass(frozen=True)
+class _Row:
+    src: str
+    dst: str
+    status: str | None
+    error: str | None
+    confirm: bool
+    bidir: bool
+    seq: int = 0  # its place in the run's rows: the order the links were measured
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILED
+
+
+@dataclass
+class _Mesh:
+    """One round set (main or confirmation) of one run as endpoint pairs: a pair's rows are both
+    directions and every repetition, in measurement order; a pair failed when any of its rows failed."""
+
+    rank: dict[str, int] = field(default_factory=dict)
+    host: dict[str, str] = field(default_factory=dict)
+    pairs: dict[tuple[str, str], list[_Row]] = field(default_factory=dict)
+    by_end: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    bad: set = field(default_factory=set)  # the failed pairs
+    several_hosts: bool = False  # set once every row is in
+    per_host: bool = True
+
+    def key(self, a: str, b: str) -> tuple[str, str]:
+        return (a, b) if (self.rank[a], a) <= (self.rank[b], b) else (b, a)
+
+    def add(self, row: _Row) -> None:
+        k = self.key(row.src, row.dst)
+        if k not in self.pairs:
+            self.pairs[k] = []
+            for e in set(k):
+                self.by_end.setdefault(e, []).append(k)
+        self.pairs[k].append(row)
+        if row.failed:
+            self.bad.add(k)
+
+    def endpoints(self) -> list[str]:
+        return sorted(self.by_end, key=lambda e: (self.rank[e], e))
+
+    def order(self, keys) -> list[tuple[str, str]]:
+        return sorted(keys, key=lambda k: (self.rank[k[0]], self.rank[k[1]], k))
+
+    def judged(self, e: str) -> list[tuple[str, str]]:
+        """e's links that judge it: with several hosts, its links to other hosts only."""
+        return [k for k in self.by_end.get(e, []) if not self.several_hosts or self.host[k[0]] != self.host[k[1]]]
+
+    def works(self, e: str) -> bool:
+        return any(k not in self.bad for k in self.judged(e))
+
+
+def _peer(k: tuple[str, str], e: str) -> str:
+    return k[1] if k[0] == e else k[0]
+
+
+def _meshes(df) -> tuple[_Mesh | None, _Mesh | None]:
+    """(main rounds, confirmation round) of the one pairs run in `df`; (None, None) without pairs rows."""
+    rows = pairs_rows(df)
+    if rows is None:
+        return None, None
+    if "run_id" in rows.columns and rows["run_id"].nunique() > 1:
+        raise ValueError("the failure pattern is judged per run: pass the rows of one run (see faults_by_run)")
+    names = endpoint_names(rows)
+    main, conf = _Mesh(), _Mesh()
+    cols = [rows[c] for c in LINK_ENDS] + [column(rows, c) for c in ("collective", "status", "error", "confirm")]
+    for seq, (sh, dh, sr, dr, coll, status, error, confirm) in enumerate(zip(*cols)):
+        mesh = conf if confirm else main
+        a, b = names[(sh, int(sr))], names[(dh, int(dr))]
+        mesh.rank.update({a: int(sr), b: int(dr)})
+        mesh.host.update({a: str(sh), b: str(dh)})
+        error = None if error is None else " ".join(str(error).split())
+        mesh.add(_Row(a, b, status, error, bool(confirm), PAIRS_COLLECTIVES.get(coll, False), seq))
+    for mesh in (main, conf):
+        mesh.several_hosts, mesh.per_host = len(set(mesh.host.values())) > 1, all(e == h for e, h in mesh.host.items())
+    return main, conf
+
+
+def _dominant(rows: list[_Row]) -> str:
+    counts = Counter(r.status for r in rows if r.failed)
+    return max(FAILED, key=lambda s: (counts[s], -FAILED.index(s))) if counts else "error"
+
+
+def _reason(rows: list[_Row]) -> list[str]:
+    """The most common error message of the failed rows, as an evidence line (none without one)."""
+    errors = Counter(r.error for r in rows if r.failed and r.error)
+    return [f"error: {errors.most_common(1)[0][0]}"] if errors else []
+
+
+def _listed(names: list[str], shown: int = 8) -> str:
+    more = f", ... ({len(names)} in all)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _pair_text(mesh: _Mesh, k: tuple[str, str], first: str | None = None) -> str:
+    """The failed pair as text, `first` first: A <-> B (both directions, or bidir), A -> B (one way)."""
+    a, b = k if first in (None, k[0]) else (k[1], k[0])
+    rows = mesh.pairs[k]
+    if any(r.bidir for r in rows):
+        return f"{a} <-> {b}"
+    out = any(r.failed and r.src == a for r in rows)
+    back = any(r.failed and r.src == b for r in rows)
+    if out == back:
+        return f"{a} <-> {b}"
+    return f"{a} -> {b}" if out else f"{b} -> {a}"
+
+
+def _judge(mesh: _Mesh) -> tuple[list[Culprit], list[tuple[str, str]], list[str]]:
+    """The rules on the main rounds: (culprits, the failed links that no rule explains, the
+    endpoints that stopped working during the run but cannot be told from a peer that did too).
+
+    a) an endpoint whose links (to other hosts) all failed, with at least two distinct peers of
+       which at least two work with someone -> host; or one whose every link measured since its
+       first failure failed (at least two, to distinct peers that each work with someone, one of
+       which at least did not stop working that way too) -> host; b) a failed link, neither end
+       named by a), both ends working with someone -> link; c) two endpoints -> every failed
+       link undecided."""
+    bad = mesh.order(mesh.bad)
+    if not bad:
+        return [], [], []
+    ends = mesh.endpoints()
+    what = "hosts" if mesh.per_host else "endpoints"
+    if len(ends) == 2:
+        return [_culprit(mesh, "undecided", k, [f"with 2 {what} a failed link cannot be pinned on either end "
+                                                 f"(2 {what} cannot be told apart): measure at least 3 hosts"])
+                for k in bad], [], []
+    works = {e for e in ends if mesh.works(e)}
+    hosts = [c for e in ends if (c := _dead_host(mesh, e, works, what))]
+    later, unsure = _failed_during(mesh, [e for e in ends if e not in {c.name for c in hosts}], works, what)
+    hosts = sorted(hosts + later, key=lambda c: (mesh.rank[c.name], c.name))
+    named = {c.name for c in hosts}
+    links, left = [], []
+    for k in bad:
+        if named & set(k):
+            continue
+        if k[0] in works and k[1] in works and not (set(unsure) & set(k)):
+            links.append(_culprit(mesh, "link", k, [f"{k[0]} and {k[1]} each work with other {what}"]))
+        else:
+            left.append(k)
+    return hosts + links, left, unsure
+
+
+def _dead_host(mesh: _Mesh, e: str, works: set[str], what: str) -> Culprit | None:
+    """Rule a): every link of e failed, with two peers or more of which two work with someone."""
+    links = mesh.order(mesh.judged(e))
+    peers = [_peer(k, e) for k in links]
+    witnesses = [p for p in peers if p in works]
+    if not links or any(k not in mesh.bad for k in links) or len(set(peers)) < 2 or len(witnesses) < 2:
+        return None
+    rows = [r for k in links for r in mesh.pairs[k]]
+    status = _dominant(rows)
+    return Culprit("host", e, status, (
+        f"{len(links)} of {len(links)} links failed ({status}): " + _listed([_pair_text(mesh, k, e) for k in links]),
+        f"{_listed(witnesses)} {'each work' if len(witnesses) > 1 else 'works'} with other {what}",
+        *_reason(rows)))
+
+
+def _since_failure(mesh: _Mesh, e: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
+    """(e's links measured since its first failed row, its links that worked before that row) when
+    every row of e's judged links from its first failed one on failed; None when none failed, a
+    later row worked, or nothing worked before."""
+    rows = sorted((r for k in mesh.judged(e) for r in mesh.pairs[k]), key=lambda r: r.seq)
+    first = next((i for i, r in enumerate(rows) if r.failed), None)
+    if not first or not all(r.failed for r in rows[first:]):  # None, or 0: nothing worked before
+        return None
+    since = list(dict.fromkeys(mesh.key(r.src, r.dst) for r in rows[first:]))
+    return since, list(dict.fromkeys(mesh.key(r.src, r.dst) for r in rows[:first]))
+
+
+def _failed_during(mesh: _Mesh, ends: list[str], works: set[str], what: str) -> tuple[list[Culprit], list[str]]:
+    """Rule a), second form: (the hosts that went down during the run, the endpoints that look so
+    but every one of whose peers since looks so too: which of them went down cannot be told)."""
+    found = {}
+    for e in ends:
+        seen = _since_failure(mesh, e)
+        if seen and len(seen[0]) >= 2 and all(_peer(k, e) in works for k in seen[0]):
+            found[e] = seen
+    hosts, unsure = [], []
+    for e, (since, before) in found.items():
+        witnesses = sorted({_peer(k, e) for k in since} - set(found), key=lambda p: (mesh.rank[p], p))
+        if not witnesses:
+            unsure.append(e)
+            continue
+        rows = [r for k in since for r in mesh.pairs[k]]
+        status = _dominant(rows)
+        hosts.append(Culprit("host", e, status, (
+            f"every link since its first failure failed: {len(since)} of {len(since)} ({status}): "
+            + _listed([_pair_text(mesh, k, e) for k in since])
+            + f"; it worked before ({len(before)} link{'s' if len(before) > 1 else ''}: "
+            + _listed([f"{e} <-> {_peer(k, e)}" for k in before]) + ")",
+            f"{_listed(witnesses)} {'each work' if len(witnesses) > 1 else 'works'} with other {what}",
+            *_reason(rows)), worked_before=len(before)))
+    return hosts, unsure
+
+
+def _culprit(mesh: _Mesh, kind: str, k: tuple[str, str], why: list[str]) -> Culprit:
+    rows = mesh.pairs[k]
+    status = _dominant(rows)
+    return Culprit(kind, f"{k[0]} <-> {k[1]}", status,
+                   (f"link failed ({status}): {_pair_text(mesh, k)}", *why, *_flapping(rows), *_reason(rows)))
+
+
+def _flapping(rows: list[_Row]) -> list[str]:
+    """An evidence line when a direction of the link worked again after it had failed."""
+    failed_ways = set()
+    for r in rows:  # in measurement order
+        if r.failed:
+            failed_ways.add((r.src, r.dst))
+        elif (r.src, r.dst) in failed_ways:
+            n = sum(1 for x in rows if x.failed)
+            return [f"it worked again after failing (flapping): {n} of {len(rows)} measurements failed"]
+    return []
+
+
+def suspects(df) -> list[Culprit]:
+    """The culprits the main rounds' failure pattern points at (rows with confirm true are left
+    out), confirmed=None: hosts first, then links, then undecided links, each in rank order.
+    `df`: the rows of one pairs run, in measurement order (other workloads' rows are ignored)."""
+    main, _ = _meshes(df)
+    return [] if main is None else _judge(main)[0]
+
+
+def _ends(c: Culprit) -> list[str]:
+    return [c.name] if c.kind == "host" else c.name.split(" <-> ")
+
+
+def confirm_plan(df, culprits: list[Culprit]) -> list[tuple[int, int]]:
+    """The confirmation round: (rank, rank) pairs, the lower rank first, in a fixed order, none twice.
+
+    `df`: the main rounds' rows of one run (confirm rows are ignored); `culprits`: suspects(df).
+    Each host is paired with two endpoints that passed (every link worked but those to a suspect
+    host; on another host than the suspect's),
+    each link is measured again and each of its ends paired with one endpoint that passed;
+    undecided culprits get nothing. Endpoints that passed are taken in rank order, in turn."""
+    main, _ = _meshes(df)
+    if main is None:
+        return []
+    blamed = {e for c in culprits if c.kind in ("host", "link") for e in _ends(c)}
+    unknown = sorted(blamed - set(main.rank))
+    if unknown:
+        raise ValueError(f"confirm_plan: {unknown[0]} is not an endpoint of these rows")
+    dead = {c.name for c in culprits if c.kind == "host"}
+    good = [e for e in main.endpoints()  # every link worked, but those to a suspect host
+            if e not in blamed and all(k not in main.bad or dead & set(k) for k in main.by_end[e])]
+    cursor = 0
+
+    def against(e: str, n: int) -> list[tuple[str, str]]:
+        nonlocal cursor
+        pool = [g for g in good if not main.several_hosts or main.host[g] != main.host[e]]
+        picked = [pool[(cursor + i) % len(pool)] for i in range(min(n, len(pool)))]
+        cursor += len(picked)
+        return [(e, g) for g in picked]
+
+    plan: list[tuple[int, int]] = []
+    for c in {(c.kind, c.name): c for c in culprits}.values():  # each culprit once
+        if c.kind == "host":
+            wanted = against(c.name, 2)
+        elif c.kind == "link":
+            a, b = _ends(c)
+            wanted = [(a, b)] + against(a, 1) + against(b, 1)
+        else:
+            continue
+        for x, y in wanted:
+            pair = (min(main.rank[x], main.rank[y]), max(main.rank[x], main.rank[y]))
+            if pair not in plan:
+                plan.append(pair)
+    return plan
+
+
+def _noted(c: Culprit, confirmed: bool | None, line: str | None) -> Culprit:
+    return c if line is None else replace(c, confirmed=confirmed, evidence=c.evidence + (line,))
+
+
+def _confirm_host(c: Culprit, conf: _Mesh) -> Culprit:
+    links = conf.order(conf.by_end.get(c.name, []))
+    if not links:
+        return c
+    worked = [_peer(k, c.name) for k in links if k not in conf.bad]
+    if worked:
+        return _noted(c, False, f"confirmation round: worked with {_listed(worked)}: it recovered, not named")
+    return _noted(c, True, f"confirmation round: failed again against {_listed([_peer(k, c.name) for k in links])}")
+
+
+def _confirm_link(c: Culprit, conf: _Mesh, blamed: set[str]) -> Culprit:
+    """Refuted when the link works again; the host of one end when that end failed against every
+    endpoint that passed while the other end worked with one; confirmed when it failed again and
+    each end worked with another endpoint; else inconclusive (still named)."""
+    a, b = _ends(c)
+    if a not in conf.by_end and b not in conf.by_end:
+        return c
+    k = conf.key(a, b) if a in conf.rank and b in conf.rank else None
+    if k in conf.pairs and k not in conf.bad:
+        return _noted(c, False, "confirmation round: the link worked when measured again: it recovered, not named")
+    tried = {e: [j for j in conf.order(conf.by_end.get(e, [])) if j != k and _peer(j, e) not in blamed]
+             for e in (a, b)}
+    passed = {e: [_peer(j, e) for j in tried[e] if j not in conf.bad] for e in (a, b)}
+    failing = [e for e in (a, b) if tried[e] and not passed[e]]
+    if len(failing) == 1 and passed[b if failing[0] == a else a]:
+        return _end_to_blame(c, failing[0], b if failing[0] == a else a, k in conf.pairs, tried, passed, conf)
+    if k not in conf.pairs:
+        return _noted(c, None, "confirmation round: the link was not measured again, so it is neither confirmed "
+                               "nor refuted")
+    worked = {e: [_peer(j, e) for j in conf.order(conf.by_end[e]) if j != k and j not in conf.bad] for e in (a, b)}
+    alone = [e for e in (a, b) if not worked[e]]
+    if alone:
+        return _noted(c, None, f"confirmation round: the link failed again, but {' and '.join(alone)} worked with no "
+                               "other endpoint either: inconclusive")
+    return _noted(c, True, "confirmation round: the link failed again; " + "; ".join(
+        f"{e} worked with {_listed(worked[e])}" for e in (a, b)))
+
+
+def _end_to_blame(c: Culprit, end: str, other: str, measured: bool, tried: dict, passed: dict,
+                  conf: _Mesh) -> Culprit:
+    """The suspect link `c` becomes the host `end`: it failed against every endpoint that passed."""
+    rows = [r for j in tried[end] for r in conf.pairs[j]]
+    n = len(tried[end])
+    again = "the link failed again" if measured else "the link was not measured again"
+    line = (f"confirmation round: {again}; {end} failed against every endpoint that passed ({n} of {n}: "
+            f"{_listed([_peer(j, end) for j in tried[end]])}) while {other} worked with {_listed(passed[other])}: "
+            f"{end} is to blame, not the link")
+    return Culprit("host", end, _dominant(rows), c.evidence + (line,), True, via=c.name)
+
+
+def _failed_links(main: _Mesh, conf: _Mesh) -> list[dict]:
+    groups: dict[tuple[str, str, bool], list[_Row]] = {}
+    for mesh in (main, conf):
+        for k in mesh.order(mesh.bad):
+            for r in mesh.pairs[k]:
+                if r.failed:
+                    groups.setdefault((r.src, r.dst, r.confirm), []).append(r)
+    out = []
+    for (src, dst, confirm), rows in groups.items():
+        errors = Counter(r.error for r in rows if r.error)
+        out.append({"src": src, "dst": dst, "status": _dominant(rows),
+                    "error": errors.most_common(1)[0][0] if errors else None,
+                    "confirm": True if confirm else None, "bidir": rows[0].bidir})
+    return out
+
+
+def _why_undecided(main: _Mesh, culprits: list[Culprit], left: list[tuple[str, str]],
+                   unsure: list[str]) -> str | None:
+    if not main.bad:
+        return None
+    judged = {k for e in main.by_end for k in main.judged(e)}
+    if any(c.kind == "undecided" for c in culprits):
+        return "with two endpoints a failed link cannot be pinned on either end: measure at least 3 hosts"
+    if judged <= main.bad:
+        between = " between hosts" if not main.per_host and main.several_hosts else ""
+        return (f"every link{between} failed ({len(judged)} of {len(judged)}): no two endpoints worked together, "
+                "so none can be blamed; check that the hosts are up and can reach each other")
+    if unsure:
+        why = (f"{_listed(unsure)} each failed every link since their first failure, and so did each of their "
+               "peers since then: which of them stopped working during the run cannot be told")
+        rest = [k for k in left if not set(unsure) & set(k)]
+        return why + (f"; also cannot tell which end of {_listed([_pair_text(main, k) for k in rest])} is to blame"
+                      if rest else "")
+    if left:
+        return (f"cannot tell which end of {len(left)} failed link{'s' if len(left) > 1 else ''} is to blame: "
+                f"{_listed([_pair_text(main, k) for k in left])} (an end works with nobody who works with others)")
+    return None
+
+
+_KIND_ORDER = {"host": 0, "link": 1, "undecided": 2}
+
+
+def faults(df) -> FaultVerdict:
+    """The verdict from the failure pattern of one pairs run: suspects() from the main rounds, then
+    the confirmation rows (confirm true) decide `confirmed`. A host is confirmed when all its
+    confirmation links failed again and refuted when any worked; a link is refuted when its
+    re-measure worked, becomes the host of one end when that end failed against every endpoint
+    that passed while the other end worked, and is confirmed when it failed again while each end
+    worked with another endpoint. Without confirmation rows a culprit keeps confirmed=None and is
+    named. `df`: the rows of one run, in measurement order."""
+    main, conf = _meshes(df)
+    if main is None:
+        return FaultVerdict([], [])
+    culprits, left, unsure = _judge(main)
+    blamed = {e for c in culprits if c.kind in ("host", "link") for e in _ends(c)}
+    decided: dict[tuple[str, str], Culprit] = {}
+    for c in culprits:
+        d = (_confirm_host(c, conf) if c.kind == "host" else _confirm_link(c, conf, blamed) if c.kind == "link"
+             else c)
+        decided.setdefault((d.kind, d.name), d)  # two links of one end that both point at its host: once
+    ordered = sorted(decided.values(), key=lambda c: _KIND_ORDER.get(c.kind, 3))
+    return FaultVerdict(ordered, _failed_links(main, conf), _why_undecided(main, ordered, left, unsure))
+
+
+def faults_by_run(df) -> dict[str, FaultVerdict]:
+    """faults() of every pairs run in `df`, by run id (pairs --from exits with the worst exit_code)."""
+    rows = pairs_rows(df)
+    if rows is None:
+        return {}
+    return {str(run_id): faults(run) for run_id, run in rows.groupby("run_id", sort=False)}
+
+
+# --------------------------------------------------------------------------- text
+
+
+_LABEL = {"unreachable": "Unreachable", "timeout": "Hung", "error": "Failing"}
+
+
+def _headline(c: Culprit, v: FaultVerdict) -> str:
+    """The culprit in one line: what it is, why, and what the confirmation round said."""
+    what = "endpoint" if "/" in c.name else "host"
+    conf = {True: "confirmed", False: "recovered when measured again: not named", None: ""}[c.confirmed]
+    if c.kind == "host":
+        peers = {"main": set(), "confirm": set()}
+        for f in v.failed:
+            if c.name in (f["src"], f["dst"]):
+                peer = f["dst"] if f["src"] == c.name else f["src"]
+                if what == "host" or peer.rsplit("/r", 1)[0] != c.name.rsplit("/r", 1)[0]:
+                    peers["confirm" if f["confirm"] else "main"].add(peer)
+        label = f"{_LABEL.get(c.status, 'Failed')} {what}: {c.name}"
+        if c.via:
+            other = _peer(tuple(c.via.split(" <-> ")), c.name)
+            good = ", ".join(sorted(peers["confirm"] - {other}))
+            return (f"{label} (its link {c.via} failed; in the confirmation round it failed against {good}, "
+                    f"{c.status}, while {other} worked; {conf})")
+        if c.confirmed and peers["confirm"]:
+            conf += f" against {', '.join(sorted(peers['confirm']))}"
+        n = len(peers["main"])
+        if c.worked_before:
+            return (f"{label} (every link since its first failure failed: {n} of {n}, {c.status}; "
+                    f"it worked before{'; ' + conf if conf else ''})")
+        return f"{label} (every link failed: {n} of {n}, {c.status}{'; ' + conf if conf else ''})"
+    if c.kind == "link":
+        return f"Failed link: {c.name} ({c.status}; both {what}s work with others{'; ' + conf if conf else ''})"
+    return f"Cannot tell which end: {c.name} ({c.status}; only two {what}s)"
+
+
+def render_faults(v: FaultVerdict, shown: int = 24) -> list[str]:
+    """The fault verdict as console lines: each culprit with its evidence, the reason there is no
+    verdict (if any), and the failed links (the first `shown` of them)."""
+    lines = []
+    for c in v.culprits:
+        lines.append(f"# {_headline(c, v)}")
+        lines += [f"#   {e}" for e in c.evidence]
+    if v.undecided:
+        lines.append(f"# No verdict{' on the other failed links' if v.named else ''}: {v.undecided}.")
+    if v.failed:
+        lines.append(f"# Failed links ({len(v.failed)}):")
+        for f in v.failed[:shown]:
+            link = f"{f['src']} {'<->' if f.get('bidir') else '->'} {f['dst']}"
+            lines.append(f"#   {link:<40} {f['status']:<11}{' (confirmation)' if f['confirm'] else ''}"
+                         f"{'  ' + f['error'] if f['error'] else ''}")
+        if len(v.failed) > shown:
+            lines.append(f"#   ... and {len(v.failed) - shown} more (the status and error columns hold them all)")
+    return lines

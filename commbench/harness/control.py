@@ -1,0 +1,394 @@
+"""The control plane: coordination that outlives the data plane under test.
+
+Every rank serves a small mailbox of its own (HTTP from the standard library, on a thread, so it
+answers while the main thread waits inside a collective) and reads the others'. A rank
+writes only to its own mailbox (heartbeats, where it is, what it measured, why it stopped), so a
+rank cut off from some peers still keeps its books, and whoever can reach it reads them: a link
+or rank that dies takes the collective with it, not the bookkeeping. The mailboxes' addresses are
+exchanged once at start, through the store the process group rendezvouses on (rank 0's), while
+the fabric is still whole. Nothing here runs inside a timed loop: heartbeats come from a
+background thread and a workload marks only the boundaries of its points (enter / leave).
+
+A rank whose mailbox does not answer is told apart by a TCP connection to its probe port (a socket
+only probes use), which the kernel answers while the host is up, also while the process is stopped:
+- hung: the connection opens, the process does not answer (SIGSTOP, a deadlock, a busy loop);
+- gone: the connection is refused: the host is up, the process is not there (killed, crashed);
+- unreachable: no answer at all (a link down, a blackhole route, a dead host).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch.distributed as dist
+
+HEARTBEAT_S = 0.5
+ROLL_CALL_S = 2.0  # how long a roll call waits for heartbeats to move (several heartbeats)
+PROBE_S = 2.0
+REMOTE_S = 3.0  # a read from another rank's mailbox gives up after this long
+STUCK_SLACK_S = 15.0  # beyond --timeout before a rank that the backend does not give back leaves
+_PEERS = "commbench/ctl/peer/"
+
+
+@dataclass(frozen=True)
+class Peer:
+    rank: int
+    host: str
+    addr: str
+    port: int  # its mailbox
+    pair_port: int  # the TCPStore its pairs rendezvous on (harness/pairgroup.py)
+    probe_port: int  # a port only probes connect to (its backlog is theirs alone)
+
+
+@dataclass
+class RollCall:
+    """Who answered the control plane within a roll call, and what the silent ones' hosts said."""
+
+    answered: list[int] = field(default_factory=list)
+    hung: list[int] = field(default_factory=list)  # the process exists but does not answer
+    gone: list[int] = field(default_factory=list)  # its host answers, the process is not there
+    unreachable: list[int] = field(default_factory=list)  # neither host nor process answers
+    last: dict[int, dict] = field(default_factory=dict)  # each rank's mailbox as last read ({}: never)
+
+    @property
+    def silent(self) -> list[int]:
+        return sorted(self.hung + self.gone + self.unreachable)
+
+    def status(self, rank: int) -> str | None:
+        """The failure status a link to `rank` gets (docs/RESULTS.md): None when it answered."""
+        if rank in self.unreachable:
+            return "unreachable"
+        if rank in self.hung:
+            return "timeout"
+        return "error" if rank in self.gone else None
+
+
+def _probe_listener() -> socket.socket:
+    """A listening socket only probes connect to: the kernel completes their connections while the
+    host is up, also while the process is stopped; a thread closes them while it runs. Reads of the
+    mailbox cannot fill its backlog."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("0.0.0.0", 0))
+    sock.listen(64)
+
+    def drain() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+                conn.close()
+            except OSError:
+                return
+
+    threading.Thread(target=drain, name="commbench-probe", daemon=True).start()
+    return sock
+
+
+def probe(addr: str, port: int, timeout: float = PROBE_S) -> str:
+    """What a rank's host says to a TCP connection to its mailbox: 'open' (the host is up and the
+    process exists, perhaps stopped), 'refused' (the host is up, the process is gone) or 'silent'
+    (no answer: the host or the path to it is down)."""
+    try:
+        with socket.create_connection((addr, port), timeout=timeout):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError:
+        return "silent"
+
+
+class _Mailbox(ThreadingHTTPServer):
+    """This rank's keys, served read-only: GET /KEY -> the value (404 when absent), GET / -> all."""
+
+    daemon_threads = True
+    request_queue_size = 128  # a stopped rank's backlog fills with its peers' unanswered reads
+
+    def __init__(self) -> None:
+        super().__init__(("0.0.0.0", 0), _Reader)
+        self.keys: dict[str, str] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="commbench-mailbox",
+                         daemon=True).start()
+
+    def put(self, key: str, value: str) -> None:
+        with self.lock:
+            self.keys[key] = value
+
+
+class _Reader(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        box: _Mailbox = self.server  # type: ignore[assignment]
+        key = self.path.lstrip("/")
+        with box.lock:
+            body = json.dumps(box.keys) if not key else box.keys.get(key)
+        if body is None:
+            self.send_error(404)
+            return
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:  # requests are the control plane's own: not for stderr
+        return
+
+
+def _answered(before: dict | None, after: dict | None) -> bool:
+    """A rank answered when its heartbeat moved between two reads, or it reported why it stopped."""
+    if after is None:
+        return False
+    if after.get("report"):
+        return True
+    return before is not None and int(after.get("beat", 0)) > int(before.get("beat", 0))
+
+
+class ControlPlane:
+    """One rank's end of the control plane (see the module docstring)."""
+
+    def __init__(self, main: dist.Store, rank: int, world: int, addr: str | None, timeout: float):
+        self.main, self.rank, self.world, self.timeout = main, rank, world, timeout
+        self._own = _Mailbox()
+        self._probe = _probe_listener()
+        # Pairs of which this rank is the lower end rendezvous here (a c10d store, as gloo needs).
+        self.pair_store = dist.TCPStore("0.0.0.0", 0, 1, True, timeout=timedelta(seconds=timeout),
+                                        wait_for_workers=False)
+        self._stop = threading.Event()
+        self._inside: tuple[int, str, float] | None = None
+        self._seq = 0
+        self._progress = (0, "the start", time.monotonic())  # the last point boundary: (seq, what, when)
+        me = {"host": socket.gethostname(), "addr": addr or "127.0.0.1", "port": self._own.server_address[1],
+              "pair_port": self.pair_store.port, "probe_port": self._probe.getsockname()[1]}
+        main.set(_PEERS + str(rank), json.dumps(me))
+        self._peers: dict[int, Peer] = {}
+        threading.Thread(target=self._heartbeat, name="commbench-heartbeat", daemon=True).start()
+
+    @classmethod
+    def serve(cls, master_addr: str, master_port: int, rank: int, world: int, addr: str | None,
+              timeout: float) -> "ControlPlane":
+        """Rank 0 serves the main store on master_addr:master_port, the others connect to it. Under
+        torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE) the agent serves it and every rank
+        connects, with the attempt's prefix, as torch's own rendezvous does."""
+        agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        main: dist.Store = dist.TCPStore(master_addr, master_port, world, rank == 0 and not agent,
+                                         timeout=timedelta(seconds=timeout), wait_for_workers=False)
+        if agent:
+            main = dist.PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", main)
+        return cls(main, rank, world, addr, timeout)
+
+    def group_store(self) -> dist.Store:
+        """The store the process group under test rendezvouses on."""
+        return dist.PrefixStore("commbench/pg", self.main)
+
+    # ---- mailboxes ---------------------------------------------------------------------------
+
+    def peers(self) -> dict[int, Peer]:
+        """Every rank's host, address and mailbox (read from the main store; call it at start,
+        while every rank can reach rank 0)."""
+        if len(self._peers) < self.world:
+            for r in range(self.world):
+                info = json.loads(self.main.get(_PEERS + str(r)))
+                self._peers[r] = Peer(r, info["host"], info["addr"], int(info["port"]), int(info["pair_port"]),
+                                      int(info["probe_port"]))
+        return self._peers
+
+    def put(self, key: str, value: str) -> None:
+        """Into this rank's own mailbox (always reachable: it is served by this process)."""
+        self._own.put(key, value)
+
+    def _patience(self, longest: float) -> float:
+        """How long to wait for an answer: `longest`, or less under a short --timeout, so that a
+        roll call fits in the half of --timeout after a hang is noticed."""
+        return max(0.2, min(longest, self.timeout / 10))
+
+    def read(self, rank: int, key: str = "") -> str | None:
+        """`key` from `rank`'s mailbox (all its keys as JSON with key ""); None when absent, or when
+        the rank does not answer in time (REMOTE_S, less under a short --timeout)."""
+        if rank == self.rank:
+            with self._own.lock:
+                return json.dumps(self._own.keys) if not key else self._own.keys.get(key)
+        peer = self.peers()[rank]
+        conn = http.client.HTTPConnection(peer.addr, peer.port, timeout=self._patience(REMOTE_S))
+        try:
+            conn.request("GET", "/" + key)
+            answer = conn.getresponse()
+            body = answer.read().decode()
+            return body if answer.status == 200 else None
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            conn.close()
+
+    def read_all(self, rank: int) -> dict[str, str] | None:
+        text = self.read(rank, "")
+        return None if text is None else json.loads(text)
+
+    def _heartbeat(self) -> None:
+        beats = 0
+        while True:  # the first beat at once: a mailbox without one is not up yet
+            beats += 1
+            self.put("beat", str(beats))
+            if self._stop.wait(HEARTBEAT_S):
+                return
+
+    def store_of(self, rank: int) -> dist.Store:
+        """The pair store of `rank` (this rank's own for itself), for a pair's rendezvous."""
+        if rank == self.rank:
+            return self.pair_store
+        peer = self.peers()[rank]
+        return dist.TCPStore(peer.addr, peer.pair_port, 1, False, timeout=timedelta(seconds=self.timeout),
+                             wait_for_workers=False)
+
+    def answers(self, rank: int) -> bool:
+        """Whether `rank`'s mailbox answers now (one read)."""
+        return self.read(rank, "beat") is not None
+
+    def barrier(self, name: str, ranks: list[int], deadline_s: float) -> list[int]:
+        """Wait until every rank in `ranks` has reached `name` (put by each into its own mailbox),
+        or no longer answers, or deadline_s passed. Returns the ranks that did not arrive."""
+        self.put("at/" + name, "1")
+        waiting = [r for r in ranks if r != self.rank]
+        end = time.monotonic() + deadline_s
+        while waiting and time.monotonic() < end:
+            with ThreadPoolExecutor(max_workers=min(32, len(waiting))) as pool:
+                boxes = dict(zip(waiting, pool.map(self.read_all, waiting)))
+            waiting = [r for r in waiting if boxes[r] is not None and ("at/" + name) not in boxes[r]]
+            if waiting:
+                time.sleep(0.05)
+        return waiting
+
+    def relay(self, key: str, ranks: list[int], deadline_s: float) -> str | None:
+        """`key` from the first of `ranks` whose mailbox has it, polling until deadline_s, then kept
+        in this rank's own mailbox too: a rank cut off from the one that wrote it (a blackholed link
+        to rank 0) reads it from any peer that has it. Gives up early when none of `ranks` has
+        answered for --timeout (this rank is cut off from all of them)."""
+        end = time.monotonic() + deadline_s
+        heard = time.monotonic()
+        while True:
+            for r in ranks:
+                box = self.read_all(r)
+                if box is None:
+                    continue
+                heard = time.monotonic()
+                if key in box:
+                    self.put(key, box[key])
+                    return box[key]
+            now = time.monotonic()
+            if now >= end or now - heard > self.timeout:
+                return None
+            time.sleep(0.1)
+
+    # ---- roll call ---------------------------------------------------------------------------
+
+    def report(self, message: str) -> None:
+        """This rank stopped: say why (a report counts as an answer in a roll call)."""
+        self.put("report", message)
+
+    def roll_call(self, ranks: list[int] | None = None) -> RollCall:
+        """Each rank answers within a few heartbeats (its heartbeat moves, or it reported why it
+        stopped) or its host is probed: hung, gone or unreachable. Ranks are asked at once."""
+        ranks = [r for r in (range(self.world) if ranks is None else ranks) if r != self.rank]
+        wait_s = self._patience(ROLL_CALL_S)
+        with ThreadPoolExecutor(max_workers=min(32, max(1, len(ranks)))) as pool:
+            before = dict(zip(ranks, pool.map(self.read_all, ranks)))
+            time.sleep(wait_s)
+            after = dict(zip(ranks, pool.map(self.read_all, ranks)))
+            silent = [r for r in ranks if not _answered(before[r], after[r])]
+            peers = self.peers()
+            probes = dict(zip(silent, pool.map(lambda r: probe(peers[r].addr, peers[r].probe_port,
+                                                               self._patience(PROBE_S)), silent)))
+        call = RollCall(answered=sorted([self.rank] + [r for r in ranks if r not in probes]),
+                        last={r: after[r] or before[r] or {} for r in ranks})
+        for r, said in probes.items():
+            {"open": call.hung, "refused": call.gone, "silent": call.unreachable}[said].append(r)
+        return call
+
+    def describe(self, call: RollCall) -> str:
+        """One line: who did not answer and what that points at; or that every rank answered."""
+        peers = self.peers()
+        if not call.silent:
+            return "every rank answered the roll call (nothing hung or unreachable: see the backend's message)"
+        parts = [f"rank {r} on {peers[r].host} ({peers[r].addr}) is unreachable: neither it nor its host answers "
+                 "(a link down, a blackhole route or a dead host)" for r in call.unreachable]
+        parts += [f"rank {r} on {peers[r].host} is hung: it does not answer but its process is there (stopped, "
+                  "deadlocked or busy)" for r in call.hung]
+        parts += [f"rank {r} on {peers[r].host} is gone: its host answers but the process is not there (killed "
+                  "or crashed)" for r in call.gone]
+        others = [r for r in call.answered if r != self.rank]
+        return "; ".join(parts) + (f"; ranks {', '.join(map(str, others))} answered" if others else "")
+
+    # ---- naming a hang while it happens --------------------------------------------------------
+
+    def enter(self, label: str) -> None:
+        """Before a point's first call (never inside the timed loop): this rank is in point `seq`."""
+        self._seq += 1
+        self.put("at", str(self._seq))
+        self._inside = (self._seq, label, time.monotonic())
+        self._progress = (self._seq, label, time.monotonic())
+
+    def leave(self) -> None:
+        self._inside = None
+        self._progress = (self._seq, f"what follows {self._progress[1]}", time.monotonic())
+
+    def watch(self, say, fraction: float = 0.5) -> None:
+        """Rank 0: when a point has waited `fraction` of --timeout, one line naming the ranks that
+        have not entered it or do not answer (`say` prints it); the backend's timeout follows.
+        Every rank: a point still not back STUCK_SLACK_S after --timeout while a peer is silent
+        means the backend blocks on a dead socket (TCP retries for minutes): say so and leave."""
+        threading.Thread(target=self._watchdog, args=(say, fraction * self.timeout), name="commbench-watchdog",
+                         daemon=True).start()
+
+    def _watchdog(self, say, after_s: float) -> None:
+        warned, checked = 0, None
+        while not self._stop.wait(0.25):
+            inside, progress = self._inside, self._progress
+            if inside and self.rank == 0 and inside[0] != warned and time.monotonic() - inside[2] >= after_s:
+                warned = inside[0]
+                say(self._hang_line(*inside))
+            # Inside a point or between two (a check, a gather, a failure's report): no boundary
+            # for --timeout and more while a peer is silent means the backend does not give back.
+            idle = time.monotonic() - progress[2]
+            if progress != checked and idle >= self.timeout + STUCK_SLACK_S:
+                checked = progress
+                self._leave_if_stuck(say, progress[1], idle)
+
+    def _leave_if_stuck(self, say, label: str, waited: float) -> None:
+        call = self.roll_call()
+        if not call.silent:
+            return  # every peer answers: a long point, not a dead one
+        peers = self.peers()
+        others = set(range(self.world)) - {self.rank}
+        why = ("no other rank answers it: this rank's own link or host is the likely cause" if set(call.silent) == others
+               else self.describe(call))
+        say(f"commbench: rank {self.rank} on {peers[self.rank].host}: {label} has not returned after {waited:.0f} s "
+            f"(--timeout {self.timeout:g} s) and {why}: the backend is blocked on a dead link; leaving (every "
+            "finished row is already written)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(3)
+
+    def _hang_line(self, seq: int, label: str, started: float) -> str:
+        peers = self.peers()
+        call = self.roll_call()
+        behind = [r for r, box in call.last.items() if int(box.get("at", 0)) < seq]
+        parts = [f"{label} has waited {time.monotonic() - started:.0f} s of --timeout {self.timeout:g} s"]
+        if behind:
+            parts.append("not entered by " + ", ".join(f"rank {r} on {peers[r].host}" for r in behind))
+        parts.append(self.describe(call) if call.silent else "every rank answers the control plane (a slow or "
+                     "stuck collective, not a lost rank)")
+        return "commbench: hang: " + "; ".join(parts)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._own.shutdown()
+        self._own.server_close()
+        self._probe.close()

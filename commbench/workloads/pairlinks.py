@@ -1,0 +1,254 @@
+"""One step of `commbench pairs` on a sick fabric: the links of a round, each on a pair group of its
+own, kept in step and collected over the control plane (harness/control.py).
+
+Every rank that is in a link of the step measures it with its peer and puts the outcome into its
+own mailbox (`res/<step>/<src>-<dst>`): the pair's per-iteration times and #wrong, or a failure
+status and the reason. Before building the pair group each end asks whether its peer answers the
+control plane, so a dead or cut-off peer costs seconds, not --timeout. Rank 0 reads each link's
+outcome from either end (whichever it can reach) and writes the rows; what neither end reported
+is judged by a roll call of the two. Steps start together: every rank waits at a barrier for the
+ranks that still answer (a rank cut off from some peers waits only for those it can reach).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+
+import torch
+
+from commbench.harness import faults
+from commbench.harness.control import ControlPlane
+from commbench.harness.pairgroup import PairGroup
+from commbench.harness.runner import Measurement, Session
+
+STEP_SLACK_S = 10.0  # beyond --timeout, for a barrier or a step's outcomes to arrive
+LINGER_S = 1.0  # after the end: a rank cut off from rank 0 may still read "done" from this one
+COLLECTIVE = {"sendrecv": "sendrecv", "bidir": "sendrecv_bidir"}
+PATTERN_PERIOD = 251  # prime: a stream shifted by a few bytes, or another rank's data, does not match
+
+
+def pattern(rank: int, numel: int, device) -> torch.Tensor:
+    """What `rank` sends: bytes 1..251 in a rank-dependent order, built without an index tensor
+    (an int64 arange of a 1 GiB message would need 8 GiB)."""
+    base = (torch.arange(PATTERN_PERIOD, dtype=torch.int64) * 7 + 13 * rank) % PATTERN_PERIOD + 1
+    return base.to(torch.uint8).repeat(-(-numel // PATTERN_PERIOD))[:numel].to(device)
+
+
+class LinkTester:
+    """Measures the links of each step and, on rank 0, turns their outcomes into rows."""
+
+    def __init__(self, session: Session, plan, hosts: list[str], names: dict[int, str], buffers, players: list[int]):
+        self.session, self.plan, self.hosts, self.names = session, plan, hosts, names
+        self.buffers, self.players = buffers, players
+        self.control: ControlPlane = session.control
+        self.rows: list[dict] = []
+        self.any_wrong = False
+        self._said: set[int] = set()  # ranks already named as silent
+
+    # ---- every rank ------------------------------------------------------------------------------
+
+    def step(self, step: str, links: list[tuple[int, int]], repetition: int, number: int,
+             confirm: bool = False) -> None:
+        self.control.barrier(step, self.players, self.plan.timeout + STEP_SLACK_S)
+        mine = next(((s, d) for s, d in links if self.session.rank in (s, d)), None)
+        if mine is not None:
+            outcome = self._measure(step, mine)
+            self.control.put(_key(step, mine), json.dumps(outcome))
+        if self.session.rank == 0:
+            self._collect(step, links, repetition, number, confirm)
+
+    def _measure(self, step: str, link: tuple[int, int]) -> dict:
+        """This end's outcome of one link: the pair's samples, or why it could not be measured."""
+        rank = self.session.rank
+        src, dst = link
+        peer = dst if rank == src else src
+        if not self.control.answers(peer):
+            call = self.control.roll_call([peer])
+            return _failure(call.status(peer) or "error", self._silent_text(peer, call), peer)
+        try:
+            lower = min(src, dst)
+            group = PairGroup(self.control.store_of(lower), f"{step}/{lower}-{max(src, dst)}",
+                              0 if rank == lower else 1, self.session.ctx.backend, self.plan.timeout)
+            return self._transfer(group, link, peer, rank == src, rank == dst or self.plan.mode == "bidir")
+        except (RuntimeError, ValueError) as exc:  # gloo's timeouts and closed connections are RuntimeErrors
+            return self._after_error(peer, exc)
+
+    def _transfer(self, group: PairGroup, link: tuple[int, int], peer: int, sends: bool, receives: bool) -> dict:
+        send, recv = self.buffers
+        if self.plan.mode == "bidir":
+            call = lambda: group.both(send, recv)  # noqa: E731
+        elif sends:
+            call = lambda: group.send(send)  # noqa: E731
+        else:
+            call = lambda: group.recv(recv)  # noqa: E731
+        src, dst = link
+        pair_session = dataclasses.replace(self.session, ops=group)
+        per_end, iters = pair_session.time_each(call, f"the transfer {self.names[src]} -> {self.names[dst]}")
+        samples = [max(x, y) for x, y in zip(*per_end)]
+        wrong = self._check(group, call, receives, peer)
+        return {"samples": samples, "iters": iters, "wrong": wrong}
+
+    def _check(self, group: PairGroup, call, receives: bool, peer: int) -> int | None:
+        """One more transfer into a cleared buffer; the bytes that differ from what the peer sends,
+        summed over the pair's receiving ends (one in sendrecv, both in bidir)."""
+        if not self.plan.check:
+            return None
+        send, recv = self.buffers
+        mine = 0
+        if receives:
+            recv.zero_()
+        call()
+        if receives:
+            if self.session.device.type == "cuda":
+                torch.cuda.synchronize(self.session.device)
+            if faults.corrupts_output(self.session.rank):
+                recv[0] += 1
+            mine = int((recv != pattern(peer, recv.numel(), self.session.device)).sum().item())
+        total = torch.tensor([mine], dtype=torch.int64)
+        return int(sum(t.item() for t in group.gather(total)))
+
+    def _after_error(self, peer: int, exc: BaseException) -> dict:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        call = self.control.roll_call([peer])
+        status = call.status(peer)
+        if status is None:  # the peer answers: the link, or the transfer itself, failed
+            status = "timeout" if "timed out" in text.lower() or "timeout" in text.lower() else "error"
+            return _failure(status, f"the transfer failed while rank {peer} on {self.hosts[peer]} answers the "
+                                    f"control plane: {text}")
+        return _failure(status, f"{self._silent_text(peer, call)}: {text}", peer)
+
+    def _silent_text(self, peer: int, call) -> str:
+        return self.control.describe(call).split("; ranks ")[0] if call.silent else \
+            f"rank {peer} on {self.hosts[peer]} did not answer in time"
+
+    # ---- the confirmation round -------------------------------------------------------------------
+
+    def confirm(self, bidir: bool) -> None:
+        """Rank 0 decides which suspects to measure again (analysis/linkfaults.confirm_plan) and puts
+        the plan in its mailbox; every rank reads it from whichever peer has it and runs it."""
+        if self.session.rank == 0:
+            pairs = self._plan_confirmation()
+            self.control.put("confirm", json.dumps(pairs))
+        others = [r for r in self.players if r != self.session.rank]
+        text = self.control.relay("confirm", [0] + [r for r in others if r != 0],
+                                  2 * self.plan.timeout + STEP_SLACK_S)
+        pairs = [tuple(p) for p in json.loads(text)] if text else []
+        for number, batch in enumerate(_disjoint(pairs), 1):
+            self.step(f"confirm.{number}", [(a, b) for a, b in batch], 0, number, confirm=True)
+
+    def finish(self) -> None:
+        """Mailboxes must outlive rank 0's collection: rank 0 says "done" when it has every row;
+        the others wait for it (from any peer that has it), then linger a moment for cut-off peers."""
+        others = [r for r in self.players if r not in (0, self.session.rank)]
+        if self.session.rank == 0:
+            self.control.put("done", "1")
+            self.control.barrier("bye", self.players, LINGER_S * 5)  # each has read "done", or stopped answering
+            return
+        self.control.relay("done", [0] + others, 2 * self.plan.timeout + STEP_SLACK_S)
+        self.control.put("at/bye", "1")
+        time.sleep(LINGER_S)
+
+    def _plan_confirmation(self) -> list[list[int]]:
+        import pandas as pd
+
+        from commbench.analysis import linkfaults
+
+        if not self.rows:
+            return []
+        frame = pd.DataFrame(self.rows)
+        return [list(p) for p in linkfaults.confirm_plan(frame, linkfaults.suspects(frame))]
+
+    # ---- rank 0: the rows ----------------------------------------------------------------------
+
+    def _collect(self, step: str, links: list[tuple[int, int]], repetition: int, number: int,
+                 confirm: bool) -> None:
+        end = time.monotonic() + 2 * self.plan.timeout + STEP_SLACK_S
+        rows = []
+        for src, dst in links:
+            outcome = self._outcome(step, (src, dst), end)
+            self._name_peer(outcome)
+            rows.append(self._row(outcome, src, dst, repetition, number, confirm))
+        self.session.write(rows)
+        self.rows += rows
+
+    def _outcome(self, step: str, link: tuple[int, int], end: float) -> dict:
+        """The link's outcome from either end's mailbox; a roll call of both when neither has it."""
+        key = _key(step, link)
+        while True:
+            for end_rank in link:
+                text = self.control.read(end_rank, key)
+                if text is not None:
+                    return json.loads(text)
+            alive = [r for r in link if self.control.answers(r)]
+            if not alive or time.monotonic() > end:
+                break
+            time.sleep(0.05)
+        call = self.control.roll_call(list(link))
+        silent = [r for r in link if r in call.silent]
+        status = call.status(silent[0]) if silent else "timeout"
+        if not silent:
+            return _failure(status, "neither end reported in time")
+        return _failure(status, self._silent_text(silent[0], call), silent[0])
+
+    def _name_peer(self, outcome: dict) -> None:
+        """A rank found hung, gone or unreachable is named on stderr while the run goes on, once."""
+        peer = outcome.get("peer")
+        if peer is not None and peer not in self._said:
+            self._said.add(peer)
+            print(f"commbench: {outcome['error']} (seen at {time.strftime('%H:%M:%S')}; the run goes on without "
+                  "it)", flush=True, file=sys.stderr)
+
+    def _row(self, outcome: dict, src: int, dst: int, repetition: int, number: int, confirm: bool) -> dict:
+        plan, session = self.plan, self.session
+        status, samples = outcome.get("status"), outcome.get("samples") or [math.nan]
+        wrong = outcome.get("wrong")
+        if status is None and wrong:
+            status = "wrong"
+            self.any_wrong = True
+        row = session.record(collective=COLLECTIVE[plan.mode], dtype="uint8", op=None, root=-1,
+                             size_bytes=plan.size_bytes, count=plan.size_bytes, in_place=False, busbw_factor=1.0,
+                             m=Measurement(samples, int(outcome.get("iters") or 0), wrong),
+                             repetition=repetition, src_host=self.hosts[src], dst_host=self.hosts[dst],
+                             src_rank=src, dst_rank=dst, status=status, error=outcome.get("error"),
+                             confirm=True if confirm else None)
+        if outcome.get("status"):
+            row["samples_us"] = []
+        self._print(row, number, src, dst, confirm)
+        return row
+
+    def _print(self, row: dict, number: int, src: int, dst: int, confirm: bool) -> None:
+        arrow = "<->" if self.plan.mode == "bidir" else "->"
+        link = f"{self.names[src]} {arrow} {self.names[dst]}"
+        where = f"{'c' if confirm else ''}{number}"
+        if row["status"] in ("unreachable", "timeout", "error"):
+            self.session.reporter.line(f"   {where:>5}  {link:<40} {'FAILED':>12} {row['status']:>9}  {row['error']}")
+            return
+        bad = row["wrong"]
+        self.session.reporter.line(f"   {where:>5}  {link:<40} {row['time_us']:12.1f} {row['busbw_GBps']:9.4f} "
+                                   f"{'N/A' if bad is None else bad:>7}")
+
+
+def _key(step: str, link: tuple[int, int]) -> str:
+    return f"res/{step}/{link[0]}-{link[1]}"
+
+
+def _failure(status: str, error: str, peer: int | None = None) -> dict:
+    """A link that could not be measured; `peer`: the rank found silent, when one was."""
+    return {"status": status, "error": error, "peer": peer}
+
+
+def _disjoint(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Pairs in batches that share no rank (greedy, order kept), so each batch runs at once."""
+    batches: list[list[tuple[int, int]]] = []
+    for pair in pairs:
+        for batch in batches:
+            if not any(set(pair) & set(other) for other in batch):
+                batch.append(pair)
+                break
+        else:
+            batches.append([pair])
+    return batches

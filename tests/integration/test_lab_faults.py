@@ -1,0 +1,226 @@
+"""A sick fabric on four lab hosts (root): real faults planted mid-run, and what the user is told.
+
+- host 3's link taken down (`ip link set <its bridge port> down`) after the first round of
+  `pairs`: every other link is measured at the link rate, host 3 is named and nobody else, exit 1;
+- host 2's rank SIGSTOPped mid-run: named as hung while it hangs and in the verdict;
+- a blackhole route inside host 1 to host 4: that link is named, neither host;
+- `sweep` with host 3's link taken down mid-run: stderr names host 3 as unreachable, exit 3, the
+  finished points kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from labkit import NEEDS_LAB, lab_env, run_commbench
+
+pytestmark = NEEDS_LAB
+
+PREFIX = "cf5"
+ENV = lab_env(PREFIX)
+SUBNET = "10.244.5"
+TIMEOUT = 10
+PAIRS = ["pairs", "--size", "16M", "-w", "1", "-n", "3", "--timeout", str(TIMEOUT)]
+LIMIT_GBPS = 1e9 / 8 * 1448 / 1538 / 1e9  # TCP payload per wire byte at MTU 1500 (docs/PAIRS.md)
+FAILED = {"unreachable", "timeout", "error"}
+
+
+def host(i: int) -> str:
+    return f"{PREFIX}node{i}"
+
+
+def cb(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return run_commbench(ENV, *args, timeout=timeout)
+
+
+@pytest.fixture
+def lab():
+    cb("lab", "down")
+    up = cb("lab", "up", "--nodes", "4", "--rate", "1gbit", "--mtu", "1500", "--subnet", f"{SUBNET}.0/24")
+    assert up.returncode == 0, up.stdout + up.stderr
+    yield
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_STOPPED:
+                proc.send_signal(signal.SIGCONT)
+        except psutil.Error:
+            pass
+    cb("lab", "down")
+
+
+class Run:
+    """`lab run -- commbench ...` with its stdout and stderr read as they come."""
+
+    def __init__(self, *args: str):
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m",
+                                      "commbench", *args], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(s, sink), daemon=True)
+                         for s, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for r in self._readers:
+            r.start()
+
+    @staticmethod
+    def _read(stream, sink: list[str]) -> None:
+        for line in stream:
+            sink.append(line)
+
+    def wait_for(self, pattern: str, timeout: float, where: str = "out") -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(re.search(pattern, line) for line in (self.out if where == "out" else self.err)):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"no {pattern!r} in {where}:\n{self.text()}")
+
+    def finish(self, timeout: float) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"still running after {timeout} s:\n{self.text()}") from None
+        for r in self._readers:
+            r.join(5)
+        self.elapsed = time.monotonic() - self.started
+        return code
+
+    def text(self) -> str:
+        return "".join(self.out) + "\n--- stderr ---\n" + "".join(self.err)
+
+
+def rows_of_round(run: Run, number: int) -> int:
+    return sum(1 for line in run.out if re.match(rf"^\s+{number}\s+{PREFIX}node\d", line))
+
+
+def wait_round_one(run: Run) -> None:
+    """Round 1 of 4 hosts: two pairs, each direction in turn: 4 rows."""
+    end = time.monotonic() + 60
+    while rows_of_round(run, 1) < 4:
+        assert time.monotonic() < end and run.proc.poll() is None, run.text()
+        time.sleep(0.05)
+
+
+def link_down(i: int) -> None:
+    subprocess.run(["ip", "link", "set", f"{PREFIX}veth{i}", "down"], check=True)
+
+
+def main_rows(path: Path) -> pd.DataFrame:
+    df = pd.read_parquet(path)
+    return df[df.confirm.isna() | (df.confirm == False)]  # noqa: E712 (a nullable column)
+
+
+def links_of(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    return df[(df.src_host == name) | (df.dst_host == name)]
+
+
+BLAME = re.compile(rf"(?:rank \d+ on ({PREFIX}node\d)(?: \([0-9.]+\))? is (?:unreachable|hung|gone)"
+                   rf"|(?:Unreachable|Hung|Failing) host: ({PREFIX}node\d)"
+                   rf"|lost (?:rank \d+|a rank) on ({PREFIX}node\d))")
+
+
+def assert_nobody_else_blamed(text: str, culprit: str) -> None:
+    """Every host the output calls unreachable, hung, gone or lost is the culprit (a table row of a
+    failed link names both its ends, which is not blame)."""
+    blamed = {name for m in BLAME.finditer(text) for name in m.groups() if name}
+    assert blamed == {culprit}, [line for line in text.splitlines() if BLAME.search(line)]
+
+
+def test_a_host_whose_link_goes_down_is_named_and_every_other_link_is_measured(lab, tmp_path):
+    out = tmp_path / "down.parquet"
+    run = Run(*PAIRS, "--out", str(out))
+    wait_round_one(run)
+    link_down(3)
+    code = run.finish(timeout=3 * (5 + TIMEOUT) + 60)
+    text = run.text()
+    assert code == 1, text
+    assert run.elapsed < 3 * (5 + TIMEOUT) + 30, (run.elapsed, text)
+    df = main_rows(out)
+    after = df.iloc[4:]  # what round 1 measured before the fault is kept as measured
+    down = links_of(after, host(3))
+    assert len(down) == 4 and set(down.status) <= FAILED, down[["src_host", "dst_host", "status", "error"]]
+    healthy = df[~df.index.isin(links_of(after, host(3)).index)]
+    assert healthy.status.isna().all(), healthy[["src_host", "dst_host", "status"]]
+    assert (healthy.busbw_GBps >= 0.9 * LIMIT_GBPS).all(), healthy[["src_host", "dst_host", "busbw_GBps"]]
+    assert re.search(rf"Unreachable host: {host(3)}\b", text), text
+    assert "Failed link:" not in text, text
+    assert_nobody_else_blamed(text, host(3))
+
+
+def test_a_stopped_rank_is_named_as_hung_while_it_hangs_and_in_the_verdict(lab, tmp_path):
+    out = tmp_path / "stop.parquet"
+    run = Run(*PAIRS, "--out", str(out))
+    wait_round_one(run)
+    victim = next(p for p in psutil.process_iter(["cmdline", "pid"])
+                  if p.info["cmdline"] and "pairs" in p.info["cmdline"] and str(out) in p.info["cmdline"]
+                  and _netns_of(p.pid) == host(2))
+    victim.send_signal(signal.SIGSTOP)
+    try:
+        run.wait_for(rf"rank 1 on {host(2)} is hung", timeout=3 * TIMEOUT, where="err")  # while it hangs
+        run.wait_for(r"^# Results: ", timeout=6 * TIMEOUT + 30)  # rank 0 is done
+    finally:
+        victim.send_signal(signal.SIGCONT)
+    code = run.finish(timeout=4 * TIMEOUT + 30)
+    text = run.text()
+    assert code == 1, text
+    assert re.search(rf"Hung host: {host(2)}\b", text), text
+    assert_nobody_else_blamed(text, host(2))
+    assert set(links_of(main_rows(out).iloc[4:], host(2)).status) <= FAILED
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and str(out) in p.info["cmdline"]]
+
+
+def _netns_of(pid: int) -> str | None:
+    try:
+        inode = os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+    for name in os.listdir("/run/netns"):
+        if os.stat(f"/run/netns/{name}").st_ino == inode:
+            return name
+    return None
+
+
+def test_a_blackholed_link_is_named_and_neither_host(lab, tmp_path):
+    out = tmp_path / "blackhole.parquet"
+    run = Run(*PAIRS, "-R", "2", "--out", str(out))  # host 1 meets host 4 in round 1 only: again in repetition 2
+    wait_round_one(run)
+    subprocess.run(["ip", "-n", host(1), "route", "add", "blackhole", f"{SUBNET}.4/32"], check=True)
+    code = run.finish(timeout=6 * (5 + TIMEOUT) + 90)
+    text = run.text()
+    assert code == 1, text
+    assert re.search(rf"Failed link: {host(1)} <-> {host(4)}\b", text), text
+    assert not re.search(r"(Unreachable|Hung|Failing) host:", text), text
+    df = main_rows(out)
+    failed = df[df.status.isin(FAILED)]
+    assert set(zip(failed.src_host, failed.dst_host)) <= {(host(1), host(4)), (host(4), host(1))}, failed
+
+
+def test_sweep_names_the_host_whose_link_went_down_and_keeps_what_it_measured(lab, tmp_path):
+    out = tmp_path / "sweep.parquet"
+    run = Run("sweep", "--collective", "allreduce", "-b", "1M", "-e", "4M", "-R", "50", "-n", "5", "-w", "1",
+              "--timeout", str(TIMEOUT), "--out", str(out))
+    run.wait_for(r"^\s+1048576\s", timeout=60)  # a first point printed
+    link_down(3)
+    code = run.finish(timeout=3 * TIMEOUT + 60)
+    text = run.text()
+    assert code == 3, text
+    assert re.search(rf"rank 2 on {host(3)} \(\S+\) is unreachable", "".join(run.err)), text
+    assert_nobody_else_blamed("".join(run.err), host(3))
+    kept = pd.read_parquet(out)
+    assert len(kept) >= 1 and (kept.wrong == 0).all()
+    assert re.search(rf"{len(kept)} finished rows kept in {re.escape(str(out))}", text), text
