@@ -266,11 +266,12 @@ class ControlPlane:
                 time.sleep(0.05)
         return waiting
 
-    def relay(self, key: str, ranks: list[int], deadline_s: float) -> str | None:
+    def relay(self, key: str, ranks: list[int], deadline_s: float, silence_s: float | None = None) -> str | None:
         """`key` from the first of `ranks` whose mailbox has it, polling until deadline_s, then kept
         in this rank's own mailbox too: a rank cut off from the one that wrote it (a blackholed link
         to rank 0) reads it from any peer that has it. Gives up early when none of `ranks` has
-        answered for --timeout (this rank is cut off from all of them)."""
+        answered for silence_s (default --timeout): this rank is cut off from all of them."""
+        silence_s = self.timeout if silence_s is None else silence_s
         end = time.monotonic() + deadline_s
         heard = time.monotonic()
         while True:
@@ -283,7 +284,7 @@ class ControlPlane:
                     self.put(key, box[key])
                     return box[key]
             now = time.monotonic()
-            if now >= end or now - heard > self.timeout:
+            if now >= end or now - heard > silence_s:
                 return None
             time.sleep(0.1)
 

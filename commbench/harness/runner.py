@@ -467,6 +467,7 @@ def _stopped_by(exc: BaseException, env: RankEnv, writer: ResultWriter | None, r
 
 
 ROLL_CALL_SLACK_S = 15.0  # beyond --timeout: how long a failed rank waits for rank 0's roll call
+ROLL_CALL_SILENCE_S = 5.0  # ... unless rank 0 does not answer for this long: no roll call is coming
 
 
 def _roll_call(control: ControlPlane, env: RankEnv, why: str) -> RollCall | None:
@@ -475,7 +476,7 @@ def _roll_call(control: ControlPlane, env: RankEnv, why: str) -> RollCall | None
     try:
         control.report(why)
         if env.rank != 0:  # stay up (a report is only read while its mailbox exists) until rank 0 called
-            control.relay("rollcall", [0], control.timeout + ROLL_CALL_SLACK_S)
+            control.relay("rollcall", [0], control.timeout + ROLL_CALL_SLACK_S, silence_s=ROLL_CALL_SILENCE_S)
             return None
         call = control.roll_call()
         control.put("rollcall", "done")

@@ -58,7 +58,7 @@ def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT) -> in
     return _wait_all(procs)
 
 
-LINGER_AFTER_RANK0_S = 30.0  # a rank cut off by a dead link may never return from its backend
+LINGER_AFTER_RANK0_S = 10.0  # a rank cut off by a dead link may never return from its backend
 
 
 def _wait_all(procs: list[subprocess.Popen]) -> int:
