@@ -176,14 +176,21 @@ def test_a_hung_binary_is_killed_with_its_children_at_the_timeout(tmp_path):
     assert leftovers(mark) == []
 
 
+def _rows(path) -> int:
+    try:
+        return len(pd.read_parquet(path))
+    except (OSError, ValueError):  # not written yet
+        return 0
+
+
 def test_sigterm_stops_the_binary_and_keeps_rows(tmp_path):
     binary, mark = stand_in(tmp_path, "hang")
     out = tmp_path / "s.parquet"
     proc = subprocess.Popen([sys.executable, "-m", "commbench", "nccl-tests", "run", "--out", str(out), str(binary)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not leftovers(mark) and time.monotonic() < deadline:  # the hang has begun
-        time.sleep(0.1)
+    while not (leftovers(mark) and _rows(out) == 6) and time.monotonic() < deadline:  # the hang has begun and
+        time.sleep(0.1)  # every row it printed is parsed (on a busy machine parsing lags the binary's output)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr
