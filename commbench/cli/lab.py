@@ -20,10 +20,11 @@ def lab() -> None:
 @click.option("--rate", default="1gbit", show_default=True, help="Link rate (tc units: 800mbit, 1gbit).")
 @click.option("--mtu", type=int, default=1500, show_default=True)
 @click.option("--subnet", default="10.231.0.0/24", show_default=True, help="Private range used only inside the lab.")
-def up(nodes, rate, mtu, subnet) -> None:
+@click.option("--frames", is_flag=True, help="Links count frames as a NIC does (tbf splits GSO packets; costs CPU).")
+def up(nodes, rate, mtu, subnet, frames) -> None:
     """Create the hosts, the bridge and the shaped links."""
 
-    state = labmod.up(nodes, rate, mtu, subnet)
+    state = labmod.up(nodes, rate, mtu, subnet, frames=frames)
     click.echo(f"lab up: {len(state.nodes)} hosts on {state.subnet}, {rate}, MTU {mtu}")
     _print_status(state)
 
@@ -69,10 +70,13 @@ def _rate(bits: float | None) -> str:
 @click.option("--node", default=None, help="One host (default: all).")
 @click.option("--mtu", type=int, default=None)
 @click.option("--rate", default=None)
-def set_cmd(node, mtu, rate) -> None:
-    """Change MTU and/or rate live, for every host or one."""
+@click.option("--queue", type=int, default=None,
+              help="tbf's queue in bytes: a tiny one (e.g. 4000) drops like a shallow switch buffer; 0 restores it.")
+@click.option("--frames/--no-frames", default=None, help="Count frames on eth0 as a NIC does (tbf splits GSO packets).")
+def set_cmd(node, mtu, rate, queue, frames) -> None:
+    """Change MTU, rate or queue live, for every host or one."""
 
-    state = labmod.set_link(node, mtu, rate)
+    state = labmod.set_link(node, mtu, rate, queue, frames)
     _print_status(state)
 
 

@@ -58,6 +58,8 @@ def run_options(command):
                      help="Run the whole grid this many times, interleaved."),
         click.option("--check/--no-check", default=d.check, show_default=True,
                      help="Check every output, like nccl-tests' #wrong."),
+        click.option("--wire/--no-wire", default=d.wire, show_default=True,
+                     help="Read NIC, port and TCP counters before and after every point (the wire column)."),
         click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default=d.backend, show_default=True,
                      help="auto: nccl when CUDA GPUs are visible, else gloo."),
         click.option("--nproc", type=int, default=None,
@@ -76,7 +78,7 @@ def run_options(command):
 
 
 def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, check, backend, nproc, iface,
-               timeout, out, label, workload: str, precision: float) -> dict:
+               timeout, out, label, workload: str, precision: float, wire: bool = DEFAULTS.wire) -> dict:
     """Validate the shared options; return the RunOptions fields (backend resolved)."""
     from commbench.core import results
     from commbench.harness.runner import choose_backend
@@ -99,5 +101,5 @@ def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, ch
         os.environ["NCCL_SOCKET_IFNAME"] = iface
     return dict(warmup=warmup, iters=iters, time_budget=time_budget, precision=precision, min_iters=min_iters,
                 max_iters=max_iters,
-                repetitions=repetitions, check=check, timeout=timeout, backend=choose_backend(backend),
+                repetitions=repetitions, check=check, wire=wire, timeout=timeout, backend=choose_backend(backend),
                 label=label, out=out, run_id=results.make_run_id(), workload=workload)

@@ -23,6 +23,7 @@ class RunOptions:
     max_iters: int = 2000
     repetitions: int = 1
     check: bool = True
+    wire: bool = True  # NIC and port counters around every point (harness/wire.py)
     timeout: float = 300.0
     backend: str = "auto"
     label: str = ""

@@ -84,6 +84,10 @@ SCHEMA = pa.schema([
     ("status", pa.string()),
     ("error", pa.string()),
     ("confirm", pa.bool_()),  # pairs: a row of the confirmation round
+    # NIC, port and TCP counters during the point, per host (core/wire.py, docs/RESULTS.md)
+    ("wire", pa.string()),
+    ("wire_per_payload", pa.float64()),
+    ("wire_trouble", pa.bool_()),
     ("schema_version", pa.int32()),
 ])
 

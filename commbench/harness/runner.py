@@ -37,6 +37,8 @@ from commbench.net.netinfo import host_summary
 from commbench.core.options import RunOptions
 from commbench.core.results import SCHEMA_VERSION, ResultWriter, resolve_out
 from commbench.harness.stragglers import rank_summary, straggler_warnings
+from commbench.harness.wire import WireProbe, gather as gather_wire
+from commbench.core import wire as wirecols
 from commbench.harness.timing import StopRule, Timer, adaptive_iters, timer_for
 
 
@@ -60,9 +62,10 @@ class Timing:
     samples_s: list[float]  # per iteration, max over ranks
     iters: int
     ranks: RankTimes
+    wire: dict | None = None  # rank 0: every host's counter entry (harness/wire.py); None: not read
 
     def measurement(self, wrong: int | None) -> "Measurement":
-        return Measurement(self.samples_s, self.iters, wrong, self.ranks)
+        return Measurement(self.samples_s, self.iters, wrong, self.ranks, self.wire)
 
     def __iter__(self):
         # `samples, iters = session.time_call(call)` keeps working where a workload needs no more
@@ -75,6 +78,7 @@ class Measurement:
     iters: int
     wrong: int | None
     ranks: RankTimes | None = None  # the per-rank columns; None: not measured (e.g. the DeepSpeed engine)
+    wire: dict | None = None  # every host's counters during the point (core/wire.py); None: not read
 
 
 @dataclass
@@ -149,6 +153,7 @@ class Session:
     warmup_done: int | None = None  # warm-up iterations of the last time_call (adaptive may run fewer)
     control: ControlPlane | None = None  # the control plane (harness/control.py); None in unit tests
     ops: PairGroup | None = None  # a pair's own group (workloads/pairs.py): the loop runs on it, not on `group`
+    wire: WireProbe | None = None  # counters around each time_call (None: --no-wire, or unit tests)
 
     @property
     def rank(self) -> int:
@@ -166,11 +171,20 @@ class Session:
         """Warm up, agree on the count, time each iteration; per-iteration max over ranks (s), and
         every rank's own median time and arrival skew. `label` names the point if it hangs."""
         with self._point(label):
+            if self.wire is not None:
+                self.wire.begin()
             samples, iters = self._own_samples(call)
         slowest = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
         self._ops().max_(slowest)
         slowest_s = slowest.cpu().tolist()
-        return Timing(slowest_s, iters, self._gather_rank_times(samples, slowest_s))
+        ranks = self._gather_rank_times(samples, slowest_s)
+        wire = None
+        if self.wire is not None:  # every rank takes part, readers or not
+            # Read after the gathers, not right after the loop: a send returns once its bytes are
+            # in the socket's buffer, and they pass eth0 only later. A peer's answer over the same
+            # connections means that every byte sent before it is out.
+            wire = gather_wire(self._ops(), self.wire.end(), self.wire.host_of, self.ctx.device)
+        return Timing(slowest_s, iters, ranks, wire)
 
     def _gather_rank_times(self, own_s: list[float], slowest_s: list[float]) -> RankTimes:
         """One all_gather of (median time, median arrival skew) from every rank, after the timed loop."""
@@ -259,6 +273,7 @@ class Session:
         us = np.asarray(m.samples_s) * 1e6
         median_us = float(np.median(us))
         algbw = size_bytes / (median_us * 1e-6) / 1e9
+        warmup = self.warmup_done if self.warmup_done is not None else max(1, plan.warmup)
         row = {
             "run_id": plan.run_id, "label": plan.label, "started_at": ctx.started_at,
             "collective": collective, "dtype": dtype, "op": op, "root": root,
@@ -266,7 +281,7 @@ class Session:
             "world_size": ctx.env.world_size, "nnodes": ctx.nnodes, "ranks_per_node": ctx.ranks_per_node,
             "backend": ctx.backend, "device": ctx.device.type, "device_name": ctx.device_name,
             "launcher": ctx.env.launcher, "iters": m.iters,
-            "warmup": self.warmup_done if self.warmup_done is not None else max(1, plan.warmup), "repetition": repetition,
+            "warmup": warmup, "repetition": repetition,
             "time_us": median_us, "time_us_min": float(us.min()), "time_us_max": float(us.max()),
             "time_us_p99": float(np.percentile(us, 99)),
             "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor, "wrong": m.wrong,
@@ -277,6 +292,8 @@ class Session:
             "nccl_version": ctx.nccl_version, "env": json.dumps(env_snapshot(), sort_keys=True),
             "net": json.dumps(ctx.net["per_host"], sort_keys=True), "plan": plan.to_json(),
             "schema_version": SCHEMA_VERSION,
+            # the bytes one rank sends between the snapshots: every warm-up and timed call
+            **wirecols.columns(m.wire, size_bytes * busbw_factor * (warmup + m.iters)),
         }
         row.update(extra)
         return row
@@ -356,15 +373,17 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
     writer: ResultWriter | None = None
     reporter = Reporter(False, 0)
     ranks: list[dict] = []
+    probe: WireProbe | None = None
     try:
         ranks = _gather_ranks(env, device, device_name)
+        probe = WireProbe.for_rank(ranks, env.rank) if plan.wire else None
         ctx = _run_context(plan, env, backend, device, device_name, ranks)
         writer = _open_writer(plan, env, device)
         reporter = Reporter(env.rank == 0, plan.repetitions * workload.total_points(env.world_size))
         for line in _header_lines(ctx, ranks):
             reporter.line(line)
         control.watch(lambda line: _say(env, line))
-        any_wrong = workload.run(Session(ctx, timer, reporter, writer, control=control))
+        any_wrong = workload.run(Session(ctx, timer, reporter, writer, control=control, wire=probe))
         if writer is not None:
             _summarise(writer, backend, env, ranks, reporter)
         if any_wrong:
@@ -387,6 +406,8 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
             except Exception as exc:  # a broken group cannot always be torn down; the process ends anyway
                 _ = exc
         control.close()
+        if probe is not None:
+            probe.close()
 
 
 def _join_group(plan: RunOptions, backend: str, env: RankEnv) -> ControlPlane:
@@ -436,6 +457,7 @@ def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dic
         from commbench.net.ncclinfo import record_transport
         record_transport(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport NCCL used
     warnings = straggler_warnings(writer.rows, [r["host"] for r in ranks])
+    warnings += wirecols.total_lines([r.get("wire") for r in writer.rows], len(writer.rows))
     if warnings:
         reporter.close()  # a progress bar must not draw over them
     for warning in warnings:

@@ -15,6 +15,7 @@ import ipaddress
 import json
 import re
 import shutil
+import os
 import subprocess
 from pathlib import Path
 
@@ -71,21 +72,61 @@ def node_names(n: int) -> list[str]:
     return [f"{labstate.PREFIX}node{i + 1}" for i in range(n)]
 
 
-def _shape(node: LabNode, state: LabState) -> None:
-    """Apply the node's rate (tbf, both directions) and MTU."""
+def _shape(node: LabNode, state: LabState, retune: bool = False) -> None:
+    """Apply the node's rate (tbf, both directions) and MTU; with `retune` (or where they are on)
+    also its frame counting and receive steering."""
     bits = parse_rate(node.rate)
     # burst: at least 2 ms of traffic and 32 full frames, so tbf itself never limits a TCP window
     burst = int(max(bits / 8 * 0.002, 32 * (node.mtu + 14)))
-    tbf = ["root", "tbf", "rate", node.rate, "burst", str(burst), "latency", "100ms"]
+    if node.queue:
+        # tbf splits a packet longer than its burst into frames, so that a queue of N bytes holds
+        # frames, as a switch's buffer does (a whole 64 KiB GSO packet would never fit a tiny one)
+        burst = min(burst, max(30000, 2 * (node.mtu + 14)))
+    queue = ["limit", str(node.queue)] if node.queue else ["latency", "100ms"]
+    tbf = ["root", "tbf", "rate", node.rate, "burst", str(burst), *queue]
     _ip("link", "set", "dev", NS_IFACE, "mtu", str(node.mtu), netns=node.name)
     # The bridge ports are the switch: jumbo-capable (9216, as switches are usually set), so
     # the hosts' own eth0 MTU decides, and a host may change it itself (sweep --mtu).
     _ip("link", "set", "dev", node.port, "mtu", str(max(SWITCH_MTU, node.mtu)))
     _tc("qdisc", "replace", "dev", NS_IFACE, *tbf, netns=node.name)
     _tc("qdisc", "replace", "dev", node.port, *tbf)
+    if retune or node.frames:
+        _offload(node, segment=not node.frames)
+    if retune or node.frames or node.queue:
+        _steer(node, on=bool(node.frames or node.queue))
 
 
-def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_SUBNET) -> LabState:
+def _offload(node: LabNode, segment: bool) -> None:
+    """--frames: TCP segmentation offload off on both ends, so the kernel cuts each GSO packet
+    into frames before veth counts it: eth0's tx_bytes then holds every frame's headers, as a
+    NIC's counter does (veth counts a 64 KiB GSO packet once, with one set of headers)."""
+    if not segment and shutil.which("ethtool") is None:
+        raise BadInput("--frames needs ethtool (it turns TCP segmentation offload off): apt-get install ethtool")
+    if shutil.which("ethtool") is None:
+        return  # nothing was turned off without it
+    state = "on" if segment else "off"
+    for netns, dev in ((node.name, NS_IFACE), (None, node.port)):
+        argv = (["ip", "netns", "exec", netns] if netns else []) + ["ethtool", "-K", dev, "tso", state]
+        _run(argv, check=True)
+
+
+def _steer(node: LabNode, on: bool) -> None:
+    """Receive packet steering on both receiving ends of the link (all CPUs, by flow hash). Frames
+    that tbf split off one packet may be sent from two CPUs; each CPU's receive backlog would
+    then hand them to TCP out of order, and TCP retransmits what it takes for lost (SACK
+    reordering): a trouble counter on a healthy link. Steering by flow keeps every flow's
+    frames on one CPU, in order."""
+    mask = f"{(1 << (os.cpu_count() or 1)) - 1:x}" if on else "0"
+    for netns, dev in ((node.name, NS_IFACE), (None, node.port)):
+        path = f"/sys/class/net/{dev}/queues/rx-0/rps_cpus"
+        # `ip netns exec` mounts the namespace's own sysfs; the root namespace's is /sys itself
+        argv = (["ip", "netns", "exec", netns] if netns else []) + ["tee", path]
+        proc = subprocess.run(argv, input=mask + "\n", capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeFailure(f"cannot set {path} on {netns or 'the root namespace'}: {proc.stderr.strip()}")
+
+
+def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_SUBNET, frames: bool = False) -> LabState:
     require_root()
     if load_state() is not None:
         raise BadInput("a lab is already up: 'commbench lab status' shows it, 'commbench lab down' removes it")
@@ -118,7 +159,7 @@ def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_S
         _ip("link", "add", labstate.BRIDGE, "type", "bridge")
         _ip("link", "set", labstate.BRIDGE, "up")
         for i, name in enumerate(names):
-            node = LabNode(name, str(hosts[i]), ports[i], mtu, rate)
+            node = LabNode(name, str(hosts[i]), ports[i], mtu, rate, frames=frames)
             state.created.append(["netns", name])
             state.created.append(["link", node.port])
             state.nodes.append(node)
@@ -148,20 +189,27 @@ def write_hosts_file(state: LabState) -> Path:
     return path
 
 
-def set_link(node: str | None = None, mtu: int | None = None, rate: str | None = None) -> LabState:
+def set_link(node: str | None = None, mtu: int | None = None, rate: str | None = None, queue: int | None = None,
+             frames: bool | None = None) -> LabState:
+    """Change links live. queue: tbf's queue in bytes (0: back to 100 ms of traffic); frames: count
+    frames as a NIC does (see _shape)."""
     require_root()
     state = require_state()
-    if mtu is None and rate is None:
-        raise BadInput("lab set changes nothing: pass --mtu and/or --rate")
+    if mtu is None and rate is None and queue is None and frames is None:
+        raise BadInput("lab set changes nothing: pass --mtu, --rate, --queue and/or --frames")
     if mtu is not None:
         check_mtu(mtu)
     if rate is not None:
         parse_rate(rate)
+    if queue is not None and queue != 0 and not 1600 <= queue <= 1 << 30:
+        raise BadInput(f"--queue {queue} must be 0 (the default queue) or 1600..1073741824 bytes: e.g. 4000")
     targets = [state.node(node)] if node else state.nodes
     for n in targets:
         n.mtu = mtu if mtu is not None else n.mtu
         n.rate = rate if rate is not None else n.rate
-        _shape(n, state)
+        n.queue = (queue or None) if queue is not None else n.queue
+        n.frames = frames if frames is not None else n.frames
+        _shape(n, state, retune=frames is not None or queue is not None)
     save_state(state)
     return state
 

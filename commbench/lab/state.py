@@ -24,6 +24,8 @@ class LabNode:
     port: str  # the bridge-side veth in the root namespace
     mtu: int
     rate: str
+    queue: int | None = None  # tbf's queue in bytes (lab set --queue); None: 100 ms of traffic
+    frames: bool = False  # tbf splits every GSO packet, so eth0's counters count frames as a NIC does
 
 
 @dataclass

@@ -28,6 +28,7 @@ from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
 from commbench.harness.runner import Session
+from commbench.core import wire
 from commbench.core.units import format_size
 
 OPS = ("all_reduce", "reduce_scatter")
@@ -150,7 +151,7 @@ class BucketWorkload:
                     session.write([row])
                     reporter.line(f"  {lay.bucket:18d} {lay.bucket * dtype.itemsize:12d} {lay.n_buckets:12d} "
                                   f"{row['time_us']:16.1f} {row['algbw_GBps']:7.3f} {row['busbw_GBps']:7.3f} "
-                                  f"{'N/A' if wrong is None else wrong:>7}")
+                                  f"{'N/A' if wrong is None else wrong:>7}" + wire.mark(row.get("wire")))
                 reporter.advance(f"bucket {lay.bucket}")
         return any_wrong
 

@@ -19,6 +19,7 @@ from commbench.harness.dtypes import DType, get_dtype
 from commbench.core.launch import RankEnv
 from commbench.harness.memory import check_fits
 from commbench.core.errors import RuntimeFailure
+from commbench.core import wire
 from commbench.core.units import format_size
 from commbench.harness.plan import Point, SweepPlan, validate
 from commbench.harness.runner import Measurement, Session
@@ -42,7 +43,7 @@ def measure_point(session: Session, collective: Collective, layout: Layout, poin
             bufs.recv.view(-1)[0] += 1
         wrong = session.sum_over_ranks(count_wrong(collective, layout, bufs, args, dtype))
     ranks = timing.ranks if collective.exits_together else replace(timing.ranks, skew_s=None)
-    return Measurement(timing.samples_s, timing.iters, wrong, ranks)
+    return Measurement(timing.samples_s, timing.iters, wrong, ranks, timing.wire)
 
 
 @dataclass
@@ -126,7 +127,8 @@ class SweepWorkload:
                         reporter.advance(f"{collective.name} {point.size_bytes} B")
                     session.write(records)
                     first = points[0]
+                    marks = "".join(dict.fromkeys(wire.mark(r.get("wire")) for r in records))
                     reporter.line(format_row(first.size_bytes, first.count, dtype.nccl_name, op or "none", root,
-                                             cells.get(False), cells.get(True)))
+                                             cells.get(False), cells.get(True)) + marks)
                 reporter.line(f"# Collective test concluded: {collective.name}")
         return any_wrong

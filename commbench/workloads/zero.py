@@ -40,6 +40,7 @@ from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
 from commbench.harness.runner import Session
+from commbench.core import wire
 from commbench.core.units import format_size
 
 # name -> (layers, hidden, vocab): GPT-2 small, GPT-3 XL (1.3B), LLaMA-7B-like
@@ -199,7 +200,7 @@ class ZeroWorkload:
                     counts = ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
                     reporter.line(f"  {stage:5d}  {bucket:13.3g}  {counts:44s}  {format_size(moved):>15s}   "
                                   f"{PAPER_VOLUME[stage] * plan.micro_batches}P={format_size(paper):>9s}  {moved / paper:6.3f}  "
-                                  f"{row['time_us']:15.0f}  {row['busbw_GBps']:6.3f}")
+                                  f"{row['time_us']:15.0f}  {row['busbw_GBps']:6.3f}" + wire.mark(row.get("wire")))
                 reporter.advance(f"stage {stage}")
         return False
 

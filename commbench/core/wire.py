@@ -1,0 +1,114 @@
+"""The `wire` column's format: what each host's counters did during a point (docs/RESULTS.md).
+
+The harness (harness/wire.py) fills one entry per host from the counter snapshots around a point;
+this module turns the entries into the row's columns and reads them back, for the live table,
+the end-of-run lines, compare and report. No torch, no network: plain JSON.
+
+An entry per host:  {"counters": {where: {counter: delta}}, "trouble": [[where, counter, delta, kind]],
+                     "out_bytes": int, "in_bytes": int, "ranks": int, "cost_ms": float}
+where `where` names the place as a user reads it ("eth0", "eth0 qdisc", "mlx5_0/1", "tcp").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+WIRE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Trouble:
+    host: str
+    where: str
+    counter: str
+    delta: int
+    kind: str
+
+    def text(self) -> str:
+        return f"{self.host} {self.where} {self.counter} +{self.delta:,}"
+
+
+def columns(per_host: dict[str, dict] | None, bus_bytes: float | None) -> dict:
+    """The row's wire columns from every host's entry. `bus_bytes`: the bytes one rank sends
+    between the snapshots (size x bus factor x calls), or None where that is not known.
+    wire_per_payload is the largest host's out_bytes / bus_bytes; only for hosts with one rank
+    (with more, part of the traffic stays inside the host)."""
+    if not per_host:
+        return {"wire": None, "wire_per_payload": None, "wire_trouble": None}
+    ratios = {}
+    for host, entry in per_host.items():
+        if bus_bytes and entry.get("ranks") == 1 and entry.get("out_bytes"):
+            ratios[host] = entry["out_bytes"] / bus_bytes
+            entry["per_payload"] = round(ratios[host], 5)
+    any_trouble = any(entry.get("trouble") for entry in per_host.values())
+    doc = {"format": WIRE_FORMAT, "hosts": per_host}
+    return {"wire": json.dumps(doc, sort_keys=True),
+            "wire_per_payload": max(ratios.values()) if ratios else None,
+            "wire_trouble": any_trouble}
+
+
+def hosts(value) -> dict[str, dict]:
+    """A row's `wire` value back to its entries per host ({} where there is none)."""
+    if not isinstance(value, str) or not value:
+        return {}
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return {}
+    found = doc.get("hosts") if isinstance(doc, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def troubles(value) -> list[Trouble]:
+    """The trouble counters that moved during a row's point, largest first."""
+    out = []
+    for host, entry in hosts(value).items():
+        for item in entry.get("trouble") or []:
+            try:
+                where, counter, delta, kind = item
+                out.append(Trouble(str(host), str(where), str(counter), int(delta), str(kind)))
+            except (TypeError, ValueError):
+                continue  # a damaged entry names nothing
+    return sorted(out, key=lambda t: (-t.delta, t.host, t.where, t.counter))
+
+
+def mark(value, limit: int = 2) -> str:
+    """The live table's mark on a point whose trouble counters rose ("" on a clean point)."""
+    found = troubles(value)
+    if not found:
+        return ""
+    more = f", +{len(found) - limit} more" if len(found) > limit else ""
+    return "  ! wire: " + ", ".join(t.text() for t in found[:limit]) + more
+
+
+def totals(values) -> list[tuple[Trouble, int]]:
+    """Over a run's rows: per host, place and counter, the summed delta and the points it moved in."""
+    summed: dict[tuple, list] = {}
+    for value in values:
+        for t in troubles(value):
+            key = (t.host, t.where, t.counter, t.kind)
+            acc = summed.setdefault(key, [0, 0])
+            acc[0] += t.delta
+            acc[1] += 1
+    rows = [(Trouble(h, w, c, d, k), n) for (h, w, c, k), (d, n) in summed.items()]
+    return sorted(rows, key=lambda r: (r[0].host, r[0].where, -r[0].delta))
+
+
+def total_lines(values, points: int) -> list[str]:
+    """One line per host, place and counter that moved during the run."""
+    return [f"commbench: wire: {t.host} {t.where} {t.counter} +{t.delta:,} ({t.kind}) during {n} of {points} "
+            f"point(s)" for t, n in totals(values)]
+
+
+def out_bytes(value, host: str | None = None) -> dict[str, int]:
+    """Bytes each host sent (its traffic interface and RDMA ports) during a row's point."""
+    return {h: int(e.get("out_bytes") or 0) for h, e in hosts(value).items() if host in (None, h)}
+
+
+def is_clean(value) -> bool | None:
+    """True: counters were read and no trouble counter moved; False: one did; None: not read."""
+    entries = hosts(value)
+    if not entries:
+        return None
+    return not any(e.get("trouble") for e in entries.values())

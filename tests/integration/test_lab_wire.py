@@ -1,0 +1,89 @@
+"""The wire columns on the lab (root): what each host's eth0 counted during a point matches the
+bytes the collective had to move, framed as TCP/IP frames; a tiny tbf queue on one host shows as
+that host's qdisc drops and TCP retransmissions, named in the table, at the end and in the rows;
+a clean lab flags nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from labkit import NEEDS_LAB, lab_env, run_commbench
+
+pytestmark = NEEDS_LAB
+
+PREFIX = "cw"
+ENV = lab_env(PREFIX)
+MTU = 1500
+FRAMING = (MTU + 14) / (MTU - 52)  # Ethernet header per frame / TCP payload per frame (IP 20 + TCP 32)
+BUS_FACTOR = {"all_reduce": 1.0, "all_gather": 0.5}  # 2 ranks: 2(n-1)/n and (n-1)/n of the size per rank
+
+
+def cb(*args: str, **kw) -> subprocess.CompletedProcess:
+    return run_commbench(ENV, *args, timeout=600, **kw)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    cb("lab", "down")
+    res = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", str(MTU), "--subnet", "10.238.0.0/24")
+    assert res.returncode == 0, res.stderr
+    yield
+    cb("lab", "down")
+
+
+def sweep(out, *args: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
+    res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", "-w", "1", "-n", "5", "--timeout", "120",
+             "--out", str(out), *args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res, pd.read_parquet(out)
+
+
+def test_clean_lab_flags_nothing(lab, tmp_path):
+    res, df = sweep(tmp_path / "clean.parquet", "--collective", "allreduce,allgather", "-b", "1M", "-e", "16M", "-f", "4")
+    assert "wire:" not in res.stdout and "wire:" not in res.stderr
+    assert df.wire_trouble.notna().all() and not df.wire_trouble.any()
+    for value in df.wire:
+        assert set(json.loads(value)["hosts"]) == {f"{PREFIX}node1", f"{PREFIX}node2"}
+
+
+def test_eth0_bytes_are_the_collective_bytes_in_frames(lab, tmp_path):
+    # --frames: veth counts each frame, as a NIC does (by default it counts a GSO packet once)
+    assert cb("lab", "set", "--frames").returncode == 0
+    try:
+        _, df = sweep(tmp_path / "frames.parquet", "--collective", "allreduce,allgather", "--sizes", "16M")
+    finally:
+        cb("lab", "set", "--no-frames")
+    assert set(df.collective) == {"all_reduce", "all_gather"}
+    for row in df.itertuples():
+        calls = row.warmup + row.iters  # every call between the snapshots moves the payload
+        expected = row.size_bytes * BUS_FACTOR[row.collective] * calls * FRAMING
+        hosts = json.loads(row.wire)["hosts"]
+        for host, entry in hosts.items():
+            sent = entry["counters"]["eth0"]["tx_bytes"]
+            print(f"\n{row.collective} in_place={row.in_place} {host}: eth0 sent {sent:,} B, expected {expected:,.0f} "
+                  f"({sent / expected:.4f}), cost {entry['cost_ms']} ms")
+            assert sent == pytest.approx(expected, rel=0.03)
+            assert entry["per_payload"] == pytest.approx(FRAMING, rel=0.03)
+        assert row.wire_per_payload == pytest.approx(FRAMING, rel=0.03)
+
+
+def test_tiny_queue_names_host_interface_and_counter(lab, tmp_path):
+    assert cb("lab", "set", "--node", f"{PREFIX}node2", "--queue", "40000").returncode == 0
+    try:
+        res, df = sweep(tmp_path / "drops.parquet", "--collective", "allreduce", "-b", "512K", "-e", "1M")
+    finally:
+        cb("lab", "set", "--queue", "0", "--no-frames")
+    sick = f"{PREFIX}node2 eth0 qdisc drops +"
+    assert df.wire_trouble.all(), df[["size_bytes", "wire_trouble"]]
+    table = [line for line in res.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert len(table) == 2 and all("! wire:" in line for line in table), res.stdout
+    assert f"commbench: wire: {sick}" in res.stderr and "(drop) during 2 of 2 point(s)" in res.stderr, res.stderr
+    for value in df.wire:
+        node2 = json.loads(value)["hosts"][f"{PREFIX}node2"]
+        trouble = {(where, counter): delta for where, counter, delta, _ in node2["trouble"]}
+        assert trouble[("eth0 qdisc", "drops")] > 0 and trouble[("tcp", "RetransSegs")] > 0
