@@ -13,9 +13,14 @@ from commbench.cli.options import positive_float
               help="Check a recorded sysfs tree instead of this host (repeat for several hosts).")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for the other hosts under a launcher.")
-def doctor(as_json, roots, timeout) -> int:
+@click.option("--watch", "watch_s", type=float, default=None, metavar="S",
+              help="Also sample the NIC, port and TCP counters for S seconds and name what rose (errors, drops, "
+                   "retransmissions, pause frames, congestion).")
+def doctor(as_json, roots, timeout, watch_s) -> int:
     """Check the network setup for NCCL/gloo: interfaces, RDMA ports, GPUs, NCCL_* settings, across hosts."""
     from commbench.net import doctor as doctoring
 
     positive_float(timeout, "--timeout")
-    return doctoring.run(as_json=as_json, roots=list(roots), timeout=timeout)
+    if watch_s is not None:
+        positive_float(watch_s, "--watch")
+    return doctoring.run(as_json=as_json, roots=list(roots), timeout=timeout, watch_s=watch_s)

@@ -37,6 +37,11 @@ class Counter:
     scale: int = 1  # raw x scale = unit (the IB data counters count 4-byte words)
     direction: str | None = None  # traffic: "out" or "in"
     ib_name: str | None = None  # an ib counter's name in the IB spec and in perfquery's output
+    legacy: str | None = None  # the name older perfquery versions print (e.g. SymbolErrors)
+    bits: int | None = None  # a PMA error counter's width: it stops at 2**bits - 1 (drivers/infiniband/core/sysfs.c)
+
+    def saturated(self, value: int) -> bool:
+        return self.bits is not None and value >= (1 << self.bits) - 1
     pattern: bool = False
 
 
@@ -76,32 +81,32 @@ _TCP = [
 ]
 _IB = [
     _c(IB, "port_xmit_data", TRAFFIC, "data sent (4-byte words)", unit="bytes", scale=4, direction="out",
-       ib_name="PortXmitData"),
+       ib_name="PortXmitData", legacy="XmtData"),
     _c(IB, "port_rcv_data", TRAFFIC, "data received (4-byte words)", unit="bytes", scale=4, direction="in",
-       ib_name="PortRcvData"),
-    _c(IB, "port_xmit_packets", TRAFFIC, "packets sent", unit="packets", direction="out", ib_name="PortXmitPkts"),
-    _c(IB, "port_rcv_packets", TRAFFIC, "packets received", unit="packets", direction="in", ib_name="PortRcvPkts"),
+       ib_name="PortRcvData", legacy="RcvData"),
+    _c(IB, "port_xmit_packets", TRAFFIC, "packets sent", unit="packets", direction="out", ib_name="PortXmitPkts", legacy="XmtPkts"),
+    _c(IB, "port_rcv_packets", TRAFFIC, "packets received", unit="packets", direction="in", ib_name="PortRcvPkts", legacy="RcvPkts"),
     _c(IB, "symbol_error", ERROR, "bit errors on the physical link: reseat or replace the cable or optic",
-       ib_name="SymbolErrorCounter"),
-    _c(IB, "link_error_recovery", ERROR, "times the link retrained after errors", ib_name="LinkErrorRecoveryCounter"),
-    _c(IB, "link_downed", ERROR, "times the link went down", ib_name="LinkDownedCounter"),
-    _c(IB, "port_rcv_errors", ERROR, "received packets with errors (bad CRC, malformed)", ib_name="PortRcvErrors"),
+       ib_name="SymbolErrorCounter", legacy="SymbolErrors", bits=16),
+    _c(IB, "link_error_recovery", ERROR, "times the link retrained after errors", ib_name="LinkErrorRecoveryCounter", legacy="LinkRecovers", bits=8),
+    _c(IB, "link_downed", ERROR, "times the link went down", ib_name="LinkDownedCounter", legacy="LinkDowned", bits=8),
+    _c(IB, "port_rcv_errors", ERROR, "received packets with errors (bad CRC, malformed)", ib_name="PortRcvErrors", legacy="RcvErrors", bits=16),
     _c(IB, "port_rcv_remote_physical_errors", ERROR, "packets marked bad by a link upstream",
-       ib_name="PortRcvRemotePhysicalErrors"),
+       ib_name="PortRcvRemotePhysicalErrors", legacy="RcvRemotePhysErrors", bits=16),
     _c(IB, "port_rcv_switch_relay_errors", DROP, "packets a switch could not forward",
-       ib_name="PortRcvSwitchRelayErrors"),
+       ib_name="PortRcvSwitchRelayErrors", legacy="RcvSwRelayErrors", bits=16),
     _c(IB, "port_xmit_discards", DROP, "packets discarded unsent (port down or congested)",
-       ib_name="PortXmitDiscards"),
+       ib_name="PortXmitDiscards", legacy="XmtDiscards", bits=16),
     _c(IB, "port_xmit_constraint_errors", DROP, "packets not sent because of partition or filter rules",
-       ib_name="PortXmitConstraintErrors"),
+       ib_name="PortXmitConstraintErrors", legacy="XmtConstraintErrors", bits=8),
     _c(IB, "port_rcv_constraint_errors", DROP, "packets dropped by partition or filter rules",
-       ib_name="PortRcvConstraintErrors"),
+       ib_name="PortRcvConstraintErrors", legacy="RcvConstraintErrors", bits=8),
     _c(IB, "local_link_integrity_errors", ERROR, "times the local physical error threshold was passed",
-       ib_name="LocalLinkIntegrityErrors"),
-    _c(IB, "excessive_buffer_overrun_errors", DROP, "receive buffer overruns in a row", ib_name="ExcessiveBufferOverrunErrors"),
-    _c(IB, "VL15_dropped", DROP, "subnet management packets dropped", ib_name="VL15Dropped"),
+       ib_name="LocalLinkIntegrityErrors", legacy="LinkIntegrityErrors", bits=4),
+    _c(IB, "excessive_buffer_overrun_errors", DROP, "receive buffer overruns in a row", ib_name="ExcessiveBufferOverrunErrors", legacy="ExcBufOverrunErrors", bits=4),
+    _c(IB, "VL15_dropped", DROP, "subnet management packets dropped", ib_name="VL15Dropped", bits=16),
     _c(IB, "port_xmit_wait", CONGESTION, "ticks with data to send but no credit from the peer: congestion",
-       unit="ticks", ib_name="PortXmitWait"),
+       unit="ticks", ib_name="PortXmitWait", bits=32),
 ]
 _IB_HW = [
     _c(IB_HW, "np_cnp_sent", CONGESTION, "congestion notifications this port sent back (it received ECN marks)"),
@@ -128,6 +133,8 @@ _ETHTOOL = [
        pattern=True),
     _c(ETHTOOL, r"(rx|tx)_prio\d_pause", PAUSE, "PFC pause frames of one priority", pattern=True),
     _c(ETHTOOL, r"(rx|tx)_prio\d_pause_duration", PAUSE, "time a priority was paused", unit="us", pattern=True),
+    _c(ETHTOOL, r"(rx|tx)_global_pause", PAUSE, "global (802.3x) pause frames", pattern=True),
+    _c(ETHTOOL, r"(rx|tx)_global_pause_duration", PAUSE, "time the link was paused", unit="us", pattern=True),
     _c(ETHTOOL, r"tx_pause_storm_(warning|error)_events", PAUSE, "pause storms the NIC saw", pattern=True),
     _c(ETHTOOL, r"(rx|tx)_discards_phy", DROP, "packets the NIC port discarded (buffer full)", pattern=True),
     _c(ETHTOOL, r"rx_prio\d_discards", DROP, "packets of one priority discarded", pattern=True),
@@ -143,6 +150,7 @@ COUNTERS: tuple[Counter, ...] = tuple(_NETDEV + _QDISC + _TCP + _IB + _IB_HW + _
 
 _EXACT = {(c.source, c.name): c for c in COUNTERS if not c.pattern}
 _EXACT.update({(PERFQUERY, c.ib_name): c for c in _IB if c.ib_name})  # perfquery: the same counters
+_EXACT.update({(PERFQUERY, c.legacy): c for c in _IB if c.legacy})
 _PATTERNS = [(c.source, re.compile(c.name), c) for c in COUNTERS if c.pattern]
 
 
@@ -155,9 +163,11 @@ def lookup(source: str, name: str) -> Counter | None:
 
 
 def display_name(source: str, name: str) -> str:
-    """How a report names a counter: an IB port counter also by its perfquery name."""
+    """How a report names a counter: an IB port counter by both its sysfs and perfquery names."""
     c = lookup(source, name)
-    return f"{name} ({c.ib_name})" if c is not None and c.ib_name and source == IB else name
+    if c is None or not c.ib_name or source not in (IB, PERFQUERY):
+        return name
+    return f"{c.name} ({c.ib_name})"
 
 
 # A reading: (source, place) -> {counter name: raw value}. A place is an interface ("eth0"),

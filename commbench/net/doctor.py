@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from commbench.net import netinfo
+from commbench.net import counters, doctorwire, netinfo, wiresource
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput, RuntimeFailure
 
 ROCE_OVERHEAD = 96  # iboe_get_mtu(): GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4
@@ -303,8 +303,20 @@ def check_mtu(facts: dict) -> list[Finding]:
     return out
 
 
+def check_counters(facts: dict) -> list[Finding]:
+    """Trouble counters as they stand (net/doctorwire.py), and what moved while --watch looked."""
+    host = facts["host"]
+    out = doctorwire.findings(host, doctorwire.standing(doctorwire.from_json(facts.get("counters"))),
+                              "since they were last cleared", Finding)
+    watched = facts.get("watch")
+    if watched:
+        moved = [counters.Moved(**m) for m in watched["moved"]]
+        out += doctorwire.findings(host, counters.trouble(moved), f"rose in {watched['seconds']:g} s", Finding)
+    return out
+
+
 HOST_CHECKS = (check_socket_ifname, check_gloo_ifname, check_ib_disable, check_ib_hca, check_port_state,
-               check_port_rate, check_roce_gid, check_mtu)
+               check_port_rate, check_roce_gid, check_mtu, check_counters)
 
 
 def check_host(facts: dict) -> list[Finding]:
@@ -436,6 +448,9 @@ def report_human(hosts: list[dict], findings: list[Finding], file=None) -> None:
         if h.get("traffic"):
             tr = h["traffic"]
             console.print(f"traffic interface: {tr.get('iface')} MTU {tr.get('mtu')}")
+        if h.get("watch"):
+            seen = doctorwire.watch_summary([counters.Moved(**m) for m in h["watch"]["moved"]], h["watch"]["seconds"])
+            console.print(f"watched {h['watch']['seconds']:g} s: " + ("; ".join(seen) or "no traffic"))
         console.print()
     file.flush()
     problems = [f for f in findings if f.severity == "problem"]
@@ -486,10 +501,36 @@ def _emit(hosts: list[dict], findings: list[Finding], as_json: bool) -> int:
     return exit_code(findings)
 
 
-def run(as_json: bool = False, roots: list[str] | None = None, timeout: float = 60.0) -> int:
+def _live_counters(facts: dict, watch_s: float | None) -> None:
+    """This host's counters as they stand; with --watch, also what moved meanwhile."""
+    ifaces = [i["name"] for i in facts["interfaces"] if i.get("link_layer") != "loopback" and netinfo.has_address(i)]
+    ifaces += [p["netdev"] for p in facts["rdma"] if p.get("netdev")]
+    ports = wiresource.ib_ports()
+    try:
+        sampler = wiresource.LiveSampler(list(dict.fromkeys(ifaces)), ports)
+    except Exception as exc:  # no netlink here: RDMA sysfs and perfquery still tell
+        _ = exc
+        facts["counters"] = doctorwire.to_json({**wiresource.read_ib(ports),
+                                                **wiresource.perfquery_reading(ports, netinfo.run_command)})
+        return
+    try:
+        reading = {**sampler.read(), **wiresource.perfquery_reading(ports, netinfo.run_command)}
+        facts["counters"] = doctorwire.to_json(reading)
+        if watch_s:
+            moved = doctorwire.watch(sampler, watch_s)
+            facts["watch"] = {"seconds": watch_s, "moved": [asdict(m) for m in moved]}
+    finally:
+        sampler.close()
+
+
+def run(as_json: bool = False, roots: list[str] | None = None, timeout: float = 60.0,
+        watch_s: float | None = None) -> int:
     """`commbench doctor`: returns the exit code (the same on every rank)."""
     from commbench.core import launch
 
+    if roots and watch_s:
+        raise BadInput("--watch reads this host's live counters; a recorded tree (--root) has none to watch: "
+                       "drop one of them")
     if roots:
         hosts = []
         for root in roots:
@@ -498,12 +539,14 @@ def run(as_json: bool = False, roots: list[str] | None = None, timeout: float = 
                                "(a folder with class/net and class/infiniband, see tests/data/netinfo)")
             facts = netinfo.host_facts(root=root)
             facts["traffic"] = _traffic(facts, None, live=False)
+            facts["counters"] = doctorwire.to_json(wiresource.recorded_reading(Path(root)))
             hosts.append(facts)
         return _emit(hosts, evaluate(hosts), as_json)
 
     env = launch.detect()
     facts = netinfo.host_facts()
     facts["traffic"] = _traffic(facts, env.master_addr if env else None, live=True)
+    _live_counters(facts, watch_s)
     if env is None or env.world_size == 1:
         return _emit([facts], evaluate([facts]), as_json)
     return _gathered(env, facts, as_json, timeout)

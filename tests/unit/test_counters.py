@@ -1,0 +1,168 @@
+"""The counter table, the snapshot readers and doctor's counter checks, on recorded real ports
+(tests/data/counters/README.md names every source) and on this machine's loopback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commbench.core import wire
+from commbench.harness.wire import entry
+from commbench.net import counters as ct
+from commbench.net import doctorwire, wiresource
+
+DATA = Path(__file__).parent.parent / "data" / "counters"
+
+
+def doctor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commbench", "doctor", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_every_counter_has_a_kind_unit_and_meaning():
+    assert len({(c.source, c.name) for c in ct.COUNTERS}) == len(ct.COUNTERS)
+    for c in ct.COUNTERS:
+        assert c.kind in ct.TROUBLE + (ct.TRAFFIC, ct.QUEUE), c
+        assert c.unit in ("bytes", "packets", "events", "ticks", "us"), c
+        assert c.meaning and c.scale >= 1
+        if c.kind == ct.TRAFFIC and c.source in (ct.NETDEV, ct.IB):
+            assert c.direction in ("out", "in"), c
+    # the IB data counters count 4-byte words, in sysfs and in perfquery (current and older names)
+    for name in ("port_xmit_data", "port_rcv_data"):
+        assert ct.lookup(ct.IB, name).scale == 4
+    assert ct.lookup(ct.PERFQUERY, "PortXmitData") is ct.lookup(ct.PERFQUERY, "XmtData") is ct.lookup(ct.IB, "port_xmit_data")
+    assert ct.lookup(ct.PERFQUERY, "SymbolErrors").name == "symbol_error"
+    assert ct.lookup(ct.ETHTOOL, "rx_prio3_pause").kind == ct.PAUSE
+    assert ct.lookup(ct.ETHTOOL, "rx_xdp_drop") is None  # not guessed at
+    assert ct.lookup(ct.QDISC, "overlimits").kind == ct.QUEUE  # shaping is not trouble
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in DATA.iterdir() if p.is_dir()))
+def test_every_recorded_counter_is_read_with_its_unit(folder):
+    root = DATA / folder
+    reading = wiresource.recorded_reading(root)
+    files = [f for f in root.glob("class/infiniband/*/ports/*/*counters/*")]
+    assert files
+    for f in files:
+        source = ct.IB if f.parent.name == "counters" else ct.IB_HW
+        c = ct.lookup(source, f.name)
+        place = f"{f.parents[3].name}/{f.parents[1].name}"
+        if c is None:
+            assert f.name not in reading.get((source, place), {})
+            continue
+        raw = int(f.read_text())
+        assert reading[(source, place)][f.name] == raw
+        moved = {m.name: m for m in ct.absolute({(source, place): {f.name: raw}})}
+        if raw:
+            assert moved[f.name].delta == raw * c.scale and moved[f.name].kind == c.kind
+
+
+def test_perfquery_outputs_map_to_the_sysfs_counters():
+    old = wiresource.recorded_reading(DATA / "ib_symbol_errors")[(ct.PERFQUERY, "mlx4_0/1")]
+    assert old["SymbolErrors"] == 7836 and old["RcvErrors"] == 24058 and "PortSelect" not in old
+    sysfs = wiresource.recorded_reading(DATA / "ib_symbol_errors")[(ct.IB, "mlx4_0/1")]
+    assert sysfs["symbol_error"] == old["SymbolErrors"]
+    new = wiresource.parse_perfquery((DATA / "ib_clean" / "commands" / "perfquery_mlx5_0_1.txt").read_text())
+    assert new["PortXmitData"] == 9049592493976 and new["PortXmitWait"] == 0
+    moved = {m.name: m.delta for m in ct.absolute({(ct.PERFQUERY, "mlx5_0/1"): ct.kept(ct.PERFQUERY, new)})}
+    assert moved["PortXmitData"] == 4 * 9049592493976  # bytes
+
+
+def test_ethtool_pause_and_discards():
+    values = wiresource.parse_ethtool((DATA / "roce_cnp" / "commands" / "ethtool_-S_eth1.txt").read_text())
+    kept = ct.kept(ct.ETHTOOL, values)
+    assert kept["tx_pause_ctrl_phy"] == 5745055 and kept["rx_discards_phy"] == 58591428329
+    trouble = {m.name: m.kind for m in ct.trouble(ct.absolute({(ct.ETHTOOL, "eth1"): kept}))}
+    assert trouble["tx_pause_ctrl_phy"] == ct.PAUSE and trouble["rx_out_of_buffer"] == ct.DROP
+    assert "rx_pause_ctrl_phy" not in trouble  # published as 0
+
+
+def test_snmp_retransmissions():
+    text = ("Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab "
+            "InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors\n"
+            "Tcp: 1 200 120000 -1 120 30 2 5 4 81234 79876 17 0 12 0\n")
+    assert ct.kept(ct.TCP, wiresource.parse_snmp(text)) == {"RetransSegs": 17, "InErrs": 0, "InCsumErrors": 0}
+    assert wiresource.parse_snmp("Ip: 1 2\n") == {}
+
+
+def test_deltas_skip_counters_that_went_backwards():
+    before = {(ct.NETDEV, "eth0"): {"tx_bytes": 100, "rx_crc_errors": 7}, (ct.IB, "mlx5_0/1"): {"port_xmit_data": 10}}
+    after = {(ct.NETDEV, "eth0"): {"tx_bytes": 50, "rx_crc_errors": 9}, (ct.IB, "mlx5_0/1"): {"port_xmit_data": 35}}
+    moved = {(m.where, m.name): m.delta for m in ct.deltas(before, after)}
+    assert moved == {("eth0", "rx_crc_errors"): 2, ("mlx5_0/1", "port_xmit_data"): 100}
+
+
+def test_host_entry_and_row_columns():
+    moved = [ct.Moved(ct.NETDEV, "eth0", "tx_bytes", 1046, ct.TRAFFIC), ct.Moved(ct.NETDEV, "eth0", "rx_bytes", 900, ct.TRAFFIC),
+             ct.Moved(ct.IB, "mlx5_0/1", "port_xmit_data", 4000, ct.TRAFFIC),
+             ct.Moved(ct.QDISC, "eth0", "drops", 3, ct.DROP), ct.Moved(ct.QDISC, "eth0", "overlimits", 50, ct.QUEUE)]
+    host = entry(moved, ranks=1, cost_s=0.0012)
+    assert host["out_bytes"] == 5046 and host["in_bytes"] == 900 and host["cost_ms"] == 1.2
+    assert host["trouble"] == [["eth0 qdisc", "drops", 3, "drop"]]
+    clean = entry(moved[:2], ranks=1, cost_s=0.001)
+    cols = wire.columns({"h1": host, "h2": clean}, bus_bytes=1000)
+    assert cols["wire_trouble"] is True and cols["wire_per_payload"] == pytest.approx(5.046)
+    assert wire.mark(cols["wire"]) == "  ! wire: h1 eth0 qdisc drops +3"
+    assert [t.text() for t in wire.troubles(cols["wire"])] == ["h1 eth0 qdisc drops +3"]
+    assert wire.total_lines([cols["wire"], cols["wire"], None], 3) == [
+        "commbench: wire: h1 eth0 qdisc drops +6 (drop) during 2 of 3 point(s)"]
+    assert wire.columns(None, 10) == {"wire": None, "wire_per_payload": None, "wire_trouble": None}
+    two_ranks = wire.columns({"h1": entry(moved[:2], ranks=2, cost_s=0)}, bus_bytes=1000)
+    assert two_ranks["wire_per_payload"] is None and json.loads(two_ranks["wire"])["hosts"]["h1"]["ranks"] == 2
+
+
+def test_live_sampler_counts_loopback_traffic():
+    sampler = wiresource.LiveSampler(["lo"], ports=[])
+    try:
+        before = sampler.read()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _ in range(10):
+                s.sendto(b"x" * 1000, ("127.0.0.1", 9))  # discard port; loopback only
+        moved = {(m.where, m.name): m.delta for m in ct.deltas(before, sampler.read())}
+    finally:
+        sampler.close()
+    assert moved[("lo", "tx_packets")] >= 10 and moved[("lo", "tx_bytes")] >= 10 * 1028
+
+
+def test_doctor_root_names_symbol_errors_xmit_wait_and_cnps():
+    res = doctor("--root", str(DATA / "ib_symbol_errors"), "--root", str(DATA / "roce_cnp"),
+                 "--root", str(DATA / "ib_symbol_xmitwait"))
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = res.stdout
+    assert ("PROBLEM [counters] ib_symbol_errors mlx4_0/1: error counters since they were last cleared: "
+            "port_rcv_errors (PortRcvErrors) 24,058, symbol_error (SymbolErrorCounter) 7,836") in out
+    assert "note [counters] ib_symbol_xmitwait mlx5_0/1: congestion counters since they were last cleared: " \
+           "port_xmit_wait (PortXmitWait) 12,097,916" in out
+    assert "symbol_error (SymbolErrorCounter) 3\n" in out
+    assert ("note [counters] vm00 mlx5_0/1: congestion counters since they were last cleared: np_cnp_sent 184, "
+            "np_ecn_marked_roce_packets 184, rp_cnp_handled 184") in out
+    assert "vm00 eth1 ethtool: pause counters" in out and "tx_pause_ctrl_phy 5,745,055" in out
+    # sysfs and perfquery hold the same PMA counters: the port is reported once
+    assert out.count("symbol_error (SymbolErrorCounter) 7,836") == 1
+
+
+def test_doctor_root_clean_port_and_saturated_counters():
+    clean = doctor("--root", str(DATA / "ib_clean"))
+    assert clean.returncode == 0 and "[counters]" not in clean.stdout, clean.stdout
+    full = doctor("--root", str(DATA / "ib_saturated_cx7"), "--json")
+    assert full.returncode == 1
+    found = [f for f in json.loads(full.stdout)["findings"] if f["check"] == "counters"]
+    assert any("link_downed (LinkDownedCounter) 255 (saturated" in f["message"] and f["severity"] == "problem"
+               for f in found)
+
+
+def test_doctor_watch_rejects_bad_input():
+    res = doctor("--watch", "0")
+    assert res.returncode == 2 and "--watch" in res.stderr and "Traceback" not in res.stderr
+    res = doctor("--watch", "1", "--root", str(DATA / "ib_clean"))
+    assert res.returncode == 2 and "--root" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_doctorwire_json_round_trip():
+    reading = wiresource.recorded_reading(DATA / "roce_cnp")
+    assert doctorwire.from_json(doctorwire.to_json(reading)) == {k: v for k, v in reading.items() if v}
