@@ -101,6 +101,34 @@ def total_lines(values, points: int) -> list[str]:
             f"point(s)" for t, n in totals(values)]
 
 
+MISMATCH_MIN_BYTES = 1 << 20  # below this, control traffic (bootstrap, heartbeats) could explain it
+
+
+def transport_lines(transport: str | None, values) -> list[str]:
+    """sweep --nccl-debug: the transport NCCL reported against where the bytes went, per host.
+    NET/IB while the interfaces carried more than the RDMA ports (or NET/Socket while the
+    RDMA ports carried more) is a finding."""
+    if not transport:
+        return []
+    sums: dict[str, list[int]] = {}
+    for value in values:
+        for host, e in hosts(value).items():
+            acc = sums.setdefault(host, [0, 0])
+            acc[0] += int(e.get("netdev_out_bytes") or 0)
+            acc[1] += int(e.get("rdma_out_bytes") or 0)
+    lines = []
+    for host, (sock, rdma) in sorted(sums.items()):
+        if "NET/IB" in transport and sock > max(rdma, MISMATCH_MIN_BYTES):
+            lines.append(f"commbench: wire: NCCL reported {transport}, but {host} sent {sock:,} B over its interfaces "
+                         f"and {rdma:,} B over its RDMA ports: the traffic took sockets (check NCCL_IB_HCA, "
+                         "NCCL_IB_DISABLE and `commbench doctor`)")
+        elif "NET/Socket" in transport and "NET/IB" not in transport and rdma > max(sock, MISMATCH_MIN_BYTES):
+            lines.append(f"commbench: wire: NCCL reported {transport}, but {host} sent {rdma:,} B over its RDMA ports "
+                         f"and {sock:,} B over its interfaces: another program used the RDMA ports meanwhile, or "
+                         "the debug file is not this run's")
+    return lines
+
+
 def out_bytes(value, host: str | None = None) -> dict[str, int]:
     """Bytes each host sent (its traffic interface and RDMA ports) during a row's point."""
     return {h: int(e.get("out_bytes") or 0) for h, e in hosts(value).items() if host in (None, h)}

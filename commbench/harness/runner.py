@@ -457,7 +457,10 @@ def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dic
         from commbench.net.ncclinfo import record_transport
         record_transport(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport NCCL used
     warnings = straggler_warnings(writer.rows, [r["host"] for r in ranks])
-    warnings += wirecols.total_lines([r.get("wire") for r in writer.rows], len(writer.rows))
+    values = [r.get("wire") for r in writer.rows]
+    warnings += wirecols.total_lines(values, len(writer.rows))
+    if writer.rows:  # --nccl-debug: NCCL's word against the counters
+        warnings += wirecols.transport_lines(writer.rows[0].get("transport"), values)
     if warnings:
         reporter.close()  # a progress bar must not draw over them
     for warning in warnings:

@@ -87,10 +87,14 @@ def entry(moved: list[ct.Moved], ranks: int, cost_s: float) -> dict:
         counters.setdefault(m.where, {})[m.name] = m.delta
     sent = [m for m in moved if m.kind == ct.TRAFFIC and ct.lookup(m.source, m.name).unit == "bytes"
             and m.source in (ct.NETDEV, ct.IB)]
+    out = [m for m in sent if ct.lookup(m.source, m.name).direction == "out"]
     return {"counters": counters,
             "trouble": [[m.where, m.name, m.delta, m.kind] for m in ct.trouble(moved)],
-            "out_bytes": sum(m.delta for m in sent if ct.lookup(m.source, m.name).direction == "out"),
+            "out_bytes": sum(m.delta for m in out),
             "in_bytes": sum(m.delta for m in sent if ct.lookup(m.source, m.name).direction == "in"),
+            # sockets (the interfaces' own counters) apart from RDMA (the ports'), for --nccl-debug
+            "netdev_out_bytes": sum(m.delta for m in out if m.source == ct.NETDEV),
+            "rdma_out_bytes": sum(m.delta for m in out if m.source == ct.IB),
             "ranks": ranks, "cost_ms": round(cost_s * 1e3, 3)}
 
 

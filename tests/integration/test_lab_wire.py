@@ -6,6 +6,7 @@ a clean lab flags nothing."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -87,3 +88,27 @@ def test_tiny_queue_names_host_interface_and_counter(lab, tmp_path):
         node2 = json.loads(value)["hosts"][f"{PREFIX}node2"]
         trouble = {(where, counter): delta for where, counter, delta, _ in node2["trouble"]}
         assert trouble[("eth0 qdisc", "drops")] > 0 and trouble[("tcp", "RetransSegs")] > 0
+
+
+def test_doctor_watch_names_the_dropping_queue_while_traffic_runs(lab, tmp_path):
+    assert cb("lab", "set", "--node", f"{PREFIX}node2", "--queue", "40000").returncode == 0
+    traffic = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m", "commbench",
+                                "sweep", "--sizes", "1M", "-n", "5", "-w", "1", "-R", "200", "--timeout", "60",
+                                "--out", str(tmp_path / "bg.parquet")], env=ENV, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        for line in traffic.stdout:  # the first measured point: traffic flows
+            if line.strip()[:1].isdigit():
+                break
+        res = cb("lab", "exec", f"{PREFIX}node2", "--", sys.executable, "-m", "commbench", "doctor", "--watch", "3")
+        quiet = cb("lab", "exec", f"{PREFIX}node1", "--", sys.executable, "-m", "commbench", "doctor")
+    finally:
+        traffic.send_signal(signal.SIGTERM)
+        traffic.communicate(timeout=120)
+        cb("lab", "set", "--queue", "0")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"PROBLEM [counters] {PREFIX}node2 eth0 qdisc: drop counters rose in 3 s: drops " in res.stdout
+    assert f"{PREFIX}node2 tcp: retransmit counters rose in 3 s: RetransSegs " in res.stdout
+    assert "watched 3 s: eth0: " in res.stdout and "Mbit/s out" in res.stdout
+    # without --watch, standing counters of a veth (no NIC counters) and the stack's since boot are not judged
+    assert quiet.returncode == 0 and "[counters]" not in quiet.stdout, quiet.stdout

@@ -166,3 +166,22 @@ def test_doctor_watch_rejects_bad_input():
 def test_doctorwire_json_round_trip():
     reading = wiresource.recorded_reading(DATA / "roce_cnp")
     assert doctorwire.from_json(doctorwire.to_json(reading)) == {k: v for k, v in reading.items() if v}
+
+
+def _host(netdev_out: int, rdma_out: int) -> dict:
+    moved = [ct.Moved(ct.NETDEV, "eth0", "tx_bytes", netdev_out, ct.TRAFFIC),
+             ct.Moved(ct.IB, "mlx5_0/1", "port_xmit_data", rdma_out, ct.TRAFFIC)]
+    return entry([m for m in moved if m.delta], ranks=1, cost_s=0)
+
+
+def test_nccl_transport_against_the_bytes():
+    sockets = wire.columns({"gpu1": _host(900 << 20, 0), "gpu2": _host(1 << 10, 800 << 20)}, 1 << 30)["wire"]
+    lines = wire.transport_lines("NET/IB", [sockets])
+    assert len(lines) == 1 and lines[0].startswith("commbench: wire: NCCL reported NET/IB, but gpu1 sent 943,718,400 B "
+                                                   "over its interfaces and 0 B over its RDMA ports")
+    assert wire.transport_lines("NET/Socket", [sockets]) == [
+        "commbench: wire: NCCL reported NET/Socket, but gpu2 sent 838,860,800 B over its RDMA ports and 1,024 B over "
+        "its interfaces: another program used the RDMA ports meanwhile, or the debug file is not this run's"]
+    assert wire.transport_lines(None, [sockets]) == [] and wire.transport_lines("NET/IB", [None]) == []
+    small = wire.columns({"gpu1": _host(1000, 0)}, 1000)["wire"]  # bootstrap traffic only
+    assert wire.transport_lines("NET/IB", [small]) == []
