@@ -21,6 +21,7 @@ import pandas as pd
 
 from commbench.analysis.frames import REQUIRED_COLUMNS, check_frame, column, jsonable, md_cell, printable, scalar
 from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point, group, split_failed
+from commbench.analysis.wireview import likely_causes
 from commbench.core import stats
 from commbench.core.errors import BadInput, RuntimeFailure
 
@@ -38,7 +39,8 @@ DIFFERENCE_COLUMNS = ("mtu", "link_layer", "iface", "label")
 ENV_PREFIXES = ("NCCL_", "GLOO_")
 # Every column compare_frames reads: callers reading files for it read only these (results.read_results).
 READ_COLUMNS = tuple(dict.fromkeys(REQUIRED_COLUMNS + KEY_COLUMNS + WARN_COLUMNS + DIFFERENCE_COLUMNS + (
-    "schema_version", "algbw_GBps", "time_us", "samples_us", "repetition", "env", "status", "error", "confirm")))
+    "schema_version", "algbw_GBps", "time_us", "samples_us", "repetition", "env", "status", "error", "confirm",
+    "wire", "wire_trouble")))  # the wire columns only where a file has them (older files do not)
 
 # A pairs link measured before and failed after, failed before and measured after, failed on both
 # sides (docs/COMPARE.md, "Links that failed"). "link down" counts as a regression.
@@ -65,6 +67,9 @@ class PointComparison:
     bandwidth_bound: bool
     verdict: str
     note: str
+    # the trouble counters that moved after at a point whose counters were read and clean before
+    # (docs/COMPARE.md, "Likely cause"); None otherwise. Never changes the verdict.
+    likely_cause: str | None = None
 
 
 @dataclass
@@ -146,6 +151,8 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
                                               needed)))
     points = [_with_failures(decided[k], b_lost.get(k), a_lost.get(k)) if k in decided
               else _failed_point(k, b, a, b_lost.get(k), a_lost.get(k), threshold) for k in common]
+    causes = likely_causes(before, b.rows, after, a.rows, common)
+    points = [dataclasses.replace(p, likely_cause=causes[k]) if k in causes else p for k, p in zip(common, points)]
     bound = [p.ratio for p in points if p.bandwidth_bound]
     geo = stats.geomean(bound) if bound else None
     return Comparison(points=points, geomean_ratio=geo, verdict=_overall({p.verdict for p in points}),
@@ -493,8 +500,15 @@ def _rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
             _side_cell(p.before_busbw, p.before_spread), _side_cell(p.after_busbw, p.after_spread),
             "-" if p.ratio is None else _pct(p.ratio), f"{p.n_before}/{p.n_after}", p.test,
             "-" if p.p_holm is None else _p(p.p_holm), "-" if p.q_bh is None else _p(p.q_bh),
-            p.verdict.upper() if p.verdict in REGRESSIONS else p.verdict, p.note])
+            p.verdict.upper() if p.verdict in REGRESSIONS else p.verdict, note_text(p)])
     return headers, rows
+
+
+def note_text(p: PointComparison) -> str:
+    """A point's note with its likely cause after it: 'likely cause: cbnode2 tcp RetransSegs +2,736 (...)'."""
+    if not p.likely_cause:
+        return p.note
+    return "; ".join(x for x in (p.note, f"likely cause: {p.likely_cause}") if x)
 
 
 def _summary_lines(c: Comparison) -> list[str]:
@@ -510,6 +524,10 @@ def _summary_lines(c: Comparison) -> list[str]:
                  f"{c.threshold * 100:g}% (bandwidth-bound), {c.latency_threshold * 100:g}% (others)"
                  + ("; within-run samples decide where repetitions cannot (alpha "
                     f"{c.alpha / WITHIN_RUN_ALPHA_DIVISOR:g})" if c.allow_within_run else ""))
+    caused = sum(1 for p in c.points if p.likely_cause)
+    if caused:
+        lines.append(f"wire: trouble counters moved at {caused} point{'s' if caused != 1 else ''} where they were 0 "
+                     "before: the likely cause is in the note")
     if c.repetitions_needed is not None and any(p.verdict == "inconclusive" and p.test != "repetitions"
                                                 for p in c.points):
         lines.append(f"too few repetitions: measure both sides with -R {c.repetitions_needed} or more")

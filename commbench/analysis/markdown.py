@@ -11,10 +11,10 @@ import re
 from typing import Any, Iterable, Sequence
 from urllib.parse import quote
 
-from commbench.analysis import plot
+from commbench.analysis import plot, wireview
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
                                            fnum, json_value, net_rows, peak_rows, ratio_text, report_title, run_facts,
-                                           size_text, wrong_cell)
+                                           runs_named, size_text, wrong_cell)
 from commbench.analysis.runs import describe_run, run_rows
 
 
@@ -77,6 +77,7 @@ def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), com
             wrong_cell(p["wrong"], p["unchecked"])[0]] for p in peaks]
         first = 4 if several else 3
         out += [md_table(headers, rows, right=range(first, len(headers))), ""]
+    out += wire_markdown(df)
     out += ["## Runs", ""]
     for r in run_rows(df):
         out += [f"### {md(r['run_id'])}", "", md_table(["fact", "value"], run_facts(r, df)), ""]
@@ -149,4 +150,21 @@ def zero_markdown(grid_df, figure_name: str | None) -> list[str]:
         out += [f"![ZeRO stage x bucket size heat map]({quote(figure_name)})", ""]
     for g in zerogrid.grids(grid_df):
         out += [f"### {md(g.name)}", "", md_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), right=range(3, 7)), ""]
+    return out
+
+
+def wire_markdown(df) -> list[str]:
+    """The "Wire" section: trouble counters that moved during the run, wire bytes per payload byte,
+    or the sentence that nothing moved or that no counters were read."""
+    w = wireview.section(df, runs_named(df))
+    out = ["## Wire", ""]
+    if w.read_line:
+        out += [f"{wireview.WIRE_NOTE} {md(w.read_line)}", ""]
+    if w.sentence:
+        out += [md(w.sentence), ""]
+    if w.troubles:
+        out += ["### Trouble counters that moved", "", md_table(wireview.TROUBLE_HEADERS, w.troubles, right=[4]), ""]
+    if w.payload:
+        out += ["### Wire bytes per payload byte", "", md_table(wireview.PAYLOAD_HEADERS, w.payload,
+                                                                  right=[2, 3, 4, 5]), ""]
     return out

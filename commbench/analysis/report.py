@@ -4,8 +4,8 @@ as PNGs beside it) is built by markdown.py; what both show comes from summary.py
 
 Sections: the comparison against a baseline (when given), the failed links of a pairs run
 ("Faults", only when a link could not be measured), the pairs heat map, the curves, a peak-busbw
-table, the runs' metadata (hosts, ranks, backend, device, network, versions, environment) and
-every point.
+table, the counters on the wire ("Wire", analysis/wireview.py), the runs' metadata (hosts, ranks,
+backend, device, network, versions, environment) and every point.
 
 Every value read from a results file is untrusted (labels and environment values are free
 text): it goes through html.escape in HTML and through md() in Markdown, never raw.
@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from commbench.analysis import plot
+from commbench.analysis import plot, wireview
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
                                            fnum, fp, json_value, missing, net_rows, peak_rows, point_rows,
                                            ratio_text, report_title, run_facts, runs_named, size_text, wrong_cell)
@@ -315,7 +315,7 @@ def comparison_html(c, figure_html: str = "") -> str:
                 fnum(pv("before_busbw")), fnum(pv("after_busbw")), ratio_text(pv("ratio")), fp(pv("p_value")),
                 fp(pv("p_holm")), fp(pv("q_bh"))] + ([] if one_test else ["–" if missing(pv("test")) else str(pv("test"))]) + [
                 "–" if missing(pv("verdict")) else str(pv("verdict")),
-                "" if missing(pv("note")) else str(pv("note"))])
+                _note(pv("note"), pv("likely_cause"))])
             vc = {"bad": "v-bad", "good": "v-good", "warn": "v-warn"}.get(_verdict_class(pv("verdict")), "")
             classes.append([""] * (len(headers) - 2) + [vc, "note"])
         n = len(cols)
@@ -334,6 +334,12 @@ def comparison_html(c, figure_html: str = "") -> str:
                 body = f"<details><summary>show the {len(keys)} points</summary>{body}</details>"
             parts.append(body)
     return "\n".join(parts)
+
+
+def _note(note, cause) -> str:
+    """A point's note and, when compare named one, its likely cause (plain text)."""
+    parts = ["" if missing(note) else str(note), "" if missing(cause) or not cause else f"likely cause: {cause}"]
+    return "; ".join(x for x in parts if x)
 
 
 def comparison_figure(before_df, after_df):
@@ -401,6 +407,26 @@ def faults_html(pairs_df) -> str:
     return "\n".join(out)
 
 
+def wire_html(df) -> str:
+    """The "Wire" section: trouble counters that moved during the run, wire bytes per payload byte,
+    or the sentence that nothing moved or that no counters were read."""
+    w = wireview.section(df, runs_named(df))
+    out = ['<section id="wire"><h2>Wire</h2>']
+    if w.read_line:
+        out.append(f'<p class="muted">{esc(wireview.WIRE_NOTE)} {esc(w.read_line)}</p>')
+    if w.sentence:
+        out.append(f"<p>{esc(w.sentence)}</p>")
+    if w.troubles:
+        out.append("<h3>Trouble counters that moved</h3>")
+        out.append(_table(wireview.TROUBLE_HEADERS, w.troubles, num=[4],
+                          classes=[["", "", "", "", "bad", ""]] * len(w.troubles)))
+    if w.payload:
+        out.append("<h3>Wire bytes per payload byte</h3>")
+        out.append(_table(wireview.PAYLOAD_HEADERS, w.payload, num=[2, 3, 4, 5]))
+    out.append("</section>")
+    return "\n".join(out)
+
+
 def pairs_html(pairs_df) -> str:
     from commbench.analysis import linkfaults
     from commbench.analysis import pairsplot
@@ -420,7 +446,7 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
     views = plot.split_views(df)
     curves, grid = views.curves, views.zero
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    sections = [("runs", "Runs")]
+    sections = [("wire", "Wire"), ("runs", "Runs")]
     if curves is not None:
         sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
         sections.append(("points", "All points"))
@@ -469,6 +495,7 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
                    "over repetitions; #wrong sums every row of the line.</p>")
         out.append(peak_table_html(peak_rows(curves)))
         out.append("</section>")
+    out.append(wire_html(df))
     out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df)}</section>')
     if curves is not None:
         points = point_rows(curves)

@@ -1,0 +1,160 @@
+"""The `wire` column as compare and report read it (core/wire.py holds its format).
+
+Per row: whether counters were read and whether a trouble counter (error, drop, retransmit, pause,
+congestion) moved, from the `wire_trouble` flag (the JSON is parsed only where a flag is missing
+or a trouble counter must be named). Per point: clean, trouble or not read; compare's likely cause
+for a point whose trouble counters were 0 before and moved after; and the rows of the reports'
+"Wire" section. Files from before the counters lack the columns: everything reads as not read.
+Plain text only; the HTML page and the Markdown escape it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from commbench.analysis.frames import column, is_true, present
+from commbench.core import wire
+from commbench.core.units import format_size
+from commbench.core.vocab import order_key
+
+CLEAN, TROUBLE = "clean", "trouble"
+CAUSE_LIMIT = 4  # counters a likely cause names; the rest are counted
+KINDS_TEXT = "error, drop, retransmit, pause or congestion"
+NOT_READ_TEXT = "No counters were read (results from before counters, or --no-wire)."
+WIRE_NOTE = ("NIC, port and TCP counters read on every host before and after each point (docs/RESULTS.md): "
+             "the trouble counters that moved, summed over the points they moved in, and the bytes each "
+             "host sent on the wire per byte the collective had to send (about 1.05 on a clean TCP link "
+             "at MTU 1500: the frames' headers).")
+TROUBLE_HEADERS = ["host", "place", "counter", "kind", "summed delta", "points"]
+PAYLOAD_HEADERS = ["collective", "run", "points", "median wire/payload", "min..max", "at the largest size"]
+
+
+# ---- per row ----
+
+
+def row_flags(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: (counters were read, a trouble counter moved). From `wire_trouble` where the frame
+    has it; from the `wire` JSON otherwise; nothing read when it has neither column."""
+    n = len(frame)
+    if "wire_trouble" in frame.columns:
+        read = frame["wire_trouble"].notna().to_numpy(dtype=bool)
+        return read, is_true(frame, "wire_trouble") & read
+    if "wire" not in frame.columns:
+        return np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    states = [wire.is_clean(v) for v in column(frame, "wire")]
+    read = np.fromiter((s is not None for s in states), dtype=bool, count=n)
+    return read, np.fromiter((s is False for s in states), dtype=bool, count=n)
+
+
+def troubles_at(frame: pd.DataFrame, idx: np.ndarray | None = None) -> list[tuple[wire.Trouble, int]]:
+    """Per host, place and counter: the summed delta over the rows (positions `idx`; every row by
+    default) and the number of rows it moved in (core/wire.py totals). Where the frame holds the
+    `wire_trouble` flag, only the flagged rows' JSON is parsed."""
+    if "wire" not in frame.columns:
+        return []
+    idx = np.arange(len(frame)) if idx is None else np.asarray(idx, dtype=np.int64)
+    if "wire_trouble" in frame.columns:
+        idx = idx[is_true(frame, "wire_trouble")[idx]]
+    values = frame["wire"].to_numpy(dtype=object)[idx]
+    return wire.totals(v for v in values if isinstance(v, str) and present(v))
+
+
+# ---- per point (compare) ----
+
+
+def point_state(read: np.ndarray, trouble: np.ndarray, idx: np.ndarray) -> str | None:
+    """A point's rows (positions idx): TROUBLE when a trouble counter moved in any of them, CLEAN
+    when counters were read in some and moved in none, None when none was read."""
+    if trouble[idx].any():
+        return TROUBLE
+    return CLEAN if read[idx].any() else None
+
+
+def cause_text(found: list[tuple[wire.Trouble, int]], limit: int = CAUSE_LIMIT) -> str:
+    """'cbnode2 eth0 qdisc drops +1,815, cbnode2 tcp RetransSegs +2,736 (trouble counters were 0 before)'."""
+    named = ", ".join(t.text() for t, _ in found[:limit])
+    more = f", +{len(found) - limit} more" if len(found) > limit else ""
+    return f"{named}{more} (trouble counters were 0 before)"
+
+
+def likely_causes(before: pd.DataFrame, before_rows: dict[tuple, np.ndarray], after: pd.DataFrame,
+                  after_rows: dict[tuple, np.ndarray], keys: Iterable[tuple]) -> dict[tuple, str]:
+    """Per point of `keys` (compare's point keys; *_rows: each point's row positions in its frame)
+    whose counters were read and clean on the before side and whose trouble counters moved after:
+    the counters that moved, as cause_text names them. Points without that change are left out."""
+    if "wire" not in after.columns:
+        return {}
+    b_read, b_trouble = row_flags(before)
+    a_read, a_trouble = row_flags(after)
+    if not a_trouble.any() or not b_read.any():
+        return {}
+    out = {}
+    for k in keys:
+        if k not in before_rows or k not in after_rows:
+            continue
+        if point_state(b_read, b_trouble, before_rows[k]) != CLEAN:
+            continue
+        idx = after_rows[k]
+        if point_state(a_read, a_trouble, idx) != TROUBLE:
+            continue
+        found = troubles_at(after, idx[a_trouble[idx]])
+        if found:
+            out[k] = cause_text(found)
+    return out
+
+
+# ---- the reports' "Wire" section (summary rows, plain text) ----
+
+
+@dataclass
+class WireSection:
+    """What the "Wire" section shows: `sentence` when there is nothing to tabulate (no counters, or
+    nothing moved), the trouble rows (TROUBLE_HEADERS cells), the wire bytes per payload byte
+    (PAYLOAD_HEADERS cells), and a line on how many points read counters."""
+
+    sentence: str | None
+    read_line: str
+    troubles: list[list[str]] = field(default_factory=list)
+    payload: list[list[str]] = field(default_factory=list)
+
+
+def section(df: pd.DataFrame, run_names: dict[str, str] | None = None) -> WireSection:
+    """The Wire section of a results table (every row a point measured once)."""
+    read, trouble = row_flags(df)
+    n, points = int(read.sum()), len(df)
+    if n == 0:
+        return WireSection(NOT_READ_TEXT, "")
+    read_line = (f"Counters were read during {n} of {points} points." if n < points
+                 else f"Counters were read during all {n} points.")
+    rows = []
+    if trouble.any():
+        for t, moved in troubles_at(df, np.flatnonzero(trouble)):
+            rows.append([t.host, t.where, t.counter, t.kind, f"+{t.delta:,}", f"{moved} of {n}"])
+    sentence = None if rows else f"No {KINDS_TEXT} counter moved during {n} points."
+    return WireSection(sentence, read_line, rows, payload_rows(df, run_names))
+
+
+def payload_rows(df: pd.DataFrame, run_names: dict[str, str] | None = None) -> list[list[str]]:
+    """Per collective and run: the points with a wire/payload ratio, the median of their medians
+    over repetitions, min..max over those, and the median at the largest size."""
+    if "wire_per_payload" not in df.columns:
+        return []
+    ratio = pd.to_numeric(df["wire_per_payload"], errors="coerce")
+    keep = np.isfinite(ratio.to_numpy(dtype=float))
+    if not keep.any():
+        return []
+    d = pd.DataFrame({"collective": df["collective"].astype(str), "size": df["size_bytes"], "ratio": ratio,
+                      "run": df["run_id"].astype(str) if "run_id" in df.columns else "?"})[keep]
+    per_point = d.groupby(["collective", "run", "size"], sort=False)["ratio"].median().reset_index()
+    out = []
+    for (coll, run), g in per_point.groupby(["collective", "run"], sort=False):
+        largest = g.loc[g["size"].idxmax()]
+        out.append([coll, (run_names or {}).get(run, run), str(len(g)), f"{g['ratio'].median():.3f}",
+                    f"{g['ratio'].min():.3f}..{g['ratio'].max():.3f}",
+                    f"{largest['ratio']:.3f} ({format_size(int(largest['size']))})"])
+    out.sort(key=lambda r: (order_key(r[0]), r[1]))
+    return out
