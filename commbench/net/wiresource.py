@@ -1,10 +1,10 @@
 """Taking counter snapshots: live on this host, or from a recorded tree (tests/data/counters).
 
 Live, everything is read without a subprocess, so that a snapshot costs well under a millisecond
-(benchmarks/wire_cost.py): the interface's link statistics and its root qdisc over netlink
-(pyroute2; the same numbers as /sys/class/net/IF/statistics and `tc -s qdisc`, but for this
-process's network namespace, which sysfs may not show), the driver's `ethtool -S` statistics over
-the ETHTOOL_GSTATS ioctl, TCP's MIB from /proc/net/snmp (per namespace) and the RDMA ports' sysfs
+(benchmarks/wire_cost.py): the interface's link statistics and its root qdisc over rtnetlink
+(net/rtnetlink.py; the same numbers as /sys/class/net/IF/statistics and `tc -s qdisc`, but for
+this process's network namespace, which sysfs may not show), the driver's `ethtool -S` statistics
+over the ETHTOOL_GSTATS ioctl (pyroute2), TCP's MIB from /proc/net/snmp (per namespace) and the RDMA ports' sysfs
 counters and hw_counters. `perfquery` is a command and needs the IB management stack: doctor runs
 it where it exists; a snapshot around a point reads the same counters from sysfs.
 """
@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 from pathlib import Path
 
 from commbench.net import counters as ct
 from commbench.net.counters import Reading
+from commbench.net.rtnetlink import Rtnl
 
 SYSFS_IB = Path("/sys/class/infiniband")
 PROC_SNMP = Path("/proc/net/snmp")
@@ -90,14 +92,13 @@ class LiveSampler:
 
     def __init__(self, ifaces: list[str], ports: list[tuple[str, str]] | None = None, ethtool: bool = True,
                  tcp: bool = True):
-        from pyroute2 import IPRoute
-
-        self.ipr = IPRoute()
+        self.rtnl = Rtnl()
         self.index = {}
         for name in ifaces:
-            found = self.ipr.link_lookup(ifname=name)
-            if found:
-                self.index[name] = found[0]
+            try:
+                self.index[name] = socket.if_nametoindex(name)  # this namespace's interface
+            except OSError:
+                continue
         self.ports = ib_ports() if ports is None else ports
         self.tcp = tcp
         self.ethtool = {name: h for name in self.index if (h := _ethtool_handle(name)) is not None} if ethtool else {}
@@ -118,22 +119,14 @@ class LiveSampler:
         return out
 
     def _link(self, index: int) -> dict[str, int]:
-        msgs = self.ipr.link("get", index=index)
-        stats = msgs[0].get_attr("IFLA_STATS64") if msgs else None
-        return ct.kept(ct.NETDEV, dict(stats or {}))
+        return ct.kept(ct.NETDEV, self.rtnl.link_stats(index))
 
     def _qdisc(self, index: int) -> dict[str, int]:
-        for msg in self.ipr.get_qdiscs(index=index):
-            if msg.get("parent") != 0xFFFFFFFF:  # the root qdisc only (its children are inside it)
-                continue
-            stats2 = msg.get_attr("TCA_STATS2")
-            queue = stats2.get_attr("TCA_STATS_QUEUE") if stats2 else None
-            if queue:
-                return ct.kept(ct.QDISC, {k: int(queue[k]) for k in ("drops", "overlimits", "requeues")})
-        return {}
+        # the root qdisc only: a child's drops are counted in its root's too
+        return ct.kept(ct.QDISC, self.rtnl.root_qdisc_stats(index))
 
     def close(self) -> None:
-        self.ipr.close()
+        self.rtnl.close()
         for handle in self.ethtool.values():
             try:
                 handle.close()

@@ -185,3 +185,23 @@ def test_nccl_transport_against_the_bytes():
     assert wire.transport_lines(None, [sockets]) == [] and wire.transport_lines("NET/IB", [None]) == []
     small = wire.columns({"gpu1": _host(1000, 0)}, 1000)["wire"]  # bootstrap traffic only
     assert wire.transport_lines("NET/IB", [small]) == []
+
+
+@pytest.mark.skipif(not __import__("shutil").which("ip"), reason="iproute2 (ip) is not installed")
+def test_rtnetlink_reads_what_ip_and_tc_print():
+    from commbench.net.rtnetlink import Rtnl
+
+    rtnl = Rtnl()
+    try:
+        index = socket.if_nametoindex("lo")
+        before = rtnl.link_stats(index)
+        shown = json.loads(subprocess.run(["ip", "-s", "-j", "link", "show", "dev", "lo"], capture_output=True,
+                                          text=True, check=True).stdout)[0]["stats64"]
+        after = rtnl.link_stats(index)
+        assert before["rx_packets"] <= shown["rx"]["packets"] <= after["rx_packets"]
+        assert before["tx_bytes"] <= shown["tx"]["bytes"] <= after["tx_bytes"]
+        assert set(rtnl.root_qdisc_stats(index)) >= {"drops", "overlimits", "requeues"}
+        with pytest.raises(OSError):
+            rtnl.link_stats(2**31 - 7)  # no such interface: the kernel's ENODEV
+    finally:
+        rtnl.close()
