@@ -205,3 +205,10 @@ def test_rtnetlink_reads_what_ip_and_tc_print():
             rtnl.link_stats(2**31 - 7)  # no such interface: the kernel's ENODEV
     finally:
         rtnl.close()
+
+
+def test_doctor_page_lists_every_counter_of_the_table():
+    page = (Path(__file__).parent.parent.parent / "docs" / "DOCTOR.md").read_text()
+    # a pattern's | is escaped inside a Markdown table
+    missing = [c.name for c in ct.COUNTERS if "`" + c.name.replace("|", "\\|") + "`" not in page]
+    assert missing == [], "docs/DOCTOR.md, Counters, lacks these counters of net/counters.py"
