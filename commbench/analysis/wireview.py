@@ -76,6 +76,7 @@ def point_state(read: np.ndarray, trouble: np.ndarray, idx: np.ndarray) -> str |
 
 def cause_text(found: list[tuple[wire.Trouble, int]], limit: int = CAUSE_LIMIT) -> str:
     """'cbnode2 eth0 qdisc drops +1,815, cbnode2 tcp RetransSegs +2,736 (trouble counters were 0 before)'."""
+    found = sorted(found, key=lambda item: item[0].cause_rank())  # the drop before the retransmissions it causes
     named = ", ".join(t.text() for t, _ in found[:limit])
     more = f", +{len(found) - limit} more" if len(found) > limit else ""
     return f"{named}{more} (trouble counters were 0 before)"

@@ -15,6 +15,9 @@ import json
 from dataclasses import dataclass
 
 WIRE_FORMAT = 1
+# The order trouble is named in: what breaks or fills first, then what follows from it (a drop
+# makes TCP retransmit; the retransmissions are the symptom, the drop the cause).
+CAUSE_ORDER = ("error", "drop", "pause", "congestion", "retransmit")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,10 @@ class Trouble:
 
     def text(self) -> str:
         return f"{self.host} {self.where} {self.counter} +{self.delta:,}"
+
+    def cause_rank(self) -> tuple:
+        rank = CAUSE_ORDER.index(self.kind) if self.kind in CAUSE_ORDER else len(CAUSE_ORDER)
+        return rank, -self.delta, self.host, self.where, self.counter
 
 
 def columns(per_host: dict[str, dict] | None, bus_bytes: float | None) -> dict:
@@ -61,7 +68,7 @@ def hosts(value) -> dict[str, dict]:
 
 
 def troubles(value) -> list[Trouble]:
-    """The trouble counters that moved during a row's point, largest first."""
+    """The trouble counters that moved during a row's point, causes first (CAUSE_ORDER), then largest."""
     out = []
     for host, entry in hosts(value).items():
         for item in entry.get("trouble") or []:
@@ -70,7 +77,7 @@ def troubles(value) -> list[Trouble]:
                 out.append(Trouble(str(host), str(where), str(counter), int(delta), str(kind)))
             except (TypeError, ValueError):
                 continue  # a damaged entry names nothing
-    return sorted(out, key=lambda t: (-t.delta, t.host, t.where, t.counter))
+    return sorted(out, key=Trouble.cause_rank)
 
 
 def mark(value, limit: int = 2) -> str:

@@ -112,3 +112,24 @@ def test_doctor_watch_names_the_dropping_queue_while_traffic_runs(lab, tmp_path)
     assert "watched 3 s: eth0: " in res.stdout and "Mbit/s out" in res.stdout
     # without --watch, standing counters of a veth (no NIC counters) and the stack's since boot are not judged
     assert quiet.returncode == 0 and "[counters]" not in quiet.stdout, quiet.stdout
+
+
+def test_compare_names_the_new_drops_as_the_likely_cause(lab, tmp_path):
+    args = ("--collective", "allreduce", "-b", "512K", "-e", "1M", "-R", "2")
+    sweep(tmp_path / "before.parquet", *args)
+    assert cb("lab", "set", "--node", f"{PREFIX}node2", "--queue", "40000").returncode == 0
+    try:
+        sweep(tmp_path / "after.parquet", *args)
+    finally:
+        cb("lab", "set", "--queue", "0")
+    res = cb("compare", str(tmp_path / "before.parquet"), str(tmp_path / "after.parquet"))
+    assert res.returncode in (1, 3), res.stdout + res.stderr  # slower, or too few repetitions to say
+    lines = [line for line in res.stdout.splitlines() if "likely cause:" in line]
+    assert len(lines) == 2, res.stdout  # both sizes
+    assert all(f"{PREFIX}node2 eth0 qdisc drops +" in line and "(trouble counters were 0 before)" in line
+               for line in lines), lines
+    report = tmp_path / "report.md"
+    assert cb("report", str(tmp_path / "after.parquet"), "--baseline", str(tmp_path / "before.parquet"),
+              "--out", str(report)).returncode == 0
+    text = report.read_text()
+    assert "## Wire" in text and f"{PREFIX}node2" in text and "drops" in text

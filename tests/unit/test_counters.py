@@ -212,3 +212,12 @@ def test_doctor_page_lists_every_counter_of_the_table():
     # a pattern's | is escaped inside a Markdown table
     missing = [c.name for c in ct.COUNTERS if "`" + c.name.replace("|", "\\|") + "`" not in page]
     assert missing == [], "docs/DOCTOR.md, Counters, lacks these counters of net/counters.py"
+
+
+def test_causes_are_named_before_their_symptoms():
+    host = entry([ct.Moved(ct.TCP, "tcp", "RetransSegs", 9000, ct.RETRANSMIT),
+                  ct.Moved(ct.QDISC, "eth0", "drops", 12, ct.DROP),
+                  ct.Moved(ct.IB_HW, "mlx5_0/1", "np_cnp_sent", 40, ct.CONGESTION)], ranks=1, cost_s=0)
+    value = wire.columns({"h": host}, None)["wire"]
+    assert [t.counter for t in wire.troubles(value)] == ["drops", "np_cnp_sent", "RetransSegs"]
+    assert wire.mark(value) == "  ! wire: h eth0 qdisc drops +12, h mlx5_0/1 np_cnp_sent +40, +1 more"
