@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 
 # What a counter says, coarsely. The trouble kinds are the ones a healthy point leaves at zero.
-TRAFFIC, ERROR, DROP, RETRANSMIT, PAUSE, CONGESTION, QUEUE = (
-    "traffic", "error", "drop", "retransmit", "pause", "congestion", "queue")
+TRAFFIC, ERROR, DROP, RETRANSMIT, PAUSE, CONGESTION, QUEUE, PROBE = (
+    "traffic", "error", "drop", "retransmit", "pause", "congestion", "queue", "probe")
 TROUBLE = (ERROR, DROP, RETRANSMIT, PAUSE, CONGESTION)
 
 # The sources, in the order a snapshot reads them.
@@ -75,7 +75,11 @@ _QDISC = [
     _c(QDISC, "requeues", QUEUE, "packets the driver handed back to the queue"),
 ]
 _TCP = [
-    _c(TCP, "RetransSegs", RETRANSMIT, "TCP segments sent again: something on the path lost them"),
+    _c(TCP, "OutSegs", TRAFFIC, "TCP segments sent", unit="packets", direction="out"),
+    _c(TCP, "RetransSegs", RETRANSMIT, "TCP segments sent again: something on the path lost them (trouble only "
+                                       "beyond the loss probes and 0.1% of the segments sent)"),
+    _c(TCP, "TCPLossProbes", PROBE, "tail loss probes: a segment sent again because its ACK was late (2 RTT), "
+                                    "which a loaded host's healthy link also does (TcpExt, /proc/net/netstat)"),
     _c(TCP, "InErrs", ERROR, "TCP segments received with errors"),
     _c(TCP, "InCsumErrors", ERROR, "TCP segments received with a bad checksum"),
 ]
@@ -219,5 +223,14 @@ def absolute(reading: Reading) -> list[Moved]:
     return deltas({k: {n: 0 for n in v} for k, v in reading.items()}, reading)
 
 
+RETRANS_NOISE = 0.001  # TCP retransmissions below this share of the segments sent are not trouble
+
+
 def trouble(moved: list[Moved]) -> list[Moved]:
-    return [m for m in moved if m.kind in TROUBLE]
+    """The trouble counters among `moved`. TCP's retransmissions only where they exceed the tail
+    loss probes sent meanwhile and 0.1% of the segments sent: a late ACK (a loaded host, a stall of
+    a few ms) makes TCP probe with a retransmission on a link that lost nothing."""
+    tcp = {m.name: m.delta for m in moved if m.source == TCP}
+    floor = tcp.get("TCPLossProbes", 0) + RETRANS_NOISE * tcp.get("OutSegs", 0)
+    return [m for m in moved if m.kind in TROUBLE and not (m.source == TCP and m.name == "RetransSegs"
+                                                             and m.delta <= floor)]

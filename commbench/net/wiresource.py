@@ -22,16 +22,23 @@ from commbench.net.rtnetlink import Rtnl
 
 SYSFS_IB = Path("/sys/class/infiniband")
 PROC_SNMP = Path("/proc/net/snmp")
+PROC_NETSTAT = Path("/proc/net/netstat")
 _PERFQUERY_LINE = re.compile(r"^\s*([A-Za-z0-9]+):\.*\s*(0x[0-9a-fA-F]+|\d+)\s*$")
 _ETHTOOL_LINE = re.compile(r"^\s*([^:\s][^:]*?):\s*(-?\d+)\s*$")
 
 
-def parse_snmp(text: str) -> dict[str, int]:
-    """/proc/net/snmp's Tcp lines (a header line of names, then a line of values)."""
-    rows = [line.split() for line in text.splitlines() if line.startswith("Tcp:")]
+def parse_snmp(text: str, table: str = "Tcp") -> dict[str, int]:
+    """/proc/net/snmp's Tcp lines (a header line of names, then a line of values); table="TcpExt"
+    for /proc/net/netstat's."""
+    rows = [line.split() for line in text.splitlines() if line.startswith(f"{table}:")]
     if len(rows) < 2:
         return {}
     return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:]) if v.lstrip("-").isdigit()}
+
+
+def tcp_mib(snmp: str, netstat: str) -> dict[str, int]:
+    """The table's TCP counters from /proc/net/snmp (Tcp) and /proc/net/netstat (TcpExt)."""
+    return ct.kept(ct.TCP, {**parse_snmp(netstat, "TcpExt"), **parse_snmp(snmp)})
 
 
 def parse_perfquery(text: str) -> dict[str, int]:
@@ -112,7 +119,7 @@ class LiveSampler:
             out[(ct.ETHTOOL, name)] = _ethtool_values(handle)
         if self.tcp:
             try:
-                out[(ct.TCP, "tcp")] = ct.kept(ct.TCP, parse_snmp(PROC_SNMP.read_text()))
+                out[(ct.TCP, "tcp")] = tcp_mib(PROC_SNMP.read_text(), PROC_NETSTAT.read_text())
             except OSError:
                 pass
         out.update(read_ib(self.ports))
@@ -175,7 +182,8 @@ def recorded_reading(root: Path) -> Reading:
         out[(ct.ETHTOOL, f.name[len("ethtool_-S_"):-4])] = ct.kept(ct.ETHTOOL, parse_ethtool(f.read_text()))
     snmp = root / "proc" / "net" / "snmp"
     if snmp.is_file():
-        out[(ct.TCP, "tcp")] = ct.kept(ct.TCP, parse_snmp(snmp.read_text()))
+        netstat = root / "proc" / "net" / "netstat"
+        out[(ct.TCP, "tcp")] = tcp_mib(snmp.read_text(), netstat.read_text() if netstat.is_file() else "")
     return out
 
 

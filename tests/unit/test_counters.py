@@ -27,10 +27,10 @@ def doctor(*args: str) -> subprocess.CompletedProcess:
 def test_every_counter_has_a_kind_unit_and_meaning():
     assert len({(c.source, c.name) for c in ct.COUNTERS}) == len(ct.COUNTERS)
     for c in ct.COUNTERS:
-        assert c.kind in ct.TROUBLE + (ct.TRAFFIC, ct.QUEUE), c
+        assert c.kind in ct.TROUBLE + (ct.TRAFFIC, ct.QUEUE, ct.PROBE), c
         assert c.unit in ("bytes", "packets", "events", "ticks", "us"), c
         assert c.meaning and c.scale >= 1
-        if c.kind == ct.TRAFFIC and c.source in (ct.NETDEV, ct.IB):
+        if c.kind == ct.TRAFFIC and c.source in (ct.NETDEV, ct.IB, ct.TCP):
             assert c.direction in ("out", "in"), c
     # the IB data counters count 4-byte words, in sysfs and in perfquery (current and older names)
     for name in ("port_xmit_data", "port_rcv_data"):
@@ -86,7 +86,11 @@ def test_snmp_retransmissions():
     text = ("Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab "
             "InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors\n"
             "Tcp: 1 200 120000 -1 120 30 2 5 4 81234 79876 17 0 12 0\n")
-    assert ct.kept(ct.TCP, wiresource.parse_snmp(text)) == {"RetransSegs": 17, "InErrs": 0, "InCsumErrors": 0}
+    assert ct.kept(ct.TCP, wiresource.parse_snmp(text)) == {"OutSegs": 79876, "RetransSegs": 17, "InErrs": 0,
+                                                             "InCsumErrors": 0}
+    netstat = "TcpExt: SyncookiesSent TCPLossProbes TCPLossProbeRecovery\nTcpExt: 0 9 2\n"
+    assert wiresource.tcp_mib(text, netstat) == {"OutSegs": 79876, "RetransSegs": 17, "InErrs": 0,
+                                                 "InCsumErrors": 0, "TCPLossProbes": 9}
     assert wiresource.parse_snmp("Ip: 1 2\n") == {}
 
 
@@ -221,3 +225,20 @@ def test_causes_are_named_before_their_symptoms():
     value = wire.columns({"h": host}, None)["wire"]
     assert [t.counter for t in wire.troubles(value)] == ["drops", "np_cnp_sent", "RetransSegs"]
     assert wire.mark(value) == "  ! wire: h eth0 qdisc drops +12, h mlx5_0/1 np_cnp_sent +40, +1 more"
+
+
+def test_tcp_retransmissions_are_trouble_only_beyond_probes_and_noise():
+    def moved(out_segs, retrans, probes):
+        return [ct.Moved(ct.TCP, "tcp", "OutSegs", out_segs, ct.TRAFFIC),
+                ct.Moved(ct.TCP, "tcp", "RetransSegs", retrans, ct.RETRANSMIT),
+                ct.Moved(ct.TCP, "tcp", "TCPLossProbes", probes, ct.PROBE)]
+
+    # measured on a clean lab under CI load: 5 retransmissions among ~12,000 segments of one point
+    assert ct.trouble(moved(12000, 5, 0)) == []
+    assert ct.trouble(moved(1000, 40, 40)) == []  # every retransmission a loss probe
+    assert ct.trouble(moved(1000, 40, 30)) != []  # ten beyond the probes: above 0.1% of 1000
+    lossy = ct.trouble(moved(36000, 2736, 120))  # a 40 kB tbf queue on the lab
+    assert [(m.name, m.delta) for m in lossy] == [("RetransSegs", 2736)]
+    # other sources are not thinned
+    drops = [ct.Moved(ct.QDISC, "eth0", "drops", 1, ct.DROP)]
+    assert ct.trouble(drops + moved(12000, 5, 0)) == drops
