@@ -1,12 +1,14 @@
 """A results table as every analysis command reads it (compare, gate, plot, report).
 
-Cell values as plain Python (every kind of missing is None), the checks a table passes before it
-is compared or gated, the rows a curve is drawn from (`prepare`), and text from a file kept on
-one printable line, or inert in Markdown.
+Cell values as plain Python (every kind of missing is None), JSON cells read without recursing
+into a hostile nesting (`json_cell`), the checks a table passes before it is compared or gated,
+the rows a curve is drawn from (`prepare`), and text from a file kept on one printable line
+(core/safetext.py), or inert in Markdown.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -14,7 +16,9 @@ import numpy as np
 import pandas as pd
 
 from commbench.core.errors import BadInput
+from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 from commbench.core.results import check_schema_versions
+from commbench.core.safetext import printable  # text from the files on one line: compare, gate, sides use it from here
 
 # The columns compare and gate cannot do without (read_results refuses files without them too).
 REQUIRED_COLUMNS = ("collective", "size_bytes", "busbw_GBps", "schema_version")
@@ -89,6 +93,25 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def json_cell(text: Any) -> Any:
+    """A JSON column's cell (env, net, plan) as Python values: None when missing or empty, the text
+    itself when it is not JSON, UNREADABLE when it nests deeper than MAX_NESTING levels (checked by
+    a scan before json.loads, so a hostile cell costs a pass over its text and no recursion: json
+    would end in a RecursionError, and every later json.dumps of it). read_results already puts
+    UNREADABLE, as a JSON string, in place of such a cell; this guards frames made otherwise."""
+    value = text if isinstance(text, str) else scalar(text)
+    if value is None or (isinstance(value, str) and value == ""):
+        return None
+    if not isinstance(value, str):
+        return value
+    if nests_deeper(value, MAX_NESTING):
+        return UNREADABLE
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+
+
 # ---- checks ----
 
 
@@ -145,11 +168,6 @@ def prepare(df, column: str):
 
 
 # ---- text from the files ----
-
-
-def printable(text: str) -> str:
-    """Values come from the files (labels, environment): keep each on one line, without control bytes."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def md_cell(text: str) -> str:

@@ -21,11 +21,11 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from commbench.analysis import bandsfile
 from commbench.analysis.compare import BANDWIDTH_BOUND_FRACTION
 from commbench.analysis.frames import check_frame, column, jsonable, md_cell, printable
 from commbench.core import stats
 from commbench.core.errors import BadInput
-from commbench.core.inputs import InputMessages, read_text
 from commbench.core.units import format_size, parse_size
 
 FORMAT_VERSION = 1
@@ -140,54 +140,13 @@ class GateReport:
 # ---- reading and validating the file ----
 
 
-def _reject_duplicate_keys():
-    """A SafeLoader that refuses a key given twice in one mapping (YAML keeps the last silently)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def mapping(loader, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = loader.construct_object(key_node, deep=deep)
-            try:
-                dup = key in seen
-            except TypeError:  # an unhashable key: let the constructor say so
-                break
-            if dup:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
-                                                        key_node.start_mark)
-            seen.add(key)
-        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    return Loader
-
-
-_BANDS_FILE = InputMessages(
-    missing="bands file {name} does not exist: pass the file --suggest wrote, or write one (docs/GATE.md)",
-    folder="bands file {name} is a folder: pass a YAML file",
-    unreadable="cannot read bands file {name}: {error}",
-    not_text="{name} is not UTF-8 text: pass a YAML bands file")
-
-
 def load_bands(path: str | os.PathLike) -> Bands:
     p = Path(path)
-    return parse_bands(read_text(p, _BANDS_FILE), str(p))
+    return parse_bands(bandsfile.read_bands_text(p), str(p))
 
 
 def parse_bands(text: str, source: str = "<bands>") -> Bands:
-    import yaml
-
-    try:
-        doc = yaml.load(text, Loader=_reject_duplicate_keys())  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise BadInput(f"{source}: not valid YAML{where}: {printable(str(problem))}: fix the file "
-                       "(docs/GATE.md has the format)") from None
+    doc = bandsfile.load_yaml(text, source)  # no anchors or aliases, bounded nesting and numbers
     if not isinstance(doc, dict):
         raise BadInput(f"{source}: expected a mapping with version, system and entries at the top "
                        "(docs/GATE.md has the format)")
@@ -634,21 +593,6 @@ def _bands_text(entries: list[dict], system: str, sources: Iterable[str], lower:
               f"# median; lower is {lower:g} or {SPREAD_FACTOR:g} x the point's own spread, whichever is wider.\n"
               "# Review before use: this is a starting point, not a specification.\n")
     return header + body
-
-
-def write_new(path: str | os.PathLike, text: str) -> None:
-    """Write a file that must not exist yet (a bands file is never overwritten)."""
-    p = Path(path)
-    try:
-        with open(p, "x", encoding="utf-8") as fh:
-            fh.write(text)
-    except FileExistsError:
-        raise BadInput(f"{p} already exists: gate --suggest never overwrites a file; pass another --out "
-                       "or remove it first") from None
-    except IsADirectoryError:
-        raise BadInput(f"--out {p} is a folder: pass a file name, e.g. bands.yaml") from None
-    except OSError as exc:
-        raise BadInput(f"cannot write --out {p}: {exc.strerror or exc}") from None
 
 
 # ---- rendering ----

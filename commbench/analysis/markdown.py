@@ -1,6 +1,6 @@
 """The Markdown form of `commbench report`, for a ticket: the same sections as the HTML page, the
-figures as PNG files beside it (written by report.write_report). Every value from a results file
-goes through md(), never raw.
+figures as PNG files beside it (report.write_report writes the page and its figures together,
+all or none, through core/outputs.py). Every value from a results file goes through md(), never raw.
 """
 
 from __future__ import annotations

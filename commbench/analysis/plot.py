@@ -24,6 +24,7 @@ import numpy as np
 from commbench.analysis.figures import DPI, mpl_text, new_figure
 from commbench.analysis.frames import BUCKETS_SUFFIX, GROUP_KEYS, prepare, present, short
 from commbench.analysis.runs import describe_run, placement_name, run_name, run_rows
+from commbench.core import outputs
 from commbench.core.errors import BadInput
 from commbench.core.vocab import ORDER, order_key
 from commbench.core.units import format_size
@@ -460,13 +461,19 @@ def default_out(first_result: str | Path, suffix: str = ".png") -> Path:
     return p.with_suffix(suffix) if p.suffix else p.parent / (p.name + suffix)
 
 
-def check_new(path: Path, what: str = "output", flag: str = "--out") -> Path:
+def check_new(path: str | Path, command: str = "plot", flag: str = "--out", inputs: Sequence = (),
+              force: bool = False) -> Path:
+    """A figure's target, refused before anything is read or drawn (core/outputs.py's rules)."""
+    return outputs.check_new(path, command, flag, inputs, force)
+
+
+def check_figure(path: str | Path, command: str = "plot", flag: str = "--out", inputs: Sequence = (),
+                 force: bool = False) -> Path:
+    """check_new, and a suffix this module can draw."""
     path = Path(path)
-    if path.exists():
-        raise BadInput(f"{what} file {path} already exists: commbench never overwrites files; pass another {flag}")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise BadInput(f"{path.parent} is a file, not a folder: pass another {flag}")
-    return path
+    if path.suffix.lower() not in FORMATS:
+        raise BadInput(f"{flag} {path} must end in .png or .svg")
+    return check_new(path, command, flag, inputs, force)
 
 
 def figure_bytes(fig, fmt: str = "png") -> bytes:
@@ -475,27 +482,16 @@ def figure_bytes(fig, fmt: str = "png") -> bytes:
     return buf.getvalue()
 
 
-def write_new(path: Path, data: bytes, what: str = "output", flag: str = "--out") -> Path:
-    """Write bytes to a file that must not exist yet (exclusive create: no race, no overwrite)."""
-    path = check_new(Path(path), what, flag)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "xb") as fh:
-            fh.write(data)
-    except FileExistsError:
-        raise BadInput(f"{what} file {path} already exists: commbench never overwrites files; "
-                       f"pass another {flag}") from None
-    except OSError as exc:
-        raise BadInput(f"cannot write {path}: {exc.strerror or exc}; pass another {flag}") from None
-    return path
+def figure_output(fig, path: str | Path, flag: str = "--out") -> outputs.Output:
+    """A drawn figure as one file for outputs.write_files, in the format of its suffix."""
+    path = Path(path)
+    return outputs.Output(path, figure_bytes(fig, path.suffix.lower()[1:]), flag)
 
 
-def save_figure(fig, out: str | Path, flag: str = "--out") -> Path:
-    out = Path(out)
-    if out.suffix.lower() not in FORMATS:
-        raise BadInput(f"{flag} {out} must end in .png or .svg")
-    check_new(out, "plot", flag)
-    return write_new(out, figure_bytes(fig, out.suffix.lower()[1:]), "plot", flag)
+def save_figure(fig, out: str | Path, flag: str = "--out", command: str = "plot", inputs: Sequence = (),
+                force: bool = False) -> Path:
+    out = check_figure(out, command, flag, inputs, force)
+    return outputs.write_files([figure_output(fig, out, flag)], command, inputs, force)[0]
 
 
 def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | Path | None = None,
@@ -507,10 +503,7 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
     if metric not in METRICS:
         raise BadInput(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
     rate = parse_line_rate(line_rate) if line_rate is not None else None
-    target = Path(out) if out is not None else default_out(paths[0])
-    if target.suffix.lower() not in FORMATS:
-        raise BadInput(f"--out {target} must end in .png or .svg")
-    check_new(target, "plot")  # before the (slower) reading and drawing
+    target = check_figure(Path(out) if out is not None else default_out(paths[0]), inputs=paths)  # before reading
     df = read_results(paths, skip=UNUSED_COLUMNS)
     views = split_views(df)
     if views.pairs is not None and metric == "time":
@@ -528,9 +521,11 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
         from commbench.analysis import pairsplot
 
         drawers.append(("-pairs", lambda: pairsplot.build_figure(views.pairs)))
-    paths_out = [target] + [check_new(target.with_name(target.stem + suffix + target.suffix), "plot")
+    paths_out = [target] + [check_new(target.with_name(target.stem + suffix + target.suffix), inputs=paths)
                             for suffix, _ in drawers[1:]]
-    return [save_figure(draw(), path) for path, (_, draw) in zip(paths_out, drawers)]
+    # All the views or none: a full disk or Ctrl-C leaves no lone figure behind.
+    return outputs.write_files([figure_output(draw(), path) for path, (_, draw) in zip(paths_out, drawers)],
+                               "plot", inputs=paths)
 
 
 @dataclass
@@ -567,12 +562,17 @@ def split_zero(df):
     return (rest if len(rest) else None), grid
 
 
-def plot_comparison(before_df, after_df, out_path: str | Path, metric: str = "busbw",
-                    before_name: str = "before", after_name: str = "after") -> Path:
-    """Overlay of both sides of a comparison (before dashed, after solid), for `compare --plot`."""
-    out = Path(out_path)
-    if out.suffix.lower() not in FORMATS:
-        raise BadInput(f"--plot {out} must end in .png or .svg")
-    check_new(out, "plot", "--plot")
+def comparison_output(before_df, after_df, out_path: str | Path, metric: str = "busbw",
+                      before_name: str = "before", after_name: str = "after") -> outputs.Output:
+    """The before/after overlay (before dashed, after solid) drawn for `compare --plot`, not yet written."""
     fig = build_comparison_figure(before_df, after_df, metric, before_name, after_name)
-    return save_figure(fig, out, "--plot")
+    return figure_output(fig, out_path, "--plot")
+
+
+def plot_comparison(before_df, after_df, out_path: str | Path, metric: str = "busbw",
+                    before_name: str = "before", after_name: str = "after", inputs: Sequence = (),
+                    force: bool = False) -> Path:
+    """The overlay of comparison_output, written to its own file."""
+    out = check_figure(out_path, "compare", "--plot", inputs, force)
+    made = comparison_output(before_df, after_df, out, metric, before_name, after_name)
+    return outputs.write_files([made], "compare", inputs, force)[0]

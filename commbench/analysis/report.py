@@ -26,6 +26,7 @@ from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_N
                                            ratio_text, report_title, run_facts, runs_named, size_text, wrong_cell)
 from commbench.analysis.markdown import build_markdown
 from commbench.analysis.runs import describe_run, placement_name, run_rows
+from commbench.core import outputs
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.units import format_size
 
@@ -530,17 +531,19 @@ def resolve_format(fmt: str | None, out: str | Path | None) -> str:
 def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | None = None,
                  out: str | Path | None = None, fmt: str | None = None,
                  line_rate: str | None = None) -> list[Path]:
-    """The `commbench report` command. Returns the files written (the report first)."""
+    """The `commbench report` command. Returns the files written (the report first). A Markdown
+    report and its figures are written together (core/outputs.py): all of them or none."""
     from commbench.core.results import read_results
 
     fmt = resolve_format(fmt, out)
+    inputs = [*paths, *(baseline or ())]
     target = Path(out) if out is not None else default_out(paths[0], fmt)
     rate = plot.parse_line_rate(line_rate) if line_rate is not None else None
     figure = target.with_name(target.stem + ".png")
     cfigure = target.with_name(target.stem + "-comparison.png")
     zfigure = target.with_name(target.stem + "-zero.png")
     pfigure = target.with_name(target.stem + "-pairs.png")
-    plot.check_new(target, "report")
+    outputs.check_new(target, "report", inputs=inputs)
     # What no section reads stays on disk (most of a million rows' memory): the per-rank lists,
     # the per-iteration samples unless a comparison tests them, the baseline's plan.
     df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline else ("samples_us",)))
@@ -552,7 +555,7 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
         for path, wanted in ((figure, curves is not None), (cfigure, bool(baseline)), (zfigure, grid is not None),
                              (pfigure, views.pairs is not None)):
             if wanted:
-                plot.check_new(path, "figure")
+                outputs.check_new(path, "report", inputs=inputs)
     baseline_df = comparison = None
     if baseline:
         baseline_df = read_results(baseline, skip=UNUSED_COLUMNS + ("plan",))
@@ -563,24 +566,22 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     bsources = [str(p) for p in baseline or ()]
     if fmt == "html":
         page = build_html(df, sources, baseline_df, comparison, bsources, line_rate=rate)
-        return [plot.write_new(target, page.encode("utf-8"), "report")]
-    written = []
+        return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs)
+    figures = []
     if curves is not None:
-        written.append(plot.write_new(figure, plot.figure_bytes(plot.build_figure(curves, "busbw", rate), "png"),
-                                      "figure"))
+        figures.append(plot.figure_output(plot.build_figure(curves, "busbw", rate), figure))
     if grid is not None:
         from commbench.analysis import zerogrid
 
-        written.append(plot.write_new(zfigure, plot.figure_bytes(zerogrid.build_figure(grid), "png"), "figure"))
+        figures.append(plot.figure_output(zerogrid.build_figure(grid), zfigure))
     if views.pairs is not None:
         from commbench.analysis import pairsplot
 
-        written.append(plot.write_new(pfigure, plot.figure_bytes(pairsplot.build_figure(views.pairs), "png"), "figure"))
+        figures.append(plot.figure_output(pairsplot.build_figure(views.pairs), pfigure))
     cfig = comparison_figure(baseline_df, df) if baseline_df is not None else None
     if cfig is not None:
-        plot.write_new(cfigure, plot.figure_bytes(cfig, "png"), "figure")
-        written.append(cfigure)
+        figures.append(plot.figure_output(cfig, cfigure))
     text = build_markdown(df, figure.name if curves is not None else None, sources, comparison,
                           cfigure.name if cfig is not None else None, bsources,
                           zfigure.name if grid is not None else None, pfigure.name if views.pairs is not None else None)
-    return [plot.write_new(target, text.encode("utf-8"), "report")] + written
+    return outputs.write_files([outputs.Output(target, text.encode("utf-8")), *figures], "report", inputs)

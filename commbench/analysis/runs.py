@@ -3,9 +3,7 @@ and network, as figure titles and the report show them."""
 
 from __future__ import annotations
 
-import json
-
-from commbench.analysis.frames import as_list, present, short
+from commbench.analysis.frames import as_list, json_cell, present, short
 
 
 def placement_name(in_place) -> str:
@@ -67,10 +65,7 @@ def describe_run(row: dict) -> str:
 
 
 def _link_speeds(net_json) -> str:
-    try:
-        per_host = json.loads(net_json) if isinstance(net_json, str) else {}
-    except ValueError:
-        return ""
+    per_host = json_cell(net_json) if isinstance(net_json, str) else {}  # bounded nesting, never raises
     if not isinstance(per_host, dict):
         return ""
     speeds = {h.get("speed_mbps") for h in per_host.values() if isinstance(h, dict)}

@@ -5,11 +5,10 @@ and the Markdown (markdown.py) escape these values; nothing here is markup.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
-from commbench.analysis.frames import GROUP_KEYS, as_list, is_true, prepare
+from commbench.analysis.frames import GROUP_KEYS, as_list, is_true, json_cell, prepare
 from commbench.analysis.runs import compact_hosts, placement_name, run_rows
 from commbench.core.units import format_size
 from commbench.core.vocab import order_key
@@ -125,12 +124,11 @@ def wrong_cell(wrong, unchecked: int = 0) -> tuple[str, bool]:
 
 
 def json_value(text) -> Any:
-    if missing(text) or text == "":
+    """A JSON cell (env, net, plan): its values; the raw (escaped) string when it is not JSON;
+    frames.UNREADABLE, shown as text, when it nests too deeply to read safely."""
+    if missing(text):
         return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text  # not JSON: shown as the raw (escaped) string
+    return json_cell(text)
 
 
 def _when(value) -> str:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import click
 
-from commbench.cli.options import fraction
+from commbench.cli.options import Text, fraction
+from commbench.core import outputs
 from commbench.core.errors import BadInput
 
 
@@ -25,7 +27,8 @@ from commbench.core.errors import BadInput
               help="Let per-iteration samples decide points with too few repetitions (they are not independent).")
 @click.option("--out", default=None, help="Write the report to this file instead of stdout.")
 @click.option("--plot", "plot_path", default=None, help="Also draw the comparison into this image file.")
-def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_within_run, out, plot_path) -> int:
+@click.option("--force", is_flag=True, help="Replace an existing --out or --plot file (never one of the inputs).")
+def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_within_run, out, plot_path, force) -> int:
     """Compare two sets of results (files or folders): a verdict per point and overall.
 
     Exit 0: no regression; 1: a regression; 3: inconclusive or nothing comparable. See docs/COMPARE.md.
@@ -36,30 +39,36 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
     thr = fraction(threshold, "--threshold")
     lat = fraction(latency_threshold, "--latency-threshold")
     a = fraction(alpha, "--alpha", low_open=True)
+    inputs = [before, after]
     if out is not None and (os.path.isdir(out) or out.lower().endswith(".parquet")):
         raise BadInput(f"--out {out} is a folder or a results file: pass a report file name, e.g. compare.md")
+    if out is not None:
+        outputs.check_new(out, "compare", "--out", inputs, force)  # before anything is read
     # Read only what the comparison (and its figure) use: per-rank lists and plan stay on disk.
     read: dict = {"columns": comparing.READ_COLUMNS}
     if plot_path is not None:
         try:
-            from commbench.analysis.plot import UNUSED_COLUMNS
+            from commbench.analysis import plot as plotting
         except ImportError:
             raise BadInput("--plot needs commbench.analysis.plot") from None
-        read = {"skip": [c for c in UNUSED_COLUMNS if c not in comparing.READ_COLUMNS]}
+        plotting.check_figure(plot_path, "compare", "--plot", inputs, force)
+        if out is not None and os.path.abspath(out) == os.path.abspath(plot_path):
+            raise BadInput(f"--out and --plot both name {out}: pass two different file names")
+        read = {"skip": [c for c in plotting.UNUSED_COLUMNS if c not in comparing.READ_COLUMNS]}
     before_df = results.read_results([before], **read)
     after_df = results.read_results([after], **read)
     comparison = comparing.compare_frames(before_df, after_df, threshold=thr, latency_threshold=lat, alpha=a,
                                           allow_within_run=allow_within_run)
-    if plot_path is not None:
-        try:
-            from commbench.analysis.plot import plot_comparison
-        except ImportError:
-            raise BadInput("--plot needs commbench.analysis.plot") from None
-        plot_comparison(before_df, after_df, plot_path)
+    files = [] if plot_path is None else [plotting.comparison_output(before_df, after_df, plot_path)]
     for line in comparison.warnings:
         print(f"commbench: warning: {line}", file=sys.stderr)
-    _emit(_render(fmt, comparison, comparing.render_markdown, comparing.render_table), out)
+    text = _render(fmt, comparison, comparing.render_markdown, comparing.render_table)
     if out is not None:
+        files.append(outputs.Output(Path(out), text.encode("utf-8"), "--out"))
+    outputs.write_files(files, "compare", inputs, force)  # the report and its figure: both or neither
+    if out is None:
+        sys.stdout.write(text)
+    else:
         print(f"{comparison.verdict}: report written to {out}")
     return comparison.exit_code()
 
@@ -73,18 +82,6 @@ def _render(fmt: str, result, markdown, table) -> str:
     return markdown(result) if fmt == "markdown" else table(result)
 
 
-def _emit(text: str, out: str | None) -> None:
-    """To stdout, or to the --out file."""
-    if out is None:
-        sys.stdout.write(text)
-        return
-    try:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise BadInput(f"cannot write --out {out}: {exc.strerror or exc}") from None
-
-
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path())
 @click.option("--expect", "expect", default=None, metavar="FILE.yaml", help="Reference bands to judge RESULTS against.")
@@ -93,10 +90,11 @@ def _emit(text: str, out: str | None) -> None:
               "3x the run's own spread].")
 @click.option("--upper", default=None, help="With --suggest: upper tolerance (10% or 0.1) [default: none].")
 @click.option("--min-size", default=None, help="With --suggest: smallest size to band [default: 1M].")
-@click.option("--system", default=None, help="With --suggest: the system's name in the file [default: the hosts].")
+@click.option("--system", type=Text(200), default=None, help="With --suggest: the system's name in the file [default: the hosts].")
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
 @click.option("--out", default=None, help="Write the report (or, with --suggest, the bands) to this file.")
-def gate(results, expect, suggest, lower, upper, min_size, system, fmt, out) -> int:
+@click.option("--force", is_flag=True, help="Replace an existing --out file (never RESULTS or the --expect file).")
+def gate(results, expect, suggest, lower, upper, min_size, system, fmt, out, force) -> int:
     """Judge RESULTS against reference bands (--expect FILE.yaml), or suggest bands (--suggest).
 
     Exit 0: every entry within its band; 1: an entry missed (named in the summary); 2: bad input.
@@ -110,14 +108,14 @@ def gate(results, expect, suggest, lower, upper, min_size, system, fmt, out) -> 
         raise BadInput("gate needs exactly one of --expect FILE.yaml (judge a run) and --suggest (write bands)")
     if out is not None and (os.path.isdir(out) or out.lower().endswith(".parquet")):
         raise BadInput(f"--out {out} is a folder or a results file: pass a file name, e.g. bands.yaml")
+    inputs, who = [*results, expect], "gate --suggest" if suggest else "gate"
     if suggest:
         if fmt != "table":
             raise BadInput("--format is for judging; --suggest always writes YAML: remove --format")
         low = gating.DEFAULT_LOWER if lower is None else fraction(lower, "--lower")
         up = None if upper is None else fraction(upper, "--upper")
-        if out is not None and os.path.exists(out):  # before reading anything: never overwrite
-            raise BadInput(f"{out} already exists: gate --suggest never overwrites a file; pass another --out "
-                           "or remove it first")
+        if out is not None:  # before reading anything: never overwrite
+            outputs.check_new(out, who, "--out", inputs, force)
         smallest = gating.DEFAULT_MIN_SIZE if min_size is None else parse_size(min_size, "--min-size")
         made = gating.suggest(store.read_results(list(results)), sources=results, lower=low, upper=up,
                               min_size=smallest, system=system)
@@ -126,16 +124,22 @@ def gate(results, expect, suggest, lower, upper, min_size, system, fmt, out) -> 
         if out is None:
             sys.stdout.write(made.text)
         else:
-            gating.write_new(out, made.text)
+            outputs.write_file(out, made.text.encode("utf-8"), who, "--out", inputs, force)
             print(f"{made.entries} bands written to {out}")
         return 0
     stray = [flag for flag, v in (("--lower", lower), ("--upper", upper), ("--min-size", min_size),
                                          ("--system", system)) if v is not None]
     if stray:
         raise BadInput(f"{stray[0]} is for --suggest; tolerances of --expect live in the bands file")
+    if out is not None:  # the bands file or a result is never the report's target
+        outputs.check_new(out, who, "--out", inputs, force)
     bands = gating.load_bands(expect)
     report = gating.judge(bands, store.read_results(list(results)))
-    _emit(_render(fmt, report, gating.render_markdown, gating.render_table), out)
+    text = _render(fmt, report, gating.render_markdown, gating.render_table)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        outputs.write_file(out, text.encode("utf-8"), who, "--out", inputs, force)
     if out is not None or fmt != "table":
         print(report.summary(), file=sys.stderr)  # the verdict stays visible in a CI log
     return report.exit_code()

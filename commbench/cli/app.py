@@ -11,7 +11,8 @@ from commbench import __version__
 from commbench.cli import analyze, doctor, measure
 from commbench.cli.lab import lab
 from commbench.cli.nccl_tests import nccl_tests
-from commbench.core.errors import EXIT_SIGINT, EXIT_USAGE, CommbenchError
+from commbench.core.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, CommbenchError
+from commbench.core.signals import Terminated, ignore_signals_until_exit
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -30,6 +31,13 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _interrupted(code: int) -> None:
+    """Stopped by a signal: exit with its code, and let no further Ctrl-C / SIGTERM turn the exit
+    (or the interpreter's shutdown) into a traceback or a kill."""
+    ignore_signals_until_exit()
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="commbench", standalone_mode=False)
@@ -40,10 +48,10 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"{exc.format_message().rstrip('.')}: see '{_help(exc)}'", EXIT_USAGE)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.Abort:
-        sys.exit(EXIT_SIGINT)
-    except KeyboardInterrupt:
-        sys.exit(EXIT_SIGINT)
+    except (click.Abort, KeyboardInterrupt):
+        _interrupted(EXIT_SIGINT)
+    except Terminated:  # a SIGTERM that a command turned into an exception and did not catch itself
+        _interrupted(EXIT_SIGTERM)
     except CommbenchError as exc:
         _fail(str(exc), exc.exit_code)
     sys.exit(code or 0)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import click
 
-from commbench.core.errors import BadInput
+from commbench.cli.options import DAY_S, WEEK_S, Number
 from commbench.lab import network as labmod
 from commbench.lab import state as labstate
+
+
+MTU = Number(int, 576, 65535, rule="is outside 576..65535", example="1500")
 
 
 @click.group()
@@ -16,9 +19,10 @@ def lab() -> None:
 
 
 @lab.command()
-@click.option("--nodes", type=int, default=2, show_default=True, help="Number of hosts.")
+@click.option("--nodes", type=Number(int, 2, 64, rule="is outside 2..64", example="2"), default=2, show_default=True,
+              help="Number of hosts.")
 @click.option("--rate", default="1gbit", show_default=True, help="Link rate (tc units: 800mbit, 1gbit).")
-@click.option("--mtu", type=int, default=1500, show_default=True)
+@click.option("--mtu", type=MTU, default=1500, show_default=True)
 @click.option("--subnet", default="10.231.0.0/24", show_default=True, help="Private range used only inside the lab.")
 @click.option("--frames", is_flag=True, help="Links count frames as a NIC does (tbf splits GSO packets; costs CPU).")
 def up(nodes, rate, mtu, subnet, frames) -> None:
@@ -68,9 +72,9 @@ def _rate(bits: float | None) -> str:
 
 @lab.command(name="set")
 @click.option("--node", default=None, help="One host (default: all).")
-@click.option("--mtu", type=int, default=None)
+@click.option("--mtu", type=MTU, default=None)
 @click.option("--rate", default=None)
-@click.option("--queue", type=int, default=None,
+@click.option("--queue", type=Number(int, 0, 1 << 30, example="4000"), default=None,
               help="tbf's queue in bytes: a tiny one (e.g. 4000) drops like a shallow switch buffer; 0 restores it.")
 @click.option("--frames/--no-frames", default=None, help="Count frames on eth0 as a NIC does (tbf splits GSO packets).")
 def set_cmd(node, mtu, rate, queue, frames) -> None:
@@ -98,6 +102,7 @@ def run(port, argv) -> int:
     """Run a command on every host, one rank each: commbench lab run -- commbench sweep."""
     from commbench.lab import run as labrun
 
+    labrun.check_port(port)  # before the lab (or root) is looked at: 0 would hang, 70000 fail later
     labstate.require_root()
     return labrun.run_everywhere(labstate.require_state(), list(argv), port)
 
@@ -117,7 +122,8 @@ def slurm() -> None:
 
 
 @slurm.command(name="up")
-@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for idle nodes.")
+@click.option("--timeout", type=Number(float, 0, DAY_S, low_open=True, example="60"), default=60.0, show_default=True,
+              help="Seconds to wait for idle nodes.")
 def slurm_up(timeout) -> None:
     """Start munged, slurmctld and the slurmds; wait until every host is idle."""
     from commbench.lab import slurm as labslurm
@@ -160,7 +166,8 @@ def slurm_down() -> None:
 
 @slurm.command(name="submit", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
 @click.option("--wait", "wait_", is_flag=True, help="Wait for the job to end; exit with its result.")
-@click.option("--timeout", type=float, default=None, help="With --wait: cancel the job after this many seconds.")
+@click.option("--timeout", type=Number(float, 0, WEEK_S, low_open=True, example="600"), default=None,
+              help="With --wait: cancel the job after this many seconds.")
 @click.argument("script")
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 def slurm_submit(wait_, timeout, script, sbatch_args) -> int:
@@ -175,8 +182,6 @@ def slurm_submit(wait_, timeout, script, sbatch_args) -> int:
     labstate.require_root()
     labslurm.require_tools()
     state = labstate.require_state()
-    if timeout is not None and timeout <= 0:
-        raise BadInput(f"--timeout {timeout:g} must be more than 0 seconds")
     job = labslurm.submit(state, script, list(sbatch_args))
     click.echo(f"Submitted batch job {job}")
     if not wait_:

@@ -21,6 +21,46 @@ def _warn_socket_ifname(env) -> None:
         print(f"commbench: warning: {line} (see `commbench doctor`)", file=sys.stderr)
 
 
+def _check_iface(backend: str) -> None:
+    """Before the process group, on every rank's own host: --iface, and under gloo GLOO_SOCKET_IFNAME,
+    must name interfaces with an address here (gloo's exact names; NCCL's prefix rules under nccl);
+    gloo would stop with its "enforce fail" (exit 3), NCCL with a bootstrap error. A wrong
+    NCCL_SOCKET_IFNAME alone stays a warning (see `commbench doctor`)."""
+    import socket
+
+    import click
+
+    from commbench.net.netinfo import gloo_ifname_missing, has_address, live_interfaces, socket_ifname_selects
+
+    ctx = click.get_current_context(silent=True)
+    flag = ctx.params.get("iface") if ctx is not None else None
+    gloo = os.environ.get("GLOO_SOCKET_IFNAME")
+    if flag:
+        value, label, fix = flag, f"--iface {_shown(flag)}", "pass one of those to --iface, or drop --iface"
+    elif gloo and backend == "gloo":
+        value, label = gloo, f"GLOO_SOCKET_IFNAME={_shown(gloo)}"
+        fix = "set GLOO_SOCKET_IFNAME to one of those, or unset it"
+    else:
+        return
+    interfaces = live_interfaces()
+    have = ", ".join(i["name"] for i in interfaces if has_address(i)) or "none"
+    if backend == "nccl":  # only NCCL carries the traffic: its rules (prefixes, =exact, ^except)
+        if socket_ifname_selects(value, interfaces) == []:
+            raise BadInput(f"{label} matches no interface with an address on {socket.gethostname()} "
+                           f"(have: {have}): {fix}")
+        return
+    missing = gloo_ifname_missing(value, interfaces)
+    if missing:
+        what = ("is not an interface" if missing == [value]
+                else f"names {', '.join(map(_shown, missing))}, which is not an interface")
+        raise BadInput(f"{label} {what} with an address on {socket.gethostname()} (have: {have}): {fix}")
+
+
+def _shown(text: str) -> str:
+    """A user's text in a one-line message: as it is, or quoted when it would not print as itself."""
+    return text if text.isprintable() and text.strip() == text else repr(text)
+
+
 def launch_workload(workload, nproc: int | None) -> int:
     """Run `workload` on the ranks a launcher started, or spawn `nproc` local ranks."""
     import torch
@@ -29,7 +69,8 @@ def launch_workload(workload, nproc: int | None) -> int:
     from commbench.core import results
     from commbench.harness.runner import rank_main
 
-    env = launch.detect()
+    env = launch.detect()  # a launcher environment that contradicts itself is refused here
+    _check_iface(workload.plan.backend)
     _warn_socket_ifname(env)
     if env is not None:
         if nproc is not None:

@@ -9,7 +9,7 @@ import sys
 import click
 
 from commbench.cli.launcher import launch_workload
-from commbench.cli.options import fraction, positive_int, run_fields, run_options
+from commbench.cli.options import Number, check_number, fraction, run_fields, run_options
 from commbench.core.errors import BadInput
 
 CPU_MAX_BYTES = "64M"
@@ -22,12 +22,14 @@ GPU_MAX_BYTES = "1G"
                    "a comma-separated list, or all. nccl-tests spellings work (allreduce, all-reduce).")
 @click.option("-b", "--min-bytes", default="8", show_default=True, help="Smallest size (binary units: 8, 4K, 1M).")
 @click.option("-e", "--max-bytes", default=None, help=f"Largest size [default: {CPU_MAX_BYTES} on CPU, {GPU_MAX_BYTES} on GPU].")
-@click.option("-f", "--step-factor", type=float, default=2.0, show_default=True, help="Multiply the size by this.")
+@click.option("-f", "--step-factor", type=Number(float, None, 1e6, example="2"), default=2.0, show_default=True,
+              help="Multiply the size by this.")
 @click.option("-i", "--step-bytes", default=None, help="Add this many bytes per step (with -f 1).")
 @click.option("--sizes", default=None, help="Explicit sizes instead of -b/-e/-f, e.g. 1K,64K,4M.")
 @click.option("-d", "--dtype", default="float32", show_default=True, help="float32, float16, bfloat16, int8, ... or nccl-tests names (float, half).")
 @click.option("-o", "--op", default="sum", show_default=True, help="Reduction: sum, prod, max, min, avg (nccl only).")
-@click.option("-r", "--root", type=int, default=0, show_default=True, help="Root rank of broadcast and reduce.")
+@click.option("-r", "--root", type=Number(int, 0, 2**31 - 1, example="0"), default=0, show_default=True,
+              help="Root rank of broadcast and reduce.")
 @click.option("--placement", type=click.Choice(["out", "in", "both"]), default="both", show_default=True,
               help="Out-of-place, in-place or both (each where torch offers it).")
 @click.option("--mtu", "mtus", default=None,
@@ -58,7 +60,7 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
         entries = [c for c in entries if c.supports(placement)]
 
     if sizes is not None:
-        grid = units.parse_size_list(sizes)
+        grid = units.parse_size_list(sizes, most=planning.MAX_POINTS)
     else:
         lo = units.parse_size(min_bytes, "--min-bytes")
         hi = units.parse_size(max_bytes or (GPU_MAX_BYTES if fields["backend"] == "nccl" else CPU_MAX_BYTES),
@@ -103,27 +105,25 @@ def _mtu_axis(text: str | None, iface: str | None) -> list[int]:
               help="Bucket sizes in ELEMENTS, as DeepSpeed's reduce_bucket_size counts them.")
 @click.option("--op", "op", default="all_reduce", show_default=True,
               help="all_reduce (ZeRO 1/2, DDP) or reduce_scatter (ZeRO 3) per bucket.")
-@click.option("--overlap", type=int, default=1, show_default=True,
+@click.option("--overlap", type=Number(int, 1, 10_000, example="2"), default=1, show_default=True,
               help="Buckets in flight at once (async collectives, each waited on).")
 @run_options
 def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -> int:
     """Reduce one step's gradients in buckets, per bucket size, as DeepSpeed does."""
     from commbench.core import vocab
     from commbench.core import units
-    from commbench.workloads.buckets import OPS, BucketPlan, BucketWorkload
 
     dt = vocab.get_dtype(dtype)
     if params is not None and grad_bytes is not None:
         raise BadInput("--params and --grad-bytes both set the gradient size: pass one of them")
     n_params = units.parse_count(params, "--params") if params is not None else None
     size = n_params * dt.itemsize if n_params else units.parse_size(grad_bytes or "64M", "--grad-bytes")
-    sizes = [units.parse_count(b, "--bucket-size") for b in bucket_size.split(",") if b.strip()]
-    if not sizes:
-        raise BadInput("--bucket-size is empty: give element counts, e.g. 1e6,5e7,5e8")
+    sizes = units.parse_count_list(bucket_size, "--bucket-size", most=100)
+    from commbench.workloads.buckets import OPS, BucketPlan, BucketWorkload  # torch: after the text is checked
+
     entry = vocab.resolve(op)
     if len(entry) != 1 or entry[0].name not in OPS:
         raise BadInput(f"--op {op} is not a gradient reduction: use all_reduce or reduce_scatter")
-    positive_int(overlap, "--overlap")
     fields = run_fields(nproc=nproc, workload="buckets", **run)
     plan = BucketPlan(grad_bytes=size, bucket_elems=sizes, dtype=dt.name, op=entry[0].name, overlap=overlap,
                       params=n_params, **fields)
@@ -167,9 +167,9 @@ def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int
         for run_id, v in stuck.items():
             print(f"commbench: run {run_id}: no verdict: {v.undecided}", file=sys.stderr)
         return 3 if stuck else 0
-    from commbench.workloads.pairs import PairsPlan, PairsWorkload
-
     nbytes = units.parse_size(size or "64M", "--size")
+    from commbench.workloads.pairs import PairsPlan, PairsWorkload  # torch: after the text is checked
+
     fields = run_fields(nproc=nproc, workload="pairs", **run)
     if hosts_only:
         from commbench.core import launch
@@ -186,9 +186,11 @@ def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int
 @click.option("--ds-config", "ds_config", default=None, type=click.Path(dir_okay=False),
               help="Your ds_config.json: its stage and bucket sizes (elements) shape the schedule.")
 @click.option("--model", default="1.3b", show_default=True, help="Model shape: gpt2-125m, 1.3b, 7b.")
-@click.option("--layers", type=int, default=None, help="Custom shape: transformer layers (with --hidden).")
-@click.option("--hidden", type=int, default=None, help="Custom shape: hidden size.")
-@click.option("--vocab", type=int, default=None, help="Custom shape: vocabulary [default: 50257].")
+@click.option("--layers", type=Number(int, 1, 10_000, example="24"), default=None,
+              help="Custom shape: transformer layers (with --hidden).")
+@click.option("--hidden", type=Number(int, 1, 1_000_000, example="2048"), default=None, help="Custom shape: hidden size.")
+@click.option("--vocab", type=Number(int, 1, 10_000_000, example="50257"), default=None,
+              help="Custom shape: vocabulary [default: 50257].")
 @click.option("--stages", default=None, help="ZeRO stages to run, e.g. 0,1,2,3 [default: all, or the config's].")
 @click.option("--bucket-size", "bucket_size", default=None,
               help="reduce_bucket_size in ELEMENTS, or a list (e.g. 1e6,5e7,5e8) for a stage x bucket grid "
@@ -198,30 +200,18 @@ def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int
               help="Multiply every message by this (auto: fit the model in 32 MiB on CPU, 1 on GPU).")
 @click.option("--engine", type=click.Choice(["schedule", "deepspeed"]), default="schedule", show_default=True,
               help="schedule: commbench's collectives; deepspeed: the real DeepSpeed engine and its comms logger.")
-@click.option("--steps", type=int, default=2, show_default=True, help="Timed optimizer steps (--engine deepspeed).")
+@click.option("--steps", type=Number(int, 1, 10_000, example="2"), default=2, show_default=True, help="Timed optimizer steps (--engine deepspeed).")
 @click.option("--validate", "validate_schedule", is_flag=True,
               help="With --engine deepspeed: compare the schedule's bytes per op type with the engine's.")
 @run_options
 def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, scale, engine, steps,
          validate_schedule, nproc, **run) -> int:
     """One training step's ZeRO communication schedule per stage, run with real collectives."""
-    from commbench.core import units
     from commbench.core.vocab import get_dtype
-    from commbench.workloads.zero import DEFAULT_CPU_STEP_BYTES, MODELS, ZeroPlan, ZeroWorkload, module_sizes
+    from commbench.workloads.zero import ZeroPlan, ZeroWorkload
 
     dt = get_dtype(dtype)
-    if (layers is None) != (hidden is None):
-        raise BadInput("--layers and --hidden go together: pass both for a custom shape, or --model")
-    if layers is not None:
-        positive_int(layers, "--layers")
-        positive_int(hidden, "--hidden")
-        shape, name = (layers, hidden, vocab or 50257), f"custom-{layers}x{hidden}"
-    else:
-        if model.lower() not in MODELS:
-            raise BadInput(f"unknown --model {model!r}: use one of {', '.join(MODELS)}, or --layers/--hidden")
-        shape, name = MODELS[model.lower()], model.lower()
-        if vocab is not None:
-            shape = (shape[0], shape[1], positive_int(vocab, "--vocab"))
+    shape, name = _zero_shape(model, layers, hidden, vocab)
     buckets = {}
     wanted = [0, 1, 2, 3]
     if ds_config:
@@ -232,43 +222,20 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
                        micro_batches=cfg.gradient_accumulation_steps or 1,
                        multi_rank_allreduce=cfg.use_multi_rank_bucket_allreduce)
         wanted = [cfg.zero_stage]
-    if stages is not None:
-        try:
-            wanted = [int(s) for s in stages.split(",") if s.strip()]
-        except ValueError:
-            raise BadInput(f"--stages {stages!r} is not a list of stages: e.g. 0,1,2,3") from None
-        if not wanted or any(s not in (0, 1, 2, 3) for s in wanted):
-            raise BadInput(f"--stages {stages!r}: ZeRO stages are 0, 1, 2 and 3")
-    bucket_grid = []
-    if bucket_size is not None:
-        if engine == "deepspeed":
-            raise BadInput("--bucket-size shapes the schedule; the engine takes reduce_bucket_size from --ds-config: "
-                           "set it there, or drop --engine deepspeed")
-        bucket_grid = [units.parse_count(b, "--bucket-size") for b in bucket_size.split(",") if b.strip()]
-        if not bucket_grid:
-            raise BadInput("--bucket-size is empty: give element counts, e.g. 1e6,5e7,5e8")
-        bucket_grid = list(dict.fromkeys(bucket_grid))
+    wanted = _zero_stages(stages) if stages is not None else wanted
+    bucket_grid = _zero_buckets(bucket_size, engine)
     fields = run_fields(nproc=nproc, workload="zero", **run)
-    params_bytes = sum(module_sizes(*shape)) * dt.itemsize
-    if scale == "auto":
-        factor = 1.0 if fields["backend"] == "nccl" else min(1.0, DEFAULT_CPU_STEP_BYTES / params_bytes)
-    else:
-        try:
-            factor = float(scale)
-        except ValueError:
-            raise BadInput(f"--scale {scale!r} is not a number: e.g. 0.01, or auto") from None
-        if not 0 < factor <= 1:
-            raise BadInput(f"--scale {scale} must be in (0, 1]: it shrinks every message")
+    factor = _zero_scale(scale, fields["backend"], shape, dt.itemsize)
     if validate_schedule and engine != "deepspeed":
         raise BadInput("--validate compares the schedule with the real engine: add --engine deepspeed")
     if engine == "deepspeed":
         from commbench.workloads.engine import SMALL_SHAPE, EnginePlan, EngineWorkload
 
-        positive_int(steps, "--steps")
         if layers is None:  # a preset shape does not train on a small machine: say what runs instead
             shape, name = (SMALL_SHAPE["layers"], SMALL_SHAPE["hidden"], SMALL_SHAPE["vocab"]), "small-2x64"
             print(f"commbench: note: --engine deepspeed trains a {shape[0]}-layer, hidden-{shape[1]} model here; "
                   "pass --layers/--hidden for another shape", file=sys.stderr)
+        _engine_fits(shape, wanted, fields["backend"], nproc)
         fields["workload"] = "deepspeed"
         plan = EnginePlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name,
                           dtype=dt.name, scale=1.0, ds_config=ds_config, steps=steps,
@@ -277,3 +244,68 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
     plan = ZeroPlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, dtype=dt.name,
                     scale=factor, ds_config=ds_config, reduce_bucket_sizes=bucket_grid, **buckets, **fields)
     return launch_workload(ZeroWorkload(plan), nproc)
+
+
+def _zero_shape(model: str, layers: int | None, hidden: int | None, vocab: int | None) -> tuple[tuple, str]:
+    """(layers, hidden, vocab) and the shape's name, from --model or --layers/--hidden/--vocab."""
+    from commbench.workloads.zero import MODELS
+
+    if (layers is None) != (hidden is None):
+        raise BadInput("--layers and --hidden go together: pass both for a custom shape, or --model")
+    if layers is not None:
+        return (layers, hidden, vocab or 50257), f"custom-{layers}x{hidden}"
+    if model.lower() not in MODELS:
+        raise BadInput(f"unknown --model {model!r}: use one of {', '.join(MODELS)}, or --layers/--hidden")
+    shape = MODELS[model.lower()]
+    return (shape[0], shape[1], vocab if vocab is not None else shape[2]), model.lower()
+
+
+def _zero_stages(stages: str) -> list[int]:
+    try:
+        wanted = [int(s) for s in stages.split(",") if s.strip()]
+    except ValueError:
+        raise BadInput(f"--stages {stages[:40]!r} is not a list of stages: e.g. 0,1,2,3") from None
+    if not wanted or any(s not in (0, 1, 2, 3) for s in wanted):
+        raise BadInput(f"--stages {stages[:40]!r}: ZeRO stages are 0, 1, 2 and 3")
+    return list(dict.fromkeys(wanted))
+
+
+def _zero_buckets(bucket_size: str | None, engine: str) -> list[int]:
+    if bucket_size is None:
+        return []
+    if engine == "deepspeed":
+        raise BadInput("--bucket-size shapes the schedule; the engine takes reduce_bucket_size from --ds-config: "
+                       "set it there, or drop --engine deepspeed")
+    from commbench.core import units
+
+    return list(dict.fromkeys(units.parse_count_list(bucket_size, "--bucket-size", most=100)))
+
+
+SCALE = Number(float, 0, 1, low_open=True, rule="must be in (0, 1]", example="0.01")
+
+
+def _zero_scale(scale: str, backend: str, shape: tuple, itemsize: int) -> float:
+    """--scale as a factor; auto: 1 on GPU, the model fitted in DEFAULT_CPU_STEP_BYTES on CPU."""
+    from commbench.workloads.zero import DEFAULT_CPU_STEP_BYTES, param_count
+
+    if scale == "auto":
+        params_bytes = param_count(*shape) * itemsize
+        return 1.0 if backend == "nccl" else min(1.0, DEFAULT_CPU_STEP_BYTES / params_bytes)
+    return check_number(scale, "--scale", SCALE)
+
+
+def _engine_fits(shape: tuple, stages: list[int], backend: str, nproc: int | None) -> None:
+    """The real engine builds the whole model on every rank: refuse a shape that cannot fit here."""
+    import torch
+
+    from commbench.core import launch
+    from commbench.harness.memory import check_need
+    from commbench.workloads.zero import engine_bytes_per_rank, param_count
+
+    env = launch.detect()
+    ranks_here = env.local_world_size if env is not None else (nproc or 2)
+    gpu = env.local_rank % max(1, torch.cuda.device_count()) if env is not None else 0
+    device = torch.device("cpu") if backend == "gloo" else torch.device("cuda", gpu)
+    check_need(engine_bytes_per_rank(*shape, stages), ranks_here, device,
+               f"the DeepSpeed engine's {shape[0]}x{shape[1]} model ({param_count(*shape):.3g} parameters)",
+               "pass a smaller --layers/--hidden/--vocab")

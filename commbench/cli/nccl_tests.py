@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from commbench.core.errors import BadInput
+from commbench.cli.options import WEEK_S, Number, Text
 
 
 @click.group("nccl-tests")
@@ -17,7 +17,7 @@ def nccl_tests() -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--out", default="results", show_default=True,
               help="Folder (one <run_id>.parquet per log) or one .parquet file for all of them.")
-@click.option("--label", default="", help="Free text stored with every row.")
+@click.option("--label", type=Text(), default="", help="Free text stored with every row.")
 @click.option("--collective", default=None,
               help="The collective measured, when neither the log nor its file name says it.")
 def import_(files, out, label, collective) -> int:
@@ -34,12 +34,14 @@ def import_(files, out, label, collective) -> int:
 @nccl_tests.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--launcher", type=click.Choice(["none", "mpirun", "srun"]), default="none", show_default=True,
               help="How to start the binary: directly, under mpirun -np N, or under srun --ntasks N.")
-@click.option("--np", "np_", type=int, default=None, help="Processes for mpirun/srun (nccl-tests built with MPI=1).")
+@click.option("--np", "np_", type=Number(int, 1, 1_000_000, example="8"), default=None,
+              help="Processes for mpirun/srun (nccl-tests built with MPI=1).")
 @click.option("--launcher-arg", "launcher_args", multiple=True, metavar="ARG",
               help="One extra argument for the launcher (repeat), e.g. --launcher-arg=--allow-run-as-root.")
-@click.option("--timeout", type=float, default=None, help="Seconds before the whole run is killed (exit 3).")
+@click.option("--timeout", type=Number(float, 0, WEEK_S, low_open=True, example="600"), default=None,
+              help="Seconds before the whole run is killed (exit 3).")
 @click.option("--out", default="results", show_default=True, help="Folder for <run_id>.parquet, or a .parquet file.")
-@click.option("--label", default="", help="Free text stored with every row.")
+@click.option("--label", type=Text(), default="", help="Free text stored with every row.")
 @click.option("--collective", default=None, help="The collective measured, if the binary's name does not say it.")
 @click.option("--no-json", is_flag=True, help="Do not ask for -J JSON output; parse the text only.")
 @click.argument("binary")
@@ -55,7 +57,5 @@ def run(launcher, np_, launcher_args, timeout, out, label, collective, no_json, 
     args = list(args)
     if args and args[0] == "--":
         args = args[1:]
-    if timeout is not None and not timeout > 0:
-        raise BadInput(f"--timeout {timeout:g} must be more than 0 seconds")
     return run_binary(binary, args, launcher=launcher, np_=np_, launcher_args=list(launcher_args),
                       timeout=timeout, out=out, label=label, collective=collective, use_json=not no_json)

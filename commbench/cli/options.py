@@ -1,8 +1,16 @@
 """What the commands share: the run options (their defaults are RunOptions' fields, the one home
-of those facts), and the checks of numbers and fractions that turn bad input into one line."""
+of those facts), and the one check of every number and free text a command takes.
+
+`Number` is the type of every numeric click option (and `check_number` the check of numbers
+written inside other options, such as `--scale` or a fraction): a finite value within the flag's
+range, or one line naming the flag, the value and the fix. `Text` is the type of every free-text
+option stored in results (`--label`, `--system`, `--iface`): UTF-8, no control characters, not
+huge. Both run while click parses, so bad input ends before any rank starts or any file is made.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 
 import click
@@ -12,17 +20,132 @@ from commbench.core.options import RunOptions
 
 DEFAULTS = RunOptions()
 
+WEEK_S = 7 * 24 * 3600  # the longest timeout any command takes
+DAY_S = 24 * 3600
+MAX_TEXT = 1000  # characters of a free-text option (a label is stored in every row)
+MAX_NUMBER_TEXT = 40  # characters of a number as typed: past this it is out of range whatever it is
+RANKS_PER_CORE = 4  # local ranks beyond this many per usable core only wait for each other
+RANK_BYTES = 256 << 20  # what one local rank holds before its buffers (interpreter, torch, gloo)
 
-def positive_int(value: int, flag: str) -> int:
-    if value is not None and value < 1:
-        raise BadInput(f"{flag} {value} must be at least 1")
-    return value
+
+def _show(value) -> str:
+    """3.0 as 3.0 (as the value reads back), 0.25 and 1e+30 as %g."""
+    if isinstance(value, float) and math.isfinite(value) and (value != int(value) or abs(value) >= 1e16):
+        return f"{value:g}"
+    return str(value)
 
 
-def positive_float(value: float, flag: str) -> float:
-    if value is not None and not value > 0:
-        raise BadInput(f"{flag} {value} must be more than 0")
-    return value
+def _bound(value) -> str:
+    """A range's end: 1000000 rather than 1000000.0 or 1e+06."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+class Number(click.ParamType):
+    """A numeric option: `kind` (int or float), finite, within [low, high] (an end is open where
+    asked, absent where None). `rule` replaces the range's wording in the message; `example` is
+    the fix's example value."""
+
+    def __init__(self, kind: type = float, low: float | None = None, high: float | None = None, *,
+                 low_open: bool = False, high_open: bool = False, rule: str | None = None,
+                 example: str | None = None) -> None:
+        self.kind, self.low, self.high = kind, low, high
+        self.low_open, self.high_open, self.rule, self.example = low_open, high_open, rule, example
+        self.name = "integer" if kind is int else "float"
+
+    def span(self) -> str:
+        """The allowed values in words: 'a whole number of at least 1 and at most 1000', 'a number
+        above 0 and at most 60'."""
+        what = "a whole number" if self.kind is int else "a number"
+        low = None if self.low is None else f"{'above' if self.low_open else 'of at least'} {_bound(self.low)}"
+        high = None if self.high is None else f"{'below' if self.high_open else 'at most'} {_bound(self.high)}"
+        if low is None and high is not None and not self.high_open:
+            high = f"of {high}"
+        return f"{what} " + " and ".join(filter(None, (low, high)))
+
+    def fix(self, flag: str) -> str:
+        return f"give {self.span()}" + (f", e.g. {flag} {self.example}" if self.example else "")
+
+    def parse(self, value, flag: str):
+        """Text as typed -> int or float; a click error (the usage line) when it is no number."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+        text = str(value).strip()
+        if len(text) > MAX_NUMBER_TEXT:
+            raise BadInput(f"{flag} {text[:12]}... ({len(text)} characters) is out of range: {self.fix(flag)}")
+        try:
+            return int(text) if self.kind is int else float(text)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not a valid {self.name}") from None
+
+    def check(self, value, flag: str, typed: str | None = None):
+        """The range check of a parsed value: the value back, or BadInput naming flag, value and fix."""
+        shown = typed if typed is not None else _show(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadInput(f"{flag} {shown} is not a finite number: {self.fix(flag)}")
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        too_high = self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        if not (too_low or too_high):
+            return value
+        if self.rule is not None:
+            problem = self.rule
+        elif too_high:
+            problem = f"must be {'below' if self.high_open else 'at most'} {_bound(self.high)}"
+        elif self.low_open:
+            problem = f"must be more than {_bound(self.low)}"
+        else:
+            problem = "must be 0 or more" if self.low == 0 else f"must be at least {_bound(self.low)}"
+        raise BadInput(f"{flag} {shown} {problem}: {self.fix(flag)}")
+
+    def convert(self, value, param, ctx):
+        flag = _flag(param)
+        parsed = self.parse(value, flag)
+        typed = str(value).strip() if isinstance(parsed, float) and not math.isfinite(parsed) else None
+        return self.check(parsed, flag, typed)
+
+
+def check_number(text, flag: str, number: Number):
+    """A number written inside another option (`--scale 0.5`, a fraction): parsed and checked by
+    `number`, every failure one line of bad input."""
+    try:
+        value = number.parse(text, flag)
+    except click.BadParameter:
+        raise BadInput(f"{flag} {str(text)[:MAX_NUMBER_TEXT]!r} is not a number: {number.fix(flag)}") from None
+    return number.check(value, flag, str(text).strip())
+
+
+class Text(click.ParamType):
+    """A free-text option stored in results or the environment: UTF-8 (argv bytes that are not
+    arrive as surrogates and would break the parquet writer), no control characters, at most
+    `most` characters."""
+
+    name = "text"
+
+    def __init__(self, most: int = MAX_TEXT) -> None:
+        self.most = most
+
+    def convert(self, value, param, ctx):
+        return check_text(value, _flag(param), self.most)
+
+
+def check_text(value, flag: str, most: int = MAX_TEXT) -> str:
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(f"{flag} holds bytes that are not UTF-8 text: pass plain UTF-8, e.g. {flag} run-1") from None
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text):
+        raise BadInput(f"{flag} holds control characters (a newline, tab or escape): pass one line of "
+                       f"printable text, e.g. {flag} run-1")
+    if len(text) > most:
+        raise BadInput(f"{flag} is {len(text):,} characters long; the most is {most:,}: shorten it")
+    return text
+
+
+def _flag(param) -> str:
+    if param is None:
+        return "value"
+    longs = [o for o in param.opts if o.startswith("--")]
+    return max(longs, key=len) if longs else param.opts[0] if param.opts else param.name
 
 
 def fraction(text: str, flag: str, low_open: bool = False) -> float:
@@ -31,75 +154,107 @@ def fraction(text: str, flag: str, low_open: bool = False) -> float:
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
-        raise BadInput(f"{flag} {text!r} is not a fraction: write e.g. 5% or 0.05") from None
+        raise BadInput(f"{flag} {str(text)[:MAX_NUMBER_TEXT]!r} is not a fraction: write e.g. 5% or 0.05") from None
+    if math.isinf(value):  # NaN fails the range below
+        raise BadInput(f"{flag} {raw} is not a finite number: write a fraction, e.g. 5% or 0.05")
     if not raw.endswith("%") and value >= 1:
         raise BadInput(f"{flag} {text} is not a fraction below 1: write {raw}% or {value / 100:g}")
     ok = (0 < value < 1) if low_open else (0 <= value < 1)
-    if not ok:  # NaN fails too
+    if not ok:  # NaN too
         bound = "more than 0" if low_open else "0 or more"
         raise BadInput(f"{flag} {text} must be {bound} and below 100%: e.g. 5% or 0.05")
     return value
+
+
+# The ranges of the shared run options (seconds, iterations, ranks).
+ITERATIONS = 10_000_000
+LOCAL_RANKS = 100_000  # a first bound; check_nproc holds --nproc to what this machine can run
 
 
 def run_options(command):
     """The options every measuring command shares (iteration policy, launch, output)."""
     d = DEFAULTS
     options = [
-        click.option("-w", "--warmup", type=int, default=d.warmup, show_default=True, help="Warm-up iterations per point."),
-        click.option("-n", "--iters", type=int, default=d.iters, help="Timed iterations per point [default: adaptive]."),
-        click.option("--time-budget", type=float, default=d.time_budget, show_default=True,
+        click.option("-w", "--warmup", type=Number(int, 0, 100_000, example="5"), default=d.warmup,
+                     show_default=True, help="Warm-up iterations per point."),
+        click.option("-n", "--iters", type=Number(int, 1, ITERATIONS, example="100"), default=d.iters,
+                     help="Timed iterations per point [default: adaptive]."),
+        click.option("--time-budget", type=Number(float, 0, 3600, low_open=True, example="0.05"),
+                     default=d.time_budget, show_default=True,
                      help="Most seconds of timed iterations per point (adaptive)."),
-        click.option("--precision", type=float, default=d.precision, show_default=True,
+        click.option("--precision", type=Number(float, 0, 1, high_open=True, example="0.03",
+                                                rule="must be 0 (off) or a fraction below 1"),
+                     default=d.precision, show_default=True,
                      help="Adaptive: stop a point once its median is known to this fraction (95%% CI "
                           "half-width); 0 fills --time-budget."),
-        click.option("--min-iters", type=int, default=d.min_iters, show_default=True),
-        click.option("--max-iters", type=int, default=d.max_iters, show_default=True),
-        click.option("-R", "--repetitions", type=int, default=d.repetitions, show_default=True,
-                     help="Run the whole grid this many times, interleaved."),
+        click.option("--min-iters", type=Number(int, 1, ITERATIONS, example="10"), default=d.min_iters,
+                     show_default=True),
+        click.option("--max-iters", type=Number(int, 1, ITERATIONS, example="2000"), default=d.max_iters,
+                     show_default=True),
+        click.option("-R", "--repetitions", type=Number(int, 1, 1000, example="5"), default=d.repetitions,
+                     show_default=True, help="Run the whole grid this many times, interleaved."),
         click.option("--check/--no-check", default=d.check, show_default=True,
                      help="Check every output, like nccl-tests' #wrong."),
         click.option("--wire/--no-wire", default=d.wire, show_default=True,
                      help="Read NIC, port and TCP counters before and after every point (the wire column)."),
         click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default=d.backend, show_default=True,
                      help="auto: nccl when CUDA GPUs are visible, else gloo."),
-        click.option("--nproc", type=int, default=None,
+        click.option("--nproc", type=Number(int, 1, LOCAL_RANKS, example="2"), default=None,
                      help="Local ranks to spawn when no launcher started us [default: visible GPUs, or 2]."),
-        click.option("--iface", default=None,
+        click.option("--iface", type=Text(64), default=None,
                      help="Network interface for the traffic (sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME)."),
-        click.option("--timeout", type=float, default=d.timeout, show_default=True,
-                     help="Seconds any collective may take before the run fails."),
+        click.option("--timeout", type=Number(float, 0, WEEK_S, low_open=True, example="300"), default=d.timeout,
+                     show_default=True, help="Seconds any collective may take before the run fails."),
         click.option("--out", default=d.out, show_default=True,
                      help="Folder for <run_id>.parquet, or a .parquet file name."),
-        click.option("--label", default=d.label, help="Free text stored with every row (e.g. mtu9000-after)."),
+        click.option("--label", type=Text(), default=d.label,
+                     help="Free text stored with every row (e.g. mtu9000-after)."),
     ]
     for option in reversed(options):
         command = option(command)
     return command
 
 
+def check_nproc(nproc: int, backend: str) -> None:
+    """--nproc local ranks must fit this machine: one per GPU with NCCL; at most RANKS_PER_CORE
+    per usable core and RANK_BYTES each in the memory that is free."""
+    import psutil
+
+    from commbench.core.units import format_size
+
+    if backend == "nccl":
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if nproc > gpus:
+            raise BadInput(f"--nproc {nproc} is more than the {gpus} GPU(s) here: NCCL runs one rank per GPU; "
+                           f"use --nproc {gpus} or fewer, or --backend gloo")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    free = psutil.virtual_memory().available
+    by_cores, by_memory = RANKS_PER_CORE * cores, max(1, free // RANK_BYTES)
+    if nproc > min(by_cores, by_memory):
+        raise BadInput(f"--nproc {nproc} is more than this machine can run: {cores} usable core(s) allow "
+                       f"{by_cores} ranks ({RANKS_PER_CORE} per core) and {format_size(free)} free memory about "
+                       f"{by_memory} ({format_size(RANK_BYTES)} each): use --nproc {min(by_cores, by_memory)} or "
+                       "fewer, or start ranks on several hosts (torchrun, srun, mpirun)")
+
+
 def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, check, backend, nproc, iface,
                timeout, out, label, workload: str, precision: float, wire: bool = DEFAULTS.wire) -> dict:
-    """Validate the shared options; return the RunOptions fields (backend resolved)."""
+    """Cross-check the shared options (each was checked alone while parsing); return the
+    RunOptions fields (backend resolved)."""
     from commbench.core import results
     from commbench.harness.runner import choose_backend
 
-    if warmup < 0:
-        raise BadInput(f"--warmup {warmup} must be 0 or more")
-    for value, flag in ((min_iters, "--min-iters"), (max_iters, "--max-iters"), (repetitions, "--repetitions")):
-        positive_int(value, flag)
-    positive_int(iters, "--iters")
-    positive_float(time_budget, "--time-budget")
-    if not 0 <= precision < 1:
-        raise BadInput(f"--precision {precision} must be 0 (off) or a fraction below 1, e.g. 0.03 for 3%")
-    positive_float(timeout, "--timeout")
     if min_iters > max_iters:
         raise BadInput(f"--min-iters {min_iters} is larger than --max-iters {max_iters}: lower one of them")
-    if nproc is not None and nproc < 1:
-        raise BadInput(f"--nproc {nproc} must be at least 1: e.g. --nproc 2")
+    resolved = choose_backend(backend)
+    if nproc is not None:
+        check_nproc(nproc, resolved)
     if iface:
         os.environ["GLOO_SOCKET_IFNAME"] = iface
         os.environ["NCCL_SOCKET_IFNAME"] = iface
     return dict(warmup=warmup, iters=iters, time_budget=time_budget, precision=precision, min_iters=min_iters,
                 max_iters=max_iters,
-                repetitions=repetitions, check=check, wire=wire, timeout=timeout, backend=choose_backend(backend),
+                repetitions=repetitions, check=check, wire=wire, timeout=timeout, backend=resolved,
                 label=label, out=out, run_id=results.make_run_id(), workload=workload)

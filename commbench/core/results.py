@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.inputs import MAX_NESTING, UNREADABLE, check_regular, nests_deeper
 
 SCHEMA_VERSION = 1
 
@@ -200,7 +201,9 @@ def check_schema_versions(versions: Iterable, source: str, comparing: bool = Fal
 
 def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | None = None,
                  skip: Iterable[str] = ()):
-    """Read one or more result files (or folders of them) into one pandas DataFrame.
+    """Read one or more result files (or folders of them) into one pandas DataFrame. Each must be a
+    regular file (a pipe or device is refused before it is opened); a JSON cell of env, net or plan
+    nested deeper than MAX_NESTING is read as the JSON string UNREADABLE.
 
     columns: read only these (those a file holds; the ones every results file must hold are always
     read); skip: read every column but these. An analysis that reads only what it uses keeps a
@@ -210,16 +213,7 @@ def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | No
     wanted = None if columns is None else set(columns) | set(REQUIRED_COLUMNS)
     skipped = set(skip) - set(REQUIRED_COLUMNS)
 
-    files: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            files.extend(sorted(p.glob("*.parquet")))
-        elif p.exists():
-            files.append(p)
-        else:
-            raise BadInput(f"results file {p} does not exist: pass a .parquet file or a folder of them")
-    if not files:
-        raise BadInput("no .parquet result files found: pass files written by commbench sweep")
+    files = _result_files(paths)
     frames = []
     for f in files:
         try:
@@ -250,10 +244,42 @@ def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | No
     return pd.concat(frames, ignore_index=True)
 
 
+NOT_A_FILE = ("results file {name} is {what}, not a regular file: pass a .parquet file written by commbench "
+              "(or a folder of them)")
+
+
+def _result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The files read_results reads: each path, or a folder's *.parquet. Each one is a regular file,
+    checked before pyarrow opens it (a named pipe would block the open for ever, /dev/zero never
+    ends); there is no size bound, a results file may be large."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files.extend(sorted(p.glob("*.parquet")))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise BadInput(f"results file {p} does not exist: pass a .parquet file or a folder of them")
+    if not files:
+        raise BadInput("no .parquet result files found: pass files written by commbench sweep")
+    for f in files:
+        check_regular(f, NOT_A_FILE)
+    return files
+
+
 # JSON columns repeat one long string on every row of a run (net holds every host's facts: kilobytes
 # a host). Read dictionary-encoded, as parquet stores them, and share one Python string per distinct
 # value: decoded per row, a million rows of a 32-node run would take tens of gigabytes.
 SHARED_STRINGS = ("env", "net", "plan")
+
+
+def _within_nesting(text):
+    """A JSON cell nested deeper than MAX_NESTING (a damaged or hostile file: json.loads would end in
+    a RecursionError in every reader) read as the JSON string UNREADABLE: shown as such by report,
+    refused as not an object by compare. Checked once per distinct value, not per row."""
+    if isinstance(text, str) and nests_deeper(text, MAX_NESTING):
+        return json.dumps(UNREADABLE)
+    return text
 
 
 def _shared_strings(column: pa.ChunkedArray):
@@ -267,7 +293,7 @@ def _shared_strings(column: pa.ChunkedArray):
     at = 0
     for chunk in column.chunks:
         distinct = np.empty(len(chunk.dictionary) + 1, dtype=object)
-        distinct[:-1] = chunk.dictionary.to_pylist()
+        distinct[:-1] = [_within_nesting(v) for v in chunk.dictionary.to_pylist()]
         distinct[-1] = np.nan
         index = chunk.indices.fill_null(len(chunk.dictionary)).to_numpy(zero_copy_only=False)
         values[at:at + len(chunk)] = distinct[index]

@@ -41,16 +41,33 @@ def parse_size(text: str, what: str = "size") -> int:
     return int(value)
 
 
-def parse_size_list(text: str, what: str = "--sizes") -> list[int]:
+MAX_LIST = 10_000  # items of a comma-separated list of sizes or counts
+
+
+def _items(text: str, what: str, most: int, example: str) -> list[str]:
+    """The items of a comma-separated list, counted before any is parsed."""
     parts = [p for p in str(text).split(",") if p.strip()]
     if not parts:
-        raise BadInput(f"{what} is empty: give comma-separated sizes, e.g. 1K,64K,4M")
-    return [parse_size(p, what) for p in parts]
+        raise BadInput(f"{what} is empty: give comma-separated {example}")
+    if len(parts) > most:
+        raise BadInput(f"{what} lists {len(parts):,} items; the most is {most:,}: give fewer")
+    return parts
+
+
+def parse_size_list(text: str, what: str = "--sizes", most: int = MAX_LIST) -> list[int]:
+    return [parse_size(p, what) for p in _items(text, what, most, "sizes, e.g. 1K,64K,4M")]
+
+
+def parse_count_list(text: str, what: str, most: int = MAX_LIST) -> list[int]:
+    """'1e6,5e7,5e8' -> element counts (bucket sizes), each as parse_count reads it."""
+    return [parse_count(p, what) for p in _items(text, what, most, "element counts, e.g. 1e6,5e7,5e8")]
 
 
 def format_size(nbytes: int | float) -> str:
     """Human label with binary units: 8 B, 4 KiB, 1.5 MiB, 16 GiB."""
     n = float(nbytes)
+    if n != n or n in (float("inf"), float("-inf")):
+        return f"{n} B"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         # round first, so 1048575 B reads 1.0 MiB rather than 1024.0 KiB
         if abs(round(n, 1)) < 1024 or unit == "TiB":

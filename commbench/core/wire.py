@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from commbench.core.inputs import MAX_NESTING, nests_deeper
+
 WIRE_FORMAT = 1
 # The order trouble is named in: what breaks or fills first, then what follows from it (a drop
 # makes TCP retransmit; the retransmissions are the symptom, the drop the cause).
@@ -59,9 +61,11 @@ def hosts(value) -> dict[str, dict]:
     """A row's `wire` value back to its entries per host ({} where there is none)."""
     if not isinstance(value, str) or not value:
         return {}
+    if nests_deeper(value, MAX_NESTING):  # a damaged or hostile file: json.loads would recurse
+        return {}
     try:
         doc = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     found = doc.get("hosts") if isinstance(doc, dict) else None
     return found if isinstance(found, dict) else {}

@@ -1,4 +1,6 @@
-"""Will the largest point fit? Estimated before anything is allocated."""
+"""Will it fit? The memory a run needs, estimated before anything is allocated: the largest point
+of a sweep here; the buffers of a ZeRO step, a bucket reduction and the DeepSpeed engine's model
+in their workloads (workloads/zero.py, workloads/buckets.py), all checked by `check_need`."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from commbench.core.vocab import get_dtype
 from commbench.core.errors import BadInput
 from commbench.harness.plan import SweepPlan
 from commbench.core.units import format_size
+
+HEADROOM = 0.9  # of the free memory a run may plan to use
 
 
 def bytes_per_rank(plan: SweepPlan, world: int) -> int:
@@ -23,15 +27,23 @@ def bytes_per_rank(plan: SweepPlan, world: int) -> int:
     return need
 
 
-def check_fits(plan: SweepPlan, world: int, ranks_here: int, device: torch.device) -> None:
-    need = bytes_per_rank(plan, world)
+def free_bytes(device: torch.device) -> tuple[int, str]:
+    """The memory free where the ranks allocate: the GPU's, or this host's."""
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        have, where, need_total = free, f"GPU {device.index}", need
-    else:
-        have, where, need_total = psutil.virtual_memory().available, "this host", need * ranks_here
-    if need_total > 0.9 * have:
-        hint = " or --no-check" if plan.check else ""
-        raise BadInput(f"the largest point needs about {format_size(need_total)} on {where} "
-                       f"({ranks_here} rank(s)) but only {format_size(have)} is free: "
-                       f"lower --max-bytes{hint}")
+        return torch.cuda.mem_get_info(device)[0], f"GPU {device.index}"
+    return psutil.virtual_memory().available, "this host"
+
+
+def check_need(need_per_rank: int, ranks_here: int, device: torch.device, what: str, fix: str) -> None:
+    """One line of bad input when `what` (each rank's `need_per_rank` bytes; on CPU, every local
+    rank's together) does not fit in the free memory."""
+    have, where = free_bytes(device)
+    need_total = need_per_rank if device.type == "cuda" else need_per_rank * ranks_here
+    if need_total > HEADROOM * have:
+        raise BadInput(f"{what} needs about {format_size(need_total)} on {where} "
+                       f"({ranks_here} rank(s)) but only {format_size(have)} is free: {fix}")
+
+
+def check_fits(plan: SweepPlan, world: int, ranks_here: int, device: torch.device) -> None:
+    hint = " or --no-check" if plan.check else ""
+    check_need(bytes_per_rank(plan, world), ranks_here, device, "the largest point", f"lower --max-bytes{hint}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from commbench.core.vocab import ALIGN, Layout, get_dtype
@@ -12,17 +13,46 @@ from commbench.core.options import RunOptions
 PLACEMENTS = ("out", "in", "both")
 
 
+MAX_POINTS = 10_000  # sizes in one sweep's grid (each is a point per collective and placement)
+MAX_RUN_POINTS = 100_000  # rows of one run: sizes x collectives x placements x MTUs x repetitions
+
+
+def _next(size: int, step_factor: float, step_bytes: int | None) -> int:
+    nxt = int(size * step_factor) if step_factor > 1 else size + int(step_bytes)
+    return nxt if nxt > size else size + 1
+
+
+def grid_length(min_bytes: int, max_bytes: int, step_factor: float, step_bytes: int | None) -> int:
+    """The number of sizes size_grid would make, counted before any list is built: by arithmetic
+    for -i steps, by walking the sizes (no list) for -f, stopping at MAX_POINTS + 1."""
+    if step_factor == 1:
+        return (max_bytes - min_bytes) // max(1, int(step_bytes or 1)) + 1
+    n, size = 0, min_bytes
+    while size <= max_bytes and n <= MAX_POINTS:
+        n, size = n + 1, _next(size, step_factor, step_bytes)
+    return n
+
+
+def check_points(n: int, fix: str) -> None:
+    """More than MAX_POINTS sizes is bad input (a walk stops counting at MAX_POINTS + 1)."""
+    if n > MAX_POINTS:
+        count = f"more than {MAX_POINTS:,}" if n == MAX_POINTS + 1 else f"{n:,}"
+        raise BadInput(f"the size grid has {count} sizes; the most is {MAX_POINTS:,}: {fix}")
+
+
 def size_grid(min_bytes: int, max_bytes: int, step_factor: float = 2.0, step_bytes: int | None = None) -> list[int]:
     """nccl-tests' loop: from -b up to -e, times -f (or plus -i when the factor is 1)."""
     if min_bytes > max_bytes:
         raise BadInput(f"--min-bytes {min_bytes} is larger than --max-bytes {max_bytes}: swap them or raise -e")
+    if not math.isfinite(step_factor):
+        raise BadInput(f"--step-factor {step_factor} is not a finite number: e.g. -f 2")
     if step_factor < 1 or (step_factor == 1 and not step_bytes):
         raise BadInput("--step-factor must be more than 1 (or 1 with --step-bytes): e.g. -f 2")
+    check_points(grid_length(min_bytes, max_bytes, step_factor, step_bytes), "raise -i or -f, or narrow -b/-e")
     sizes, size = [], min_bytes
     while size <= max_bytes:
         sizes.append(int(size))
-        nxt = int(size * step_factor) if step_factor > 1 else size + int(step_bytes)
-        size = nxt if nxt > size else size + 1
+        size = _next(size, step_factor, step_bytes)
     return sizes
 
 
@@ -84,6 +114,11 @@ def validate(plan: SweepPlan, world: int) -> None:
         raise BadInput(f"--root {plan.root} is not a rank of this run (0..{world - 1}): pick a rank in range")
     if world < 2 and "sendrecv" in plan.collectives:
         raise BadInput("sendrecv needs at least 2 ranks: raise --nproc or leave sendrecv out")
+    rows = plan.repetitions * max(1, len(plan.mtus)) * len(plan.sizes) * sum(
+        len(plan.placements_for(c)) for c in plan.entries())
+    if rows > MAX_RUN_POINTS:
+        raise BadInput(f"this sweep is {rows:,} points (sizes x collectives x placements x MTUs x --repetitions); "
+                       f"the most is {MAX_RUN_POINTS:,}: fewer --repetitions, sizes or collectives")
     itemsize = get_dtype(plan.dtype).itemsize
     for collective in plan.entries():
         if not plan.placements_for(collective):

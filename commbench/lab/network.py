@@ -229,9 +229,11 @@ def live_facts(state: LabState) -> list[dict]:
 
 
 def down() -> list[str]:
-    """Remove what the state file says `up` made (daemons first); return what was removed."""
+    """Remove what the state file says `up` made (daemons first); return what was removed. Only the
+    lab's own entries count (labstate.load_for_down): a namespace or link without the lab's prefix,
+    a file outside its state folder, a process that is not its daemon is left alone, said on stderr."""
     require_root()
-    state = load_state()
+    state, skipped = labstate.load_for_down()
     if state is None:
         return []
     removed = []
@@ -241,6 +243,8 @@ def down() -> list[str]:
     labslurm.cancel_jobs(state)  # a job step outlives its slurmd: end the jobs while slurmctld runs
     removed += labprocs.stop_recorded(state)
     for kind, name in reversed(state.created):
+        if not labstate.owns_resource(kind, name):
+            continue  # load_for_down dropped it already; never delete what the lab does not make
         if kind == "netns" and _netns_exists(name):
             _ip("netns", "del", name, check=False)
             removed.append(f"netns {name}")
@@ -249,9 +253,6 @@ def down() -> list[str]:
             removed.append(f"{kind} {name}")
     state_path().unlink(missing_ok=True)
     for f in reversed(state.files):
-        path = Path(f)
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        labstate.remove_path(f)
+    labstate.report_skipped(skipped)
     return removed

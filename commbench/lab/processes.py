@@ -1,8 +1,11 @@
 """Daemons the lab starts (munge, slurmctld, slurmd): recorded with their start time so that
-`lab down` stops exactly those processes, never a later process that reused a pid."""
+`lab down` stops exactly those processes, never a later process that reused a pid. A recorded
+process is the lab's only while its pid, its start time and its program (the entry's name:
+munged, slurmctld, slurmd) all match; anything else is never signalled."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
@@ -16,12 +19,29 @@ def record(state, name: str, pid: int) -> None:
 
 
 def running(entry: dict) -> psutil.Process | None:
-    """The recorded daemon's process if it still runs (same pid and start time), else None."""
+    """The recorded daemon's process if it still runs (same pid, start time and program), else None."""
     try:
-        proc = psutil.Process(entry["pid"])
-        return proc if abs(proc.create_time() - entry["start"]) < 0.01 else None
-    except psutil.Error:
+        pid, start, program = entry["pid"], float(entry["start"]), str(entry["name"]).split(" ")[0]
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or pid == os.getpid() or not program:
+            return None
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - start) >= 0.01 or not _runs(proc, program):
+            return None
+        return proc
+    except (psutil.Error, KeyError, TypeError, ValueError, OverflowError):
         return None
+
+
+def _runs(proc: psutil.Process, program: str) -> bool:
+    """The process runs `program`: its executable's or argv[0]'s file name, or its (15-character) name."""
+    names = {proc.name()}
+    try:
+        cmdline = proc.cmdline()
+        names.add(os.path.basename(cmdline[0]) if cmdline else "")
+        names.add(os.path.basename(proc.exe()))
+    except psutil.Error:
+        pass
+    return program in names or (len(program) > 15 and program[:15] in names)
 
 
 def stop_recorded(state, timeout: float = 10.0) -> list[str]:

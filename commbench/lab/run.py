@@ -13,9 +13,10 @@ import subprocess
 import sys
 import time
 
+from commbench.core import launch
 from commbench.lab import nsexec
 from commbench.core.errors import BadInput
-from commbench.core.signals import Terminated, sigterm_raises
+from commbench.core.signals import Terminated, ignore_signals_until_exit, stop_once, stopping
 from commbench.lab.state import NS_IFACE, STATE_DIR, LabState
 
 LAB_PORT = 29400
@@ -43,7 +44,13 @@ def exec_on(state: LabState, node: str, argv: list[str]) -> int:
     return _wait_all([proc])
 
 
+def check_port(port: int) -> None:
+    """`lab run --port`: the rendezvous port on the first host, by the launchers' one rule (1..65535)."""
+    launch.check_port(port, f"--port {port}", f"--port {LAB_PORT}")
+
+
 def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT) -> int:
+    check_port(port)
     if not argv:
         raise BadInput("lab run needs a command after --: e.g. commbench lab run -- commbench sweep")
     procs = []
@@ -67,32 +74,41 @@ def _wait_all(procs: list[subprocess.Popen]) -> int:
     agent would see it) is killed and named; rank 0's code stands, since its rows are complete."""
     killed: list[int] = []
     try:
-        with sigterm_raises():
+        try:
+            stop_once()  # the first Ctrl-C / SIGTERM is forwarded; later ones change nothing
             while any(p.poll() is None for p in procs):
                 if procs[0].poll() is not None:
                     killed = _stop_lingering(procs)
                     break
                 time.sleep(0.05)
+        finally:
+            stopping()
     except (KeyboardInterrupt, Terminated) as exc:
-        sig, code = (signal.SIGINT, 130) if isinstance(exc, KeyboardInterrupt) else (signal.SIGTERM, 143)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the ranks report what they kept; let them
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(sig)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        return code
+        return _forward(procs, exc)
+    finally:
+        ignore_signals_until_exit()  # the run is over: its code stands, whatever arrives now
     codes = [p.returncode for p in procs]
     if any(c < 0 for r, c in enumerate(codes) if r not in killed):
         return 3
     if killed and codes[0] == 0:
         return 3
     return codes[0] if codes[0] != 0 else max(c for r, c in enumerate(codes) if r not in killed)
+
+
+def _forward(procs: list[subprocess.Popen], exc: BaseException) -> int:
+    """Send the signal that stopped `lab run` to every rank still running, let them report what
+    they kept (30 s each at most), and return the signal's exit code."""
+    sig, code = (signal.SIGINT, 130) if isinstance(exc, KeyboardInterrupt) else (signal.SIGTERM, 143)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(sig)
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return code
 
 
 def _stop_lingering(procs: list[subprocess.Popen]) -> list[int]:

@@ -31,7 +31,7 @@ from commbench.core.errors import BadInput, CommbenchError, RuntimeFailure
 
 INSTALL_HINT = "apt-get install slurm-wlm munge"
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "scancel", "squeue")
-DAEMON_NAMES = ("munged", "slurmctld", "slurmd")
+DAEMON_NAMES = labmod.DAEMON_NAMES  # what is ours to stop: only these programs, checked by labprocs.running
 IDLE_TIMEOUT = 60.0
 _TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
              "BOOT_FAIL", "DEADLINE"}
@@ -228,8 +228,7 @@ def up(timeout: float = IDLE_TIMEOUT) -> labmod.LabState:
                        "'commbench lab slurm down' stops it")
     md, sd = munge_dir(), slurm_dir()
     for d in (md, sd):
-        if d.exists():
-            shutil.rmtree(d)  # a leftover of a crashed run of this lab: the folder is ours by name
+        labmod.remove_path(str(d))  # a leftover of a crashed run of this lab: inside STATE_DIR, ours by name
         if str(d) not in state.files:
             state.files.append(str(d))
     labmod.save_state(state)
@@ -286,8 +285,8 @@ def cancel_jobs(state: labmod.LabState, timeout: float = 15.0) -> None:
     """Cancel every job of the lab's Slurm and wait (bounded) until the queue is empty, so that no
     job step outlives its slurmd."""
     ctld = next((d for d in state.daemons if d["name"] == "slurmctld"), None)
-    if ctld is None or labprocs.running(ctld) is None:
-        return
+    if ctld is None or not state.nodes or labprocs.running(ctld) is None:
+        return  # no controller of ours (or no host to ask it from)
     try:
         _cancel_all(state, timeout)
     except (CommbenchError, OSError, subprocess.SubprocessError):
@@ -323,8 +322,7 @@ def down(state: labmod.LabState | None = None) -> list[str]:
     state = state or labmod.require_state()
     stopped = _stop_daemons(state)
     for d in (slurm_dir(), munge_dir()):
-        if d.exists():
-            shutil.rmtree(d, ignore_errors=True)
+        labmod.remove_path(str(d))  # inside STATE_DIR only (a link there is removed, not followed)
         if str(d) in state.files:
             state.files.remove(str(d))
     labmod.save_state(state)

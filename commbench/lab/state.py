@@ -1,20 +1,34 @@
 """The lab's state: which hosts exist, what `up` created (recorded before each creation), the
-daemons it started; one JSON file per lab under STATE_DIR, written atomically."""
+daemons it started; one JSON file per lab under STATE_DIR, written atomically.
+
+The file is checked whenever it is read: JSON, the fields and types LabState and LabNode hold, and
+names this lab makes (`<prefix>node<N>` namespaces, `<prefix>veth<N>` links, the `<prefix>br0`
+bridge, munged/slurmctld/slurmd daemons, files inside STATE_DIR). A damaged file is refused with one
+line; `lab down` reads it with `load_for_down`, which drops every entry that is not the lab's own
+(and says so), so a hand-edited or foreign file never makes it delete anything else.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
+import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from commbench.core.errors import BadInput
+from commbench.core.errors import BadInput, RuntimeFailure
 
 # One lab per (prefix, state folder); tests run their own labs side by side with other prefixes.
 PREFIX = os.environ.get("COMMBENCH_LAB_PREFIX", "cb")
-STATE_DIR = Path(os.environ.get("COMMBENCH_LAB_DIR", f"/run/commbench-lab-{PREFIX}"))
+STATE_DIR = Path(os.path.abspath(os.environ.get("COMMBENCH_LAB_DIR", f"/run/commbench-lab-{PREFIX}")))
 BRIDGE = f"{PREFIX}br0"
 NS_IFACE = "eth0"
+RESOURCE_KINDS = ("bridge", "netns", "link")  # what `up` creates, in creation order per host
+DAEMON_NAMES = ("munged", "slurmctld", "slurmd")  # the programs `lab slurm up` starts
+STATE_MAX_BYTES = 1 << 20  # a 64-host lab with Slurm writes about 40 KB
 
 
 @dataclass
@@ -49,20 +63,240 @@ def state_path() -> Path:
     return STATE_DIR / "state.json"
 
 
-def load_state() -> LabState | None:
+# ---------------------------------------------------------------------------------------------
+# What is the lab's own
+# ---------------------------------------------------------------------------------------------
+
+
+def owns_resource(kind: object, name: object) -> bool:
+    """A network object this lab makes: its bridge, `<prefix>node<N>` namespaces, `<prefix>veth<N>` links."""
+    if not isinstance(name, str):
+        return False
+    if kind == "bridge":
+        return name == BRIDGE
+    if kind == "netns":
+        return re.fullmatch(rf"{re.escape(PREFIX)}node[1-9][0-9]*", name) is not None
+    if kind == "link":
+        return re.fullmatch(rf"{re.escape(PREFIX)}veth[1-9][0-9]*", name) is not None
+    return False
+
+
+def owns_daemon(entry: object) -> bool:
+    """A daemon entry `lab slurm up` writes: munged, slurmctld or `slurmd <host>`, a real pid."""
+    if not isinstance(entry, dict):
+        return False
+    words = entry.get("name").split(" ") if isinstance(entry.get("name"), str) else []
+    pid = entry.get("pid")
+    if not words or words[0] not in DAEMON_NAMES or not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    host_ok = len(words) == 1 if words[0] != "slurmd" else len(words) == 2 and owns_resource("netns", words[1])
+    return host_ok and pid > 1 and pid != os.getpid()
+
+
+def _root() -> str:
+    return os.path.abspath(str(STATE_DIR))
+
+
+def owns_path(path: object) -> bool:
+    """STATE_DIR itself or a path inside it, also once symbolic links in its folders are followed."""
+    if not isinstance(path, str) or not path or "\0" in path or not os.path.isabs(path):
+        return False
+    root, p = _root(), os.path.normpath(path)
+    if p == root:
+        return True
+    if not p.startswith(root.rstrip(os.sep) + os.sep):
+        return False
+    real_root, real_parent = os.path.realpath(root), os.path.realpath(os.path.dirname(p))
+    return real_parent == real_root or real_parent.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def remove_path(path: str) -> bool:
+    """Remove a file or folder the lab made (a link itself, never what it points at); refuse, and
+    remove nothing, for any path that is not owns_path's. True if it was the lab's."""
+    if not owns_path(path):
+        return False
+    try:
+        if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot remove {path}: {exc.strerror}") from None
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and writing the file
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_dir() -> None:
+    """STATE_DIR must be a folder (or not exist yet, under folders) and not a system or home folder."""
+    for p in (STATE_DIR, *STATE_DIR.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                raise BadInput(f"the lab state folder {STATE_DIR} is under a file, not a folder ({p}): move {p} "
+                               f"away, or point COMMBENCH_LAB_DIR at a folder of the lab's own"
+                               if p != STATE_DIR else f"the lab state folder {STATE_DIR} is a file, not a folder: "
+                               f"move it away, or point COMMBENCH_LAB_DIR at a folder of the lab's own")
+            break
+    real = Path(os.path.realpath(_root()))
+    try:
+        home = Path(os.path.realpath(Path.home()))
+    except (RuntimeError, KeyError):
+        home = None
+    if len(real.parts) < 3 or real == home:
+        raise BadInput(f"COMMBENCH_LAB_DIR={STATE_DIR} is a system or home folder, not one of the lab's own "
+                       f"(lab down removes the folder it made): use e.g. /run/commbench-lab-{PREFIX}")
+
+
+def _damaged(why: str) -> BadInput:
     path = state_path()
-    if not path.exists():
+    return BadInput(f"the lab state file {path} is damaged ({why}): remove the lab's namespaces and links by hand "
+                    f"(ip netns list; ip link show: names starting with {PREFIX}) and delete {path}")
+
+
+_TYPE_WORDS = {str: "text", int: "a whole number", bool: "true or false", list: "a list",
+               (int, type(None)): "a whole number or null"}
+
+
+def _typed(value: object, kind: type | tuple) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        return False  # JSON true is not an MTU
+    return isinstance(value, kinds)
+
+
+def _check_fields(raw: object, types: dict[str, type | tuple], required: set[str], what: str) -> dict:
+    if not isinstance(raw, dict):
+        raise _damaged(f"{what} is not an object")
+    unknown = sorted(set(raw) - set(types))
+    if unknown:
+        raise _damaged(f"{what} has an unknown field {unknown[0][:40]!r}")
+    missing = sorted(required - set(raw))
+    if missing:
+        raise _damaged(f"{what} has no {missing[0]!r}")
+    for name, kind in types.items():
+        if name in raw and not _typed(raw[name], kind):
+            raise _damaged(f"{what}'s {name!r} is not {_TYPE_WORDS.get(kind, 'of the right type')}")
+    return raw
+
+
+_NODE_TYPES = {"name": str, "addr": str, "port": str, "mtu": int, "rate": str, "queue": (int, type(None)),
+               "frames": bool}
+_STATE_TYPES = {"subnet": str, "bridge": str, "nodes": list, "created": list, "daemons": list, "files": list}
+
+
+def _parse(raw: object) -> LabState:
+    """The file's JSON as a LabState, or a BadInput naming what is wrong (types and shape only)."""
+    _check_fields(raw, _STATE_TYPES, {"subnet", "bridge"}, "the file")
+    try:
+        ipaddress.ip_network(raw["subnet"])
+    except ValueError:
+        raise _damaged(f"subnet {raw['subnet'][:40]!r} is not a network") from None
+    nodes = []
+    for i, n in enumerate(raw.get("nodes", [])):
+        _check_fields(n, _NODE_TYPES, {"name", "addr", "port", "mtu", "rate"}, f"host {i + 1}")
+        try:
+            ipaddress.ip_address(n["addr"])
+        except ValueError:
+            raise _damaged(f"host {i + 1}'s address {n['addr'][:40]!r} is not an IP address") from None
+        nodes.append(LabNode(**n))
+    for item in raw.get("created", []):
+        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise _damaged("an entry of 'created' is not a [kind, name] pair")
+    for d in raw.get("daemons", []):
+        if not (isinstance(d, dict) and isinstance(d.get("name"), str) and _typed(d.get("pid"), int)
+                and _typed(d.get("start"), (int, float))):
+            raise _damaged("an entry of 'daemons' is not {name, pid, start}")
+    if not all(isinstance(f, str) for f in raw.get("files", [])):
+        raise _damaged("an entry of 'files' is not a path")
+    return LabState(**{**raw, "nodes": nodes})
+
+
+def _read() -> LabState | None:
+    _check_dir()
+    path = state_path()
+    if not path.exists() and not path.is_symlink():
         return None
-    raw = json.loads(path.read_text())
-    raw["nodes"] = [LabNode(**n) for n in raw["nodes"]]
-    return LabState(**raw)
+    try:
+        if path.stat().st_size > STATE_MAX_BYTES:
+            raise _damaged(f"{path.stat().st_size} bytes, more than a lab's state ever holds")
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise BadInput(f"the lab state file {path} is a folder, not a file: remove it (rm -r {path}) if no "
+                       f"lab is up, or point COMMBENCH_LAB_DIR elsewhere") from None
+    except UnicodeDecodeError:
+        raise _damaged("not UTF-8 text") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read the lab state file {path}: {exc.strerror}: fix its permissions or "
+                       f"delete it") from None
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError):
+        raise _damaged("not JSON: cut short or edited") from None
+    return _parse(raw)
+
+
+def foreign_entries(state: LabState) -> list[str]:
+    """Every entry of `state` that names something this lab does not make, as text."""
+    out = [f"bridge {state.bridge!r}"] if state.bridge != BRIDGE else []
+    out += [f"host {n.name!r}" for n in state.nodes if not owns_resource("netns", n.name)]
+    out += [f"link {n.port!r}" for n in state.nodes if not owns_resource("link", n.port)]
+    out += [f"{kind if kind in RESOURCE_KINDS else 'object'} {name!r}" for kind, name in state.created
+            if not owns_resource(kind, name)]
+    out += [f"process {str(d.get('name'))[:40]!r} (pid {d.get('pid')})" for d in state.daemons if not owns_daemon(d)]
+    out += [f"file {f[:200]!r}" for f in state.files if not owns_path(f)]
+    return out
+
+
+def load_state() -> LabState | None:
+    """The lab's state, checked; None if no lab is up. Damaged, or naming what is not the lab's:
+    BadInput, one line."""
+    state = _read()
+    if state is None:
+        return None
+    foreign = foreign_entries(state)
+    if foreign:
+        raise BadInput(f"the lab state file {state_path()} lists {foreign[0]}, which this lab ({PREFIX}) does not "
+                       f"make: 'commbench lab down' removes only the lab's own namespaces, links, daemons and "
+                       f"files and skips the rest")
+    return state
+
+
+def load_for_down() -> tuple[LabState | None, list[str]]:
+    """The state with only the lab's own entries, and what was left out (for `lab down`)."""
+    state = _read()
+    if state is None:
+        return None, []
+    skipped = foreign_entries(state)
+    state.nodes = [n for n in state.nodes if owns_resource("netns", n.name) and owns_resource("link", n.port)]
+    state.created = [[k, n] for k, n in state.created if owns_resource(k, n)]
+    state.daemons = [d for d in state.daemons if owns_daemon(d)]
+    state.files = [f for f in state.files if owns_path(f)]
+    return state, skipped
+
+
+def report_skipped(skipped: list[str]) -> None:
+    """One line on stderr naming what `lab down` left alone because it was not the lab's."""
+    if skipped:
+        more = f" and {len(skipped) - 12} more" if len(skipped) > 12 else ""
+        print(f"commbench: lab down left {len(skipped)} entries of {state_path()} alone, not made by this lab "
+              f"({PREFIX}): {', '.join(skipped[:12])}{more}; remove them by hand if they are yours",
+              file=sys.stderr, flush=True)
 
 
 def save_state(state: LabState) -> None:
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = state_path().with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2))
-    os.replace(tmp, state_path())
+    _check_dir()
+    try:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = state_path().with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        os.replace(tmp, state_path())
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot write the lab state file {state_path()}: {exc.strerror}") from None
 
 
 def require_root() -> None:

@@ -15,11 +15,12 @@ import json
 import os
 import sys
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from commbench.net import counters, doctorwire, netinfo, wiresource
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput, RuntimeFailure
+from commbench.core.safetext import escaped, escaped_tree
 
 ROCE_OVERHEAD = 96  # iboe_get_mtu(): GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4
 IB_MTUS = (4096, 2048, 1024, 512, 256)
@@ -407,14 +408,29 @@ def report_json(hosts: list[dict], findings: list[Finding]) -> str:
                        "findings": [asdict(f) for f in findings]}, indent=2, default=str)
 
 
+def safe_for_terminal(hosts: list[dict], findings: list[Finding]) -> tuple[list[dict], list[Finding]]:
+    """Every string that came from the environment, sysfs or a recorded tree (variable values,
+    interface names, tool output), and every message quoting one, with its control characters
+    shown as escapes (core/safetext.py): an escape sequence in NCCL_SOCKET_IFNAME must not reach
+    the terminal. The JSON report needs none of this: json.dumps escapes them itself."""
+    safe = [replace(f, check=escaped(f.check), host=escaped(f.host), message=escaped(f.message),
+                    hint=escaped(f.hint)) for f in findings]
+    return escaped_tree(hosts), safe
+
+
 def report_human(hosts: list[dict], findings: list[Finding], file=None) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    hosts, findings = safe_for_terminal(hosts, findings)
     file = file or sys.stdout
-    console = Console(file=file, width=max(120, Console(file=file).width), highlight=False, soft_wrap=True)
+    # markup and emoji off: '[red]' or ':x:' in a value is text, never a style or a glyph
+    console = Console(file=file, width=max(120, Console(file=file).width), highlight=False, soft_wrap=True,
+                      markup=False, emoji=False)
     for h in hosts:
-        console.print(f"[bold]{h['host']}[/bold]  ({h['source']}; NCCL {h.get('nccl_version') or 'not found'})")
+        console.print(Text.assemble((h["host"], "bold"),
+                                    f"  ({h['source']}; NCCL {h.get('nccl_version') or 'not found'})"))
         t = Table("interface", "state", "MTU", "speed", "driver", "addresses", box=None, pad_edge=False)
         for i in h["interfaces"]:
             t.add_row(i["name"], i.get("state") or "?", str(i.get("mtu") or "?"),

@@ -27,15 +27,16 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from commbench.core.pump import capture
 from commbench.net.envinfo import ARPHRD, env_snapshot
 
 SYSFS = Path("/sys")
 COMMAND_TIMEOUT = 10.0
+COMMAND_OUTPUT_CAP = 8 * 1024 * 1024  # ibv_devinfo -v of many ports is under 1 MiB
 
 # ---------------------------------------------------------------------------------------------
 # NCCL's list syntax: NCCL_SOCKET_IFNAME, NCCL_IB_HCA
@@ -549,15 +550,12 @@ Runner = Callable[[list[str], float], "str | None"]
 
 
 def run_command(argv: list[str], timeout: float = COMMAND_TIMEOUT) -> str | None:
-    """stdout of `argv` (no shell), or None when it is not installed, fails or times out."""
+    """stdout of `argv` (no shell, on core/pump.py), or None when it is not installed, fails, times
+    out or prints more than COMMAND_OUTPUT_CAP (stopped there: no fact comes from a cut output)."""
     if shutil.which(argv[0]) is None:
         return None
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
+    got = capture(argv, timeout=timeout, limit=COMMAND_OUTPUT_CAP)
+    return got.text if got is not None and got.ok else None
 
 
 def _recorded_command(root: Path, name: str) -> str | None:
@@ -596,7 +594,8 @@ def nccl_version() -> str | None:
 
 
 def nccl_env(environ: dict | None = None) -> dict[str, str]:
-    """The NCCL_* / GLOO_* part of the allow-listed environment snapshot."""
+    """The NCCL_* / GLOO_* part of the environment snapshot (envinfo.env_snapshot, the one filter:
+    values of known settings only, other names as '<not recorded>', credential-like names never)."""
     return {k: v for k, v in env_snapshot(environ).items() if k.startswith(("NCCL_", "GLOO_"))}
 
 

@@ -66,7 +66,7 @@ def _int_files(folder: Path, source: str) -> dict[str, int]:
     if not folder.is_dir():
         return values
     for f in folder.iterdir():
-        if ct.lookup(source, f.name) is None:
+        if ct.lookup(source, f.name) is None or not f.is_file():  # a FIFO in a recorded tree would block
             continue
         try:
             values[f.name] = int(f.read_text().split()[0])
@@ -176,9 +176,9 @@ def recorded_reading(root: Path) -> Reading:
     commands = root / "commands"
     for f in sorted(commands.glob("perfquery_*.txt")):
         m = re.fullmatch(r"perfquery_(.+)_(\d+)\.txt", f.name)
-        if m:
+        if m and f.is_file():
             out[(ct.PERFQUERY, f"{m.group(1)}/{m.group(2)}")] = ct.kept(ct.PERFQUERY, parse_perfquery(f.read_text()))
-    for f in sorted(commands.glob("ethtool_-S_*.txt")):
+    for f in sorted(p for p in commands.glob("ethtool_-S_*.txt") if p.is_file()):
         out[(ct.ETHTOOL, f.name[len("ethtool_-S_"):-4])] = ct.kept(ct.ETHTOOL, parse_ethtool(f.read_text()))
     snmp = root / "proc" / "net" / "snmp"
     if snmp.is_file():

@@ -15,7 +15,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-import psutil
 import torch
 import torch.distributed as dist
 
@@ -24,6 +23,7 @@ from commbench.core.vocab import ALIGN, check_backend_support
 from commbench.harness.collectives import BY_NAME, CallArgs, reduce_scatter_flat
 from commbench.harness.data import check_bytes, count_mismatches, input_pattern, reducer
 from commbench.harness.dtypes import get_dtype, torch_op
+from commbench.harness.memory import check_need
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
@@ -62,15 +62,24 @@ class BucketLayout:
             yield start, min(start + self.bucket, self.total)
 
 
-def layout_for(plan: BucketPlan, bucket_elems: int, world: int) -> BucketLayout:
-    """reduce_scatter needs every bucket to split evenly over the ranks: sizes are rounded down
-    to a multiple of ALIGN x world elements, as nccl-tests rounds its reduce_scatter."""
+MAX_BUCKETS = 100_000  # per step: each bucket is a view and a collective of its own
+
+
+def _cut(plan: BucketPlan, bucket_elems: int, world: int) -> tuple[int, int]:
+    """(elements reduced, elements per bucket). reduce_scatter needs every bucket to split evenly
+    over the ranks: sizes are rounded down to a multiple of ALIGN x world elements, as nccl-tests
+    rounds its reduce_scatter."""
     itemsize = get_dtype(plan.dtype).itemsize
     total = plan.grad_bytes // itemsize
-    bucket = min(bucket_elems, total)
+    bucket = max(1, min(bucket_elems, total))
     if plan.op == "reduce_scatter":
         unit = ALIGN * world
         total, bucket = (total // unit) * unit, max(unit, (bucket // unit) * unit)
+    return total, bucket
+
+
+def layout_for(plan: BucketPlan, bucket_elems: int, world: int) -> BucketLayout:
+    total, bucket = _cut(plan, bucket_elems, world)
     return BucketLayout(total, bucket, tuple(range(0, total, bucket)))
 
 
@@ -88,6 +97,12 @@ class BucketWorkload:
         return out
 
     def validate(self, world: int) -> None:
+        for elems in self.plan.bucket_elems:  # counted before any layout is built
+            total, bucket = _cut(self.plan, elems, world)
+            if -(-total // bucket) > MAX_BUCKETS:
+                raise BadInput(f"{format_size(self.plan.grad_bytes)} of gradients in buckets of {elems:,} elements is "
+                               f"{-(-total // bucket):,} buckets per step; the most is {MAX_BUCKETS:,}: raise "
+                               "--bucket-size or lower --grad-bytes (or --params)")
         if not self.layouts(world):
             unit = get_dtype(self.plan.dtype).itemsize * (ALIGN * world if self.plan.op == "reduce_scatter" else 1)
             raise BadInput(f"--grad-bytes {self.plan.grad_bytes} holds no whole bucket on {world} ranks: "
@@ -97,14 +112,8 @@ class BucketWorkload:
         check_backend_support(backend, get_dtype(self.plan.dtype), "sum")
         need = self.plan.grad_bytes * (2 if self.plan.op == "reduce_scatter" else 1)
         need += check_bytes(self.plan.grad_bytes // get_dtype(self.plan.dtype).itemsize) if self.plan.check else 0
-        if device.type == "cuda":
-            have, ranks = torch.cuda.mem_get_info(device)[0], 1
-        else:
-            have, ranks = psutil.virtual_memory().available, env.local_world_size
-        if need * ranks > 0.9 * have:
-            raise BadInput(f"reducing {format_size(self.plan.grad_bytes)} of gradients needs about "
-                           f"{format_size(need * ranks)} here but {format_size(have)} is free: lower --grad-bytes "
-                           "(or --params)" + (" or use --no-check" if self.plan.check else ""))
+        check_need(need, env.local_world_size, device, f"reducing {format_size(self.plan.grad_bytes)} of gradients",
+                   "lower --grad-bytes (or --params)" + (" or use --no-check" if self.plan.check else ""))
 
     def total_points(self, world: int) -> int:
         return len(self.layouts(world))

@@ -29,13 +29,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-import psutil
 import torch
 import torch.distributed as dist
 
 from commbench.core.vocab import ALIGN, check_backend_support, volume_factor
 from commbench.harness.dtypes import get_dtype
 from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
+from commbench.harness.memory import check_need
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
@@ -47,6 +47,14 @@ from commbench.core.units import format_size
 MODELS = {"gpt2-125m": (12, 768, 50257), "1.3b": (24, 2048, 50257), "7b": (32, 4096, 32000)}
 PAPER_VOLUME = {0: 2, 1: 2, 2: 2, 3: 3}  # x P per rank per micro-batch (ZeRO paper, section 7)
 DEFAULT_CPU_STEP_BYTES = 32 << 20  # --scale auto on CPU: the scaled model holds this many bytes
+
+
+MAX_STEP_COLLECTIVES = 100_000  # one step's collectives, each with buffers of its own
+
+
+def param_count(layers: int, hidden: int, vocab: int) -> int:
+    """sum(module_sizes(...)), without building the list (any shape answers at once)."""
+    return 2 * vocab * hidden + layers * (12 * hidden * hidden + 11 * hidden)
 
 
 def module_sizes(layers: int, hidden: int, vocab: int) -> list[int]:
@@ -103,6 +111,26 @@ def step_schedule(stage: int, modules: list[int], reduce_bucket: int, prefetch_b
     raise BadInput(f"ZeRO stage {stage} does not exist: use 0, 1, 2 or 3")
 
 
+def step_collectives(stage: int, layers: int, params: int, reduce_bucket: int, micro_batches: int = 1) -> int:
+    """How many collectives step_schedule issues (stage 3: at most one gather per module each
+    way), counted arithmetically, so that a shape or bucket that would make billions is refused
+    before any list is built."""
+    g = max(1, micro_batches)
+    chunks = -(-params // max(1, reduce_bucket))
+    if stage == 0:
+        return -(-params // STAGE0_BUCKET)
+    if stage in (1, 2):
+        return chunks * (g if stage == 2 else 1) + 1
+    return g * (2 * (5 * layers + 2) + chunks)
+
+
+def engine_bytes_per_rank(layers: int, hidden: int, vocab: int, stages: list[int]) -> int:
+    """At least what one rank of the real DeepSpeed engine holds: the fp32 model as built (4 B per
+    parameter) at every stage; at stage 0 the 16-bit weights and gradients, the fp32 master copy
+    and Adam's two moments, none of them partitioned (16 B per parameter)."""
+    return param_count(layers, hidden, vocab) * (16 if 0 in stages else 4)
+
+
 def scaled(schedule: list[Comm], scale: float, world: int) -> list[Comm]:
     """Every message times `scale`, rounded to a whole chunk per rank (ALIGN x world elements)."""
     unit = ALIGN * world
@@ -147,6 +175,18 @@ class ZeroWorkload:
     def validate(self, world: int) -> None:
         if world < 2:
             raise BadInput("a ZeRO schedule needs at least 2 ranks: raise --nproc")
+        p = self.plan
+        params = param_count(p.layers, p.hidden, p.vocab)
+        for stage in p.stages:
+            for bucket in self.buckets():
+                n = step_collectives(stage, p.layers, params, bucket, p.micro_batches)
+                if n > MAX_STEP_COLLECTIVES:
+                    fix = ("a smaller shape (--model, --layers/--hidden/--vocab)" if stage == 0 else
+                           "a larger --bucket-size (or reduce_bucket_size in --ds-config), fewer "
+                           "gradient_accumulation_steps, or a smaller shape")
+                    raise BadInput(f"ZeRO-{stage} of {p.model} ({params:.3g} parameters) with buckets of {bucket:.3g} "
+                                   f"elements is {n:,} collectives per step; the most is {MAX_STEP_COLLECTIVES:,}: "
+                                   f"use {fix}")
 
     def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
         check_backend_support(backend, get_dtype(self.plan.dtype), "sum")
@@ -154,11 +194,7 @@ class ZeroWorkload:
         # every collective of a step has its own buffers (message + one rank's part)
         need = max(sum(c.numel for c in self.schedule(s, env.world_size, b))
                    for s in self.plan.stages for b in self.buckets()) * itemsize * 1.5
-        have = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else psutil.virtual_memory().available
-        ranks = 1 if device.type == "cuda" else env.local_world_size
-        if need * ranks > 0.9 * have:
-            raise BadInput(f"the buffers of one step need about {format_size(need * ranks)} here "
-                           f"but {format_size(have)} is free: lower --scale")
+        check_need(int(need), env.local_world_size, device, "one step's buffers", "lower --scale")
 
     def total_points(self, world: int) -> int:
         return len(self.plan.stages) * len(self.buckets())

@@ -33,7 +33,7 @@ SECRETS = {
     "DB_PASSWORD": f"dbSECRET{TOKEN}",
     "NCCL_IB_SECRET_TOKEN": f"ncclSECRET{TOKEN}",  # under an allowed prefix: still a secret
 }
-PROBE = ("NCCL_COMMBENCH_PROBE", f"kept{TOKEN}")  # an allowed name: it must be recorded
+PROBE = ("NCCL_DEBUG_SUBSYS", f"kept{TOKEN}")  # a known NCCL setting: its value must be recorded
 
 
 def listening(pids: set[int]) -> set[int]:

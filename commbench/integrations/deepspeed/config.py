@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from commbench.core.errors import BadInput
-from commbench.core.inputs import InputMessages, read_text
+from commbench.core.inputs import MAX_DS_CONFIG_BYTES, InputMessages, read_text
 
 # DeepSpeed 0.19.8 defaults (runtime/zero/config.py DeepSpeedZeroConfig).
 DEFAULT_REDUCE_BUCKET_SIZE = 500_000_000        # reduce_bucket_size: Field(pp_int(5e8), gt=0)
@@ -90,7 +90,11 @@ _CONFIG_FILE = InputMessages(
     missing="DeepSpeed config {name} does not exist: give the path of your ds_config.json",
     folder="DeepSpeed config {name} is a directory: give the path of a ds_config.json file",
     unreadable="DeepSpeed config {name} cannot be read ({error}): check the path and its permissions",
-    not_text="DeepSpeed config {name} is not UTF-8 text (byte {byte}): save it as UTF-8 JSON")
+    not_text="DeepSpeed config {name} is not UTF-8 text (byte {byte}): save it as UTF-8 JSON",
+    kind="a ds_config", limit=MAX_DS_CONFIG_BYTES,
+    not_regular="DeepSpeed config {name} is {what}, not a regular file: give the path of a ds_config.json file",
+    too_big="DeepSpeed config {name} is larger than {limit}, the most commbench reads as {kind}: "
+            "give the path of your ds_config.json")
 
 
 def load(path: str | Path) -> DsConfig:

@@ -12,13 +12,16 @@ leaves no partial results behind.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput
-from commbench.core.inputs import InputMessages, read_bytes
+from commbench.core.inputs import (MAX_NCCL_TESTS_JSON_VALUES, MAX_NCCL_TESTS_LOG_BYTES, MAX_NCCL_TESTS_LOG_ROWS,
+                                   InputMessages, read_bytes)
 from commbench.integrations.nccl_tests.format import STAMP, collective_from_filename, local_time, where
 from commbench.integrations.nccl_tests.json_doc import json_env, json_started_at, parse_json_document
 from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, base_columns, describe
@@ -32,16 +35,47 @@ def _decode(data: bytes, source: str) -> str:
         line = data.count(b"\n", 0, nul) + 1
         raise BadInput(f"{where(source, line)}: binary data (NUL byte): not an nccl-tests log")
     text = data.decode("utf-8", errors="replace")
-    bad = [i for i, ch in enumerate(text) if ch == "\ufffd" or (ord(ch) < 32 and ch not in "\t\n\r\f\x1b")]
-    if bad and len(bad) > max(8, len(text) // 100):
-        line = text.count("\n", 0, bad[0]) + 1
+    # Counted per character kind (str.count, no list of positions: 64 MiB of junk is 30 M of them).
+    bad = sum(text.count(ch) for ch in _NOT_TEXT_CHARS)
+    if bad and bad > max(8, len(text) // 100):
+        line = text.count("\n", 0, _NOT_TEXT.search(text).start()) + 1
         raise BadInput(f"{where(source, line)}: binary data "
-                       f"({len(bad)} bytes that are not text): not an nccl-tests log")
+                       f"({bad} bytes that are not text): not an nccl-tests log")
     return text
 
 
+# Decoding errors and control characters other than tab, newline, carriage return, form feed and escape.
+_NOT_TEXT_CHARS = "\ufffd" + "".join(chr(c) for c in range(32) if chr(c) not in "\t\n\r\f\x1b")
+_NOT_TEXT = re.compile("[" + re.escape(_NOT_TEXT_CHARS) + "]")
+
+
+# A line that could be a result row (size, count, type first; after any mpirun/srun prefix), or a
+# result of a -J document: counted before parsing, so that a log cannot become millions of rows.
+# Possessive: each run of digits is scanned once (a line of a million digits must not backtrack).
+_ROW_LIKE = re.compile(r"(?:^|(?<=[\s:>]))[0-9]++[ \t]++[0-9]++[ \t]++[A-Za-z_]", re.MULTILINE | re.ASCII)
+_JSON_RESULT = re.compile(r'"size"\s*+:', re.ASCII)
+
+
+def _check_rows(text: str, source: str, is_json: bool) -> None:
+    """What the log would become, bounded before it is parsed: its result rows and, for a -J
+    document, the values json.loads would build (core/inputs.py holds the limits)."""
+    if is_json and sum(text.count(ch) for ch in ",{[") > MAX_NCCL_TESTS_JSON_VALUES:
+        raise BadInput(f"{source}: more than {MAX_NCCL_TESTS_JSON_VALUES} JSON values, the most commbench reads "
+                       "from one nccl-tests -J document: import one document per nccl-tests run")
+    found = (_JSON_RESULT if is_json else _ROW_LIKE).finditer(text)
+    rows = sum(1 for _ in itertools.islice(found, MAX_NCCL_TESTS_LOG_ROWS + 1))
+    if rows > MAX_NCCL_TESTS_LOG_ROWS:
+        raise BadInput(f"{source}: more than {MAX_NCCL_TESTS_LOG_ROWS} result rows, the most commbench imports "
+                       "from one nccl-tests log: import one log per nccl-tests run")
+
+
 _LOG_FILE = InputMessages(missing="{name} does not exist: pass an nccl-tests log file",
-                          folder="{name} is a folder: pass nccl-tests log files", unreadable="cannot read {name}: {error}")
+                          folder="{name} is a folder: pass nccl-tests log files", unreadable="cannot read {name}: {error}",
+                          kind="an nccl-tests log", limit=MAX_NCCL_TESTS_LOG_BYTES,
+                          not_regular="{name} is {what}, not a regular file: save the nccl-tests output to a file "
+                                      "first (e.g. all_reduce_perf ... > all_reduce.log) and import that",
+                          too_big="{name} is larger than {limit}, the most commbench reads as {kind}: "
+                                  "import one log per nccl-tests run")
 
 
 def parse_file(path: str | os.PathLike, run_id: str, label: str = "", collective: str | None = None) -> Parsed:
@@ -50,6 +84,7 @@ def parse_file(path: str | os.PathLike, run_id: str, label: str = "", collective
     source = str(path)
     text = _decode(read_bytes(p, _LOG_FILE), source)
     is_json = text.lstrip().startswith("{")
+    _check_rows(text, source, is_json)
     try:
         mtime = dt.datetime.fromtimestamp(p.stat().st_mtime, dt.timezone.utc)
     except (OSError, OverflowError, ValueError):

@@ -8,10 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
-import queue
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,7 +20,7 @@ from commbench.core.signals import Terminated, sigterm_raises
 from commbench.integrations.nccl_tests.format import (canonical, collective_from_filename, collective_from_program,
                                                       fail_collective)
 from commbench.integrations.nccl_tests.json_doc import parse_json_document
-from commbench.integrations.nccl_tests.process import Streamed, kill_group, supports_json
+from commbench.integrations.nccl_tests.process import Streamed, supports_json
 from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, base_columns, describe
 from commbench.integrations.nccl_tests.text import TextParser
 
@@ -65,7 +63,17 @@ def run_binary(binary: str, args: list[str], *, launcher: str = "none", np_: int
     path, collective, hint = _check_usage(binary, args, launcher, np_, launcher_args, timeout, collective)
     args = list(args)
     json_path = _user_json_path(args)
-    ask_json = json_path is None and use_json and supports_json(path)
+    deadline = time.monotonic() + timeout if timeout else None  # the -h probe counts too
+    try:
+        with sigterm_raises():  # the probe's process group is killed on the way out
+            ask_json = json_path is None and use_json and supports_json(path, deadline)
+    except Terminated:
+        say(f"interrupted while asking {os.path.basename(path)} -h for its options; nothing was written")
+        return EXIT_SIGTERM
+    if deadline is not None and time.monotonic() >= deadline:
+        say(f"{os.path.basename(path)} timed out after {timeout:g} s answering -h (asked for its options): "
+            "its process group was killed; nothing was run or written")
+        return EXIT_RUNTIME
 
     run_id = make_run_id()
     target = resolve_out(out, run_id)
@@ -89,8 +97,8 @@ def run_binary(binary: str, args: list[str], *, launcher: str = "none", np_: int
         log = None
 
     say(f"running {' '.join(argv)} -> {target}")
-    feed = _Feed(Streamed(argv, log), parser, writer, echo, say)
-    feed.follow(time.monotonic() + timeout if timeout else None)
+    feed = _Feed(Streamed(argv, log, deadline, echo), parser, writer, say)
+    feed.follow()
     feed.feed_pending()
 
     parsed = parser.close(strict=False)
@@ -126,95 +134,70 @@ def _check_usage(binary: str, args: list[str], launcher: str, np_: int | None, l
 
 class _Feed:
     """The binary's stdout into the parser and the writer as it comes, until it ends, the deadline
-    passes or Ctrl-C / SIGTERM stop it; then its process group is stopped and nothing is left."""
+    passes (however much it prints) or Ctrl-C / SIGTERM stop it; then its process group is
+    stopped and nothing is left."""
 
-    def __init__(self, live: Streamed, parser: TextParser, writer, echo: Callable[[str], None],
-                 say: Callable[[str], None]) -> None:
-        self.live, self.parser, self.writer, self.echo, self.say = live, parser, writer, echo, say
+    WARNINGS = 10  # skipped-line warnings shown; past that one line says more were not
+    LONGEST_PARSED = 8192  # characters: a row is under 1000, and a cut line is no row
+
+    def __init__(self, live: Streamed, parser: TextParser, writer, say: Callable[[str], None]) -> None:
+        self.live, self.parser, self.writer, self.say = live, parser, writer, say
         self.lineno = 0
+        self.warned = 0
         self.pending: str | None = None  # a last line without its newline: parsed after the end
-        self.timed_out = False
         self.interrupted: int | None = None  # the exit code of the signal that stopped the run
 
-    def follow(self, deadline: float | None) -> None:
+    @property
+    def timed_out(self) -> bool:
+        return self.live.child.timed_out
+
+    def follow(self) -> None:
         try:
             with sigterm_raises():
-                self._pump(deadline)
+                for text in self.live.stdout_lines():
+                    self._line(text, warn=True)
+                self.live.child.wait()  # stdout is closed: the end should come now (or by the deadline)
         except KeyboardInterrupt:
             self.interrupted = EXIT_SIGINT
         except Terminated:
             self.interrupted = EXIT_SIGTERM
         finally:
-            self._stop(deadline)
+            self._stop()
 
-    def _text(self, chunk: bytes) -> str:
-        """A line of stdout as the user sees it and the log keeps it."""
-        text = chunk.decode("utf-8", errors="replace")
-        self.echo(text)
-        self.live.to_log(text)
-        return text
+    def _line(self, text: str, warn: bool) -> None:
+        """Parse one line as it arrives, so a hung or failing binary keeps the rows it printed."""
+        if not text.endswith("\n"):
+            self.pending = text
+            return
+        self.lineno += 1
+        if len(text) > self.LONGEST_PARSED:  # neither a row nor an NCCL line: shown and logged only
+            return
+        try:
+            new = self.parser.feed(text, self.lineno)
+        except BadInput as exc:
+            if warn:
+                self._warn(f"warning: {exc} (line skipped)")
+            return
+        if new:
+            self.writer.append(new)
 
-    def _pump(self, deadline: float | None) -> None:
-        """Parse each line as it arrives, so a hung or failing binary keeps the rows it printed."""
-        while True:
-            wait = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
-            try:
-                chunk = self.live.lines.get(timeout=wait)
-            except queue.Empty:
-                if deadline is not None and time.monotonic() >= deadline:
-                    self.timed_out = True
-                    break
-                continue
-            if chunk is None:
-                break
-            text = self._text(chunk)
-            if not text.endswith("\n"):
-                self.pending = text
-                continue
-            self.lineno += 1
-            try:
-                new = self.parser.feed(text, self.lineno)
-            except BadInput as exc:
-                self.say(f"warning: {exc} (line skipped)")
-                continue
-            if new:
-                self.writer.append(new)
+    def _warn(self, message: str) -> None:
+        self.warned += 1
+        if self.warned <= self.WARNINGS:
+            self.say(message)
+        elif self.warned == self.WARNINGS + 1:
+            self.say(f"warning: more than {self.WARNINGS} lines skipped; the rest are not shown")
 
-    def _stop(self, deadline: float | None) -> None:
-        """Wait for the end (or kill the group on a timeout or a signal), then take what was
-        printed before it."""
-        proc = self.live.proc
-        if not self.timed_out and self.interrupted is None:
-            try:  # stdout is closed; the process should end now (or by the deadline)
-                proc.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.timed_out = True
-            except KeyboardInterrupt:
-                self.interrupted = EXIT_SIGINT
-        if self.timed_out or self.interrupted is not None:
-            kill_group(proc, 5.0)
-        kill_group(proc, 0)  # anything the binary left behind in its group
-        self.live.err_done.wait(timeout=5)
-        self._drain()
-        self.live.close_log()
-
-    def _drain(self) -> None:
-        """Whatever was printed before the end; a line that is not a row is dropped quietly."""
-        while True:
-            try:
-                chunk = self.live.lines.get(timeout=0.5)
-            except queue.Empty:
-                break
-            if chunk is None:
-                break
-            text = self._text(chunk)
-            self.lineno += 1
-            try:
-                new = self.parser.feed(text, self.lineno)
-            except BadInput:
-                new = []
-            if new:
-                self.writer.append(new)
+    def _stop(self) -> None:
+        """Kill the group (with a grace on a timeout or a signal; also what the binary left behind
+        after a normal end), then take what was printed before it."""
+        child = self.live.child
+        child.stop(5.0 if self.timed_out or self.interrupted is not None else 0)
+        if child.sigterm_while_stopping and self.interrupted is None:
+            self.interrupted = EXIT_SIGTERM
+        for text in self.live.stdout_lines(drain=True):
+            self._line(text, warn=False)
+        self.live.close()
 
     def feed_pending(self) -> None:
         if self.pending is None:
