@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from commbench.analysis import bandsfile
+from commbench.analysis import bandsfile, tolerance
 from commbench.analysis.compare import BANDWIDTH_BOUND_FRACTION
 from commbench.analysis.frames import check_frame, column, jsonable, md_cell, printable
 from commbench.core import stats
@@ -32,17 +32,13 @@ FORMAT_VERSION = 1
 DEFAULT_LOWER = 0.05
 # --suggest: sizes below this are latency-bound on every fabric we know and too noisy to band.
 DEFAULT_MIN_SIZE = 1 << 20
-# --suggest widens a band to this many robust standard deviations (1.4826 x MAD) of the run's own
-# spread, so that the system that made the run passes its own bands.
-SPREAD_FACTOR = 3.0
-MAD_TO_SIGMA = 1.4826
-MAX_SUGGESTED_LOWER = 0.5
+# --suggest: how wide each band is comes from analysis/tolerance.py (the variability of the median).
 # Workloads whose rows are one collective at one size (nccl-tests' definitions): the only rows a band
 # describes. Buckets and ZeRO rows are whole steps, keyed by more than a size.
 GATED_WORKLOADS = ("sweep", "nccl-tests")
 
 ENTRY_KEYS = ("collective", "size", "ranks", "dtype", "op", "in_place", "nnodes", "workload", "busbw_GBps",
-              "lower", "upper", "expect", "optional", "note")
+              "lower", "upper", "expect", "optional", "note", "basis")
 DEFAULT_KEYS = ("lower", "upper")
 TOP_KEYS = ("version", "system", "defaults", "entries")
 VERDICTS = ("PASS", "FAIL", "SKIP")
@@ -67,6 +63,7 @@ class Entry:
     expect: str = "pass"
     optional: bool = False
     note: str | None = None
+    basis: str | None = None  # where a suggested band's width came from (analysis/tolerance.py)
 
     def describe(self) -> str:
         parts = [self.collective, self.dtype or "any dtype", format_size(self.size_bytes), f"{self.ranks} ranks"]
@@ -311,10 +308,9 @@ def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | N
     optional = raw.get("optional", False)
     if not isinstance(optional, bool):
         raise BadInput(f"{where}: optional {printable(repr(optional))} must be true or false")
-    note = raw.get("note")
-    note = None if note is None else printable(str(note))
+    note, basis = (None if raw.get(k) is None else printable(str(raw[k])) for k in ("note", "basis"))
     common = dict(index=index, collective=coll, size_bytes=size_bytes, ranks=ranks, dtype=dtype, op=op,
-                  in_place=in_place, nnodes=nnodes, workload=workload, note=note)
+                  in_place=in_place, nnodes=nnodes, workload=workload, note=note, basis=basis)
     if expect == "fail":
         given = [k for k in ("busbw_GBps", "lower", "upper", "optional") if k in raw]
         if given:
@@ -350,6 +346,7 @@ class _Rows:
     wrong: list
     time_us: list
     samples: list
+    run_id: list
     ignored: dict  # workload -> rows left out
 
 
@@ -377,7 +374,8 @@ def _rows(frame: pd.DataFrame) -> _Rows:
                  world_size=world, dtype=col("dtype"), op=col("op"),
                  in_place=[None if v is None else bool(v) for v in col("in_place")], nnodes=col("nnodes"),
                  workload=[w if w is not None else "sweep" for w in col("workload")], value=busbw,
-                 wrong=col("wrong"), time_us=col("time_us"), samples=samples, ignored=ignored)
+                 wrong=col("wrong"), time_us=col("time_us"), samples=samples,
+                 run_id=col("run_id") if "run_id" in frame.columns else [None] * len(world), ignored=ignored)
 
 
 def _matching(rows: _Rows, e: Entry) -> list[int]:
@@ -457,23 +455,6 @@ class Suggestion:
     notes: list[str]  # what was left out and why (printed on stderr)
 
 
-def _spread(rows: _Rows, idx: list[int], median: float) -> float:
-    """Relative robust spread of a point: over repetitions, or over one repetition's iterations."""
-    if len(idx) >= 2:
-        values = rows.value[idx]
-    else:
-        i = idx[0]
-        samples, t = rows.samples[i], rows.time_us[i]
-        if samples is None or len(samples) < 2 or not t:
-            return 0.0
-        arr = np.asarray(samples, dtype=float)
-        values = rows.value[i] * t / arr[np.isfinite(arr) & (arr > 0)]
-        if values.size < 2:
-            return 0.0
-    mad = float(np.median(np.abs(values - np.median(values))))
-    return MAD_TO_SIGMA * mad / median
-
-
 def _size_text(n: int) -> str | int:
     for unit, factor in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n % factor == 0:
@@ -481,9 +462,11 @@ def _size_text(n: int) -> str | int:
     return n
 
 
-def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = DEFAULT_LOWER,
-            upper: float | None = None, min_size: int = DEFAULT_MIN_SIZE, system: str | None = None) -> Suggestion:
-    """Bands from a good run: one entry per bandwidth-bound point of at least min_size (docs/GATE.md)."""
+def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = tolerance.DEFAULT_FLOOR,
+            upper: float | None = None, min_size: int = DEFAULT_MIN_SIZE, system: str | None = None,
+            max_band: float = tolerance.DEFAULT_MAX_BAND, allow_wide: bool = False) -> Suggestion:
+    """Bands from good runs: one entry per bandwidth-bound point of at least min_size, each as wide
+    as its median varies (analysis/tolerance.py); `lower` is the floor (docs/GATE.md)."""
     if not 0 <= lower < 1:
         raise BadInput(f"--lower {lower} must be 0 or more and below 1 (a fraction: 0.05 is 5%)")
     if upper is not None and not (math.isfinite(upper) and upper >= 0):
@@ -491,7 +474,22 @@ def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = DEF
     rows = _rows(frame)
     notes = [f"left out {n} rows of workload {w}: bands describe one collective at one size "
              f"({', '.join(GATED_WORKLOADS)})" for w, n in sorted(rows.ignored.items())]
-    entries = _suggested_entries(rows, lower, min_size, notes)
+    wide: list[str] = []
+    limit = tolerance.MAX_ALLOWED_BAND if allow_wide else max_band
+    entries = _suggested_entries(rows, Widths(lower, max_band, limit, wide), min_size, notes)
+    if wide and allow_wide:
+        notes += [f"{w}: wider than --max-band {max_band:.0%}, written as asked (--allow-wide; at most "
+                  f"{tolerance.MAX_ALLOWED_BAND:.0%})" for w in wide]
+    if any("basis" in e and " of one run" in e["basis"] for e in entries) or any(
+            "basis" in e and "one repetition" in e["basis"] for e in entries):
+        notes.append("bands from one run see no run-to-run drift: suggest from several runs "
+                     "(gate --suggest RUN1 RUN2 RUN3) for bands that hold from one run to the next")
+    if wide and not allow_wide:
+        reps = max((int(r) for r in frame["repetition"].dropna().unique()), default=0) + 1 \
+            if "repetition" in frame.columns else 1
+        raise BadInput(f"{len(wide)} suggested band(s) would be wider than --max-band {max_band:.0%} ({'; '.join(wide[:3])}"
+                       f"{'; ...' if len(wide) > 3 else ''}): measure more repetitions (-R {max(5, 2 * reps)}) or "
+                       "several runs, on a quieter system, or larger sizes (--min-size); or pass --allow-wide")
     if system is None:
         hosts = sorted({h for hs in column(frame, "hosts") if hs is not None for h in hs})
         system = ",".join(hosts) if hosts else "unnamed"
@@ -499,7 +497,18 @@ def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = DEF
                       notes=notes)
 
 
-def _suggested_entries(rows: _Rows, lower: float, min_size: int, notes: list[str]) -> list[dict]:
+@dataclass
+class Widths:
+    """What bounds a suggested band: the floor, --max-band, the widest written; the points wider
+    than --max-band."""
+
+    floor: float
+    max_band: float
+    limit: float
+    wide: list[str]
+
+
+def _suggested_entries(rows: _Rows, widths: Widths, min_size: int, notes: list[str]) -> list[dict]:
     """One entry per point that a band can describe, in a stable order; what is left out and why
     goes to `notes`."""
     groups: dict[tuple, list[int]] = {}
@@ -532,7 +541,7 @@ def _suggested_entries(rows: _Rows, lower: float, min_size: int, notes: list[str
         elif med < BANDWIDTH_BOUND_FRACTION * peaks[k[:4]]:
             left_latency += 1
         else:
-            entries.append(_entry_for(k, med, _tolerance(rows, idx, k, med, lower, notes), lower, variants[k[0]]))
+            entries.append(_entry_for(k, med, _band(rows, idx, k, widths), variants[k[0]]))
     if left_small:
         notes.append(f"left out {left_small} points below {format_size(min_size)} (--min-size)")
     if left_latency:
@@ -545,23 +554,24 @@ def _suggested_entries(rows: _Rows, lower: float, min_size: int, notes: list[str
 
 
 def _point_name(k: tuple) -> str:
-    coll, dtype, world, _, _, _, size = k
-    return f"{coll} {dtype} {format_size(size)} on {world} ranks"
+    coll, dtype, world, _, _, in_place, size = k
+    where = "" if in_place is None else (" in place" if in_place else " out of place")
+    return f"{coll} {dtype} {format_size(size)}{where} on {world} ranks"
 
 
-def _tolerance(rows: _Rows, idx: list[int], k: tuple, med: float, lower: float, notes: list[str]) -> float:
-    """The suggested lower tolerance: `lower`, or the point's own spread, capped."""
-    spread = _spread(rows, idx, med)
-    tol = max(lower, math.ceil(SPREAD_FACTOR * spread * 100) / 100)
-    if tol > MAX_SUGGESTED_LOWER:
-        notes.append(f"{_point_name(k)}: the run's spread (3 x {spread * 100:.1f}%) is wider than "
-                     f"{MAX_SUGGESTED_LOWER * 100:g}%: band capped there; measure a quieter run or more "
-                     "repetitions")
-        tol = MAX_SUGGESTED_LOWER
-    return tol
+def _band(rows: _Rows, idx: list[int], k: tuple, widths: Widths) -> tuple[float, str]:
+    """A point's lower tolerance and its basis; a point wider than the limit is noted in widths.wide."""
+    b = tolerance.basis([rows.run_id[i] for i in idx], rows.value[idx], [rows.samples[i] for i in idx],
+                        [rows.time_us[i] for i in idx])
+    tol = tolerance.tolerance(b, widths.floor)
+    if tol > widths.max_band:
+        widths.wide.append(f"{_point_name(k)}: {'no spread to judge' if not math.isfinite(tol) else f'{tol:.1%}'}"
+                           f" from {b.kind}")
+    tol = min(tol, widths.limit)
+    return tol, b.text(tol)
 
 
-def _entry_for(k: tuple, med: float, tol: float, lower: float, variants: dict[str, set]) -> dict[str, Any]:
+def _entry_for(k: tuple, med: float, band: tuple[float, str], variants: dict[str, set]) -> dict[str, Any]:
     coll, dtype, world, nnodes, op, in_place, size = k
     entry: dict[str, Any] = {"collective": coll, "size": _size_text(size), "ranks": world}
     if dtype is not None:
@@ -573,8 +583,7 @@ def _entry_for(k: tuple, med: float, tol: float, lower: float, variants: dict[st
     if len(variants["op"]) > 1 and op is not None:
         entry["op"] = op
     entry["busbw_GBps"] = float(f"{med:.5g}")
-    if tol != lower:
-        entry["lower"] = tol
+    entry["lower"], entry["basis"] = round(band[0], 4), band[1]
     return entry
 
 
@@ -590,7 +599,8 @@ def _bands_text(entries: list[dict], system: str, sources: Iterable[str], lower:
     names = ", ".join(printable(str(s)) for s in sources) or "a results table"
     header = (f"# commbench reference bands (docs/GATE.md), suggested {when} from {names}.\n"
               f"# One entry per bandwidth-bound point of at least {format_size(min_size)}; busbw_GBps is the run's\n"
-              f"# median; lower is {lower:g} or {SPREAD_FACTOR:g} x the point's own spread, whichever is wider.\n"
+              f"# median; each lower covers {tolerance.Z:g} standard deviations of how much that median moves between\n"
+              f"# runs (basis: from several runs, repetitions, or one run's CI), at least {lower:g}.\n"
               "# Review before use: this is a starting point, not a specification.\n")
     return header + body
 
@@ -609,7 +619,9 @@ def _band_text(r: EntryResult) -> str:
         low, high = r.entry.band()
     else:
         low, high = r.band
-    return f">= {_bw(low)}" if high is None else f"{_bw(low)}..{_bw(high)}"
+    band = f">= {_bw(low)}" if high is None else f"{_bw(low)}..{_bw(high)}"
+    basis = r.entry.basis.split(":")[0].split(" from ", 1)[-1] if r.entry.basis else None
+    return f"{band} (-{r.entry.lower:.1%}{f', {basis}' if basis else ''})"
 
 
 HEADERS = ["#", "entry", "expected GB/s", "measured GB/s", "rows", "ratio", "band GB/s", "verdict", "reason"]

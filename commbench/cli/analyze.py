@@ -14,6 +14,8 @@ from commbench.core import outputs
 from commbench.core.errors import BadInput
 
 
+MIN_ALPHA = 1e-9  # a one-sided Mann-Whitney test needs 17 repetitions a side for 1e-9 (m = 1)
+
 @click.command()
 @click.argument("before", type=click.Path())
 @click.argument("after", type=click.Path())
@@ -39,6 +41,9 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
     thr = fraction(threshold, "--threshold")
     lat = fraction(latency_threshold, "--latency-threshold")
     a = fraction(alpha, "--alpha", low_open=True)
+    if a < MIN_ALPHA:
+        raise BadInput(f"--alpha {alpha} is below {MIN_ALPHA:g}: no run has the repetitions such a level needs; "
+                       "use e.g. --alpha 0.05 or 0.01")
     inputs = [before, after]
     if out is not None and (os.path.isdir(out) or out.lower().endswith(".parquet")):
         raise BadInput(f"--out {out} is a folder or a results file: pass a report file name, e.g. compare.md")
@@ -86,21 +91,24 @@ def _render(fmt: str, result, markdown, table) -> str:
 @click.argument("results", nargs=-1, required=True, type=click.Path())
 @click.option("--expect", "expect", default=None, metavar="FILE.yaml", help="Reference bands to judge RESULTS against.")
 @click.option("--suggest", is_flag=True, help="Write starting bands from RESULTS (a good run) instead of judging.")
-@click.option("--lower", default=None, help="With --suggest: lower tolerance (5% or 0.05) [default: 5%, widened to "
-              "3x the run's own spread].")
+@click.option("--lower", default=None, help="With --suggest: the narrowest band (3% or 0.03) [default: 3%; each band "
+              "covers how much its point's median varies across runs or repetitions].")
+@click.option("--max-band", default=None, help="With --suggest: refuse bands wider than this [default: 15%].")
+@click.option("--allow-wide", is_flag=True, help="With --suggest: write bands wider than --max-band anyway.")
 @click.option("--upper", default=None, help="With --suggest: upper tolerance (10% or 0.1) [default: none].")
 @click.option("--min-size", default=None, help="With --suggest: smallest size to band [default: 1M].")
 @click.option("--system", type=Text(200), default=None, help="With --suggest: the system's name in the file [default: the hosts].")
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
 @click.option("--out", default=None, help="Write the report (or, with --suggest, the bands) to this file.")
 @click.option("--force", is_flag=True, help="Replace an existing --out file (never RESULTS or the --expect file).")
-def gate(results, expect, suggest, lower, upper, min_size, system, fmt, out, force) -> int:
+def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size, system, fmt, out, force) -> int:
     """Judge RESULTS against reference bands (--expect FILE.yaml), or suggest bands (--suggest).
 
     Exit 0: every entry within its band; 1: an entry missed (named in the summary); 2: bad input.
     See docs/GATE.md.
     """
     from commbench.analysis import gate as gating
+    from commbench.analysis import tolerance
     from commbench.core import results as store
     from commbench.core.units import parse_size
 
@@ -112,13 +120,14 @@ def gate(results, expect, suggest, lower, upper, min_size, system, fmt, out, for
     if suggest:
         if fmt != "table":
             raise BadInput("--format is for judging; --suggest always writes YAML: remove --format")
-        low = gating.DEFAULT_LOWER if lower is None else fraction(lower, "--lower")
+        low = tolerance.DEFAULT_FLOOR if lower is None else fraction(lower, "--lower")
+        widest = tolerance.DEFAULT_MAX_BAND if max_band is None else fraction(max_band, "--max-band")
         up = None if upper is None else fraction(upper, "--upper")
         if out is not None:  # before reading anything: never overwrite
             outputs.check_new(out, who, "--out", inputs, force)
         smallest = gating.DEFAULT_MIN_SIZE if min_size is None else parse_size(min_size, "--min-size")
         made = gating.suggest(store.read_results(list(results)), sources=results, lower=low, upper=up,
-                              min_size=smallest, system=system)
+                              min_size=smallest, system=system, max_band=widest, allow_wide=allow_wide)
         for note in made.notes:
             print(f"commbench: note: {note}", file=sys.stderr)
         if out is None:
@@ -128,7 +137,8 @@ def gate(results, expect, suggest, lower, upper, min_size, system, fmt, out, for
             print(f"{made.entries} bands written to {out}")
         return 0
     stray = [flag for flag, v in (("--lower", lower), ("--upper", upper), ("--min-size", min_size),
-                                         ("--system", system)) if v is not None]
+                                  ("--system", system), ("--max-band", max_band), ("--allow-wide", allow_wide or None))
+             if v is not None]
     if stray:
         raise BadInput(f"{stray[0]} is for --suggest; tolerances of --expect live in the bands file")
     if out is not None:  # the bands file or a result is never the report's target

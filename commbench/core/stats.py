@@ -213,8 +213,11 @@ def repetitions_needed(alpha: float, m: int = 1) -> int:
     """The fewest repetitions a side (n1 = n2 = n) with which a one-sided Mann-Whitney test can
     reach alpha / m, the strictest step of Holm's procedure over m points."""
     _check_alpha(alpha, m)
+    target = alpha / m
+    if not target > 1e-300:  # an alpha that underflows: no sample size reaches it (and the loop would not end)
+        raise ValueError(f"alpha {alpha} over {m} points is below 1e-300: no number of repetitions reaches it")
     n = 1
-    while not min_p_one_sided(n, n) < alpha / m:
+    while not min_p_one_sided(n, n) < target:
         n += 1
     return n
 

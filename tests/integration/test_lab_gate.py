@@ -20,7 +20,7 @@ pytestmark = NEEDS_LAB
 
 PREFIX = "cg9"
 ENV = lab_env(PREFIX)
-SWEEP = ["--collective", "allreduce", "--sizes", "16M,32M", "-n", "5", "-w", "2"]
+SWEEP = ["--collective", "allreduce", "--sizes", "16M,32M", "-n", "5", "-w", "2", "-R", "5"]  # bands need repetitions
 
 
 def cb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -30,7 +30,7 @@ KINDS = {
     "compare-out-and-plot": (["compare", "{a}", "{b}", "--out", "{d}/c.txt", "--plot", "{d}/c.svg"],
                              ["c.svg", "c.txt"]),
     "gate-report": (["gate", "{b}", "--expect", "{bands}", "--out", "{d}/g.txt"], ["g.txt"]),
-    "gate-suggest": (["gate", "--suggest", "{a}", "--out", "{d}/new.yaml"], ["new.yaml"]),
+    "gate-suggest": (["gate", "--suggest", "--allow-wide", "{a}", "--out", "{d}/new.yaml"], ["new.yaml"]),
     "plot-png": (["plot", "{a}", "--out", "{d}/p.png"], ["p.png"]),
     "plot-svg": (["plot", "{a}", "--out", "{d}/p.svg"], ["p.svg"]),
     "report-html": (["report", "{a}", "--baseline", "{b}", "--out", "{d}/r.html"], ["r.html"]),
@@ -52,7 +52,7 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     b = write(base / "b.parquet", make_rows(repetitions=7, label="after", run_id="20250102-000000-bbbbbb",
                                             speed_gbps=300.0))
     bands = base / "bands.yaml"
-    made = commbench(["gate", "--suggest", str(a), "--out", str(bands)])
+    made = commbench(["gate", "--suggest", "--allow-wide", str(a), "--out", str(bands)])
     assert made.returncode == 0, made.stderr
     return {"a": a, "b": b, "bands": bands}
 

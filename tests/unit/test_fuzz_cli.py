@@ -12,6 +12,7 @@ before any rank starts (the results file is never overwritten: exit 2), and no r
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -31,7 +32,7 @@ PNG.write_bytes(b"\x89PNG taken")
 HTML.write_text("taken")
 BANDS = SCRATCH / "bands.yaml"
 BANDS.write_text((Path(__file__).parent.parent / "data" / "gate" / "example.yaml").read_text())
-NUMBERS = ["inf", "-inf", "nan", "NaN", "1e400", "-1e400", "-1", "0", "0.5", "-0.0", "1e30", "9" * 30,
+NUMBERS = ["inf", "-inf", "nan", "NaN", "1e400", "-1e400", "-1", "0", "0.5", "-0.0", "1e30", "9" * 30, "5e-324",
            "18446744073709551617", "1e-320", "0x10", "1_000", "", " ", "1,2", "3%", "200%"]
 ODD_TEXT = [os.fsdecode(b"\xff\xfe bad"), "\x1b[31mred\x1b[0m", "a\nb", "\u202e", "x" * 5000, "%s%n", "../../etc"]
 # Options that name files (given real ones in BASE) or pick from a list (click refuses others itself).
@@ -80,14 +81,30 @@ def test_every_command_has_options_to_fuzz():
     assert len(CASES) >= 60
 
 
+class Hung(Exception):
+    """A command that did not end within HANG_S: a hang the fuzz found (it once found compare
+    --alpha 5e-324 looping for ever)."""
+
+
+HANG_S = 30
+
+
+def _hung(signum, frame):
+    raise Hung(f"no end within {HANG_S} s")
+
+
 def run(argv: list[str], capsys) -> tuple[int, str]:
     saved = dict(os.environ)
+    previous = signal.signal(signal.SIGALRM, _hung)
+    signal.setitimer(signal.ITIMER_REAL, HANG_S)
     try:
         main(argv)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
         os.environ.clear()
         os.environ.update(saved)
     err = capsys.readouterr().err

@@ -40,7 +40,7 @@ KINDS = {
     "compare-out-and-plot": (["compare", "{a}", "{b}", "--out", "{d}/c.txt", "--plot", "{d}/c.svg"],
                              ["c.svg", "c.txt"]),
     "gate-report": (["gate", "{b}", "--expect", "{bands}", "--format", "markdown", "--out", "{d}/g.md"], ["g.md"]),
-    "gate-suggest": (["gate", "--suggest", "{a}", "--out", "{d}/new.yaml"], ["new.yaml"]),
+    "gate-suggest": (["gate", "--suggest", "--allow-wide", "{a}", "--out", "{d}/new.yaml"], ["new.yaml"]),
     "plot-png": (["plot", "{a}", "--out", "{d}/p.png"], ["p.png"]),
     "plot-svg": (["plot", "{a}", "--out", "{d}/p.svg"], ["p.svg"]),
     "plot-views": (["plot", "{m}", "--out", "{d}/p.png"], ["p.png", "p-zero.png"]),
@@ -59,7 +59,7 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
                                             speed_gbps=300.0))
     m = write(base / "m.parquet", make_rows(repetitions=1) + zero_rows())
     bands = base / "bands.yaml"
-    bands.write_text(gate.suggest(read_results([a]), sources=[str(a)]).text)
+    bands.write_text(gate.suggest(read_results([a]), sources=[str(a)], allow_wide=True).text)  # outputs, not bands
     return {"a": a, "b": b, "m": m, "bands": bands}
 
 
@@ -127,7 +127,7 @@ def test_an_existing_output_is_refused_and_untouched(kind, inputs, tmp_path, cap
      "{d}/hard.yaml already exists and is an input"),
     (["gate", "{b}", "--expect", "{bands}", "--out", "{d}/soft.yaml", "--force"], {"soft.yaml": ("soft", "bands")},
      "{d}/soft.yaml already exists and is an input"),
-    (["gate", "--suggest", "{a}", "--out", "{d}/hard.yaml", "--force"], {"hard.yaml": ("hard", "a")},
+    (["gate", "--suggest", "--allow-wide", "{a}", "--out", "{d}/hard.yaml", "--force"], {"hard.yaml": ("hard", "a")},
      "{d}/hard.yaml already exists and is an input"),
     (["compare", "{a}", "{b}", "--plot", "{d}/hard.png", "--force"], {"hard.png": ("hard", "a")},
      "{d}/hard.png already exists and is an input"),
@@ -284,7 +284,7 @@ def test_an_unwritable_folder_is_bad_input_naming_the_fix(inputs, tmp_path, caps
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
     monkeypatch.setattr(outputs.tempfile, "mkstemp", denied)
-    code, _, err = run(["gate", "--suggest", str(inputs["a"]), "--out", str(tmp_path / "b.yaml")], capsys)
+    code, _, err = run(["gate", "--suggest", "--allow-wide", str(inputs["a"]), "--out", str(tmp_path / "b.yaml")], capsys)
     assert code == 2 and the_error(err) == (f"commbench: cannot write {tmp_path / 'b.yaml'}: Permission denied; "
                                             "pass another --out")
     assert listing(tmp_path) == []
