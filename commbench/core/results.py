@@ -89,6 +89,13 @@ SCHEMA = pa.schema([
     ("wire", pa.string()),
     ("wire_per_payload", pa.float64()),
     ("wire_trouble", pa.bool_()),
+    # the run's settings axes (--env, --mtu): "NAME=value" per axis, joined by spaces; part of a point
+    ("settings", pa.string()),
+    # pairs --per-rail: the interface (rail) a row's transfer went over
+    ("rail", pa.string()),
+    # NCCL runs with --nccl-debug: the algorithm and protocol NCCL chose for the point's size
+    ("nccl_algo", pa.string()),
+    ("nccl_proto", pa.string()),
     ("schema_version", pa.int32()),
 ])
 
