@@ -166,8 +166,8 @@ if [ -z "$BIN" ]; then
     echo "== nccl-tests: skipped. No all_reduce_perf here and none built: nccl-tests cannot be downloaded on"
     echo "   this machine. Copy its source here and set NCCL_TESTS_SRC=/path/to/nccl-tests (needs nvcc), or"
     echo "   set NCCL_TESTS_BIN=/path/to/all_reduce_perf."
-elif step "nccl-tests $BIN (NCCL_DEBUG=INFO: the transport is recorded)" "$STEP_TIMEOUT" \
-        env NCCL_DEBUG=INFO "${CB[@]}" nccl-tests run --timeout "$((STEP_TIMEOUT - 60))" --label gpu-check \
+elif step "nccl-tests $BIN (NCCL_DEBUG=INFO, TUNING: the transport and NCCL's algorithm are recorded)" "$STEP_TIMEOUT" \
+        env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING "${CB[@]}" nccl-tests run --timeout "$((STEP_TIMEOUT - 60))" --label gpu-check \
         --out "$RUN/nccl-tests.parquet" "$BIN" -- "${SIZES[@]}" -g "$NGPUS"; then
     NT_OK=1
 fi
@@ -190,7 +190,7 @@ if nt is not None:
 # one rank: busbw is 0 by definition (factor 2(n-1)/n), so compare algbw there
 metric = "busbw_GBps" if cb.world_size.iloc[0] > 1 else "algbw_GBps"
 print(f"(GB/s, {metric.split('_')[0]}; medians over rows)")
-print(f"{'collective':<15}{'size':>12} {'place':<6}{'commbench':>12}{'nccl-tests':>12}{'ratio':>8}")
+print(f"{'collective':<15}{'size':>12} {'place':<6}{'commbench':>12}{'nccl-tests':>12}{'ratio':>8}  NCCL's choice")
 for (coll, size, inplace), g in cb.groupby(["collective", "size_bytes", "in_place"]):
     mine = g[metric].median()
     theirs = float("nan")
@@ -199,7 +199,9 @@ for (coll, size, inplace), g in cb.groupby(["collective", "size_bytes", "in_plac
         theirs = t[metric].median() if len(t) else float("nan")
     ratio = mine / theirs if theirs == theirs and theirs > 0 else float("nan")
     place = "in" if inplace else "out"
-    print(f"{coll:<15}{size:>12} {place:<6}{mine:>12.3f}{theirs:>12.3f}{ratio:>8.3f}")
+    # the algorithm and protocol NCCL chose (--nccl-debug's TUNING lines; docs/NCCL_TESTS.md)
+    chose = "/".join(str(g[c].iloc[0]) for c in ("nccl_algo", "nccl_proto") if c in g)
+    print(f"{coll:<15}{size:>12} {place:<6}{mine:>12.3f}{theirs:>12.3f}{ratio:>8.3f}  {chose}")
 EOF
 fi
 

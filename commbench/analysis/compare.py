@@ -19,6 +19,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from commbench.analysis import settingsview
 from commbench.analysis.frames import REQUIRED_COLUMNS, check_frame, column, jsonable, md_cell, printable, scalar
 from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point, group, split_failed
 from commbench.analysis.wireview import likely_causes
@@ -26,8 +27,9 @@ from commbench.core import stats
 from commbench.core.errors import BadInput, RuntimeFailure
 
 # A collective's peak busbw is taken over the before side's points of the same collective on
-# the same topology.
-PEAK_GROUP = ("collective", "world_size", "nnodes", "ranks_per_node")
+# the same topology under the same setting (a setting that quarters the bandwidth, a slow rail,
+# does not make its points latency-bound).
+PEAK_GROUP = ("collective", "world_size", "nnodes", "ranks_per_node", "settings")
 BANDWIDTH_BOUND_FRACTION = 0.5
 WITHIN_RUN_ALPHA_DIVISOR = 10
 
@@ -138,9 +140,16 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
     base = dict(only_before=only_before, only_after=only_after, warnings=warnings, differences=differences,
                 alpha=alpha, threshold=threshold, latency_threshold=latency_threshold,
                 allow_within_run=allow_within_run)
+    sides = _settings_of(before, after)
+    if sides and common:  # some points still pair up: the others' setting is a setup difference
+        differences.append(f"settings: before {sides[0]}, after {sides[1]}")
     if not common:
         if (hint := _workload_only_hint(b, a)) is not None:
             warnings.append(hint)
+        if sides:
+            warnings.append(f"the before results have settings {sides[0]} and the after results {sides[1]}: "
+                            "compare runs made with the same --env (a point's setting is part of its key: only "
+                            "points measured under the same setting are paired)")
         return Comparison(points=[], geomean_ratio=None, verdict="nothing comparable", **base)
 
     # Points measured on both sides are tested; a point that failed on a side in every repetition
@@ -253,6 +262,15 @@ def _workload_only_hint(b: Side, a: Side) -> str | None:
     aw = ", ".join(sorted({str(k[i]) for k in a.rows}))
     return (f"nothing compared only because the workload differs (before {bw}, after {aw}): the workload is "
             "part of a point's key, so these results share sizes but are never paired")
+
+
+def _settings_of(before: pd.DataFrame, after: pd.DataFrame) -> tuple[str, str] | None:
+    """The settings of each side in a phrase when they differ ("GLOO_SOCKET_IFNAME=eth0|eth1",
+    "none"); None when both sides hold the same ones."""
+    bs, as_ = settingsview.distinct(before), settingsview.distinct(after)
+    if set(bs) == set(as_) or not (bs and as_):
+        return None
+    return settingsview.settings_text(bs), settingsview.settings_text(as_)
 
 
 def _peakgroup(k: tuple) -> tuple:
@@ -463,8 +481,8 @@ def _extra_columns(keys: Iterable[dict]) -> list[str]:
     extra = []
     if any(k.get("workload") not in (None, "sweep") for k in keys):
         extra.append("workload")
-    for name in ("bucket_bytes", "zero_stage"):
-        if any(k.get(name) is not None for k in keys):
+    for name in ("bucket_bytes", "zero_stage", "rail", "settings"):
+        if any(k.get(name) not in (None, "") for k in keys):
             extra.append(name)
     return extra
 

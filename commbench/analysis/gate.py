@@ -37,8 +37,8 @@ DEFAULT_MIN_SIZE = 1 << 20
 # describes. Buckets and ZeRO rows are whole steps, keyed by more than a size.
 GATED_WORKLOADS = ("sweep", "nccl-tests")
 
-ENTRY_KEYS = ("collective", "size", "ranks", "dtype", "op", "in_place", "nnodes", "workload", "busbw_GBps",
-              "lower", "upper", "expect", "optional", "note", "basis")
+ENTRY_KEYS = ("collective", "size", "ranks", "dtype", "op", "in_place", "nnodes", "workload", "settings",
+              "busbw_GBps", "lower", "upper", "expect", "optional", "note", "basis")
 DEFAULT_KEYS = ("lower", "upper")
 TOP_KEYS = ("version", "system", "defaults", "entries")
 VERDICTS = ("PASS", "FAIL", "SKIP")
@@ -57,6 +57,7 @@ class Entry:
     in_place: bool | None = None
     nnodes: int | None = None
     workload: str | None = None  # None: sweep and nccl-tests rows alike
+    settings: str | None = None  # the rows' `settings` (--env, --mtu); None: rows of one setting, whichever
     busbw_GBps: float | None = None  # None only with expect "fail"
     lower: float = DEFAULT_LOWER
     upper: float | None = None
@@ -75,6 +76,8 @@ class Entry:
             parts.append(self.op)
         if self.workload is not None:
             parts.append(self.workload)
+        if self.settings is not None:
+            parts.append(self.settings)
         return " ".join(parts)
 
     def band(self) -> tuple[float, float | None]:
@@ -188,7 +191,7 @@ def parse_bands(text: str, source: str = "<bands>") -> Bands:
 
 
 def _match_key(e: Entry) -> tuple:
-    return (e.collective, e.size_bytes, e.ranks, e.dtype, e.op, e.in_place, e.nnodes, e.workload)
+    return (e.collective, e.size_bytes, e.ranks, e.dtype, e.op, e.in_place, e.nnodes, e.workload, e.settings)
 
 
 def _fraction_value(value: Any, where: str, name: str) -> float:
@@ -248,6 +251,14 @@ def _collective(value: Any, where: str) -> str:
                        "(nccl-tests spellings like allreduce work too)") from None
 
 
+def _settings(value: Any, where: str) -> str | None:
+    """An entry's `settings`, spelled as the results' column spells it (one space between axes)."""
+    if value is not None and (not isinstance(value, str) or not value.split()):
+        raise BadInput(f"{where}: settings {printable(repr(value))} must be the setting as the results name it, "
+                       "e.g. 'GLOO_SOCKET_IFNAME=eth1' or 'NCCL_ALGO=Ring NCCL_PROTO=LL' (or leave it out)")
+    return None if value is None else printable(" ".join(value.split()))
+
+
 def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | None) -> Entry:
     from commbench.core import vocab as collectives
     from commbench.core.vocab import get_dtype, get_op
@@ -302,6 +313,7 @@ def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | N
     if workload is not None and workload not in GATED_WORKLOADS:
         raise BadInput(f"{where}: workload {printable(repr(workload))} cannot be gated: use "
                        f"{' or '.join(GATED_WORKLOADS)} (or leave it out for both)")
+    settings = _settings(raw.get("settings"), where)
     expect = raw.get("expect", "pass")
     if expect not in ("pass", "fail"):
         raise BadInput(f"{where}: expect {printable(repr(expect))} must be pass or fail")
@@ -310,7 +322,7 @@ def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | N
         raise BadInput(f"{where}: optional {printable(repr(optional))} must be true or false")
     note, basis = (None if raw.get(k) is None else printable(str(raw[k])) for k in ("note", "basis"))
     common = dict(index=index, collective=coll, size_bytes=size_bytes, ranks=ranks, dtype=dtype, op=op,
-                  in_place=in_place, nnodes=nnodes, workload=workload, note=note, basis=basis)
+                  in_place=in_place, nnodes=nnodes, workload=workload, settings=settings, note=note, basis=basis)
     if expect == "fail":
         given = [k for k in ("busbw_GBps", "lower", "upper", "optional") if k in raw]
         if given:
@@ -347,6 +359,7 @@ class _Rows:
     time_us: list
     samples: list
     run_id: list
+    settings: list  # None where a row has no setting
     ignored: dict  # workload -> rows left out
 
 
@@ -375,7 +388,8 @@ def _rows(frame: pd.DataFrame) -> _Rows:
                  in_place=[None if v is None else bool(v) for v in col("in_place")], nnodes=col("nnodes"),
                  workload=[w if w is not None else "sweep" for w in col("workload")], value=busbw,
                  wrong=col("wrong"), time_us=col("time_us"), samples=samples,
-                 run_id=col("run_id") if "run_id" in frame.columns else [None] * len(world), ignored=ignored)
+                 run_id=col("run_id") if "run_id" in frame.columns else [None] * len(world),
+                 settings=[v or None for v in col("settings")], ignored=ignored)
 
 
 def _matching(rows: _Rows, e: Entry) -> list[int]:
@@ -393,6 +407,8 @@ def _matching(rows: _Rows, e: Entry) -> list[int]:
         if e.nnodes is not None and rows.nnodes[i] != e.nnodes:
             continue
         if e.workload is not None and rows.workload[i] != e.workload:
+            continue
+        if e.settings is not None and rows.settings[i] != e.settings:
             continue
         out.append(i)
     return out
@@ -417,6 +433,11 @@ def judge(bands: Bands, frame: pd.DataFrame) -> GateReport:
 
 def _judge(e: Entry, rows: _Rows) -> EntryResult:
     idx = _matching(rows, e)
+    held = list(dict.fromkeys(printable(rows.settings[i] or "(none)") for i in idx))
+    if len(held) > 1:  # one median over several settings would hide the slow one
+        return EntryResult(entry=e, measured_GBps=None, n_rows=len(idx), wrong_rows=0, ratio=None, band=None,
+                           verdict="FAIL", reason=f"rows of {len(held)} settings match ({'; '.join(held)}): name "
+                                                  "one with 'settings:' in the entry (gate --suggest writes it)")
     wrong = sum(1 for i in idx if (rows.wrong[i] or 0) > 0)
     measured = stats.median(_values(rows, idx, e.describe())) if idx else None
     base = dict(entry=e, measured_GBps=measured, n_rows=len(idx), wrong_rows=wrong, ratio=None, band=None)
@@ -514,14 +535,14 @@ def _suggested_entries(rows: _Rows, widths: Widths, min_size: int, notes: list[s
     groups: dict[tuple, list[int]] = {}
     for i in range(len(rows.collective)):
         key = (rows.collective[i], rows.dtype[i], rows.world_size[i], rows.nnodes[i], rows.op[i], rows.in_place[i],
-               rows.size_bytes[i])
+               rows.size_bytes[i], rows.settings[i])
         groups.setdefault(key, []).append(i)
     if not groups:
         raise BadInput("the results hold no sweep or nccl-tests rows: suggest bands from a `commbench sweep` run")
-    medians = {k: stats.median(_values(rows, idx, f"{k[0]} {format_size(k[-1])}")) for k, idx in groups.items()}
+    medians = {k: stats.median(_values(rows, idx, _point_name(k))) for k, idx in groups.items()}
     peaks: dict[tuple, float] = {}
     for k, m in medians.items():
-        peaks[k[:4]] = max(peaks.get(k[:4], 0.0), m)
+        peaks[_peak(k)] = max(peaks.get(_peak(k), 0.0), m)
     # Name placements and ops only where the run holds more than one of them for the collective.
     variants: dict[str, dict[str, set]] = {}
     for k in groups:
@@ -530,7 +551,8 @@ def _suggested_entries(rows: _Rows, widths: Widths, min_size: int, notes: list[s
         v["op"].add(k[4])
     entries = []
     left_small = left_latency = 0
-    for k in sorted(groups, key=lambda k: (k[0], str(k[1]), k[2], k[3] or 0, k[6], str(k[4]), str(k[5]))):
+    for k in sorted(groups, key=lambda k: (k[0], str(k[7] or ""), str(k[1]), k[2], k[3] or 0, k[6], str(k[4]),
+                                           str(k[5]))):
         idx, med = groups[k], medians[k]
         wrong = sum(1 for i in idx if (rows.wrong[i] or 0) > 0)
         if wrong:
@@ -538,7 +560,7 @@ def _suggested_entries(rows: _Rows, widths: Widths, min_size: int, notes: list[s
                          "with 'expect: fail' if that is a known failure)")
         elif k[6] < min_size:
             left_small += 1
-        elif med < BANDWIDTH_BOUND_FRACTION * peaks[k[:4]]:
+        elif med < BANDWIDTH_BOUND_FRACTION * peaks[_peak(k)]:
             left_latency += 1
         else:
             entries.append(_entry_for(k, med, _band(rows, idx, k, widths), variants[k[0]]))
@@ -553,10 +575,15 @@ def _suggested_entries(rows: _Rows, widths: Widths, min_size: int, notes: list[s
     return entries
 
 
+def _peak(k: tuple) -> tuple:
+    """The points a point's peak is taken over: its collective, dtype and topology, under its setting."""
+    return k[:4] + k[7:]
+
+
 def _point_name(k: tuple) -> str:
-    coll, dtype, world, _, _, in_place, size = k
+    coll, dtype, world, _, _, in_place, size, settings = k
     where = "" if in_place is None else (" in place" if in_place else " out of place")
-    return f"{coll} {dtype} {format_size(size)}{where} on {world} ranks"
+    return f"{coll} {dtype} {format_size(size)}{where} on {world} ranks" + (f" {settings}" if settings else "")
 
 
 def _band(rows: _Rows, idx: list[int], k: tuple, widths: Widths) -> tuple[float, str]:
@@ -572,7 +599,7 @@ def _band(rows: _Rows, idx: list[int], k: tuple, widths: Widths) -> tuple[float,
 
 
 def _entry_for(k: tuple, med: float, band: tuple[float, str], variants: dict[str, set]) -> dict[str, Any]:
-    coll, dtype, world, nnodes, op, in_place, size = k
+    coll, dtype, world, nnodes, op, in_place, size, settings = k
     entry: dict[str, Any] = {"collective": coll, "size": _size_text(size), "ranks": world}
     if dtype is not None:
         entry["dtype"] = dtype
@@ -582,6 +609,8 @@ def _entry_for(k: tuple, med: float, band: tuple[float, str], variants: dict[str
         entry["in_place"] = in_place
     if len(variants["op"]) > 1 and op is not None:
         entry["op"] = op
+    if settings is not None:
+        entry["settings"] = settings
     entry["busbw_GBps"] = float(f"{med:.5g}")
     entry["lower"], entry["basis"] = round(band[0], 4), band[1]
     return entry

@@ -7,6 +7,10 @@ A run's rows are judged in the order they were stored, which is the order their 
 measured (the confirmation round's rows, confirm true, come last): a host that went down during
 the run worked before its first failed link and failed every link since, and is named as one host,
 not as several failed links.
+
+Rows with rails (pairs --per-rail) are judged rail by rail: a rail's failed links name a host's
+rail (`Unreachable host: n3 rail eth1`) or a link on a rail, never the host's other rails, and the
+slow rails are ranked by railrank.py.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from commbench.analysis import linkrank
+from commbench.analysis import linkrank, railrank
 from commbench.analysis.linkrank import FAILED, LINK_ENDS, PAIRS_COLLECTIVES, column, endpoint_names, pairs_rows
 
 
@@ -47,11 +51,19 @@ def _run_report(run_id: str, run, links: list[linkrank.Link], threshold: float) 
     per_host = all(n == h for (h, _), n in names.items())
     n_failed = sum(1 for f in found.failed if not f["confirm"])
     first = run.iloc[0]
+    rails = railrank.by_rail(run, run_id) if railrank.has_rails(run) else None
+    count = len(links) if rails is None else sum(len(v) for v in rails.values())
     lines = [f"# run {run_id}: {first.get('collective')} of {format_size(int(first.get('size_bytes')))}, "
-             f"{len(names)} {'hosts' if per_host else 'endpoints'}, {len(links)} links"
-             + (f", {n_failed} failed" if n_failed else "")]
+             f"{len(names)} {'hosts' if per_host else 'endpoints'}, {count} links"
+             + (f" on {len(rails)} rails" if rails else "") + (f", {n_failed} failed" if n_failed else "")]
     verdicts = []
-    if links:
+    if rails:
+        ranked = railrank.rank_rails(rails, threshold)
+        lines += railrank.render(ranked)
+        slow = railrank.verdict(ranked)
+        if slow:
+            verdicts.append(f"run {run_id}: {slow}")
+    elif links and rails is None:
         ranking = linkrank.rank_links(links, threshold)
         lines += linkrank.render(ranking)
         slow = linkrank.verdict(ranking)
@@ -90,6 +102,12 @@ class Culprit:
     confirmed: bool | None = None
     worked_before: int = 0
     via: str | None = None
+    rail: str | None = None  # pairs --per-rail: the rail it failed on
+
+    @property
+    def label(self) -> str:
+        """Its name with its rail: what a verdict names."""
+        return self.name if self.rail is None else f"{self.name} rail {self.rail}"
 
 
 @dataclass
@@ -480,6 +498,23 @@ _KIND_ORDER = {"host": 0, "link": 1, "undecided": 2}
 
 
 def faults(df) -> FaultVerdict:
+    """faults_on_rows() of one pairs run; with rails, of each rail's rows on their own, so a failed
+    rail of a host names that rail (Culprit.rail) and leaves the host's other rails alone."""
+    rows = pairs_rows(df)
+    if rows is None or not railrank.has_rails(rows):
+        return faults_on_rows(df)
+    culprits, failed, undecided = [], [], []
+    for rail in dict.fromkeys(column(rows, "rail")):
+        part = rows[rows["rail"].isna()] if rail is None else rows[rows["rail"] == rail]
+        v = faults_on_rows(part)
+        culprits += [replace(c, rail=rail) for c in v.culprits]
+        failed += [f | {"rail": rail} for f in v.failed]
+        if v.undecided:
+            undecided.append(f"rail {rail}: {v.undecided}")
+    return FaultVerdict(culprits, failed, "; ".join(undecided) or None)
+
+
+def faults_on_rows(df) -> FaultVerdict:
     """The verdict from the failure pattern of one pairs run: suspects() from the main rounds, then
     the confirmation rows (confirm true) decide `confirmed`. A host is confirmed when all its
     confirmation links failed again and refuted when any worked; a link is refuted when its
@@ -522,11 +557,11 @@ def _headline(c: Culprit, v: FaultVerdict) -> str:
     if c.kind == "host":
         peers = {"main": set(), "confirm": set()}
         for f in v.failed:
-            if c.name in (f["src"], f["dst"]):
+            if c.name in (f["src"], f["dst"]) and f.get("rail") == c.rail:
                 peer = f["dst"] if f["src"] == c.name else f["src"]
                 if what == "host" or peer.rsplit("/r", 1)[0] != c.name.rsplit("/r", 1)[0]:
                     peers["confirm" if f["confirm"] else "main"].add(peer)
-        label = f"{_LABEL.get(c.status, 'Failed')} {what}: {c.name}"
+        label = f"{_LABEL.get(c.status, 'Failed')} {what}: {c.label}"
         if c.via:
             other = _peer(tuple(c.via.split(" <-> ")), c.name)
             good = ", ".join(sorted(peers["confirm"] - {other}))
@@ -540,8 +575,8 @@ def _headline(c: Culprit, v: FaultVerdict) -> str:
                     f"it worked before{'; ' + conf if conf else ''})")
         return f"{label} (every link failed: {n} of {n}, {c.status}{'; ' + conf if conf else ''})"
     if c.kind == "link":
-        return f"Failed link: {c.name} ({c.status}; both {what}s work with others{'; ' + conf if conf else ''})"
-    return f"Cannot tell which end: {c.name} ({c.status}; only two {what}s)"
+        return f"Failed link: {c.label} ({c.status}; both {what}s work with others{'; ' + conf if conf else ''})"
+    return f"Cannot tell which end: {c.label} ({c.status}; only two {what}s)"
 
 
 def render_faults(v: FaultVerdict, shown: int = 24) -> list[str]:
@@ -556,7 +591,8 @@ def render_faults(v: FaultVerdict, shown: int = 24) -> list[str]:
     if v.failed:
         lines.append(f"# Failed links ({len(v.failed)}):")
         for f in v.failed[:shown]:
-            link = f"{f['src']} {'<->' if f.get('bidir') else '->'} {f['dst']}"
+            link = f"{f['src']} {'<->' if f.get('bidir') else '->'} {f['dst']}" + (
+                f" ({f['rail']})" if f.get("rail") else "")
             lines.append(f"#   {link:<40} {f['status']:<11}{' (confirmation)' if f['confirm'] else ''}"
                          f"{'  ' + f['error'] if f['error'] else ''}")
         if len(v.failed) > shown:

@@ -141,6 +141,11 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
 
 def render(r: Ranking) -> list[str]:
     """The ranked list, the hosts in it, and the verdict, as console lines."""
+    return render_links(r) + render_verdict(r)
+
+
+def render_links(r: Ranking) -> list[str]:
+    """The ranked list and the hosts in it (without the verdict: a rail's has its own words)."""
     what = "host" if r.per_host else "endpoint"
     lines = [f"# Slowest links ({len(r.slowest)} of {len(r.links)}, as many as one {what} takes part in; "
              f"median of all links {r.median_gbps:.4f} GB/s{' per direction' if r.bidir else ''}):",
@@ -150,6 +155,13 @@ def render(r: Ranking) -> list[str]:
         lines.append(f"#  {i:3d}  {ln.text():<40} {ln.gbps:9.4f}  {share:>9}")
     total = len(r.slowest)
     lines.append("# Hosts in these links: " + ", ".join(f"{h} ({c} of {total})" for h, c in r.host_counts))
+    return lines
+
+
+def render_verdict(r: Ranking) -> list[str]:
+    """The endpoints singled out as slow, or why none is."""
+    what = "host" if r.per_host else "endpoint"
+    lines: list[str] = []
     if r.note:
         lines.append(f"# No {what} singled out: {r.note}.")
         return lines
@@ -231,15 +243,33 @@ def column(rows, name: str) -> list:
     return [None if pd.isna(v) else v for v in rows[name]]
 
 
+def run_key(run_id, rail) -> str:
+    """The key of one run's links in links_by_run: the run id, or "RUN rail R" per rail (--per-rail)."""
+    return str(run_id) if rail is None else f"{run_id} rail {rail}"
+
+
+def runs_and_rails(rows):
+    """(key, run_id, rail, rows) per run, and per rail within a run whose rows carry rails (run_key)."""
+    for run_id, run in rows.groupby("run_id", sort=False):
+        rails = list(dict.fromkeys(column(run, "rail")))
+        if rails == [None]:
+            yield run_key(run_id, None), str(run_id), None, run
+            continue
+        for rail in rails:
+            part = run[run["rail"].isna()] if rail is None else run[run["rail"] == rail]
+            yield run_key(run_id, rail), str(run_id), rail, part
+
+
 def links_by_run(df) -> dict[str, list[Link]]:
-    """`commbench pairs` rows -> links per run (median busbw over repetitions). Endpoints are named
-    by host when each host has one, else host/rank. Failed rows (status in FAILED) and the rows of
-    the confirmation round are left out: the ranking is of what the main rounds measured."""
+    """`commbench pairs` rows -> links per run (median busbw over repetitions), and per rail when
+    the rows carry rails (keys: run_key). Endpoints are named by host when each host has one, else
+    host/rank. Failed rows (status in FAILED) and the rows of the confirmation round are left out:
+    the ranking is of what the main rounds measured."""
     out: dict[str, list[Link]] = {}
     rows = pairs_rows(df)
     if rows is None:
         return out
-    for run_id, run in rows.groupby("run_id", sort=False):
+    for key, _, _, run in runs_and_rails(rows):
         name = endpoint_names(run)
         keep = [s not in FAILED and not c for s, c in zip(column(run, "status"), column(run, "confirm"))]
         run = run[keep] if not all(keep) else run
@@ -250,7 +280,7 @@ def links_by_run(df) -> dict[str, list[Link]]:
             links.append(Link(name[(sh, int(sr))], name[(dh, int(dr))], str(sh), str(dh),
                               float(gbps), PAIRS_COLLECTIVES.get(coll, False), int(sr), int(dr)))
         if links:
-            out[str(run_id)] = links
+            out[key] = links
     return out
 
 

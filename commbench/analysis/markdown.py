@@ -11,7 +11,7 @@ import re
 from typing import Any, Iterable, Sequence
 from urllib.parse import quote
 
-from commbench.analysis import plot, wireview
+from commbench.analysis import plot, settingsview, wireview
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
                                            fnum, json_value, net_rows, peak_rows, ratio_text, report_title, run_facts,
                                            runs_named, size_text, wrong_cell)
@@ -68,15 +68,8 @@ def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), com
         if figure_name:
             out += [f"![busbw and small-size latency vs message size]({quote(figure_name)})", ""]
         out += ["## Peak bus bandwidth", ""]
-        peaks = peak_rows(curves)
-        several = len({p["run_id"] for p in peaks}) > 1
-        headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
-            "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong"]
-        rows = [[p["collective"], p["dtype"], p["placement"]] + ([p["run"]] if several else []) + [
-            fnum(p["peak_busbw"]), size_text(p["size_bytes"]), fnum(p["algbw"]), fnum(p["time_us"]), p["reps"],
-            wrong_cell(p["wrong"], p["unchecked"])[0]] for p in peaks]
-        first = 4 if several else 3
-        out += [md_table(headers, rows, right=range(first, len(headers))), ""]
+        out += peaks_markdown(peak_rows(curves))
+        out += settings_markdown(settingsview.settings_tables(curves))
     out += wire_markdown(df)
     out += ["## Runs", ""]
     for r in run_rows(df):
@@ -92,6 +85,30 @@ def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), com
 
     out.append(f"_commbench {md(__version__)}; GB/s = 1e9 bytes/s; busbw and algbw as defined by nccl-tests._")
     return "\n".join(out) + "\n"
+
+
+def peaks_markdown(peaks: list[dict]) -> list[str]:
+    several = len({p["run_id"] for p in peaks}) > 1
+    settings = len({p["settings"] for p in peaks}) > 1
+    extra = (["run"] if several else []) + (["setting"] if settings else [])
+    headers = ["collective", "dtype", "placement"] + extra + [
+        "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong"]
+    rows = [[p["collective"], p["dtype"], p["placement"]] + ([p["run"]] if several else [])
+            + ([p["setting"]] if settings else []) + [
+        fnum(p["peak_busbw"]), size_text(p["size_bytes"]), fnum(p["algbw"]), fnum(p["time_us"]), p["reps"],
+        wrong_cell(p["wrong"], p["unchecked"])[0]] for p in peaks]
+    return [md_table(headers, rows, right=range(3 + len(extra), len(headers))), ""]
+
+
+def settings_markdown(tables: list) -> list[str]:
+    """The "Settings" section (settingsview.settings_tables): [] when the rows hold one setting or none."""
+    if not tables:
+        return []
+    out = ["## Settings", "", settingsview.NOTE, ""]
+    for t in tables:
+        out += [f"### {md(t.title)}", "", f"**{md(t.line)}**", "", md_table(settingsview.HEADERS, t.rows,
+                                                                         right=[2, 4, 5]), ""]
+    return out
 
 
 def comparison_markdown(c) -> str:

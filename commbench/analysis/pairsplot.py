@@ -18,6 +18,9 @@ Rows of the confirmation round (`confirm` true: a suspect re-measured against ho
 are evidence for the fault verdict (linkfaults.faults, the report's "Faults" section), not cells.
 The title says how many links were not measured and what the verdict names (`failed: host n3
 (unreachable)`); a host it names is in red like a slow one.
+
+Rows with rails (`pairs --per-rail`): one map per run and rail, each judged on its own rail (a
+host in red on eth1's map has a slow or failed eth1, not a slow host).
 """
 
 from __future__ import annotations
@@ -132,19 +135,24 @@ def build_figure(df, threshold: float = linkrank.DEFAULT_THRESHOLD):
     rows = matrix_rows(df)
     if rows is None:
         raise BadInput("the results hold no pairs rows with src/dst columns: pass a file written by commbench pairs")
-    runs = {str(run_id): run for run_id, run in rows.groupby("run_id", sort=False)}
+    runs = {key: run for key, _, _, run in linkrank.runs_and_rails(rows)}  # a map per run, and per rail
     if len(runs) > MAX_RUNS:
-        raise BadInput(f"the results hold {len(runs)} pairs runs; a figure shows up to {MAX_RUNS}: pass fewer files")
+        raise BadInput(f"the results hold {len(runs)} pairs runs (a run's rails count one each); a figure shows "
+                       f"up to {MAX_RUNS}: pass fewer files")
     measured = linkrank.links_by_run(rows)
     every = pairs_rows(df)  # with the confirmation rows: the fault verdict's evidence
     n = max(len(endpoints(run)) for run in runs.values())
     side = min(14.0, max(4.5, 0.75 * n + 2.5))
     fig = new_figure(width=(side + 1.6) * len(runs), height=side + 1.4)
     axes = fig.subplots(1, len(runs), squeeze=False)[0]
-    for ax, (run_id, run) in zip(axes, runs.items()):
+    for ax, (key, run) in zip(axes, runs.items()):
         bidir = bool((run["collective"] == "sendrecv_bidir").all())
-        blamed = linkfaults.faults(every[every["run_id"] == run_id]).named if _failed_mask(run).any() else []
-        image = _draw_run(ax, run, measured.get(run_id, []), threshold, bidir, blamed)
+        scope = every[every["run_id"] == str(run["run_id"].iloc[0])]
+        rail = linkrank.column(run, "rail")[0]
+        if rail is not None:
+            scope = scope[scope["rail"] == rail]
+        blamed = linkfaults.faults(scope).named if _failed_mask(run).any() else []
+        image = _draw_run(ax, run, measured.get(key, []), threshold, bidir, blamed)
         fig.colorbar(image, ax=ax, label="GB/s" + (" per direction" if bidir else ""), shrink=0.85)
     fig.suptitle("Point-to-point bandwidth between every pair of hosts", fontsize=12, fontweight="bold")
     return fig
@@ -198,18 +206,24 @@ def _draw_run(ax, run, links: list[linkrank.Link], threshold: float, bidir: bool
     ax.set_xlabel("host" if bidir else "receiver")
     ax.set_ylabel("host" if bidir else "sender")
     what = f"{first.get('collective')} of {format_size(int(first.get('size_bytes') or 0))}"
+    rail = linkrank.column(run, "rail")[0]
+    if rail is not None:
+        what += f", rail {rail}"
     ax.set_title(mpl_text(f"{run_name(first)}: {what}\n{short(describe_run(first), 90)}\n"
-                          f"{_verdict_line(ranking, threshold)}{_fault_line(found, bidir, blamed)}"),
+                          f"{_verdict_line(ranking, threshold, rail)}{_fault_line(found, bidir, blamed)}"),
                  fontsize=8.5, loc="left")
     return image
 
 
-def _verdict_line(ranking: linkrank.Ranking | None, threshold: float) -> str:
+def _verdict_line(ranking: linkrank.Ranking | None, threshold: float, rail: str | None = None) -> str:
     if ranking is None:
         return "no link was measured"
     found = linkrank.verdict(ranking)
     if found:
         verdict = found.split(" (")[0]
+        if rail is not None:  # judged against the same rail of the other hosts: the host's rail is slow
+            for what in ("slow hosts:", "slow host:", "slow endpoints:", "slow endpoint:"):
+                verdict = verdict.replace(what, f"slow on rail {rail}:")
     elif ranking.note:
         verdict = "no host singled out (two endpoints)"
     else:

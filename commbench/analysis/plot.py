@@ -2,9 +2,10 @@
 
 Figures are built as plain `matplotlib.figure.Figure` objects drawn by the Agg canvas, so nothing
 here touches pyplot's global state (a notebook or another caller keeps its own backend). One line
-per collective / dtype / placement / label / run: the median over repetitions, with a shaded
-band from the smallest to the largest repetition when there are several. A second panel shows the
-time per operation of the small sizes (<= 64 KiB), where latency, not bandwidth, is the story.
+per collective / dtype / placement / label / run / setting (`--env`, `--mtu`; analysis/settingsview.py):
+the median over repetitions, with a shaded band from the smallest to the largest repetition when
+there are several. A second panel shows the time per operation of the small sizes (<= 64 KiB),
+where latency, not bandwidth, is the story.
 
 Every string that comes from a results file (labels, hosts, interface names) is untrusted: it is
 escaped for matplotlib's mathtext, so a `$` in a label cannot break or restyle the figure.
@@ -22,8 +23,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from commbench.analysis.figures import DPI, mpl_text, new_figure
-from commbench.analysis.frames import BUCKETS_SUFFIX, GROUP_KEYS, prepare, present, short
+from commbench.analysis.frames import BUCKETS_SUFFIX, prepare, present, short
 from commbench.analysis.runs import describe_run, placement_name, run_name, run_rows
+from commbench.analysis.settingsview import LINE_KEYS, setting_name, with_settings
 from commbench.core import outputs
 from commbench.core.errors import BadInput
 from commbench.core.vocab import ORDER, order_key
@@ -107,9 +109,10 @@ class Line:
 
 
 def aggregate(df, column: str) -> list[Line]:
-    """One Line per group: median, min and max over repetitions at every size."""
-    d = prepare(df, column)
-    keys = list(GROUP_KEYS)
+    """One Line per group (LINE_KEYS: two settings of a run are two lines): median, min and max
+    over repetitions at every size."""
+    d = with_settings(prepare(df, column))
+    keys = list(LINE_KEYS)
     # One grouping by line and size over just the columns it needs (a million rows), then a
     # small one by line over its result.
     per = (d[keys + ["size_bytes", column]].assign(_wrong=(d["wrong"].fillna(0) > 0).astype(bool))
@@ -122,7 +125,7 @@ def aggregate(df, column: str) -> list[Line]:
         g = g.sort_values("size_bytes", kind="stable")
         sizes = g["size_bytes"].to_numpy(dtype=float)
         lines.append(Line(
-            key=dict(zip(GROUP_KEYS, key)), sizes=sizes, median=g["median"].to_numpy(float),
+            key=dict(zip(LINE_KEYS, key)), sizes=sizes, median=g["median"].to_numpy(float),
             lo=g["min"].to_numpy(float), hi=g["max"].to_numpy(float), reps=g["count"].to_numpy(int),
             wrong_sizes=sizes[g["wrong"].to_numpy(bool)]))
     return lines
@@ -145,7 +148,7 @@ def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> N
     def varies(k):
         return len({ln.key[k] for ln in lines}) > 1
 
-    show_dtype, show_place = varies("dtype"), varies("in_place")
+    show_dtype, show_place, show_settings = varies("dtype"), varies("in_place"), varies("settings")
     runs = {(ln.key["run_id"], ln.key["label"]) for ln in lines}
     show_run = len(runs) > 1
     labels = {}
@@ -159,7 +162,7 @@ def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> N
     if run_labels:
         labels.update(run_labels)
     lines.sort(key=lambda ln: (order_key(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"],
-                               ln.key["run_id"]))
+                               ln.key["run_id"], ln.key["settings"]))
     collectives = {ln.key["collective"] for ln in lines}
     colors = collective_colors(collectives)
     variants: dict[str, list] = {}
@@ -169,10 +172,12 @@ def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> N
             parts.append(ln.key["dtype"])
         if show_place:
             parts.append(placement_name(ln.key["in_place"]))
+        if show_settings:
+            parts.append(setting_name(ln.key["settings"]))
         if show_run:
             parts.append(f"[{labels[ln.key['run_id']]}]")
         ln.name = " ".join(str(p) for p in parts)
-        variant = (ln.key["dtype"], ln.key["in_place"], ln.key["run_id"])
+        variant = (ln.key["dtype"], ln.key["in_place"], ln.key["run_id"], ln.key["settings"])
         order = variants.setdefault(ln.key["collective"], [])
         if variant not in order:
             order.append(variant)
@@ -394,9 +399,11 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
         sides.append((name, d, t, style))
     everything = [ln for _, d, _, _ in sides for ln in aggregate(d, column)]
     colors = collective_colors(ln.key["collective"] for ln in everything)
-    variants = sorted({(ln.key["dtype"], ln.key["in_place"]) for ln in everything}, key=lambda v: (v[0], not v[1]))
+    variants = sorted({(ln.key["dtype"], ln.key["in_place"], ln.key["settings"]) for ln in everything},
+                      key=lambda v: (v[0], not v[1], v[2]))
     show_dtype = len({v[0] for v in variants}) > 1
     show_place = len({v[1] for v in variants}) > 1
+    show_settings = len({v[2] for v in variants}) > 1
 
     def style(lines, dash):
         for ln in lines:
@@ -405,11 +412,17 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
                 parts.append(ln.key["dtype"])
             if show_place:
                 parts.append(placement_name(ln.key["in_place"]))
+            if show_settings:
+                parts.append(setting_name(ln.key["settings"]))
             ln.name = " ".join(map(str, parts)) + f" [{ln.key['run_id']}]"
-            ln.color = colors[ln.key["collective"]]
+            v = variants.index((ln.key["dtype"], ln.key["in_place"], ln.key["settings"]))
+            # one collective under several settings: the settings apart by colour too
+            by_variant = show_settings and len(colors) == 1
+            ln.color = _PALETTE[v % len(_PALETTE)] if by_variant else colors[ln.key["collective"]]
             ln.style = dash
-            ln.marker = _MARKERS[variants.index((ln.key["dtype"], ln.key["in_place"])) % len(_MARKERS)]
-        lines.sort(key=lambda ln: (order_key(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"]))
+            ln.marker = _MARKERS[v % len(_MARKERS)]
+        lines.sort(key=lambda ln: (order_key(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"],
+                                   ln.key["settings"]))
         return lines
 
     fig = new_figure()

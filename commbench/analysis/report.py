@@ -4,8 +4,9 @@ as PNGs beside it) is built by markdown.py; what both show comes from summary.py
 
 Sections: the comparison against a baseline (when given), the failed links of a pairs run
 ("Faults", only when a link could not be measured), the pairs heat map, the curves, a peak-busbw
-table, the counters on the wire ("Wire", analysis/wireview.py), the runs' metadata (hosts, ranks,
-backend, device, network, versions, environment) and every point.
+table, the settings side by side ("Settings", only when the rows hold several settings:
+analysis/settingsview.py), the counters on the wire ("Wire", analysis/wireview.py), the runs'
+metadata (hosts, ranks, backend, device, network, versions, environment) and every point.
 
 Every value read from a results file is untrusted (labels and environment values are free
 text): it goes through html.escape in HTML and through md() in Markdown, never raw.
@@ -20,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from commbench.analysis import plot, wireview
+from commbench.analysis import plot, settingsview, wireview
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
                                            fnum, fp, json_value, missing, net_rows, peak_rows, point_rows,
                                            ratio_text, report_title, run_facts, runs_named, size_text, wrong_cell)
@@ -122,33 +123,53 @@ def _figure_html(fig, alt: str, caption: str) -> str:
             f"<figcaption>{esc(caption)}</figcaption></figure>")
 
 
+def _several(rows: list[dict], name: str) -> bool:
+    return len({r[name] for r in rows}) > 1
+
+
 def peak_table_html(rows: list[dict]) -> str:
-    several = len({r["run_id"] for r in rows}) > 1
-    headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
+    several, settings = _several(rows, "run_id"), _several(rows, "settings")
+    extra = (["run"] if several else []) + (["setting"] if settings else [])
+    headers = ["collective", "dtype", "placement"] + extra + [
         "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong (total)"]
     body, classes = [], []
     for r in rows:
         wrong, bad = wrong_cell(r["wrong"], r["unchecked"])
-        body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else []) + [
+        body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else [])
+                    + ([r["setting"]] if settings else []) + [
             fnum(r["peak_busbw"]), size_text(r["size_bytes"]), fnum(r["algbw"]), fnum(r["time_us"]), r["reps"], wrong])
         classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
-    first_num = 4 if several else 3
+    first_num = 3 + len(extra)
     return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
 
 
 def points_table_html(rows: list[dict]) -> str:
-    several = len({r["run"] for r in rows}) > 1
-    headers = ["collective", "dtype", "placement"] + (["run"] if several else []) + [
+    several, settings = _several(rows, "run"), _several(rows, "settings")
+    extra = (["run"] if several else []) + (["setting"] if settings else [])
+    headers = ["collective", "dtype", "placement"] + extra + [
         "size", "bytes", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "repetitions", "#wrong"]
     body, classes = [], []
     for r in rows:
         wrong, bad = wrong_cell(r["wrong"])
-        body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else []) + [
+        body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else [])
+                    + ([r["setting"]] if settings else []) + [
             size_text(r["size_bytes"]), r["size_bytes"], fnum(r["time_us"]), fnum(r["algbw"]), fnum(r["busbw"]),
             r["reps"], wrong])
         classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
-    first_num = 4 if several else 3
+    first_num = 3 + len(extra)
     return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
+
+
+def settings_html(tables: list) -> str:
+    """The "Settings" section (settingsview.settings_tables): "" when the rows hold one setting or none."""
+    if not tables:
+        return ""
+    out = ['<section id="settings"><h2>Settings</h2>', f'<p class="muted">{esc(settingsview.NOTE)}</p>']
+    for t in tables:
+        out += [f"<h3>{esc(t.title)}</h3>", f'<p class="best">{esc(t.line)}</p>',
+                _table(settingsview.HEADERS, t.rows, num=[2, 4, 5])]
+    out.append("</section>")
+    return "\n".join(out)
 
 
 def runs_html(df) -> str:
@@ -448,8 +469,10 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
     curves, grid = views.curves, views.zero
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [("wire", "Wire"), ("runs", "Runs")]
+    settings = settingsview.settings_tables(curves) if curves is not None else []
     if curves is not None:
         sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
+        sections[2:2] = [("settings", "Settings")] if settings else []
         sections.append(("points", "All points"))
     if grid is not None:
         sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
@@ -496,6 +519,7 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
                    "over repetitions; #wrong sums every row of the line.</p>")
         out.append(peak_table_html(peak_rows(curves)))
         out.append("</section>")
+        out.append(settings_html(settings))
     out.append(wire_html(df))
     out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df)}</section>')
     if curves is not None:

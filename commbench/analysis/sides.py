@@ -138,11 +138,14 @@ def _floats(frame: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def describe_point(key: dict) -> str:
-    """A point's key as messages name it: 'all_reduce float32 64 MiB in-place on 4 ranks'."""
+    """A point's key as messages name it: 'all_reduce float32 64 MiB in-place on 4 ranks', with its
+    rail and setting when it has them ('... on 4 ranks GLOO_SOCKET_IFNAME=eth1')."""
     place = "in-place" if key.get("in_place") else "out-of-place"
     link = f" {key['src_host']} -> {key['dst_host']}" if key.get("src_host") else ""
-    return (f"{key.get('collective')}{link} {key.get('dtype')} {format_size(key.get('size_bytes') or 0)} {place} "
-            f"on {key.get('world_size')} ranks")
+    rail = f" rail {printable(str(key['rail']))}" if key.get("rail") else ""
+    setting = f" {printable(str(key['settings']))}" if key.get("settings") else ""
+    return (f"{key.get('collective')}{link}{rail} {key.get('dtype')} {format_size(key.get('size_bytes') or 0)} "
+            f"{place} on {key.get('world_size')} ranks{setting}")
 
 
 @dataclass

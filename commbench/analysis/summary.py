@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from commbench.analysis.frames import GROUP_KEYS, as_list, is_true, json_cell, prepare
+from commbench.analysis.frames import as_list, is_true, json_cell, prepare
 from commbench.analysis.runs import compact_hosts, placement_name, run_rows
+from commbench.analysis.settingsview import LINE_KEYS, distinct, setting_name, settings_text, with_settings
 from commbench.core.units import format_size
 from commbench.core.vocab import order_key
 
@@ -67,50 +68,54 @@ def runs_named(df) -> dict[str, str]:
 
 
 def peak_rows(df) -> list[dict]:
-    """Per collective / dtype / placement / run: the size with the highest median busbw, the
-    algbw and time there, the repetitions, and the #wrong summed over every row of the group."""
-    d = prepare(df, "busbw_GBps")
+    """Per collective / dtype / placement / run / setting: the size with the highest median busbw,
+    the algbw and time there, the repetitions, and the #wrong summed over every row of the group."""
+    d = with_settings(prepare(df, "busbw_GBps"))
     for col in ("algbw_GBps", "time_us"):
         if col not in d.columns:
             d[col] = float("nan")
     names = runs_named(d)
-    med = (d.groupby(list(GROUP_KEYS) + ["size_bytes"], sort=False)
+    keys = list(LINE_KEYS)
+    med = (d.groupby(keys + ["size_bytes"], sort=False)
             .agg(busbw=("busbw_GBps", "median"), algbw=("algbw_GBps", "median"), time=("time_us", "median"),
                  reps=("busbw_GBps", "size"))
             .reset_index())
-    wrong = d.groupby(list(GROUP_KEYS), sort=False)["wrong"].agg(
+    wrong = d.groupby(keys, sort=False)["wrong"].agg(
         total=lambda s: int(s.dropna().astype("int64").sum()) if s.notna().any() else None,
         unchecked=lambda s: int(s.isna().sum()))
     out = []
-    for key, g in med.groupby(list(GROUP_KEYS), sort=False):
+    for key, g in med.groupby(keys, sort=False):
         best = g.loc[g["busbw"].idxmax()]
         w = wrong.loc[key]
         out.append({
             "collective": key[0], "dtype": key[1], "placement": placement_name(key[2]),
-            "run": names.get(str(key[4]), str(key[4])), "run_id": key[4],
+            "run": names.get(str(key[4]), str(key[4])), "run_id": key[4], "settings": key[5],
+            "setting": setting_name(key[5]),
             "peak_busbw": float(best["busbw"]), "size_bytes": int(best["size_bytes"]),
             "algbw": float(best["algbw"]), "time_us": float(best["time"]),
             "reps": int(g["reps"].max()), "sizes": len(g),
             "wrong": None if missing(w["total"]) else int(w["total"]), "unchecked": int(w["unchecked"]),
         })
-    out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"]))
+    out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
+                            r["settings"]))
     return out
 
 
 def point_rows(df) -> list[dict]:
     """Every point: medians over repetitions."""
-    d = prepare(df, "busbw_GBps")
+    d = with_settings(prepare(df, "busbw_GBps"))
     names = runs_named(d)
-    g = (d.groupby(list(GROUP_KEYS) + ["size_bytes"], sort=False)
+    g = (d.groupby(list(LINE_KEYS) + ["size_bytes"], sort=False)
           .agg(time=("time_us", "median"), algbw=("algbw_GBps", "median"), busbw=("busbw_GBps", "median"),
                reps=("busbw_GBps", "size"), wrong=("wrong", lambda s: s.dropna().sum() if s.notna().any() else None))
           .reset_index())
     rows = [{"collective": r.collective, "dtype": r.dtype, "placement": placement_name(r.in_place),
-             "run": names.get(str(r.run_id), str(r.run_id)), "size_bytes": int(r.size_bytes), "time_us": r.time,
+             "run": names.get(str(r.run_id), str(r.run_id)), "settings": r.settings,
+             "setting": setting_name(r.settings), "size_bytes": int(r.size_bytes), "time_us": r.time,
              "algbw": r.algbw, "busbw": r.busbw, "reps": int(r.reps), "wrong": r.wrong}
             for r in g.itertuples()]
     rows.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
-                             r["size_bytes"]))
+                             r["settings"], r["size_bytes"]))
     return rows
 
 
@@ -169,6 +174,9 @@ def run_facts(row: dict, df) -> list[tuple[str, str]]:
         ("torch", row.get("torch_version")),
         ("NCCL", row.get("nccl_version") if not missing(row.get("nccl_version")) else "– (not an NCCL run)"),
     ]
+    held = distinct(mine)
+    if any(held):  # only a run with a settings axis: an older file's facts stay as they were
+        facts.insert([k for k, _ in facts].index("link layer") + 1, ("settings", settings_text(held)))
     return [(k, "–" if missing(v) or v == "" else str(v)) for k, v in facts]
 
 

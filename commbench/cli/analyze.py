@@ -30,7 +30,13 @@ MIN_ALPHA = 1e-9  # a one-sided Mann-Whitney test needs 17 repetitions a side fo
 @click.option("--out", default=None, help="Write the report to this file instead of stdout.")
 @click.option("--plot", "plot_path", default=None, help="Also draw the comparison into this image file.")
 @click.option("--force", is_flag=True, help="Replace an existing --out or --plot file (never one of the inputs).")
-def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_within_run, out, plot_path, force) -> int:
+@click.option("--before-setting", type=Text(), default=None, metavar="SETTING",
+              help="Compare only the before rows of this setting (e.g. 'GLOO_SOCKET_IFNAME=eth0'), paired "
+                   "with --after-setting's: two settings of one run side by side.")
+@click.option("--after-setting", type=Text(), default=None, metavar="SETTING",
+              help="Compare only the after rows of this setting.")
+def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_within_run, out, plot_path, force,
+            before_setting, after_setting) -> int:
     """Compare two sets of results (files or folders): a verdict per point and overall.
 
     Exit 0: no regression; 1: a regression; 3: inconclusive or nothing comparable. See docs/COMPARE.md.
@@ -62,8 +68,11 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
         read = {"skip": [c for c in plotting.UNUSED_COLUMNS if c not in comparing.READ_COLUMNS]}
     before_df = results.read_results([before], **read)
     after_df = results.read_results([after], **read)
+    before_df, after_df, chosen = _chosen_settings(before_df, after_df, before_setting, after_setting)
     comparison = comparing.compare_frames(before_df, after_df, threshold=thr, latency_threshold=lat, alpha=a,
                                           allow_within_run=allow_within_run)
+    if chosen:
+        comparison.differences.insert(0, chosen)
     files = [] if plot_path is None else [plotting.comparison_output(before_df, after_df, plot_path)]
     for line in comparison.warnings:
         print(f"commbench: warning: {line}", file=sys.stderr)
@@ -76,6 +85,19 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
     else:
         print(f"{comparison.verdict}: report written to {out}")
     return comparison.exit_code()
+
+
+def _chosen_settings(before_df, after_df, before_setting, after_setting):
+    """Each side narrowed to its chosen setting; the line that says which were paired."""
+    if before_setting is None and after_setting is None:
+        return before_df, after_df, None
+    from commbench.analysis import settingsview
+
+    if before_setting is not None:
+        before_df = settingsview.select(before_df, before_setting, "before", "--before-setting")
+    if after_setting is not None:
+        after_df = settingsview.select(after_df, after_setting, "after", "--after-setting")
+    return before_df, after_df, f"settings: before {before_setting or '(all)'}, after {after_setting or '(all)'}"
 
 
 def _render(fmt: str, result, markdown, table) -> str:

@@ -25,18 +25,24 @@ def lab() -> None:
 @click.option("--mtu", type=MTU, default=1500, show_default=True)
 @click.option("--subnet", default="10.231.0.0/24", show_default=True, help="Private range used only inside the lab.")
 @click.option("--frames", is_flag=True, help="Links count frames as a NIC does (tbf splits GSO packets; costs CPU).")
-def up(nodes, rate, mtu, subnet, frames) -> None:
-    """Create the hosts, the bridge and the shaped links."""
+@click.option("--rails", type=Number(int, 1, labstate.MAX_RAILS, rule=f"is outside 1..{labstate.MAX_RAILS}", example="2"),
+              default=1, show_default=True,
+              help="NICs per host (eth0..): rail R of every host on bridge R, its own subnet (--subnet shifted by R).")
+def up(nodes, rate, mtu, subnet, frames, rails) -> None:
+    """Create the hosts, the bridge(s) and the shaped links."""
 
-    state = labmod.up(nodes, rate, mtu, subnet, frames=frames)
-    click.echo(f"lab up: {len(state.nodes)} hosts on {state.subnet}, {rate}, MTU {mtu}")
+    state = labmod.up(nodes, rate, mtu, subnet, frames=frames, rails=rails)
+    nets = labmod.rail_subnets(subnet, state.rails, nodes)
+    on = f"{state.subnet}" if state.rails == 1 else \
+        f"{state.rails} rails ({', '.join(f'eth{r} on {net}' for r, net in enumerate(nets))})"
+    click.echo(f"lab up: {len(state.nodes)} hosts on {on}, {rate}, MTU {mtu}")
     _print_status(state)
 
 
 @lab.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(as_json) -> None:
-    """Hosts, addresses, MTU, rate (as the kernel reports them now)."""
+    """Hosts and their rails: addresses, state, MTU, rate (as the kernel reports them now)."""
     import json
 
 
@@ -53,9 +59,9 @@ def _print_status(state) -> None:
     from rich.table import Table
 
 
-    table = Table("host", "address", "iface", "state", "MTU", "rate")
+    table = Table("host", "iface", "address", "state", "MTU", "rate")
     for f in labmod.live_facts(state):
-        table.add_row(f["host"], f["addr"], f["iface"], str(f["state"]), str(f["mtu"]), _rate(f["rate_bits"]))
+        table.add_row(f["host"], f["iface"], f["addr"], str(f["state"]), str(f["mtu"]), _rate(f["rate_bits"]))
     Console().print(table)
     for d in state.daemons:
         click.echo(f"daemon {d['name']} pid {d['pid']}")
@@ -72,15 +78,16 @@ def _rate(bits: float | None) -> str:
 
 @lab.command(name="set")
 @click.option("--node", default=None, help="One host (default: all).")
+@click.option("--rail", default=None, help="One rail of the hosts, eth1 or 1 (default: every rail).")
 @click.option("--mtu", type=MTU, default=None)
 @click.option("--rate", default=None)
 @click.option("--queue", type=Number(int, 0, 1 << 30, example="4000"), default=None,
               help="tbf's queue in bytes: a tiny one (e.g. 4000) drops like a shallow switch buffer; 0 restores it.")
 @click.option("--frames/--no-frames", default=None, help="Count frames on eth0 as a NIC does (tbf splits GSO packets).")
-def set_cmd(node, mtu, rate, queue, frames) -> None:
-    """Change MTU, rate or queue live, for every host or one."""
+def set_cmd(node, rail, mtu, rate, queue, frames) -> None:
+    """Change MTU, rate or queue live, for every host or one, every rail or one."""
 
-    state = labmod.set_link(node, mtu, rate, queue, frames)
+    state = labmod.set_link(node, mtu, rate, queue, frames, rail=rail)
     _print_status(state)
 
 

@@ -9,7 +9,7 @@ import sys
 import click
 
 from commbench.cli.launcher import launch_workload
-from commbench.cli.options import Number, check_number, fraction, run_fields, run_options
+from commbench.cli.options import Number, check_number, env_option, fraction, run_fields, run_options, settings_axes
 from commbench.core.errors import BadInput
 
 CPU_MAX_BYTES = "64M"
@@ -37,9 +37,10 @@ GPU_MAX_BYTES = "1G"
 @click.option("--nccl-debug", is_flag=True,
               help="NCCL_DEBUG=INFO into <out>/<run_id>.nccl-debug.<host>.<pid>.log; the transport column "
                    "records what NCCL used (NET/IB, NET/Socket, P2P/IPC, SHM).")
+@env_option
 @run_options
 def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtype, op, root, placement, mtus,
-          nccl_debug, nproc, **run) -> int:
+          nccl_debug, env_axes, nproc, **run) -> int:
     """Measure collectives over a range of message sizes (the nccl-tests grid)."""
     from commbench.core import vocab
     from commbench.harness import plan as planning
@@ -68,9 +69,9 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
         step = units.parse_size(step_bytes, "--step-bytes") if step_bytes else None
         grid = planning.size_grid(lo, hi, step_factor, step)
 
-    mtu_axis = _mtu_axis(mtus, run.get("iface"))
+    axes = settings_axes(env_axes, fields["backend"], run.get("iface"), _mtu_axis(mtus, run.get("iface")))
     plan = planning.SweepPlan(collectives=[c.name for c in entries], sizes=grid, dtype=dt.name, op=op_name,
-                              root=root, placement=placement, mtus=mtu_axis, iface=run.get("iface"), **fields)
+                              root=root, placement=placement, axes=axes, **fields)
     vocab.check_backend_support(fields["backend"], dt, op_name if any(c.reduces for c in entries) else None)
     if nccl_debug:
         from commbench.net.ncclinfo import enable_debug_file
@@ -107,8 +108,9 @@ def _mtu_axis(text: str | None, iface: str | None) -> list[int]:
               help="all_reduce (ZeRO 1/2, DDP) or reduce_scatter (ZeRO 3) per bucket.")
 @click.option("--overlap", type=Number(int, 1, 10_000, example="2"), default=1, show_default=True,
               help="Buckets in flight at once (async collectives, each waited on).")
+@env_option
 @run_options
-def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -> int:
+def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, env_axes, nproc, **run) -> int:
     """Reduce one step's gradients in buckets, per bucket size, as DeepSpeed does."""
     from commbench.core import vocab
     from commbench.core import units
@@ -125,6 +127,7 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -
     if len(entry) != 1 or entry[0].name not in OPS:
         raise BadInput(f"--op {op} is not a gradient reduction: use all_reduce or reduce_scatter")
     fields = run_fields(nproc=nproc, workload="buckets", **run)
+    fields["axes"] = settings_axes(env_axes, fields["backend"], run.get("iface"))
     plan = BucketPlan(grad_bytes=size, bucket_elems=sizes, dtype=dt.name, op=entry[0].name, overlap=overlap,
                       params=n_params, **fields)
     return launch_workload(BucketWorkload(plan), nproc)
@@ -141,8 +144,13 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, nproc, **run) -
               help="Name a host whose best link is below this share of the median host's best.")
 @click.option("--from", "from_results", multiple=True, type=click.Path(), metavar="RESULTS",
               help="Rank the links of pairs results (file or folder) instead of measuring; repeatable.")
+@click.option("--per-rail", "per_rail", is_flag=True,
+              help="One measurement per rail (interface) per pair, rail after rail; names a host's slow rail (gloo).")
+@click.option("--rails", default=None, metavar="IF,IF",
+              help="With --per-rail: the rails, e.g. eth0,eth1 [default: every interface with an IPv4 address "
+                   "on every host].")
 @run_options
-def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int:
+def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, nproc, **run) -> int:
     """Bandwidth between every pair of hosts, in rounds of disjoint pairs; ranks the slowest links.
 
     Exit 1 when a host is singled out as slow (or data arrived wrong). See docs/PAIRS.md.
@@ -150,9 +158,12 @@ def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int
     from commbench.core import units
 
     threshold = fraction(slow_below, "--slow-below", low_open=True)
+    if rails is not None and not per_rail:
+        raise BadInput("--rails names the rails of --per-rail: add --per-rail, or drop --rails")
     if from_results:
-        if size is not None or mode is not None or hosts_only:
-            raise BadInput("--from ranks results already measured: drop --size, --mode and --hosts-only")
+        if size is not None or mode is not None or hosts_only or per_rail:
+            raise BadInput("--from ranks results already measured: drop --size, --mode, --hosts-only, --per-rail "
+                           "and --rails")
         from commbench.analysis import linkfaults
         from commbench.core.results import read_results
 
@@ -168,9 +179,15 @@ def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int
             print(f"commbench: run {run_id}: no verdict: {v.undecided}", file=sys.stderr)
         return 3 if stuck else 0
     nbytes = units.parse_size(size or "64M", "--size")
+    from commbench.workloads import pairrails  # no torch
+
+    named_rails = pairrails.parse(rails)
     from commbench.workloads.pairs import PairsPlan, PairsWorkload  # torch: after the text is checked
 
     fields = run_fields(nproc=nproc, workload="pairs", **run)
+    if per_rail and fields["backend"] != "gloo":
+        raise BadInput(f"--per-rail binds each pair's transfer to a rail through gloo, but this run uses "
+                       f"{fields['backend']}: add --backend gloo")
     if hosts_only:
         from commbench.core import launch
 
@@ -178,7 +195,7 @@ def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int
             raise BadInput("--hosts-only pairs the hosts of a launcher's ranks, but no launcher started this run: "
                            "run under torchrun/srun/lab run, or drop --hosts-only")
     plan = PairsPlan(size_bytes=nbytes, mode=mode or "sendrecv", hosts_only=hosts_only, threshold=threshold,
-                     **fields)
+                     per_rail=per_rail, rails=named_rails, **fields)
     return launch_workload(PairsWorkload(plan), nproc)
 
 
@@ -203,9 +220,10 @@ def pairs(size, mode, hosts_only, slow_below, from_results, nproc, **run) -> int
 @click.option("--steps", type=Number(int, 1, 10_000, example="2"), default=2, show_default=True, help="Timed optimizer steps (--engine deepspeed).")
 @click.option("--validate", "validate_schedule", is_flag=True,
               help="With --engine deepspeed: compare the schedule's bytes per op type with the engine's.")
+@env_option
 @run_options
 def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, scale, engine, steps,
-         validate_schedule, nproc, **run) -> int:
+         validate_schedule, env_axes, nproc, **run) -> int:
     """One training step's ZeRO communication schedule per stage, run with real collectives."""
     from commbench.core.vocab import get_dtype
     from commbench.workloads.zero import ZeroPlan, ZeroWorkload
@@ -228,6 +246,10 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
     factor = _zero_scale(scale, fields["backend"], shape, dt.itemsize)
     if validate_schedule and engine != "deepspeed":
         raise BadInput("--validate compares the schedule with the real engine: add --engine deepspeed")
+    if env_axes and engine == "deepspeed":
+        raise BadInput("--env measures each setting on a fresh process group, and the DeepSpeed engine keeps "
+                       "the one it started with: run the engine once per setting (--label), or drop --engine")
+    fields["axes"] = settings_axes(env_axes, fields["backend"], run.get("iface"))
     if engine == "deepspeed":
         from commbench.workloads.engine import SMALL_SHAPE, EnginePlan, EngineWorkload
 

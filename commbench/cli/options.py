@@ -257,4 +257,41 @@ def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, ch
     return dict(warmup=warmup, iters=iters, time_budget=time_budget, precision=precision, min_iters=min_iters,
                 max_iters=max_iters,
                 repetitions=repetitions, check=check, wire=wire, timeout=timeout, backend=resolved,
-                label=label, out=out, run_id=results.make_run_id(), workload=workload)
+                label=label, out=out, run_id=results.make_run_id(), workload=workload, iface=iface)
+
+
+def env_option(command):
+    """--env NAME=v1|v2 (repeatable): the settings axes of sweep, buckets and zero."""
+    return click.option("--env", "env_axes", multiple=True, metavar="NAME=V1|V2",
+                        help="Measure the whole grid once per value of an environment variable, on a fresh "
+                             "process group each (e.g. GLOO_SOCKET_IFNAME=eth0|eth1, NCCL_ALGO=Ring|Tree); "
+                             "repeatable, the axes multiply; the setting is in every row.")(command)
+
+
+def settings_axes(specs: tuple[str, ...], backend: str, iface: str | None, mtus: list[int] | None = None) -> list:
+    """The --env axes (and --mtu's, last), checked against the backend and this host, as a plan
+    stores them."""
+    from commbench.core import settings
+
+    axes = settings.parse_env(specs) + settings.mtu_axis(mtus or [])
+    settings.check_backend(axes, backend)
+    settings.combinations(axes)  # counted before any grid is built
+    for axis in axes:
+        if iface and axis.name.endswith("_SOCKET_IFNAME"):
+            raise BadInput(f"--iface sets {axis.name} for the whole run and --env {axis.name} changes it: "
+                           "drop --iface, or the --env axis")
+        if axis.name == "GLOO_SOCKET_IFNAME":
+            _check_interfaces(axis)
+    return settings.as_plan(axes)
+
+
+def _check_interfaces(axis) -> None:
+    """gloo binds to each named interface: one missing here would fail only once ranks connect."""
+    import socket
+
+    here = sorted(name for _, name in socket.if_nameindex())
+    for value in axis.values:
+        missing = [name for name in value.split(",") if name not in here]
+        if missing:
+            raise BadInput(f"--env {axis.name}={value}: no interface {missing[0]} on {socket.gethostname()} "
+                           f"(it has {', '.join(here)}): name interfaces that exist on every host")

@@ -30,6 +30,9 @@ class RunOptions:
     out: str = "results"
     run_id: str = ""
     workload: str = "sweep"
+    iface: str | None = None  # --iface: the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
+    # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination
+    axes: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> str:

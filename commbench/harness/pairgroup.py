@@ -6,6 +6,10 @@ it is in: the other pairs of a round never wait for it, and nothing of the run's
 half broken. The pair's timeout is --timeout. gloo builds the pair with ProcessGroupGloo; NCCL
 would build it the same way with ProcessGroupNCCL (a communicator of two, docs/PAIRS.md); only
 gloo is tested here.
+
+A rail (`pairs --per-rail`): the gloo device is bound to that interface, so the pair listens on
+the interface's address and each end connects to its peer's address on the same interface; the
+kernel routes the transfer out of that interface (each rail its own subnet).
 """
 
 from __future__ import annotations
@@ -19,11 +23,16 @@ import torch.distributed as dist
 class PairGroup:
     """Two ranks (index 0 = the lower rank) and the operations the timing loop and pairs need."""
 
-    def __init__(self, store: dist.Store, gid: str, index: int, backend: str, timeout: float):
+    def __init__(self, store: dist.Store, gid: str, index: int, backend: str, timeout: float,
+                 rail: str | None = None):
         prefix = dist.PrefixStore(f"pair/{gid}/", store)
         span = timedelta(seconds=timeout)
         if backend == "nccl":
+            if rail is not None:  # NCCL picks its interfaces per process (NCCL_SOCKET_IFNAME), not per group
+                raise ValueError("a rail binds a pair group through gloo; NCCL cannot bind one communicator")
             self.pg = dist.ProcessGroupNCCL(prefix, index, 2, dist.ProcessGroupNCCL.Options())
+        elif rail is not None:
+            self.pg = dist.ProcessGroupGloo(prefix, index, 2, rail_options(rail, span))
         else:
             self.pg = dist.ProcessGroupGloo(prefix, index, 2, span)
         self.index = index
@@ -56,6 +65,15 @@ class PairGroup:
 
     def barrier(self) -> None:
         self.max_(torch.zeros(1))
+
+
+def rail_options(rail: str, span: timedelta):
+    """gloo options whose one device is bound to the interface `rail` (torch 2.13: `_Options`,
+    `_devices`, `_timeout`; the public `Options` is the backend-neutral base without devices)."""
+    opts = dist.ProcessGroupGloo._Options()
+    opts._devices = [dist.ProcessGroupGloo.create_device(interface=rail)]
+    opts._timeout = span
+    return opts
 
 
 class DistOps:

@@ -9,12 +9,13 @@ from commbench.core.vocab import ALIGN, Layout, get_dtype
 from commbench.harness.collectives import BY_NAME, Collective
 from commbench.core.errors import BadInput
 from commbench.core.options import RunOptions
+from commbench.core.settings import combinations, from_plan
 
 PLACEMENTS = ("out", "in", "both")
 
 
 MAX_POINTS = 10_000  # sizes in one sweep's grid (each is a point per collective and placement)
-MAX_RUN_POINTS = 100_000  # rows of one run: sizes x collectives x placements x MTUs x repetitions
+MAX_RUN_POINTS = 100_000  # rows of one run: sizes x collectives x placements x settings x repetitions
 
 
 def _next(size: int, step_factor: float, step_bytes: int | None) -> int:
@@ -75,8 +76,6 @@ class SweepPlan(RunOptions):
     op: str = "sum"
     root: int = 0
     placement: str = "both"
-    mtus: list[int] = field(default_factory=list)  # the MTU axis: set on `iface` of every host in turn
-    iface: str | None = None
 
     def entries(self) -> list[Collective]:
         return [BY_NAME[c] for c in self.collectives]
@@ -114,10 +113,10 @@ def validate(plan: SweepPlan, world: int) -> None:
         raise BadInput(f"--root {plan.root} is not a rank of this run (0..{world - 1}): pick a rank in range")
     if world < 2 and "sendrecv" in plan.collectives:
         raise BadInput("sendrecv needs at least 2 ranks: raise --nproc or leave sendrecv out")
-    rows = plan.repetitions * max(1, len(plan.mtus)) * len(plan.sizes) * sum(
+    rows = plan.repetitions * max(1, len(combinations(from_plan(plan.axes)))) * len(plan.sizes) * sum(
         len(plan.placements_for(c)) for c in plan.entries())
     if rows > MAX_RUN_POINTS:
-        raise BadInput(f"this sweep is {rows:,} points (sizes x collectives x placements x MTUs x --repetitions); "
+        raise BadInput(f"this sweep is {rows:,} points (sizes x collectives x placements x settings x --repetitions); "
                        f"the most is {MAX_RUN_POINTS:,}: fewer --repetitions, sizes or collectives")
     itemsize = get_dtype(plan.dtype).itemsize
     for collective in plan.entries():

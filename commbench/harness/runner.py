@@ -36,6 +36,8 @@ from commbench.core.launch import RankEnv, ignore_further_signals
 from commbench.net.netinfo import host_summary
 from commbench.core.options import RunOptions
 from commbench.core.results import SCHEMA_VERSION, ResultWriter, resolve_out
+from commbench.core.settings import Setting
+from commbench.harness.settings import axis_interfaces, run_each, settings_of
 from commbench.harness.stragglers import rank_summary, straggler_warnings
 from commbench.harness.wire import WireProbe, gather as gather_wire
 from commbench.core import wire as wirecols
@@ -154,6 +156,7 @@ class Session:
     control: ControlPlane | None = None  # the control plane (harness/control.py); None in unit tests
     ops: PairGroup | None = None  # a pair's own group (workloads/pairs.py): the loop runs on it, not on `group`
     wire: WireProbe | None = None  # counters around each time_call (None: --no-wire, or unit tests)
+    setting: Setting | None = None  # the --env/--mtu setting being measured (harness/settings.py)
 
     @property
     def rank(self) -> int:
@@ -295,6 +298,10 @@ class Session:
             # the bytes one rank sends between the snapshots: every warm-up and timed call
             **wirecols.columns(m.wire, size_bytes * busbw_factor * (warmup + m.iters)),
         }
+        if self.setting is not None:
+            row["settings"] = self.setting.label
+            if self.setting.mtu is not None:
+                row["mtu"] = self.setting.mtu  # the MTU of this pass, not the one at the start
         row.update(extra)
         return row
 
@@ -376,14 +383,15 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
     probe: WireProbe | None = None
     try:
         ranks = _gather_ranks(env, device, device_name)
-        probe = WireProbe.for_rank(ranks, env.rank) if plan.wire else None
+        probe = WireProbe.for_rank(ranks, env.rank, axis_interfaces(plan)) if plan.wire else None
         ctx = _run_context(plan, env, backend, device, device_name, ranks)
         writer = _open_writer(plan, env, device)
-        reporter = Reporter(env.rank == 0, plan.repetitions * workload.total_points(env.world_size))
+        passes = max(1, len(settings_of(plan)))
+        reporter = Reporter(env.rank == 0, passes * plan.repetitions * workload.total_points(env.world_size))
         for line in _header_lines(ctx, ranks):
             reporter.line(line)
         control.watch(lambda line: _say(env, line))
-        any_wrong = workload.run(Session(ctx, timer, reporter, writer, control=control, wire=probe))
+        any_wrong = run_each(Session(ctx, timer, reporter, writer, control=control, wire=probe), workload.run)
         if writer is not None:
             _summarise(writer, backend, env, ranks, reporter)
         if any_wrong:
@@ -454,8 +462,8 @@ def _open_writer(plan, env: RankEnv, device) -> ResultWriter | None:
 def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dict], reporter: Reporter) -> None:
     """Rank 0 after the last point: NCCL's transport, straggler warnings, nccl-tests' closing lines."""
     if backend == "nccl":
-        from commbench.net.ncclinfo import record_transport
-        record_transport(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport NCCL used
+        from commbench.net.ncclinfo import record_debug
+        record_debug(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport and algorithms NCCL used
     warnings = straggler_warnings(writer.rows, [r["host"] for r in ranks])
     values = [r.get("wire") for r in writer.rows]
     warnings += wirecols.total_lines(values, len(writer.rows))

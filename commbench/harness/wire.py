@@ -30,8 +30,9 @@ class WireProbe:
     errors: list[str] = field(default_factory=list)
 
     @classmethod
-    def for_rank(cls, ranks: list[dict], rank: int) -> "WireProbe":
-        """The lowest rank on each host reads that host; `ranks` are the gathered rank facts."""
+    def for_rank(cls, ranks: list[dict], rank: int, more: list[str] | None = None) -> "WireProbe":
+        """The lowest rank on each host reads that host; `ranks` are the gathered rank facts;
+        `more`: interfaces a settings axis sends over (GLOO_SOCKET_IFNAME=eth1), where they exist."""
         me = next(r for r in ranks if r["rank"] == rank)
         mates = [r["rank"] for r in ranks if r["host"] == me["host"]]
         sampler = None
@@ -39,7 +40,8 @@ class WireProbe:
             try:
                 # TCP's counters cover every connection of the namespace: on one host (loopback)
                 # they would only show other programs' traffic
-                sampler = LiveSampler(_ifaces(me), ib_ports(), tcp=me.get("link_layer") != "loopback")
+                ifaces = list(dict.fromkeys(_ifaces(me) + (more or [])))
+                sampler = LiveSampler(ifaces, ib_ports(), tcp=me.get("link_layer") != "loopback")
             except Exception as exc:  # no netlink here (a sandbox): measure without counters
                 _ = exc
         return cls(me["host"], len(mates), sampler, [r["host"] for r in sorted(ranks, key=lambda r: r["rank"])])

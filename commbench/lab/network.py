@@ -5,6 +5,10 @@ bridge. Every link has a tbf rate (both directions: the host's eth0 and its brid
 MTU. Addresses come from a private subnet and exist only inside the namespaces: the bridge has
 none, so nothing outside the lab can reach the hosts or be reached by them.
 
+With `--rails K` every host has eth0..eth<K-1>, rail R of every host on bridge R with a subnet of
+its own (the --subnet shifted by R network sizes): a rail-optimised fabric, where a rail's traffic
+stays on that rail. Each rail has its own rate, MTU, queue and frame counting.
+
 Everything `up` creates is recorded in a state file *before* it is created, so `down` removes
 exactly that, also after a crash, and never anything it did not make.
 """
@@ -21,7 +25,8 @@ from pathlib import Path
 
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.lab import state as labstate
-from commbench.lab.state import NS_IFACE, LabNode, LabState, load_state, require_root, require_state, save_state, state_path
+from commbench.lab.state import (MAX_RAILS, LabNode, LabRail, LabState, load_state, require_root,
+                                 require_state, save_state, state_path)
 
 DEFAULT_SUBNET = "10.231.0.0/24"
 SWITCH_MTU = 9216
@@ -72,31 +77,31 @@ def node_names(n: int) -> list[str]:
     return [f"{labstate.PREFIX}node{i + 1}" for i in range(n)]
 
 
-def _shape(node: LabNode, state: LabState, retune: bool = False) -> None:
-    """Apply the node's rate (tbf, both directions) and MTU; with `retune` (or where they are on)
-    also its frame counting and receive steering."""
-    bits = parse_rate(node.rate)
+def _shape(netns: str, link: LabNode | LabRail, retune: bool = False) -> None:
+    """Apply one rail's rate (tbf, both directions) and MTU; with `retune` (or where they are on)
+    also its frame counting and receive steering. `link` is a host (its rail 0) or a further rail."""
+    bits = parse_rate(link.rate)
     # burst: at least 2 ms of traffic and 32 full frames, so tbf itself never limits a TCP window
-    burst = int(max(bits / 8 * 0.002, 32 * (node.mtu + 14)))
-    if node.queue:
+    burst = int(max(bits / 8 * 0.002, 32 * (link.mtu + 14)))
+    if link.queue:
         # tbf splits a packet longer than its burst into frames, so that a queue of N bytes holds
         # frames, as a switch's buffer does (a whole 64 KiB GSO packet would never fit a tiny one)
-        burst = min(burst, max(30000, 2 * (node.mtu + 14)))
-    queue = ["limit", str(node.queue)] if node.queue else ["latency", "100ms"]
-    tbf = ["root", "tbf", "rate", node.rate, "burst", str(burst), *queue]
-    _ip("link", "set", "dev", NS_IFACE, "mtu", str(node.mtu), netns=node.name)
+        burst = min(burst, max(30000, 2 * (link.mtu + 14)))
+    queue = ["limit", str(link.queue)] if link.queue else ["latency", "100ms"]
+    tbf = ["root", "tbf", "rate", link.rate, "burst", str(burst), *queue]
+    _ip("link", "set", "dev", link.iface, "mtu", str(link.mtu), netns=netns)
     # The bridge ports are the switch: jumbo-capable (9216, as switches are usually set), so
     # the hosts' own eth0 MTU decides, and a host may change it itself (sweep --mtu).
-    _ip("link", "set", "dev", node.port, "mtu", str(max(SWITCH_MTU, node.mtu)))
-    _tc("qdisc", "replace", "dev", NS_IFACE, *tbf, netns=node.name)
-    _tc("qdisc", "replace", "dev", node.port, *tbf)
-    if retune or node.frames:
-        _offload(node, segment=not node.frames)
-    if retune or node.frames or node.queue:
-        _steer(node, on=bool(node.frames or node.queue))
+    _ip("link", "set", "dev", link.port, "mtu", str(max(SWITCH_MTU, link.mtu)))
+    _tc("qdisc", "replace", "dev", link.iface, *tbf, netns=netns)
+    _tc("qdisc", "replace", "dev", link.port, *tbf)
+    if retune or link.frames:
+        _offload(netns, link, segment=not link.frames)
+    if retune or link.frames or link.queue:
+        _steer(netns, link, on=bool(link.frames or link.queue))
 
 
-def _offload(node: LabNode, segment: bool) -> None:
+def _offload(netns: str, link: LabNode | LabRail, segment: bool) -> None:
     """--frames: TCP segmentation offload off on both ends, so the kernel cuts each GSO packet
     into frames before veth counts it: eth0's tx_bytes then holds every frame's headers, as a
     NIC's counter does (veth counts a 64 KiB GSO packet once, with one set of headers)."""
@@ -105,28 +110,62 @@ def _offload(node: LabNode, segment: bool) -> None:
     if shutil.which("ethtool") is None:
         return  # nothing was turned off without it
     state = "on" if segment else "off"
-    for netns, dev in ((node.name, NS_IFACE), (None, node.port)):
-        argv = (["ip", "netns", "exec", netns] if netns else []) + ["ethtool", "-K", dev, "tso", state]
+    for ns, dev in ((netns, link.iface), (None, link.port)):
+        argv = (["ip", "netns", "exec", ns] if ns else []) + ["ethtool", "-K", dev, "tso", state]
         _run(argv, check=True)
 
 
-def _steer(node: LabNode, on: bool) -> None:
+def _steer(netns: str, link: LabNode | LabRail, on: bool) -> None:
     """Receive packet steering on both receiving ends of the link (all CPUs, by flow hash). Frames
     that tbf split off one packet may be sent from two CPUs; each CPU's receive backlog would
     then hand them to TCP out of order, and TCP retransmits what it takes for lost (SACK
     reordering): a trouble counter on a healthy link. Steering by flow keeps every flow's
     frames on one CPU, in order."""
     mask = f"{(1 << (os.cpu_count() or 1)) - 1:x}" if on else "0"
-    for netns, dev in ((node.name, NS_IFACE), (None, node.port)):
+    for ns, dev in ((netns, link.iface), (None, link.port)):
         path = f"/sys/class/net/{dev}/queues/rx-0/rps_cpus"
         # `ip netns exec` mounts the namespace's own sysfs; the root namespace's is /sys itself
-        argv = (["ip", "netns", "exec", netns] if netns else []) + ["tee", path]
+        argv = (["ip", "netns", "exec", ns] if ns else []) + ["tee", path]
         proc = subprocess.run(argv, input=mask + "\n", capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeFailure(f"cannot set {path} on {netns or 'the root namespace'}: {proc.stderr.strip()}")
+            raise RuntimeFailure(f"cannot set {path} on {ns or 'the root namespace'}: {proc.stderr.strip()}")
 
 
-def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_SUBNET, frames: bool = False) -> LabState:
+def rail_subnets(subnet: str, rails: int, nodes: int) -> list:
+    """Rail R's subnet: the --subnet shifted by R network sizes (10.231.0.0/24: rail 1 on 10.231.1.0/24)."""
+    try:
+        net = ipaddress.ip_network(subnet)
+    except ValueError:
+        raise BadInput(f"--subnet {subnet!r} is not a network: use e.g. 10.231.0.0/24") from None
+    if not net.is_private or net.num_addresses < nodes + 2:
+        raise BadInput(f"--subnet {subnet} must be a private range with room for {nodes} hosts")
+    nets = [net]
+    for r in range(1, rails):
+        first = int(net.network_address) + r * net.num_addresses
+        try:
+            shifted = type(net)((first, net.prefixlen))
+        except ValueError:
+            shifted = None  # past the end of the address space
+        if shifted is None or not shifted.is_private:
+            where = f"on {shifted}, not a private range" if shifted else "past the last address"
+            raise BadInput(f"--subnet {subnet} with --rails {rails}: rail {r} would be {where} (rail R takes the "
+                           f"--subnet shifted by R network sizes): pick a lower --subnet, e.g. 10.231.0.0/24, "
+                           f"or fewer rails")
+        nets.append(shifted)
+    return nets
+
+
+def _new_node(i: int, nets: list, rate: str, mtu: int, frames: bool) -> LabNode:
+    """Host i (from 0) of a lab that is not made yet: its name, ports and one address per rail."""
+    addrs = [str(net.network_address + i + 1) for net in nets]  # net.hosts()[i]: the subnet holds nodes + 2
+    rails = [LabRail(f"eth{r}", addrs[r], labstate.port_name(i + 1, r), mtu, rate, frames=frames)
+             for r in range(1, len(nets))]
+    return LabNode(f"{labstate.PREFIX}node{i + 1}", addrs[0], labstate.port_name(i + 1, 0), mtu, rate, frames=frames,
+                   rails=rails)
+
+
+def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_SUBNET, frames: bool = False,
+       rails: int = 1) -> LabState:
     require_root()
     if load_state() is not None:
         raise BadInput("a lab is already up: 'commbench lab status' shows it, 'commbench lab down' removes it")
@@ -134,49 +173,52 @@ def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_S
         raise BadInput(f"COMMBENCH_LAB_PREFIX={labstate.PREFIX!r} must be 1-6 lowercase letters/digits: e.g. cb")
     if not 2 <= nodes <= 64:
         raise BadInput(f"--nodes {nodes} is outside 2..64: a lab needs at least 2 hosts")
+    if not 1 <= rails <= MAX_RAILS:
+        raise BadInput(f"--rails {rails} is outside 1..{MAX_RAILS}: e.g. --rails 2 gives every host eth0 and eth1")
     parse_rate(rate)
     check_mtu(mtu)
-    try:
-        net = ipaddress.ip_network(subnet)
-    except ValueError:
-        raise BadInput(f"--subnet {subnet!r} is not a network: use e.g. 10.231.0.0/24") from None
-    if not net.is_private or net.num_addresses < nodes + 2:
-        raise BadInput(f"--subnet {subnet} must be a private range with room for {nodes} hosts")
-    names = node_names(nodes)
-    ports = [f"{labstate.PREFIX}veth{i + 1}" for i in range(nodes)]
-    taken = [n for n in names if _netns_exists(n)] + [p for p in [labstate.BRIDGE] + ports if _link_exists(p)]
+    nets = rail_subnets(subnet, rails, nodes)
+    planned = [_new_node(i, nets, rate, mtu, frames) for i in range(nodes)]
+    bridges = [labstate.bridge_name(r) for r in range(rails)]
+    ports = [link.port for node in planned for link in node.links()]
+    taken = [n.name for n in planned if _netns_exists(n.name)] + [p for p in bridges + ports if _link_exists(p)]
     if taken:
         raise BadInput(f"{taken[0]} already exists and was not made by this lab: remove it or pick another machine")
 
-    hosts = list(net.hosts())
-    state = LabState(subnet=str(net), bridge=labstate.BRIDGE)
+    state = LabState(subnet=str(nets[0]), bridge=labstate.BRIDGE, rails=rails)
     if not labstate.STATE_DIR.exists():
         state.files.append(str(labstate.STATE_DIR))  # ours: down removes it, with whatever the lab put in it
     save_state(state)
     try:
-        state.created.append(["bridge", labstate.BRIDGE])
-        save_state(state)
-        _ip("link", "add", labstate.BRIDGE, "type", "bridge")
-        _ip("link", "set", labstate.BRIDGE, "up")
-        for i, name in enumerate(names):
-            node = LabNode(name, str(hosts[i]), ports[i], mtu, rate, frames=frames)
-            state.created.append(["netns", name])
-            state.created.append(["link", node.port])
+        for bridge in bridges:
+            state.created.append(["bridge", bridge])
+            save_state(state)
+            _ip("link", "add", bridge, "type", "bridge")
+            _ip("link", "set", bridge, "up")
+        for node in planned:
+            state.created.append(["netns", node.name])
+            state.created += [["link", link.port] for link in node.links()]
             state.nodes.append(node)
             save_state(state)
-            _ip("netns", "add", name)
-            _ip("link", "add", node.port, "type", "veth", "peer", "name", NS_IFACE, "netns", name)
-            _ip("link", "set", node.port, "master", labstate.BRIDGE)
-            _ip("link", "set", node.port, "up")
-            _ip("link", "set", "lo", "up", netns=name)
-            _ip("addr", "add", f"{node.addr}/{net.prefixlen}", "dev", NS_IFACE, netns=name)
-            _ip("link", "set", NS_IFACE, "up", netns=name)
-            _shape(node, state)
+            _ip("netns", "add", node.name)
+            _ip("link", "set", "lo", "up", netns=node.name)
+            for r, link in enumerate(node.links()):
+                _plug(node.name, link, bridges[r], nets[r].prefixlen)
     except BaseException:
         down()
         raise
     write_hosts_file(state)
     return state
+
+
+def _plug(netns: str, link: LabNode | LabRail, bridge: str, prefixlen: int) -> None:
+    """One rail of a host: the veth pair, its port on the rail's bridge, the address, the shaping."""
+    _ip("link", "add", link.port, "type", "veth", "peer", "name", link.iface, "netns", netns)
+    _ip("link", "set", link.port, "master", bridge)
+    _ip("link", "set", link.port, "up")
+    _ip("addr", "add", f"{link.addr}/{prefixlen}", "dev", link.iface, netns=netns)
+    _ip("link", "set", link.iface, "up", netns=netns)
+    _shape(netns, link)
 
 
 def write_hosts_file(state: LabState) -> Path:
@@ -189,10 +231,21 @@ def write_hosts_file(state: LabState) -> Path:
     return path
 
 
+def rail_index(state: LabState, rail: str) -> int:
+    """--rail as this lab's rail number: eth1 or 1."""
+    text = str(rail).strip()
+    number = text[3:] if text.startswith("eth") else text
+    if number.isdigit() and int(number) < state.rails and str(int(number)) == number:
+        return int(number)
+    names = "eth0" if state.rails == 1 else f"eth0..eth{state.rails - 1}"
+    raise BadInput(f"--rail {rail!r} is not a rail of this lab: its hosts have {names} (--rails {state.rails}); "
+                   f"pass one of them, e.g. --rail eth{state.rails - 1}")
+
+
 def set_link(node: str | None = None, mtu: int | None = None, rate: str | None = None, queue: int | None = None,
-             frames: bool | None = None) -> LabState:
+             frames: bool | None = None, rail: str | None = None) -> LabState:
     """Change links live. queue: tbf's queue in bytes (0: back to 100 ms of traffic); frames: count
-    frames as a NIC does (see _shape)."""
+    frames as a NIC does (see _shape); rail: one rail (eth1 or 1) of the hosts, else every rail."""
     require_root()
     state = require_state()
     if mtu is None and rate is None and queue is None and frames is None:
@@ -203,28 +256,33 @@ def set_link(node: str | None = None, mtu: int | None = None, rate: str | None =
         parse_rate(rate)
     if queue is not None and queue != 0 and not 1600 <= queue <= 1 << 30:
         raise BadInput(f"--queue {queue} must be 0 (the default queue) or 1600..1073741824 bytes: e.g. 4000")
+    rails = [rail_index(state, rail)] if rail is not None else list(range(state.rails))
     targets = [state.node(node)] if node else state.nodes
     for n in targets:
-        n.mtu = mtu if mtu is not None else n.mtu
-        n.rate = rate if rate is not None else n.rate
-        n.queue = (queue or None) if queue is not None else n.queue
-        n.frames = frames if frames is not None else n.frames
-        _shape(n, state, retune=frames is not None or queue is not None)
+        for link in (n.links()[r] for r in rails):
+            link.mtu = mtu if mtu is not None else link.mtu
+            link.rate = rate if rate is not None else link.rate
+            link.queue = (queue or None) if queue is not None else link.queue
+            link.frames = frames if frames is not None else link.frames
+            _shape(n.name, link, retune=frames is not None or queue is not None)
     save_state(state)
     return state
 
 
 def live_facts(state: LabState) -> list[dict]:
-    """What the kernel says now, per host (not what the state file remembers)."""
+    """What the kernel says now, per host and rail (not what the state file remembers)."""
     out = []
     for n in state.nodes:
-        link = json.loads(_ip("-j", "link", "show", "dev", NS_IFACE, netns=n.name).stdout or "[{}]")[0]
-        qdisc = json.loads(_tc("-j", "qdisc", "show", "dev", NS_IFACE, netns=n.name).stdout or "[]")
-        tbf = next((q for q in qdisc if q.get("kind") == "tbf"), {})
-        rate_bps = tbf.get("options", {}).get("rate")
-        out.append({"host": n.name, "addr": n.addr, "iface": NS_IFACE, "mtu": link.get("mtu"),
-                    "state": link.get("operstate"), "rate_bits": rate_bps * 8 if isinstance(rate_bps, (int, float)) else None,
-                    "rate": n.rate})
+        links = {x.get("ifname"): x for x in json.loads(_ip("-j", "link", "show", netns=n.name).stdout or "[]")}
+        qdiscs = json.loads(_tc("-j", "qdisc", "show", netns=n.name).stdout or "[]")
+        for r, link in enumerate(n.links()):
+            kernel = links.get(link.iface, {})
+            tbf = next((q for q in qdiscs if q.get("kind") == "tbf" and q.get("dev") == link.iface), {})
+            rate_bps = tbf.get("options", {}).get("rate")
+            out.append({"host": n.name, "rail": r, "addr": link.addr, "iface": link.iface, "mtu": kernel.get("mtu"),
+                        "state": kernel.get("operstate"),
+                        "rate_bits": rate_bps * 8 if isinstance(rate_bps, (int, float)) else None,
+                        "rate": link.rate})
     return out
 
 

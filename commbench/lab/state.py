@@ -2,8 +2,9 @@
 daemons it started; one JSON file per lab under STATE_DIR, written atomically.
 
 The file is checked whenever it is read: JSON, the fields and types LabState and LabNode hold, and
-names this lab makes (`<prefix>node<N>` namespaces, `<prefix>veth<N>` links, the `<prefix>br0`
-bridge, munged/slurmctld/slurmd daemons, files inside STATE_DIR). A damaged file is refused with one
+names this lab makes (`<prefix>node<N>` namespaces, `<prefix>veth<N>` links and, on a multi-rail lab,
+`<prefix>veth<N>r<R>` for rail R, the `<prefix>br0` bridge and `<prefix>br<R>` per further rail,
+munged/slurmctld/slurmd daemons, files inside STATE_DIR). A damaged file is refused with one
 line; `lab down` reads it with `load_for_down`, which drops every entry that is not the lab's own
 (and says so), so a hand-edited or foreign file never makes it delete anything else.
 """
@@ -26,9 +27,22 @@ PREFIX = os.environ.get("COMMBENCH_LAB_PREFIX", "cb")
 STATE_DIR = Path(os.path.abspath(os.environ.get("COMMBENCH_LAB_DIR", f"/run/commbench-lab-{PREFIX}")))
 BRIDGE = f"{PREFIX}br0"
 NS_IFACE = "eth0"
+MAX_RAILS = 8  # eth0..eth7: the NICs of a GPU node
 RESOURCE_KINDS = ("bridge", "netns", "link")  # what `up` creates, in creation order per host
 DAEMON_NAMES = ("munged", "slurmctld", "slurmd")  # the programs `lab slurm up` starts
 STATE_MAX_BYTES = 1 << 20  # a 64-host lab with Slurm writes about 40 KB
+
+
+@dataclass
+class LabRail:
+    """Rail R > 0 of a host: eth<R> inside the namespace, its port on bridge `<prefix>br<R>`."""
+    iface: str
+    addr: str
+    port: str
+    mtu: int
+    rate: str
+    queue: int | None = None
+    frames: bool = False
 
 
 @dataclass
@@ -40,6 +54,15 @@ class LabNode:
     rate: str
     queue: int | None = None  # tbf's queue in bytes (lab set --queue); None: 100 ms of traffic
     frames: bool = False  # tbf splits every GSO packet, so eth0's counters count frames as a NIC does
+    rails: list[LabRail] = field(default_factory=list)  # eth1..: the host's further rails, in order
+
+    @property
+    def iface(self) -> str:
+        return NS_IFACE  # the node's own fields are rail 0's
+
+    def links(self) -> list:
+        """Every rail of the host, eth0 first (the node itself stands for rail 0)."""
+        return [self, *self.rails]
 
 
 @dataclass
@@ -51,6 +74,7 @@ class LabState:
     created: list[list[str]] = field(default_factory=list)
     daemons: list[dict] = field(default_factory=list)  # {"name", "pid", "start"} for slurm/munge
     files: list[str] = field(default_factory=list)
+    rails: int = 1  # NICs per host: eth0..eth<rails-1>, rail R on bridge <prefix>br<R>
 
     def node(self, name: str) -> LabNode:
         for n in self.nodes:
@@ -68,16 +92,27 @@ def state_path() -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
+def bridge_name(rail: int) -> str:
+    return BRIDGE if rail == 0 else f"{PREFIX}br{rail}"
+
+
+def port_name(node_index: int, rail: int) -> str:
+    """The bridge-side veth of host `node_index` (from 1) on `rail`; rail 0 keeps the one-rail name."""
+    return f"{PREFIX}veth{node_index}" + (f"r{rail}" if rail else "")
+
+
 def owns_resource(kind: object, name: object) -> bool:
-    """A network object this lab makes: its bridge, `<prefix>node<N>` namespaces, `<prefix>veth<N>` links."""
+    """A network object this lab makes: its bridges (`<prefix>br0`, `<prefix>br<R>` for rails 1..7),
+    `<prefix>node<N>` namespaces, `<prefix>veth<N>` and `<prefix>veth<N>r<R>` links."""
     if not isinstance(name, str):
         return False
+    rail = f"[1-{MAX_RAILS - 1}]"
     if kind == "bridge":
-        return name == BRIDGE
+        return name == BRIDGE or re.fullmatch(rf"{re.escape(PREFIX)}br{rail}", name) is not None
     if kind == "netns":
         return re.fullmatch(rf"{re.escape(PREFIX)}node[1-9][0-9]*", name) is not None
     if kind == "link":
-        return re.fullmatch(rf"{re.escape(PREFIX)}veth[1-9][0-9]*", name) is not None
+        return re.fullmatch(rf"{re.escape(PREFIX)}veth[1-9][0-9]*(r{rail})?", name) is not None
     return False
 
 
@@ -185,8 +220,36 @@ def _check_fields(raw: object, types: dict[str, type | tuple], required: set[str
 
 
 _NODE_TYPES = {"name": str, "addr": str, "port": str, "mtu": int, "rate": str, "queue": (int, type(None)),
+               "frames": bool, "rails": list}
+_RAIL_TYPES = {"iface": str, "addr": str, "port": str, "mtu": int, "rate": str, "queue": (int, type(None)),
                "frames": bool}
-_STATE_TYPES = {"subnet": str, "bridge": str, "nodes": list, "created": list, "daemons": list, "files": list}
+_STATE_TYPES = {"subnet": str, "bridge": str, "nodes": list, "created": list, "daemons": list, "files": list,
+                "rails": int}
+
+
+def _check_addr(addr: str, what: str) -> None:
+    try:
+        ipaddress.ip_address(addr)
+    except ValueError:
+        raise _damaged(f"{what}'s address {addr[:40]!r} is not an IP address") from None
+
+
+def _parse_node(n: object, i: int, rails: int) -> LabNode:
+    """Host i's entry (from 0): rail 0 in its own fields, rails 1.. under 'rails', eth1, eth2, ... in order."""
+    _check_fields(n, _NODE_TYPES, {"name", "addr", "port", "mtu", "rate"}, f"host {i + 1}")
+    _check_addr(n["addr"], f"host {i + 1}")
+    extra = n.get("rails", [])
+    if len(extra) != rails - 1:
+        raise _damaged(f"host {i + 1} has {len(extra) + 1} rails, the lab {rails}")
+    parsed = []
+    for r, rail in enumerate(extra, start=1):
+        what = f"host {i + 1} rail {r}"
+        _check_fields(rail, _RAIL_TYPES, {"iface", "addr", "port", "mtu", "rate"}, what)
+        if rail["iface"] != f"eth{r}":
+            raise _damaged(f"{what} is {rail['iface'][:40]!r}, not eth{r}")
+        _check_addr(rail["addr"], what)
+        parsed.append(LabRail(**rail))
+    return LabNode(**{**n, "rails": parsed})
 
 
 def _parse(raw: object) -> LabState:
@@ -196,14 +259,10 @@ def _parse(raw: object) -> LabState:
         ipaddress.ip_network(raw["subnet"])
     except ValueError:
         raise _damaged(f"subnet {raw['subnet'][:40]!r} is not a network") from None
-    nodes = []
-    for i, n in enumerate(raw.get("nodes", [])):
-        _check_fields(n, _NODE_TYPES, {"name", "addr", "port", "mtu", "rate"}, f"host {i + 1}")
-        try:
-            ipaddress.ip_address(n["addr"])
-        except ValueError:
-            raise _damaged(f"host {i + 1}'s address {n['addr'][:40]!r} is not an IP address") from None
-        nodes.append(LabNode(**n))
+    rails = raw.get("rails", 1)  # a file from before rails: one
+    if not 1 <= rails <= MAX_RAILS:
+        raise _damaged(f"rails {rails} is outside 1..{MAX_RAILS}")
+    nodes = [_parse_node(n, i, rails) for i, n in enumerate(raw.get("nodes", []))]
     for item in raw.get("created", []):
         if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
             raise _damaged("an entry of 'created' is not a [kind, name] pair")
@@ -244,7 +303,7 @@ def foreign_entries(state: LabState) -> list[str]:
     """Every entry of `state` that names something this lab does not make, as text."""
     out = [f"bridge {state.bridge!r}"] if state.bridge != BRIDGE else []
     out += [f"host {n.name!r}" for n in state.nodes if not owns_resource("netns", n.name)]
-    out += [f"link {n.port!r}" for n in state.nodes if not owns_resource("link", n.port)]
+    out += [f"link {r.port!r}" for n in state.nodes for r in n.links() if not owns_resource("link", r.port)]
     out += [f"{kind if kind in RESOURCE_KINDS else 'object'} {name!r}" for kind, name in state.created
             if not owns_resource(kind, name)]
     out += [f"process {str(d.get('name'))[:40]!r} (pid {d.get('pid')})" for d in state.daemons if not owns_daemon(d)]
@@ -272,7 +331,8 @@ def load_for_down() -> tuple[LabState | None, list[str]]:
     if state is None:
         return None, []
     skipped = foreign_entries(state)
-    state.nodes = [n for n in state.nodes if owns_resource("netns", n.name) and owns_resource("link", n.port)]
+    state.nodes = [n for n in state.nodes if owns_resource("netns", n.name)
+                   and all(owns_resource("link", r.port) for r in n.links())]
     state.created = [[k, n] for k, n in state.created if owns_resource(k, n)]
     state.daemons = [d for d in state.daemons if owns_daemon(d)]
     state.files = [f for f in state.files if owns_path(f)]
@@ -288,12 +348,24 @@ def report_skipped(skipped: list[str]) -> None:
               file=sys.stderr, flush=True)
 
 
+def _as_json(state: LabState) -> dict:
+    """The file's content; a one-rail lab's file is what it was before rails (no 'rails' fields),
+    so older commbench versions still read it."""
+    doc = asdict(state)
+    if state.rails == 1:
+        doc.pop("rails")
+        for n in doc["nodes"]:
+            if not n["rails"]:
+                n.pop("rails")
+    return doc
+
+
 def save_state(state: LabState) -> None:
     _check_dir()
     try:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         tmp = state_path().with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.write_text(json.dumps(_as_json(state), indent=2))
         os.replace(tmp, state_path())
     except OSError as exc:
         raise RuntimeFailure(f"cannot write the lab state file {state_path()}: {exc.strerror}") from None

@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from commbench.net import counters, doctorwire, netinfo, wiresource
+from commbench.net import counters, doctorrails, doctorwire, netinfo, wiresource
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput, RuntimeFailure
 from commbench.core.safetext import escaped, escaped_tree
 
@@ -316,8 +316,13 @@ def check_counters(facts: dict) -> list[Finding]:
     return out
 
 
+def check_rails(facts: dict) -> list[Finding]:
+    """A rail unlike the host's other rails (net/doctorrails.py)."""
+    return doctorrails.check_host(facts, Finding, _used_ports)
+
+
 HOST_CHECKS = (check_socket_ifname, check_gloo_ifname, check_ib_disable, check_ib_hca, check_port_state,
-               check_port_rate, check_roce_gid, check_mtu, check_counters)
+               check_port_rate, check_roce_gid, check_mtu, check_counters, check_rails)
 
 
 def check_host(facts: dict) -> list[Finding]:
@@ -381,7 +386,7 @@ def check_across(hosts: list[dict]) -> list[Finding]:
         out += _differs("nccl-version", "NCCL version differs", versions,
                         "run the same NCCL everywhere (the same container image or nvidia-nccl wheel)",
                         fmt=lambda v: v or "none")
-    return out
+    return out + doctorrails.check_across(hosts, Finding, _used_ports)
 
 
 def _rate_text(rates: tuple) -> str:

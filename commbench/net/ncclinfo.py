@@ -1,5 +1,5 @@
 """What NCCL's own debug output (NCCL_DEBUG=INFO) says about a run: the transports its channels
-really used and the library version.
+really used and the library version (the algorithm and protocol per operation: net/nccltuning.py).
 
 A silent fallback from InfiniBand to sockets is the classic cause of "busbw is 10x too low", and
 NCCL names the transport of every connection it sets up:
@@ -24,6 +24,8 @@ import os
 import re
 from pathlib import Path
 from typing import Iterable
+
+from commbench.net.nccltuning import TuningCollector, merged_subsys
 
 _VIA = re.compile(r"NCCL INFO .*?\bvia\s+(.+?)\s*$", re.ASCII)
 _USING_NETWORK = re.compile(r"NCCL INFO Using network\s+(.+?)\s*$", re.ASCII)
@@ -93,25 +95,37 @@ def debug_file_pattern(folder: str | Path, run_id: str) -> str:
 
 def read_debug_files(paths: Iterable[str | Path]) -> str | None:
     """The transport named in NCCL debug files (unreadable files are skipped: this is a diagnosis)."""
-    collector = TransportCollector()
+    return read_debug_facts(paths)[0].transport
+
+
+def read_debug_facts(paths: Iterable[str | Path]) -> tuple[TransportCollector, TuningCollector]:
+    """What NCCL debug files say: the transport, and the algorithm and protocol per operation
+    (net/nccltuning.py); unreadable files are skipped."""
+    transport, tuning = TransportCollector(), TuningCollector()
     for p in paths:
         try:
             with open(p, encoding="utf-8", errors="replace") as fh:
                 for line in fh:
-                    collector.feed(line)
+                    transport.feed(line)
+                    tuning.feed(line)
         except OSError:
             continue
-    return collector.transport
+    return transport, tuning
+
+
+def own_debug_files(environ: dict | None = None, pid: int | None = None) -> list[str]:
+    """This process's NCCL debug files (NCCL_DEBUG_FILE, %h = host, %p = pid), sorted."""
+    environ = os.environ if environ is None else environ
+    pattern = environ.get("NCCL_DEBUG_FILE")
+    if not pattern:
+        return []
+    wanted = glob.escape(pattern).replace("%h", "*").replace("%p", str(pid if pid is not None else os.getpid()))
+    return sorted(glob.glob(wanted))
 
 
 def own_debug_file_transport(environ: dict | None = None, pid: int | None = None) -> str | None:
     """The transport in this process's NCCL debug file (NCCL_DEBUG_FILE, %h = host, %p = pid)."""
-    environ = os.environ if environ is None else environ
-    pattern = environ.get("NCCL_DEBUG_FILE")
-    if not pattern:
-        return None
-    wanted = glob.escape(pattern).replace("%h", "*").replace("%p", str(pid if pid is not None else os.getpid()))
-    return read_debug_files(sorted(glob.glob(wanted)))
+    return read_debug_files(own_debug_files(environ, pid))
 
 
 def record_transport(writer) -> None:
@@ -123,14 +137,32 @@ def record_transport(writer) -> None:
         writer.append([])
 
 
+def record_debug(writer, environ: dict | None = None, pid: int | None = None) -> None:
+    """Rank 0 at the end of a run: what its NCCL debug file says into the rows, the transport into
+    every row and NCCL's algorithm and protocol into the rows of the points it named (NCCL
+    prints those on rank 0 only, so rank 0's own file has them all)."""
+    paths = own_debug_files(environ, pid)
+    if not paths or not writer.rows:
+        return
+    transport, tuning = read_debug_facts(paths)
+    if transport.transport:
+        for row in writer.rows:
+            row["transport"] = transport.transport
+    if tuning.fill(writer.rows) or transport.transport:
+        writer.append([])
+
+
 def enable_debug_file(out: str, run_id: str, backend: str) -> str:
-    """sweep --nccl-debug: NCCL_DEBUG=INFO into one file per rank beside the results."""
+    """sweep --nccl-debug: NCCL_DEBUG=INFO into one file per rank beside the results, with the
+    subsystems that name the transport and the algorithm per operation added to any
+    NCCL_DEBUG_SUBSYS of the user's (net/nccltuning.py merged_subsys)."""
     from commbench.core.errors import BadInput
     from commbench.core.results import resolve_out
 
     if backend != "nccl":
-        raise BadInput("--nccl-debug records the transport NCCL used: it needs --backend nccl (GPUs)")
+        raise BadInput("--nccl-debug records the transport and algorithms NCCL used: it needs --backend nccl (GPUs)")
     pattern = debug_file_pattern(resolve_out(out, run_id).parent, run_id)
     os.environ["NCCL_DEBUG"] = "INFO"
     os.environ["NCCL_DEBUG_FILE"] = pattern
+    os.environ["NCCL_DEBUG_SUBSYS"] = merged_subsys(os.environ.get("NCCL_DEBUG_SUBSYS"))
     return pattern

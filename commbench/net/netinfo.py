@@ -282,9 +282,11 @@ def live_interfaces() -> list[dict]:
     import psutil
 
     from commbench.net.envinfo import hw_type
+    from commbench.net.rtnetlink import interface_shapers
 
     addrs = psutil.net_if_addrs()
     stats = psutil.net_if_stats()
+    shapers = interface_shapers()
     out = []
     for name in sorted(set(addrs) | set(stats)):
         st = stats.get(name)
@@ -305,6 +307,7 @@ def live_interfaces() -> list[dict]:
             "name": name, "state": state, "running": running, "mtu": st.mtu if st else None,
             "speed_mbps": st.speed if st and st.speed and st.speed > 0 else None,
             "driver": _driver(name), "link_layer": ARPHRD.get(kind or "", kind), "mac": mac, "addresses": ips,
+            "shaper": shapers.get(name),  # a root tbf/htb caps the rate below the link speed (doctorrails)
         })
     return out
 

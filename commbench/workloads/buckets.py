@@ -136,7 +136,7 @@ class BucketWorkload:
         any_wrong = False
         for repetition in range(plan.repetitions):
             for lay in self.layouts(world):
-                call = self._bind(lay, grads, out, world)
+                call = self._bind(lay, grads, out, world, session.group)
                 grads.copy_(input_pattern(rank, grads.numel(), dtype, "sum", grads.device))
                 timing = session.time_call(call, f"{plan.op} of buckets of {lay.bucket:,} elements")
                 wrong = None
@@ -164,15 +164,16 @@ class BucketWorkload:
                 reporter.advance(f"bucket {lay.bucket}")
         return any_wrong
 
-    def _bind(self, lay: BucketLayout, grads: torch.Tensor, out: torch.Tensor | None, world: int) -> Callable[[], None]:
+    def _bind(self, lay: BucketLayout, grads: torch.Tensor, out: torch.Tensor | None, world: int,
+              group=None) -> Callable[[], None]:
         """One step's reduction: every bucket, at most `overlap` collectives in flight."""
         inputs = [grads[a:b] for a, b in lay.bounds()]
         if out is None:
             op = torch_op("sum")
-            launches = [lambda t=t: dist.all_reduce(t, op=op, async_op=True) for t in inputs]
+            launches = [lambda t=t: dist.all_reduce(t, op=op, async_op=True, group=group) for t in inputs]
         else:
             outputs = [out[a // world:b // world] for a, b in lay.bounds()]
-            launches = [lambda i=i, o=o: reduce_scatter_flat(o, i, op=torch_op("sum"), async_op=True)
+            launches = [lambda i=i, o=o: reduce_scatter_flat(o, i, op=torch_op("sum"), async_op=True, group=group)
                         for i, o in zip(inputs, outputs)]
         depth = self.plan.overlap
 

@@ -8,6 +8,9 @@ control plane, so a dead or cut-off peer costs seconds, not --timeout. Rank 0 re
 outcome from either end (whichever it can reach) and writes the rows; what neither end reported
 is judged by a roll call of the two. Steps start together: every rank waits at a barrier for the
 ranks that still answer (a rank cut off from some peers waits only for those it can reach).
+
+With --per-rail a step is one rail's links: the pair groups are bound to that interface
+(harness/pairgroup.py) and the rows carry the rail; the confirmation round runs per rail too.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 import torch
 
 from commbench.harness import faults
-from commbench.harness.control import ControlPlane
+from commbench.harness.control import PROBE_S, ControlPlane, probe
 from commbench.harness.pairgroup import PairGroup
 from commbench.harness.runner import Measurement, Session
 
@@ -41,9 +44,11 @@ def pattern(rank: int, numel: int, device) -> torch.Tensor:
 class LinkTester:
     """Measures the links of each step and, on rank 0, turns their outcomes into rows."""
 
-    def __init__(self, session: Session, plan, hosts: list[str], names: dict[int, str], buffers, players: list[int]):
+    def __init__(self, session: Session, plan, hosts: list[str], names: dict[int, str], buffers, players: list[int],
+                 rail_addrs: list[dict[str, str]] | None = None):
         self.session, self.plan, self.hosts, self.names = session, plan, hosts, names
         self.buffers, self.players = buffers, players
+        self.rail_addrs = rail_addrs or [{} for _ in hosts]  # per rank: rail -> its address (--per-rail)
         self.control: ControlPlane = session.control
         self.rows: list[dict] = []
         self.any_wrong = False
@@ -52,16 +57,16 @@ class LinkTester:
     # ---- every rank ------------------------------------------------------------------------------
 
     def step(self, step: str, links: list[tuple[int, int]], repetition: int, number: int,
-             confirm: bool = False) -> None:
+             confirm: bool = False, rail: str | None = None) -> None:
         self.control.barrier(step, self.players, self.plan.timeout + STEP_SLACK_S)
         mine = next(((s, d) for s, d in links if self.session.rank in (s, d)), None)
         if mine is not None:
-            outcome = self._measure(step, mine)
+            outcome = self._measure(step, mine, rail)
             self.control.put(_key(step, mine), json.dumps(outcome))
         if self.session.rank == 0:
-            self._collect(step, links, repetition, number, confirm)
+            self._collect(step, links, repetition, number, confirm, rail)
 
-    def _measure(self, step: str, link: tuple[int, int]) -> dict:
+    def _measure(self, step: str, link: tuple[int, int], rail: str | None = None) -> dict:
         """This end's outcome of one link: the pair's samples, or why it could not be measured."""
         rank = self.session.rank
         src, dst = link
@@ -69,13 +74,29 @@ class LinkTester:
         if not self.control.answers(peer):
             call = self.control.roll_call([peer])
             return _failure(call.status(peer) or "error", self._silent_text(peer, call), peer)
+        if rail is not None:
+            dead = self._rail_silent(peer, rail)
+            if dead:
+                return _failure("unreachable", dead)
         try:
             lower = min(src, dst)
             group = PairGroup(self.control.store_of(lower), f"{step}/{lower}-{max(src, dst)}",
-                              0 if rank == lower else 1, self.session.ctx.backend, self.plan.timeout)
+                              0 if rank == lower else 1, self.session.ctx.backend, self.plan.timeout, rail)
             return self._transfer(group, link, peer, rank == src, rank == dst or self.plan.mode == "bidir")
         except (RuntimeError, ValueError) as exc:  # gloo's timeouts and closed connections are RuntimeErrors
             return self._after_error(peer, exc)
+
+    def _rail_silent(self, peer: int, rail: str) -> str | None:
+        """Why the peer cannot be reached on the rail while its control plane answers, or None. A
+        probe of its address there costs PROBE_S at most; gloo's connect to a dead rail would hold
+        both ends for a few times --timeout and put the rounds out of step."""
+        addr = self.rail_addrs[peer].get(rail)
+        if addr is None:
+            return None
+        if probe(addr, self.control.peers()[peer].probe_port, PROBE_S) != "silent":
+            return None
+        return (f"rank {peer} on {self.hosts[peer]} does not answer on rail {rail} ({addr}) while it answers the "
+                "control plane")
 
     def _transfer(self, group: PairGroup, link: tuple[int, int], peer: int, sends: bool, receives: bool) -> dict:
         send, recv = self.buffers
@@ -136,9 +157,13 @@ class LinkTester:
         others = [r for r in self.players if r != self.session.rank]
         text = self.control.relay("confirm", [0] + [r for r in others if r != 0],
                                   2 * self.plan.timeout + STEP_SLACK_S)
-        pairs = [tuple(p) for p in json.loads(text)] if text else []
-        for number, batch in enumerate(_disjoint(pairs), 1):
-            self.step(f"confirm.{number}", [(a, b) for a, b in batch], 0, number, confirm=True)
+        planned = json.loads(text) if text else []  # [a, b] each, or [a, b, rail] with --per-rail
+        rails = list(dict.fromkeys(p[2] if len(p) > 2 else None for p in planned))
+        for rail in rails:  # rail after rail, as in the main rounds
+            pairs = [(p[0], p[1]) for p in planned if (p[2] if len(p) > 2 else None) == rail]
+            where = f"confirm.{rail_token(rail)}" if rail else "confirm"
+            for number, batch in enumerate(_disjoint(pairs), 1):
+                self.step(f"{where}.{number}", batch, 0, number, confirm=True, rail=rail)
 
     def finish(self) -> None:
         """Mailboxes must outlive rank 0's collection: rank 0 says "done" when it has every row;
@@ -152,7 +177,8 @@ class LinkTester:
         self.control.put("at/bye", "1")
         time.sleep(LINGER_S)
 
-    def _plan_confirmation(self) -> list[list[int]]:
+    def _plan_confirmation(self) -> list[list]:
+        """Per rail when the rows have rails: a rail's suspects are judged on that rail's rows."""
         import pandas as pd
 
         from commbench.analysis import linkfaults
@@ -160,18 +186,23 @@ class LinkTester:
         if not self.rows:
             return []
         frame = pd.DataFrame(self.rows)
-        return [list(p) for p in linkfaults.confirm_plan(frame, linkfaults.suspects(frame))]
+        if "rail" not in frame.columns or frame["rail"].isna().all():
+            return [list(p) for p in linkfaults.confirm_plan(frame, linkfaults.suspects(frame))]
+        planned: list[list] = []
+        for rail, rows in frame.groupby("rail", sort=False):
+            planned += [[a, b, rail] for a, b in linkfaults.confirm_plan(rows, linkfaults.suspects(rows))]
+        return planned
 
     # ---- rank 0: the rows ----------------------------------------------------------------------
 
     def _collect(self, step: str, links: list[tuple[int, int]], repetition: int, number: int,
-                 confirm: bool) -> None:
+                 confirm: bool, rail: str | None = None) -> None:
         end = time.monotonic() + 2 * self.plan.timeout + STEP_SLACK_S
         rows = []
         for src, dst in links:
             outcome = self._outcome(step, (src, dst), end)
             self._name_peer(outcome)
-            rows.append(self._row(outcome, src, dst, repetition, number, confirm))
+            rows.append(self._row(outcome, src, dst, repetition, number, confirm, rail))
         self.session.write(rows)
         self.rows += rows
 
@@ -202,7 +233,8 @@ class LinkTester:
             print(f"commbench: {outcome['error']} (seen at {time.strftime('%H:%M:%S')}; the run goes on without "
                   "it)", flush=True, file=sys.stderr)
 
-    def _row(self, outcome: dict, src: int, dst: int, repetition: int, number: int, confirm: bool) -> dict:
+    def _row(self, outcome: dict, src: int, dst: int, repetition: int, number: int, confirm: bool,
+             rail: str | None = None) -> dict:
         plan, session = self.plan, self.session
         status, samples = outcome.get("status"), outcome.get("samples") or [math.nan]
         wrong = outcome.get("wrong")
@@ -214,7 +246,7 @@ class LinkTester:
                              m=Measurement(samples, int(outcome.get("iters") or 0), wrong),
                              repetition=repetition, src_host=self.hosts[src], dst_host=self.hosts[dst],
                              src_rank=src, dst_rank=dst, status=status, error=outcome.get("error"),
-                             confirm=True if confirm else None)
+                             confirm=True if confirm else None, rail=rail)
         if outcome.get("status"):
             row["samples_us"] = []
         self._print(row, number, src, dst, confirm)
@@ -222,7 +254,7 @@ class LinkTester:
 
     def _print(self, row: dict, number: int, src: int, dst: int, confirm: bool) -> None:
         arrow = "<->" if self.plan.mode == "bidir" else "->"
-        link = f"{self.names[src]} {arrow} {self.names[dst]}"
+        link = f"{self.names[src]} {arrow} {self.names[dst]}" + (f" ({row['rail']})" if row.get("rail") else "")
         where = f"{'c' if confirm else ''}{number}"
         if row["status"] in ("unreachable", "timeout", "error"):
             self.session.reporter.line(f"   {where:>5}  {link:<40} {'FAILED':>12} {row['status']:>9}  {row['error']}")
@@ -230,6 +262,12 @@ class LinkTester:
         bad = row["wrong"]
         self.session.reporter.line(f"   {where:>5}  {link:<40} {row['time_us']:12.1f} {row['busbw_GBps']:9.4f} "
                                    f"{'N/A' if bad is None else bad:>7}")
+
+
+def rail_token(rail: str) -> str:
+    """A rail in a step's name: hex, since step names travel in mailbox URLs and store keys, and an
+    interface name may hold any byte but '/', ':' and whitespace."""
+    return "r" + rail.encode().hex()
 
 
 def _key(step: str, link: tuple[int, int]) -> str:

@@ -16,6 +16,10 @@ kept in step over the control plane (harness/control.py), never over the run's p
 a dead link, host or rank fails only its own pairs. A failed link is a row with a status; rank 0
 collects every pair's outcome from either end's mailbox, runs a confirmation round for the
 suspects and names the culprit from the pattern (analysis/linkfaults.py, docs/PAIRS.md).
+
+Rails (--per-rail): every link is measured once per rail (workloads/pairrails.py), rail after rail
+within each round, so the rails of a host never compete; each row carries its rail, and each
+(host, rail) is judged against the same rail on the other hosts (analysis/railrank.py).
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from commbench.analysis import linkfaults, linkrank
-from commbench.workloads import pairlinks
+from commbench.analysis import linkfaults, linkrank, railrank
+from commbench.workloads import pairlinks, pairrails
 from commbench.workloads.pairlinks import pattern
 from commbench.workloads import tournament
 from commbench.core.errors import BadInput, RuntimeFailure
@@ -48,6 +52,8 @@ class PairsPlan(RunOptions):
     hosts_only: bool = False
     threshold: float = linkrank.DEFAULT_THRESHOLD
     workload: str = "pairs"
+    per_rail: bool = False
+    rails: list[str] | None = None  # --rails; None: every rail all hosts have
 
 
 def participants(hosts: list[str], hosts_only: bool) -> list[int]:
@@ -78,6 +84,10 @@ class PairsWorkload:
                            "run under a launcher on several hosts, or raise --nproc")
 
     def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
+        if self.plan.per_rail and backend != "gloo":
+            raise BadInput(f"--per-rail binds each pair's transfer to a rail through gloo, but this run uses "
+                           f"{backend}: add --backend gloo (NCCL picks its interfaces per process: "
+                           "NCCL_SOCKET_IFNAME)")
         need = self.plan.size_bytes * (3 if self.plan.check else 2)  # send, receive, expected
         if device.type == "cuda":
             have, ranks = torch.cuda.mem_get_info(device)[0], 1
@@ -96,36 +106,50 @@ class PairsWorkload:
 
     def run(self, session: Session) -> bool:
         plan = self.plan
-        hosts: list[str] = [None] * session.world  # type: ignore[list-item]
-        dist.all_gather_object(hosts, socket.gethostname(), group=session.group)  # at start: the fabric is whole
+        hosts, here = self._gather(session)
         session.control.peers()  # every mailbox's address, while rank 0 can still be reached by all
         players = participants(hosts, plan.hosts_only)
         if len(players) < 2:
             raise BadInput(f"--hosts-only found {len(players)} host ({hosts[0]}): run on several hosts under a "
                            "launcher, or drop --hosts-only to pair the ranks of this host")
+        rails: list[str | None] = pairrails.choose(here, hosts, players, plan.rails) if plan.per_rail else [None]
         names = endpoint_names(hosts, players)
         schedule = tournament.rounds(players)
-        self._header(session, hosts, players, schedule)
+        self._header(session, hosts, players, schedule, rails)
+        if plan.per_rail and not plan.rails:
+            for text in pairrails.partial(here, hosts, players, rails):  # a rail some hosts lack: said, not hidden
+                session.reporter.line(f"# Rail {text}: not on every host, not measured (name it with --rails to "
+                                      "be told which host lacks it)")
         buffers = self._buffers(session, players)
-        tester = pairlinks.LinkTester(session, plan, hosts, names, buffers, players)
+        tester = pairlinks.LinkTester(session, plan, hosts, names, buffers, players, here)
         for repetition in range(plan.repetitions):
             for number, pairs in enumerate(schedule, 1):
                 for phase in range(self._phases()):
                     links = [(a, b) if phase == 0 else (b, a) for a, b in pairs]
-                    tester.step(f"{repetition}.{number}.{phase}", links, repetition, number)
+                    for rail in rails:  # one after the other: rails of a host never compete
+                        where = f"{repetition}.{number}.{phase}" + (f".{pairlinks.rail_token(rail)}" if rail else "")
+                        tester.step(where, links, repetition, number, rail=rail)
                     session.reporter.advance(f"round {number}/{len(schedule)}")
         tester.confirm(self._phases() == 1)
         tester.finish()
         return self._conclude(session, tester)
 
-    def _header(self, session: Session, hosts: list[str], players: list[int], schedule) -> None:
+    def _gather(self, session: Session) -> tuple[list[str], list[dict[str, str]]]:
+        """Every rank's host name and, with --per-rail, its rails (at start: the fabric is whole)."""
+        mine = (socket.gethostname(), pairrails.local_rails() if self.plan.per_rail else {})
+        everyone: list = [None] * session.world
+        dist.all_gather_object(everyone, mine, group=session.group)
+        return [h for h, _ in everyone], [r for _, r in everyone]
+
+    def _header(self, session: Session, hosts: list[str], players: list[int], schedule, rails) -> None:
         plan, reporter = self.plan, session.reporter
         n_hosts = len({hosts[r] for r in players})
         reporter.line(f"# Pairs: {plan.mode} of {format_size(plan.size_bytes)} between {len(players)} "
                       f"{'hosts' if len(players) == n_hosts else f'ranks on {n_hosts} host(s)'}, {len(schedule)} "
                       f"rounds of disjoint pairs at once"
                       + (", each direction in turn" if plan.mode == "sendrecv" else
-                         ", both directions at once (GB/s per direction)"))
+                         ", both directions at once (GB/s per direction)")
+                      + (f"; rail after rail: {', '.join(rails)}" if rails != [None] else ""))
         reporter.line(f"#  {'round':>5}  {'link':<40} {'time (us)':>12} {'GB/s':>9} {'#wrong':>7}")
 
     def _buffers(self, session: Session, players: list[int]):
@@ -145,7 +169,12 @@ class PairsWorkload:
 
             frame = pd.DataFrame(rows)
             runs = linkrank.links_by_run(frame)
-            if runs:
+            rails = railrank.by_rail(frame, self.plan.run_id) if self.plan.per_rail else None
+            if rails:  # each (host, rail) against the same rail on the other hosts
+                ranked = railrank.rank_rails(rails, self.plan.threshold)
+                lines += railrank.render(ranked)
+                slow = railrank.verdict(ranked)
+            elif runs and not self.plan.per_rail:
                 ranking = linkrank.rank_links(next(iter(runs.values())), self.plan.threshold)
                 lines += linkrank.render(ranking)
                 slow = linkrank.verdict(ranking)
@@ -164,7 +193,7 @@ class PairsWorkload:
         if tester.any_wrong:
             problems.append("some transfers arrived wrong (see the #wrong column): the link or the network "
                             "corrupts data")
-        problems += [f"{c.kind} {c.name}: {c.status} ({'; '.join(c.evidence[:1])})" for c in named]
+        problems += [f"{c.kind} {c.label}: {c.status} ({'; '.join(c.evidence[:1])})" for c in named]
         if slow:
             problems.append(slow)
         if problems:

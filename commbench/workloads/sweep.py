@@ -4,13 +4,10 @@ as the nccl-tests table."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import timedelta
 
 import torch
-import torch.distributed as dist
 
 from commbench.harness import faults
-from commbench.net import netctl
 from commbench.core.vocab import Layout, check_backend_support
 from commbench.harness.collectives import CallArgs, Collective
 from commbench.harness.console import PLACEMENT_HEADER, Cell, format_row
@@ -18,7 +15,6 @@ from commbench.harness.data import allocate, count_wrong, fill
 from commbench.harness.dtypes import DType, get_dtype
 from commbench.core.launch import RankEnv
 from commbench.harness.memory import check_fits
-from commbench.core.errors import RuntimeFailure
 from commbench.core import wire
 from commbench.core.units import format_size
 from commbench.harness.plan import Point, SweepPlan, validate
@@ -59,43 +55,10 @@ class SweepWorkload:
         check_fits(self.plan, env.world_size, env.local_world_size, device)
 
     def total_points(self, world: int) -> int:
-        return max(1, len(self.plan.mtus)) * sum(len(pts) for c in self.plan.entries() for _, pts in self.plan.points(c, world))
+        return sum(len(pts) for c in self.plan.entries() for _, pts in self.plan.points(c, world))
 
     def run(self, session: Session) -> bool:
-        if not self.plan.mtus:
-            return self._grid(session, {})
-        return self._mtu_axis(session)
-
-    def _mtu_axis(self, session: Session) -> bool:
-        """The grid once per MTU, set on --iface of every host (by its first local rank), checked
-        on every rank, and the original MTU put back at the end, also on Ctrl-C or an error."""
-        iface, env = self.plan.iface, session.ctx.env
-        sets_mtu = env.local_rank == 0
-        original = netctl.get_mtu(iface)
-        any_wrong = False
-        try:
-            for mtu in self.plan.mtus:
-                if sets_mtu:
-                    netctl.set_mtu(iface, mtu)
-                dist.barrier()
-                off = session.sum_over_ranks(int(netctl.get_mtu(iface) != mtu))
-                if off:
-                    raise RuntimeFailure(f"MTU {mtu} did not take on {iface} of {off} rank(s): "
-                                         "check that every host runs a rank and the interface allows it")
-                session.reporter.line(f"# MTU {mtu} on {iface} of every host")
-                # New connections for this MTU: TCP keeps the MSS it agreed when it connected.
-                # new_group's own default timeout is 30 minutes: keep --timeout on every collective.
-                session.group = dist.new_group(list(range(session.world)),
-                                               timeout=timedelta(seconds=self.plan.timeout))
-                try:
-                    any_wrong |= self._grid(session, {"mtu": mtu})
-                finally:
-                    dist.destroy_process_group(session.group)
-                    session.group = None
-        finally:
-            if sets_mtu:
-                netctl.set_mtu(iface, original)
-        return any_wrong
+        return self._grid(session, {})
 
     def _grid(self, session: Session, extra: dict) -> bool:
         plan, rank, world = self.plan, session.rank, session.world

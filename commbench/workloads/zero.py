@@ -214,7 +214,7 @@ class ZeroWorkload:
         for repetition in range(plan.repetitions):
             for bucket, stage in ((b, s) for b in self.buckets() for s in plan.stages):
                 sched = self.schedule(stage, world, bucket)
-                call = _bind(sched, dtype.torch_dtype, session.device, session.rank, world)
+                call = _bind(sched, dtype.torch_dtype, session.device, world, session.group)
                 timing = session.time_call(call, f"ZeRO-{stage} step (buckets of {bucket:.3g} elements)")
                 moved = sum(c.numel * dtype.itemsize * volume_factor(c.op, world) for c in sched)
                 total = sum(c.numel * dtype.itemsize for c in sched)
@@ -241,22 +241,22 @@ class ZeroWorkload:
         return False
 
 
-def _bind(sched: list[Comm], torch_dtype, device, rank: int, world: int) -> Callable[[], None]:
+def _bind(sched: list[Comm], torch_dtype, device, world: int, group=None) -> Callable[[], None]:
     """One step: every collective of the schedule, in order, each on its own buffers."""
     calls = []
     for c in sched:
         full = torch.ones(c.numel, dtype=torch_dtype, device=device)
         part = torch.ones(c.numel // world, dtype=torch_dtype, device=device)
         if c.op == "all_reduce":
-            calls.append(lambda t=full: dist.all_reduce(t))
+            calls.append(lambda t=full: dist.all_reduce(t, group=group))
         elif c.op == "reduce":
             # DeepSpeed reduces each bucket's slices to the ranks that own them: one reduce per owner
             owners = [full[r * part.numel():(r + 1) * part.numel()] for r in range(world)]
-            calls.append(lambda owners=owners: [dist.reduce(t, dst=r) for r, t in enumerate(owners)])
+            calls.append(lambda owners=owners: [dist.reduce(t, dst=r, group=group) for r, t in enumerate(owners)])
         elif c.op == "all_gather":
-            calls.append(lambda o=full, i=part: all_gather_flat(o, i))
+            calls.append(lambda o=full, i=part: all_gather_flat(o, i, group=group))
         elif c.op == "reduce_scatter":
-            calls.append(lambda o=part, i=full: reduce_scatter_flat(o, i))
+            calls.append(lambda o=part, i=full: reduce_scatter_flat(o, i, group=group))
         else:
             raise ValueError(c.op)
 

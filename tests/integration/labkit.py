@@ -4,6 +4,7 @@ never touch each other's namespaces), and commbench run as a subprocess in that 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -26,3 +27,22 @@ def lab_env(prefix: str) -> dict[str, str]:
 def run_commbench(env: dict[str, str], *args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "commbench", *args], env=env, capture_output=True, text=True,
                           timeout=timeout, **kw)
+
+
+def ns_run(netns: str, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """A command inside a lab host (ip netns exec, no shell)."""
+    return subprocess.run(["ip", "netns", "exec", netns, *argv], capture_output=True, text=True, timeout=timeout)
+
+
+def leftovers(prefix: str) -> list[str]:
+    """Namespaces and root-namespace links (bridges and veths) whose names start with `prefix`."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    links = [x["ifname"] for x in json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True,
+                                                            text=True).stdout or "[]")]
+    return [n for n in netns + links if n.startswith(prefix)]
+
+
+def tbf_rates(netns: str) -> dict[str, int]:
+    """Each interface's root tbf rate in bits per second inside a lab host (tc -j qdisc show)."""
+    qdiscs = json.loads(ns_run(netns, "tc", "-j", "qdisc", "show").stdout or "[]")
+    return {q["dev"]: q["options"]["rate"] * 8 for q in qdiscs if q.get("kind") == "tbf" and q.get("root")}

@@ -523,3 +523,86 @@ def test_a_statistics_failure_in_a_batch_names_the_point(monkeypatch):
     monkeypatch.setattr(scipy.stats, "mannwhitneyu", lambda *a, **k: Nan())
     with pytest.raises(RuntimeFailure, match="statistics failed for all_reduce float32 1 KiB"):
         cmp.compare_frames(make_frame(reps=12, seed=1), make_frame(reps=12, seed=2))
+
+
+# ---- settings (--env NAME=v1|v2): one point per setting ----
+
+ETH0, ETH1 = "GLOO_SOCKET_IFNAME=eth0", "GLOO_SOCKET_IFNAME=eth1"
+
+
+def settings_frame(eth1_peak: float, seed: int, settings=(ETH0, ETH1)) -> pd.DataFrame:
+    """One run measured once per setting (as sweep --env runs its grid): eth0 at a 100 GB/s
+    peak, eth1 at eth1_peak."""
+    peaks = {ETH0: 100.0, ETH1: eth1_peak}
+    return pd.concat([make_frame(curve(peaks[s]), sizes=(1 << 20, 16 << 20), seed=seed + i, settings=s)
+                      for i, s in enumerate(settings)], ignore_index=True)
+
+
+def test_two_settings_a_side_give_a_verdict_per_setting_named_in_every_format(tmp_path):
+    from commbench.core.results import read_results
+
+    before = read_results([write(tmp_path / "b.parquet", settings_frame(25.0, seed=1))])
+    after = read_results([write(tmp_path / "a.parquet", settings_frame(20.0, seed=11))])  # eth1 20% slower
+    c = cmp.compare_frames(before, after)
+    assert c.verdict == "regression" and not c.only_before and not c.only_after
+    verdicts = {(p.key["settings"], p.key["size_bytes"]): p.verdict for p in c.points}
+    assert verdicts == {(ETH0, 1 << 20): "unchanged", (ETH0, 16 << 20): "unchanged",
+                        (ETH1, 1 << 20): "regression", (ETH1, 16 << 20): "regression"}
+    # eth1's peak is eth1's own: its points are bandwidth-bound on its setting, not against eth0's peak
+    assert [p.ratio for p in c.points if p.key["settings"] == ETH1] == pytest.approx([0.8, 0.8], abs=0.03)
+    assert all(p.bandwidth_bound for p in c.points)
+    assert not c.differences and not c.warnings
+    table = cmp.render_table(c)
+    header = table.splitlines()[0].split()
+    assert "settings" in header
+    rows = [ln for ln in table.splitlines() if ln.startswith("all_reduce")]
+    assert len(rows) == 4
+    assert sum(ETH1 in r and "REGRESSION" in r for r in rows) == 2
+    assert sum(ETH0 in r and "unchanged" in r for r in rows) == 2
+    md = cmp.render_markdown(c)
+    assert sum(f"| {ETH1} |" in ln and "REGRESSION" in ln for ln in md.splitlines()) == 2
+    doc = json.loads(json.dumps(c.to_dict()))
+    assert sorted({p["key"]["settings"] for p in doc["points"]}) == [ETH0, ETH1]
+    assert cmp.describe_point(c.points[-1].key) == f"all_reduce float32 16 MiB in-place on 16 ranks {ETH1}"
+    unset = {**c.points[-1].key, "settings": None}
+    assert cmp.describe_point(unset) == "all_reduce float32 16 MiB in-place on 16 ranks"
+
+
+def test_settings_on_one_side_only_is_nothing_comparable_with_a_warning_that_says_why():
+    before = settings_frame(25.0, seed=1)
+    after = make_frame(sizes=(1 << 20, 16 << 20), seed=2)  # no --env: no settings
+    c = cmp.compare_frames(before, after)
+    assert c.verdict == "nothing comparable" and c.exit_code() == 3
+    assert len(c.only_before) == 4 and len(c.only_after) == 2
+    assert any(w.startswith("the before results have settings GLOO_SOCKET_IFNAME=eth0|eth1 and the after "
+                            "results none: compare runs made with the same --env") for w in c.warnings), c.warnings
+    table = cmp.render_table(c)
+    assert f"before only: all_reduce float32 sum 1 MiB in 16 (2x8) {ETH1}" in table
+    assert "warning: the before results have settings" in table
+    swapped = cmp.compare_frames(after, before)
+    assert any("the before results have settings none and the after results GLOO_SOCKET_IFNAME=eth0|eth1"
+               in w for w in swapped.warnings)
+
+
+def test_settings_that_only_partly_match_pair_what_they_share_and_name_the_difference():
+    c = cmp.compare_frames(settings_frame(25.0, seed=1), settings_frame(25.0, seed=11, settings=(ETH0,)))
+    assert {p.key["settings"] for p in c.points} == {ETH0} and len(c.only_before) == 2
+    assert "settings: before GLOO_SOCKET_IFNAME=eth0|eth1, after GLOO_SOCKET_IFNAME=eth0" in c.differences
+    assert c.warnings == []
+
+
+def test_two_settings_of_one_run_compare_side_by_side(tmp_path):
+    """compare --before-setting A --after-setting B: one run's two settings paired point by point."""
+    path = write(tmp_path / "one.parquet", settings_frame(20.0, seed=3))  # eth1's peak 20 against eth0's 100
+    res = run_cli(str(path), str(path), "--before-setting", ETH0, "--after-setting", ETH1, "--format", "json",
+                  cwd=tmp_path)
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert doc["verdict"] == "regression" and {p["key"]["settings"] for p in doc["points"]} == {None}
+    assert [round(p["ratio"], 2) for p in doc["points"]] == [0.2, 0.2]
+    assert doc["differences"][0] == f"settings: before {ETH0}, after {ETH1}"
+    res = run_cli(str(path), str(path), "--before-setting", "GLOO_SOCKET_IFNAME=eth9", cwd=tmp_path)
+    assert res.returncode == 2
+    assert _one_line(res) == ("commbench: --before-setting 'GLOO_SOCKET_IFNAME=eth9': the before results have no "
+                              f"rows of that setting (they have '{ETH0}', '{ETH1}'): pass one of them, quoted, "
+                              "e.g. --before-setting 'GLOO_SOCKET_IFNAME=eth0'")

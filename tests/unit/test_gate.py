@@ -402,3 +402,71 @@ def test_suggest_from_several_runs_bands_from_their_medians(tmp_path):
     assert not any("see no run-to-run drift" in n for n in made.notes)
     report = gate.render_table(gate.judge(b, read_results([paths[0]])))
     assert report.count("(-8.5%, 3 runs)") == len(b.entries), report
+
+
+# ---- settings (--env NAME=v1|v2): bands per setting ----
+
+ETH0, ETH1 = "GLOO_SOCKET_IFNAME=eth0", "GLOO_SOCKET_IFNAME=eth1"
+
+
+def settings_rows(eth1_scale: float = 0.25, eth1_slower: float = 1.0) -> list[dict]:
+    """One run measured once per setting (as sweep --env runs its grid): eth1 at eth1_scale of eth0's
+    busbw, times eth1_slower."""
+    out = []
+    for setting, scale in ((ETH0, 1.0), (ETH1, eth1_scale * eth1_slower)):
+        for r in rows(scale=scale):
+            r["settings"] = setting
+            out.append(r)
+    return out
+
+
+def test_suggest_then_gate_round_trip_with_two_settings(tmp_path, capsys):
+    good = synthetic.write(tmp_path / "env.parquet", settings_rows())
+    slow = synthetic.write(tmp_path / "env-slow.parquet", settings_rows(eth1_slower=0.8))
+    bands = tmp_path / "bands.yaml"
+    code, stdout, err = run(capsys, "gate", "--suggest", str(good), "--out", str(bands), "--system", "lab")
+    assert code == 0 and stdout == "16 bands written to " + str(bands) + "\n", err
+    doc = yaml.safe_load(bands.read_text())
+    # every entry names its setting; eth1's points are bandwidth-bound against eth1's own peak
+    assert sorted({e["settings"] for e in doc["entries"]}) == [ETH0, ETH1]
+    assert {(e["settings"], e["collective"], e["size"], e["in_place"]) for e in doc["entries"]} == {
+        (s, c, z, p) for s in (ETH0, ETH1) for c in ("all_gather", "all_reduce") for z in ("1M", "16M")
+        for p in (True, False)}
+    eth0, eth1 = (next(e["busbw_GBps"] for e in doc["entries"] if e["settings"] == s and e["collective"] == "all_reduce"
+                       and e["size"] == "16M" and e["in_place"]) for s in (ETH0, ETH1))
+    assert eth1 == pytest.approx(0.25 * eth0, rel=1e-3)
+    parsed = gate.load_bands(bands)
+    assert {e.settings for e in parsed.entries} == {ETH0, ETH1}
+    assert parsed.entries[0].describe().endswith(" " + parsed.entries[0].settings)
+    code, stdout, err = run(capsys, "gate", str(good), "--expect", str(bands))
+    assert code == 0 and stdout.rstrip().endswith("gate: PASS: 16 of 16 entries within their bands (system lab)")
+    code, stdout, err = run(capsys, "gate", str(slow), "--expect", str(bands), "--format", "json")
+    data = json.loads(stdout)
+    assert code == 1
+    failed = {e["entry"]["settings"] for e in data["entries"] if e["verdict"] == "FAIL"}
+    passed = {e["entry"]["settings"] for e in data["entries"] if e["verdict"] == "PASS"}
+    assert failed == {ETH1} and passed == {ETH0}
+    assert ETH1 in err and ETH0 not in err
+
+
+def test_an_entry_without_settings_fails_on_rows_of_several_and_matches_one(tmp_path):
+    from commbench.core.results import read_results
+
+    two = read_results([synthetic.write(tmp_path / "two.parquet", settings_rows())])
+    text = "version: 1\nentries:\n- {collective: all_reduce, size: 16M, ranks: 16, busbw_GBps: %s}\n"
+    report = gate.judge(gate.parse_bands(text % 1.0, "b.yaml"), two)
+    r = report.results[0]
+    assert r.verdict == "FAIL" and r.measured_GBps is None
+    assert r.reason == (f"rows of 2 settings match ({ETH0}; {ETH1}): name one with 'settings:' in the entry "
+                        "(gate --suggest writes it)")
+    eth0_only = [r for r in settings_rows() if r["settings"] == ETH0]
+    one = read_results([synthetic.write(tmp_path / "one.parquet", eth0_only)])
+    expected = median(one)
+    assert gate.judge(gate.parse_bands(text % expected, "b.yaml"), one).results[0].verdict == "PASS"
+    named = text.replace("busbw_GBps", f"settings: '{ETH0}', busbw_GBps") % expected
+    assert gate.judge(gate.parse_bands(named, "b.yaml"), two).results[0].verdict == "PASS"
+    # the same point under two settings is two entries, not a repeat
+    both = named + f"- {{collective: all_reduce, size: 16M, ranks: 16, settings: '{ETH1}', busbw_GBps: 1}}\n"
+    assert len(gate.parse_bands(both, "b.yaml").entries) == 2
+    with pytest.raises(BadInput, match=r"b.yaml: entry 1 \(all_reduce\): settings 3 must be the setting"):
+        gate.parse_bands(text.replace("busbw_GBps", "settings: 3, busbw_GBps") % 1.0, "b.yaml")

@@ -540,3 +540,44 @@ def test_pairs_from_exits_0_when_a_refuted_suspect_is_all_that_failed(tmp_path):
     with pytest.raises(SystemExit) as info:
         main(["pairs", "--from", str(path)])
     assert info.value.code == 0
+
+
+# ----------------------------------------------------------------------------- rails (pairs --per-rail)
+
+
+def rail_mesh(fail, rails=("eth0", "eth1"), hosts=HOSTS, confirm=()):
+    """mesh_rows per rail; fail(src, dst, rail) -> status. confirm: (src, dst, status, rail)."""
+    rows = []
+    for rail in rails:
+        rows += [{**r, "rail": rail} for r in mesh_rows(hosts, lambda s, d: fail(s, d, rail))]
+    for s, d, status, rail in confirm:
+        rows += [{**row(hosts, a, b, status, confirm=True), "rail": rail} for a, b in [(s, d), (d, s)]]
+    return rows
+
+
+def test_a_failed_link_on_one_rail_is_that_rail_s_link():
+    rows = rail_mesh(lambda s, d, rail: "error" if rail == "eth1" and {s, d} == {0, 1} else None)
+    v = linkfaults.faults(df_of(rows))
+    assert [(c.kind, c.name, c.rail) for c in v.named] == [("link", "n1 <-> n2", "eth1")]
+    lines = linkfaults.render_faults(v)
+    assert "# Failed link: n1 <-> n2 rail eth1 (error; both hosts work with others)" in lines
+    assert {f["rail"] for f in v.failed} == {"eth1"}
+    eth1 = df_of(rows)[df_of(rows)["rail"] == "eth1"]
+    assert linkfaults.confirm_plan(eth1, linkfaults.suspects(eth1)) == [(0, 1), (0, 2), (1, 3)]
+
+
+def test_a_rail_link_that_works_in_its_confirmation_round_is_not_named():
+    rows = rail_mesh(lambda s, d, rail: "error" if rail == "eth1" and {s, d} == {0, 1} else None,
+                     confirm=[(0, 1, None, "eth1"), (0, 2, None, "eth1"), (1, 3, None, "eth1")])
+    v = linkfaults.faults(df_of(rows))
+    assert v.named == [] and v.culprits[0].confirmed is False and v.culprits[0].rail == "eth1"
+    assert v.exit_code == 0
+
+
+def test_a_failed_rail_between_two_hosts_is_no_verdict_on_that_rail(tmp_path, capsys):
+    rows = rail_mesh(lambda s, d, rail: "timeout" if rail == "eth1" else None, hosts=HOSTS[:2])
+    v = linkfaults.faults(df_of(rows))
+    assert v.named == [] and v.exit_code == 3 and v.undecided.startswith("rail eth1: ")
+    with pytest.raises(SystemExit) as info:
+        main(["pairs", "--from", str(write(tmp_path / "two.parquet", rows))])
+    assert info.value.code == 3 and "no verdict: rail eth1: " in capsys.readouterr().err

@@ -250,6 +250,15 @@ def test_srun_label_prefixes():
     same_rows(frame(text_parsed(labelled)), frame(text_parsed(CURRENT)))
 
 
+def test_mpich_prepend_rank_prefixes():
+    """mpiexec -prepend-rank (MPICH, Hydra) puts "[N] " before each line (NVIDIA/nccl#1453's log,
+    tests/data/nccl_debug/)."""
+    labelled = "".join(f"[0] {line}\n" for line in CURRENT.splitlines())
+    parsed = text_parsed(labelled)
+    same_rows(frame(parsed), frame(text_parsed(CURRENT)))
+    assert {(r["nccl_algo"], r["nccl_proto"]) for r in parsed.records} == {(None, None)}
+
+
 def test_tagged_processes_each_printing_their_own_header_is_the_single_rank_symptom():
     head = ("# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20 "
             "agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n"

@@ -306,3 +306,197 @@ def test_plot_of_pairs_beside_a_sweep_writes_both(tmp_path, capsys):
         main(["plot", str(path)])
     assert info.value.code == 0 and "both-pairs.png" in capsys.readouterr().out
     assert (tmp_path / "both.png").exists() and (tmp_path / "both-pairs.png").exists()
+
+
+# ----------------------------------------------------------------------------- rails (pairs --per-rail)
+
+
+from commbench.analysis import linkfaults, railrank  # noqa: E402
+from commbench.workloads import pairrails  # noqa: E402
+
+RAILS = ("eth0", "eth1")
+
+
+def rail_rows(rate, rails=RAILS, hosts=HOSTS, repetitions=2, run_id="20250101-000000-rails1", status=None):
+    """pairs --per-rail rows: each link on each rail, rail after rail within a round (the order
+    pairs stores them); rate[(host, rail)] caps every link of that host on that rail (default 0.119).
+    status(src_host, dst_host, rail) -> a failed row's status, or None."""
+    rows = []
+    for rep in range(repetitions):
+        for number, pairs in enumerate(tournament.rounds(list(range(len(hosts)))), 1):
+            for phase in (0, 1):
+                for rail in rails:
+                    for a, b in pairs:
+                        s, d = (a, b) if phase == 0 else (b, a)
+                        gbps = min(rate.get((hosts[s], rail), 0.119), rate.get((hosts[d], rail), 0.119))
+                        gbps *= 1 + 0.01 * rep
+                        failed = status(hosts[s], hosts[d], rail) if status else None
+                        bw = float("nan") if failed else gbps
+                        rows.append({**pairs_rows({h: 0.1 for h in hosts}, hosts=hosts, run_id=run_id,
+                                                  repetitions=1)[0],
+                                     "repetition": rep, "busbw_GBps": bw, "algbw_GBps": bw,
+                                     "time_us": (16 << 20) / gbps / 1e3, "src_host": hosts[s], "dst_host": hosts[d],
+                                     "src_rank": s, "dst_rank": d, "rail": rail, "status": failed,
+                                     "error": f"rank {d} did not answer ({failed})" if failed else None})
+    return rows
+
+
+def test_a_slow_rail_of_one_host_names_that_host_and_rail_only():
+    df = pd.DataFrame(rail_rows({("n3", "eth1"): 0.024}))
+    rr = railrank.rank_rails(railrank.by_rail(df, "20250101-000000-rails1"))
+    assert list(rr.rails) == ["eth0", "eth1"]
+    assert [(s.name, s.rail) for s in rr.slow] == [("n3", "eth1")]
+    assert rr.slow[0].gbps == pytest.approx(0.02412, abs=1e-4)
+    assert rr.slow[0].reference == pytest.approx(0.1196, abs=1e-4)
+    assert rr.slow[0].text() == "host n3 rail eth1: 0.0241 GB/s, the same rail elsewhere 0.1196 GB/s (20%)"
+    assert not rr.rails["eth0"].singled_out  # its other rail is not suspect
+    assert [e.name for e in rr.rails["eth1"].singled_out] == ["n3"]  # nor the other hosts' eth1
+    text = "\n".join(railrank.render(rr))
+    assert "# Slow rail: host n3 rail eth1: 0.0241 GB/s, the same rail elsewhere 0.1196 GB/s (20%); its other " \
+           "rails (eth0) are normal" in text
+    assert "Slow host" not in text and "Note:" not in text and text.count("Slow rail") == 1
+    assert railrank.verdict(rr).startswith("slow rail: host n3 rail eth1: 0.0241 GB/s")
+
+
+def test_a_slow_host_on_every_rail_is_named_on_each_rail():
+    df = pd.DataFrame(rail_rows({("n2", "eth0"): 0.03, ("n2", "eth1"): 0.03}))
+    rr = railrank.rank_rails(railrank.by_rail(df, "20250101-000000-rails1"))
+    assert [(s.name, s.rail) for s in rr.slow] == [("n2", "eth0"), ("n2", "eth1")]
+    assert "its other rails" not in "\n".join(railrank.render(rr))
+
+
+def test_a_rail_slower_on_every_host_names_nobody_but_says_so():
+    df = pd.DataFrame(rail_rows({(h, "eth1"): 0.024 for h in HOSTS}))
+    rr = railrank.rank_rails(railrank.by_rail(df, "20250101-000000-rails1"))
+    assert rr.slow == [] and railrank.verdict(rr) is None
+    text = "\n".join(railrank.render(rr))
+    assert "No rail of any host stands out" in text
+    assert "# Note: rail eth1 is slower on every host" in text
+    assert "eth0 0.1196, eth1 0.0241" in text
+
+
+def test_rows_with_rails_become_links_per_rail_and_without_rails_per_run():
+    df = pd.DataFrame(rail_rows({}, repetitions=1))
+    runs = linkrank.links_by_run(df)
+    assert sorted(runs) == ["20250101-000000-rails1 rail eth0", "20250101-000000-rails1 rail eth1"]
+    assert all(len(links) == 12 for links in runs.values())
+    plain = pd.DataFrame(pairs_rows(dict.fromkeys(HOSTS, 0.1)))
+    assert list(linkrank.links_by_run(plain)) == ["20250101-000000-aaaaaa"]
+    assert railrank.has_rails(df) and not railrank.has_rails(plain)
+
+
+def test_a_failed_rail_of_one_host_names_that_rail_not_the_host():
+    down = lambda s, d, rail: "unreachable" if rail == "eth1" and "n3" in (s, d) else None  # noqa: E731
+    df = pd.DataFrame(rail_rows({}, status=down))
+    v = linkfaults.faults(df)
+    assert [(c.kind, c.name, c.rail, c.status) for c in v.named] == [("host", "n3", "eth1", "unreachable")]
+    assert v.exit_code == 1 and v.named[0].label == "n3 rail eth1"
+    text = "\n".join(linkfaults.render_faults(v))
+    assert "# Unreachable host: n3 rail eth1 (every link failed: 3 of 3, unreachable)" in text
+    assert "n1 -> n3 (eth1)" in text and "(eth0)" not in text
+    lines, verdicts = linkfaults.report(df)
+    assert verdicts == ["run 20250101-000000-rails1: unreachable host: n3 rail eth1 (every link failed: 3 of 3, "
+                        "unreachable)"]
+    assert "Slow rail" not in "\n".join(lines)  # eth1 has no link of n3's left to be slow; eth0 is equal
+
+
+def test_from_results_with_rails_names_the_rail_and_exits_1(tmp_path, capsys):
+    path = write(tmp_path / "rails.parquet", rail_rows({("n3", "eth1"): 0.024}))
+    with pytest.raises(SystemExit) as info:
+        main(["pairs", "--from", str(path)])
+    out, err = capsys.readouterr()
+    assert info.value.code == 1
+    assert "24 links on 2 rails" in out and "# Rail eth0: 12 links" in out and "# Rail eth1: 12 links" in out
+    assert "# Slow rail: host n3 rail eth1: 0.0241 GB/s, the same rail elsewhere 0.1196 GB/s" in out
+    assert err.strip().splitlines() == [
+        "commbench: run 20250101-000000-rails1: slow rail: host n3 rail eth1: 0.0241 GB/s, the same rail elsewhere "
+        "0.1196 GB/s (20%) (best link on the rail below 80% of the same rail's median)"]
+    assert "Slow host" not in out
+
+
+def test_from_results_with_equal_rails_exits_0(tmp_path, capsys):
+    path = write(tmp_path / "rails.parquet", rail_rows({}))
+    with pytest.raises(SystemExit) as info:
+        main(["pairs", "--from", str(path)])
+    assert info.value.code == 0 and "No rail of any host stands out" in capsys.readouterr().out
+
+
+def test_the_heat_map_has_one_map_per_rail(tmp_path):
+    df = pd.DataFrame(rail_rows({("n3", "eth1"): 0.024}, repetitions=1))
+    fig = pairsplot.build_figure(df)
+    maps = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    assert len(maps) == 2
+    assert "rail eth0" in maps[0].get_title(loc="left") and "rail eth1" in maps[1].get_title(loc="left")
+    red = [[t.get_text() for t in ax.get_yticklabels() if t.get_color() == "#c00000"] for ax in maps]
+    assert red == [[], ["n3"]]
+    assert "slow on rail eth1: n3" in maps[1].get_title(loc="left") and "no host stands out" in maps[0].get_title(
+        loc="left")
+
+
+def test_compare_keeps_each_rail_a_point_of_its_own():
+    from commbench.analysis import compare
+
+    before = pd.DataFrame(rail_rows({}, repetitions=6))
+    after = pd.DataFrame(rail_rows({("n3", "eth1"): 0.06}, run_id="20250102-000000-rails2", repetitions=6))
+    c = compare.compare_frames(before, after)
+    assert len(c.points) == 24
+    slow = {(p.key["src_host"], p.key["dst_host"], p.key["rail"]) for p in c.points if p.verdict == "regression"}
+    assert slow == {(s, d, "eth1") for s, d in itertools.permutations(HOSTS, 2) if "n3" in (s, d)}
+
+
+def test_the_rails_every_host_has_and_named_rails_checked():
+    facts = [{"lo": "127.0.0.1", "eth0": "10.0.0.1", "eth1": "10.0.1.1"},
+             {"lo": "127.0.0.1", "eth0": "10.0.0.2", "eth1": "10.0.1.2", "eth2": "10.0.2.2"},
+             {"lo": "127.0.0.1", "eth0": "10.0.0.3", "eth1": "10.0.1.3"}]
+    hosts = ["a", "b", "c"]
+    assert pairrails.choose(facts, hosts, [0, 1, 2], None) == ["eth0", "eth1"]  # no loopback, only shared
+    assert pairrails.choose(facts, hosts, [0, 1, 2], ["eth1"]) == ["eth1"]
+    assert pairrails.choose(facts, hosts, [0, 1, 2], ["lo"]) == ["lo"]  # named: loopback allowed
+    with pytest.raises(BadInput, match=r"^--rails eth2: host a has no interface eth2 with an IPv4 address "
+                                       r"\(it has: eth0, eth1, lo\); name rails that every host has$"):
+        pairrails.choose(facts, hosts, [0, 1, 2], ["eth0", "eth2"])
+    assert pairrails.choose(facts, hosts, [1], ["eth2"]) == ["eth2"]  # only participants count
+    with pytest.raises(BadInput, match="found no interface with an IPv4 address on every host"):
+        pairrails.choose([{"lo": "127.0.0.1"}, {"lo": "127.0.0.1"}], ["a", "b"], [0, 1], None)
+    assert pairrails.parse("eth0, eth1") == ["eth0", "eth1"] and pairrails.parse(None) is None
+    for bad in ("eth0,,eth1", "a/b", "x" * 16, "eth0,eth0", "e th"):
+        with pytest.raises(BadInput):
+            pairrails.parse(bad)
+    here = pairrails.local_rails()
+    assert here.get("lo") == "127.0.0.1"
+
+
+def test_the_plan_keeps_the_rails():
+    plan = PairsPlan(per_rail=True, rails=["eth0", "eth1"])
+    again = PairsPlan.from_json(plan.to_json())
+    assert again.per_rail and again.rails == ["eth0", "eth1"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rails", "eth0"], "--rails names the rails of --per-rail: add --per-rail"),
+    (["--per-rail", "--rails", "eth0,eth0"], "a rail is named twice"),
+    (["--per-rail", "--rails", "a/b"], "is not an interface name"),
+    (["--from", "x.parquet", "--per-rail"], "--from ranks results already measured"),
+])
+def test_bad_rails_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["pairs", "--out", str(tmp_path), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_the_report_names_the_slow_rail():
+    from commbench.analysis import report
+
+    page = report.build_html(pd.DataFrame(rail_rows({("n3", "eth1"): 0.024})))
+    assert 'id="pairs"' in page and "Slow rail: host n3 rail eth1" in page and "Slow host" not in page
+
+
+def test_rails_that_only_some_hosts_have_are_said():
+    facts = [{"eth0": "10.0.0.1", "eth1": "10.0.1.1", "eth2": "10.0.2.1"}, {"eth0": "10.0.0.2", "eth2": "10.0.2.2"},
+             {"eth0": "10.0.0.3", "lo": "127.0.0.1"}]
+    hosts = ["a", "b", "c"]
+    chosen = pairrails.choose(facts, hosts, [0, 1, 2], None)
+    assert chosen == ["eth0"]
+    assert pairrails.partial(facts, hosts, [0, 1, 2], chosen) == ["eth1 (on a only)", "eth2 (on a, b only)"]

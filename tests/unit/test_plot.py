@@ -277,3 +277,92 @@ def test_plot_command_bad_input_is_one_line_exit_2(tmp_path, capsys, extra, mess
     assert code == 2
     lines = out.err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in out.err
+
+
+# ---- settings (--env NAME=v1|v2): one line per setting ----
+
+
+def settings_rows(settings=("GLOO_SOCKET_IFNAME=eth0", "GLOO_SOCKET_IFNAME=eth1"), slow=0.25, **kw):
+    """One run measured once per setting (as sweep --env runs its grid): the later settings slower."""
+    out = []
+    for i, setting in enumerate(settings):
+        for r in make_rows(label="", seed=i, **kw):
+            r["settings"] = setting
+            if i:
+                r["busbw_GBps"] *= slow
+                r["algbw_GBps"] *= slow
+                r["time_us"] /= slow
+            out.append(r)
+    return out
+
+
+def test_two_settings_draw_two_lines_per_collective_named_by_setting(tmp_path, capsys):
+    res = write(tmp_path / "env.parquet", settings_rows(placements=(False,)))
+    code, out = run_cli(["plot", str(res), "--out", str(tmp_path / "env.png")], capsys)
+    assert code == 0, out.err
+    assert (tmp_path / "env.png").read_bytes()[:8] == PNG_MAGIC
+    fig = plot.build_figure(frame(settings_rows(placements=(False,)), tmp_path, "again.parquet"))
+    top = fig.axes[0]
+    names = sorted(ln.get_label() for ln in labelled_lines(top))
+    assert names == ["all_gather GLOO_SOCKET_IFNAME=eth0", "all_gather GLOO_SOCKET_IFNAME=eth1",
+                     "all_reduce GLOO_SOCKET_IFNAME=eth0", "all_reduce GLOO_SOCKET_IFNAME=eth1"]
+    assert set(names) <= set(legend_texts(fig))
+    lines = {ln.get_label(): ln for ln in labelled_lines(top)}
+    fast, slow = (lines[f"all_reduce GLOO_SOCKET_IFNAME={i}"].get_ydata() for i in ("eth0", "eth1"))
+    # each line is its own setting's median: eth1 was measured at a quarter of eth0's busbw
+    assert np.allclose(np.asarray(slow) / np.asarray(fast), 0.25, rtol=0.2)
+    # the same collective keeps its colour; its settings differ in line style and marker
+    ar = [ln for name, ln in lines.items() if name.startswith("all_reduce")]
+    assert len({mcolors.to_hex(ln.get_color()) for ln in ar}) == 1
+    assert len({(ln.get_linestyle(), ln.get_marker()) for ln in ar}) == 2
+    # the latency panel splits the same way
+    assert len(labelled_lines(fig.axes[1])) == 4
+
+
+def test_settings_and_runs_both_in_the_legend(tmp_path):
+    rows = settings_rows(collectives=("all_reduce",), placements=(True,))
+    for r in rows:
+        r["label"] = "a"
+    other = settings_rows(collectives=("all_reduce",), placements=(True,), run_id="20250102-000000-bbbbbb")
+    for r in other:
+        r["label"] = "b"
+    fig = plot.build_figure(frame(rows + other, tmp_path))
+    assert sorted(ln.get_label() for ln in labelled_lines(fig.axes[0])) == [
+        "all_reduce GLOO_SOCKET_IFNAME=eth0 [a]", "all_reduce GLOO_SOCKET_IFNAME=eth0 [b]",
+        "all_reduce GLOO_SOCKET_IFNAME=eth1 [a]", "all_reduce GLOO_SOCKET_IFNAME=eth1 [b]"]
+
+
+def test_a_file_without_a_settings_column_draws_as_before(tmp_path):
+    """Rows of an older file (no settings column; an --mtu axis only in the mtu column): one line
+    per collective and placement, named as before; rows with one setting draw the same."""
+    rows = make_rows(collectives=("all_reduce",), label="", mtu=1500) + make_rows(
+        collectives=("all_reduce",), label="", mtu=9000, seed=2)
+    old = frame(rows, tmp_path, "old.parquet")
+    assert "settings" not in old.columns or old["settings"].isna().all()
+    old = old.drop(columns=["settings"], errors="ignore")
+    names = sorted(ln.get_label() for ln in labelled_lines(plot.build_figure(old).axes[0]))
+    assert names == ["all_reduce in-place", "all_reduce out-of-place"]
+    for r in rows:
+        r["settings"] = "MTU=9000"
+    one = frame(rows, tmp_path, "one.parquet")
+    assert sorted(ln.get_label() for ln in labelled_lines(plot.build_figure(one).axes[0])) == names
+
+
+def test_a_setting_beside_rows_without_one_is_named(tmp_path):
+    rows = settings_rows(settings=("NCCL_ALGO=Ring NCCL_PROTO=LL",), collectives=("all_reduce",), placements=(True,))
+    rows += make_rows(collectives=("all_reduce",), placements=(True,), label="")
+    names = sorted(ln.get_label() for ln in labelled_lines(plot.build_figure(frame(rows, tmp_path)).axes[0]))
+    assert names == ["all_reduce (no setting)", "all_reduce NCCL_ALGO=Ring NCCL_PROTO=LL"]
+
+
+def test_overlay_keeps_settings_apart(tmp_path):
+    before = frame(settings_rows(collectives=("all_reduce",), placements=(True,)), tmp_path, "b.parquet")
+    after = frame(settings_rows(collectives=("all_reduce",), placements=(True,), slow=0.5), tmp_path, "a.parquet")
+    fig = plot.build_comparison_figure(before, after)
+    assert sorted(ln.get_label() for ln in labelled_lines(fig.axes[0])) == [
+        "all_reduce GLOO_SOCKET_IFNAME=eth0 [after]", "all_reduce GLOO_SOCKET_IFNAME=eth0 [before]",
+        "all_reduce GLOO_SOCKET_IFNAME=eth1 [after]", "all_reduce GLOO_SOCKET_IFNAME=eth1 [before]"]
+    one = [ln for ln in labelled_lines(fig.axes[0]) if "eth0" in ln.get_label()]
+    other = [ln for ln in labelled_lines(fig.axes[0]) if "eth1" in ln.get_label()]
+    # one collective: its settings differ in colour as well as marker
+    assert {mcolors.to_hex(ln.get_color()) for ln in one}.isdisjoint(mcolors.to_hex(ln.get_color()) for ln in other)

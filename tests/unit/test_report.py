@@ -281,3 +281,107 @@ def test_report_command_bad_input_is_one_line_exit_2(tmp_path, capsys, extra, me
     assert code == 2
     lines = out.err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in out.err
+
+
+# ---- settings (--env NAME=v1|v2): the "Settings" section ----
+
+ETH0, ETH1 = "GLOO_SOCKET_IFNAME=eth0", "GLOO_SOCKET_IFNAME=eth1"
+
+
+def settings_rows(settings=(ETH0, ETH1), **kw) -> list[dict]:
+    """One run measured once per setting (as sweep --env runs its grid): eth1 a quarter of eth0's
+    busbw from 64 KiB up, 10% faster than eth0 below (its latency is lower, say)."""
+    out = []
+    for i, setting in enumerate(settings):
+        for r in make_rows(label="", **kw):
+            r["settings"] = setting
+            factor = 1.0 if i == 0 else 1.1 if r["size_bytes"] < 65536 else 0.25
+            r["busbw_GBps"] *= factor
+            r["algbw_GBps"] *= factor
+            out.append(r)
+    return out
+
+
+def expected_medians(d, collective, in_place):
+    sel = d[(d.collective == collective) & (d.in_place == in_place)]
+    return sel.groupby(["size_bytes", "settings"])["busbw_GBps"].median().unstack()
+
+
+def test_html_settings_section_has_best_and_worst_setting_per_size(tmp_path):
+    d = frame(settings_rows(), tmp_path)
+    page = Page(report.build_html(d, ["env.parquet"]))
+    assert ("a", {"href": "#settings"}) in page.tags
+    tables = [t for t in page.tables if t and t[0][:2] == ["size", "best setting"]]
+    assert len(tables) == 4  # all_reduce, all_gather x in-place, out-of-place
+    titles = [t for t in page.text if t.startswith(("all_reduce float32", "all_gather float32"))]
+    assert titles[:4] == ["all_reduce float32 in-place", "all_reduce float32 out-of-place",
+                          "all_gather float32 in-place", "all_gather float32 out-of-place"]
+    table = tables[0]
+    assert table[0] == ["size", "best setting", "best busbw (GB/s)", "worst setting", "worst busbw (GB/s)",
+                        "best/worst"]
+    med = expected_medians(d, "all_reduce", True)
+    body = {r[0]: r for r in table[1:]}
+    assert list(body) == ["8 B", "1 KiB", "64 KiB", "1 MiB", "16 MiB"]
+    for size in med.index:
+        row = body[report.format_size(size)]
+        best, worst = (ETH1, ETH0) if size < 65536 else (ETH0, ETH1)
+        assert row[1] == best and row[3] == worst
+        assert float(row[2]) == pytest.approx(med.loc[size, best], rel=1e-3)
+        assert float(row[4]) == pytest.approx(med.loc[size, worst], rel=1e-3)
+        assert row[5] == ("1.1×" if size < 65536 else "4×")
+    text = " ".join(page.text)
+    assert f"{ETH0} is best at 3 of 5 sizes (median best/worst 4×)" in text
+    # the peak table and every point keep the settings apart
+    peaks = page.table_with("peak busbw (GB/s)")
+    assert peaks[0][:4] == ["collective", "dtype", "placement", "setting"] and len(peaks) - 1 == 8
+    assert len(page.table_with("bytes")) - 1 == 2 * 2 * 2 * 5
+    assert ["settings", "GLOO_SOCKET_IFNAME=eth0|eth1"] in [r for t in page.tables for r in t if len(r) == 2]
+
+
+def test_markdown_settings_section(tmp_path):
+    d = frame(settings_rows(collectives=("all_reduce",), placements=(False,)), tmp_path)
+    text = markdown.build_markdown(d, None)
+    assert "## Settings" in text
+    section = text.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    assert "### all_reduce float32 out-of-place" in section
+    assert f"**{ETH0} is best at 3 of 5 sizes (median best/worst 4×)**" in section
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and "setting" not in ln]
+    assert len(rows) == 5
+    assert rows[-1].startswith(f"| 16 MiB | {ETH0} | ") and rows[-1].endswith(f"| {ETH1} | "
+                                                                              f"{rows[-1].split(' | ')[4]} | 4× |")
+    assert rows[0].startswith(f"| 8 B | {ETH1} | ") and rows[0].endswith("| 1.1× |")
+    assert re.search(r"^\| size \| best setting \|.*\|\n\|---\|---\|---:\|---\|---:\|---:\|", section, re.MULTILINE)
+
+
+@pytest.mark.parametrize("settings", [(), (ETH0,)])
+def test_no_settings_section_with_one_setting_or_none(tmp_path, settings):
+    rows = settings_rows(settings=settings) if settings else make_rows()
+    d = frame(rows, tmp_path)
+    html_text = report.build_html(d, ["run.parquet"])
+    assert 'id="settings"' not in html_text and "best setting" not in html_text
+    assert "## Settings" not in markdown.build_markdown(d, None)
+    peaks = Page(html_text).table_with("peak busbw (GB/s)")
+    assert "setting" not in peaks[0]
+    facts = [r[0] for t in Page(html_text).tables for r in t if len(r) == 2]
+    assert ("settings" in facts) == bool(settings)
+
+
+def test_settings_beside_rows_without_one_and_ties(tmp_path):
+    """Two files side by side: one without a settings column's values, one with --env: the rows
+    without a setting are a setting of their own; a tie names both settings."""
+    from commbench.analysis import settingsview
+
+    rows = make_rows(collectives=("all_reduce",), placements=(True,), sizes=(1 << 20, 1 << 24), label="")
+    other = [dict(r, settings="NCCL_ALGO=Ring NCCL_PROTO=LL", run_id="20250102-000000-bbbbbb") for r in rows]
+    for r in other:
+        if r["size_bytes"] == 1 << 24:
+            r["busbw_GBps"] *= 0.5
+        else:
+            r["busbw_GBps"] *= 2
+    tables = settingsview.settings_tables(frame(rows + other, tmp_path))
+    assert len(tables) == 1
+    assert tables[0].rows[0][1:4:2] == ["NCCL_ALGO=Ring NCCL_PROTO=LL", "(no setting)"]
+    assert tables[0].rows[1][1:4:2] == ["(no setting)", "NCCL_ALGO=Ring NCCL_PROTO=LL"]
+    assert tables[0].line.startswith("NCCL_ALGO=Ring NCCL_PROTO=LL and (no setting) are each best at 1 of 2 sizes")
+    assert settingsview.settings_text(["", "MTU=1500", "MTU=9000"]) == "MTU=1500|9000 and rows without one"
+    assert settingsview.settings_text([None]) == "none"

@@ -91,6 +91,7 @@ class RecordBuilder:
             "samples_us": h.samples if h.samples else [t],
             "hosts": hosts, "nccl_version": stream.nccl_version or self.run.get("nccl_version"),
             "transport": self.transport,
+            "nccl_algo": None, "nccl_proto": None,  # filled from NCCL's TUNING lines when the log has them
             "plan": json.dumps({**json.loads(self.run.get("plan") or "{}"),
                                 "program": stream.program, "nccl_tests_version": stream.tests_version,
                                 "time_column": stream.layout.time_name if stream.layout else "time",

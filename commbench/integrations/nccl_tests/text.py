@@ -1,7 +1,20 @@
 """nccl-tests text output -> halves -> rows, one line at a time (a log, or a live run's stdout): every
 shape met in the field (tests/data/nccl-tests/README.md, docs/NCCL_TESTS.md): mpirun --tag-output
-and srun --label prefixes, -S timestamps, -I per-iteration columns, several headers, logs pasted
-without '#' or without a column header."""
+MPICH's -prepend-rank and srun --label prefixes, -S timestamps, -I per-iteration columns, several
+headers, logs pasted without '#' or without a column header, and NCCL's own debug lines
+(NCCL_DEBUG=INFO) on the same stdout: the transport (net/ncclinfo.py) and, with TUNING in
+NCCL_DEBUG_SUBSYS, the algorithm and protocol per size (net/nccltuning.py) are read from them.
+
+nccl-tests prints a row in three pieces (src/util.cu: the size..root fields, then each half's
+results after it ran, then the newline), so NCCL's lines for a size land inside its row:
+
+    [0]       131072         32768     float     sum      -1[0] host:497888:497888 [0] NCCL INFO 131072 Bytes -> ...
+    [0] host:497888:497888 [0] NCCL INFO 131072 Bytes -> Algo 0 proto 1 time 51.603912
+    [0]     345.6    0.19    0.36      0[0] host:497888:497888 [0] NCCL INFO 131072 Bytes -> ...
+    [0]     341.2    0.19    0.36      0
+
+The pieces before a debug line are put back together into the row; a row that cannot be (its
+start never seen, or pieces that do not add up) is skipped and counted, never an error."""
 
 from __future__ import annotations
 
@@ -14,11 +27,18 @@ from commbench.integrations.nccl_tests.format import (IDENT, INT, INT32_MAX, INT
 from commbench.integrations.nccl_tests.model import Half, Layout, RankInfo, Stream
 from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, finalize
 from commbench.net.ncclinfo import TransportCollector
+from commbench.net.nccltuning import TuningCollector
 
 # ---- line shapes ------------------------------------------------------------------------------
 
 _TAG = re.compile(r"^\[([0-9]+),([0-9]+)\]<(stdout|stderr|stddiag)>:[ \t]?", re.ASCII)  # mpirun --tag-output
 _SRUN_LABEL = re.compile(r"^[ \t]{0,8}([0-9]{1,7}): ", re.ASCII)  # srun --label
+_MPICH_RANK = re.compile(r"^\[([0-9]{1,7})\] ", re.ASCII)  # mpiexec -prepend-rank (MPICH, Hydra)
+# NCCL's debug line (src/debug.cc): "host:pid:tid [dev] NCCL INFO ..."; the host may be glued to a row piece.
+_NCCL_HEAD = re.compile(r"(\S*):[0-9]+:[0-9]+ \[[0-9]+\] $", re.ASCII)  # searched just before "NCCL INFO"
+_GLUED_TAG = re.compile(r"\[[0-9]{1,7}\]\s*$", re.ASCII)  # the launcher's rank tag before a glued debug line
+_LEADING_NUMBER = re.compile(r"(?:-?[0-9]+(?:\.[0-9]+)?|N/A)(?=[A-Za-z])", re.ASCII)
+_CUT = "cut apart by NCCL debug lines"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _VERSION = re.compile(r"^nccl-tests version\s+(\S+)(?:\s+nccl-headers=([0-9]+))?(?:\s+nccl-library=([0-9]+))?",
                       re.ASCII)
@@ -175,7 +195,30 @@ def _unprefixed(raw: str) -> tuple[object, str]:
         key, line = (m.group(1), m.group(2)), line[m.end():]
     elif m := _SRUN_LABEL.match(line):
         key, line = m.group(1), line[m.end():]
+    elif m := _MPICH_RANK.match(line):
+        key, line = ("mpich", m.group(1)), line[m.end():]
     return key, line
+
+
+def _is_debug(line: str) -> bool:
+    return "NCCL INFO" in line or "NCCL WARN" in line or "NCCL TRACE" in line or "NCCL version" in line
+
+
+def _is_tail(content: str) -> bool:
+    """The results of a row's half (time, algbw, busbw, #wrong; -I's columns): numbers and N/A only."""
+    tokens = content.split()
+    return bool(tokens) and all(NUMBER.fullmatch(t) or t.upper() == "N/A" for t in tokens)
+
+
+def _unglue(token: str, hosts: set[str]) -> int:
+    """Where the host name starts in the token before ':pid:tid [dev] NCCL': a row piece printed
+    without a newline runs into it ("-1h100clust-worker-1"). A host a Rank line named is
+    matched whole; otherwise the host is taken to start at the first letter after a number."""
+    for h in sorted(hosts, key=len, reverse=True):
+        if h and token.endswith(h):
+            return len(token) - len(h)
+    m = _LEADING_NUMBER.match(token)
+    return m.end() if m else 0
 
 
 class TextParser:
@@ -186,6 +229,8 @@ class TextParser:
         self.builder = builder
         self.streams: dict[object, Stream] = {}
         self.info = TransportCollector()
+        self.tuning = TuningCollector()
+        self.pending: dict[object, str] = {}  # stream -> the pieces of a row cut by NCCL debug lines
         self.parsed = Parsed()
         self.busbw_printed_nonzero = False
         self.algbw_printed_nonzero = False
@@ -204,9 +249,13 @@ class TextParser:
         key, line = _unprefixed(raw)
         if not line.strip():
             return []
-        if "NCCL INFO" in line or "NCCL WARN" in line or "NCCL TRACE" in line or "NCCL version" in line:
-            self.info.feed(line)
+        if _is_debug(line):
+            self._debug_line(key, line)
             return []
+        if key in self.pending:
+            joined = self._joined(key, line, lineno, final)
+            if joined is not None:
+                return joined
         s = self._stream(key)
         stripped = line.strip()
         hashed = stripped.startswith("#")
@@ -220,6 +269,53 @@ class TextParser:
         if hashed or not _ROWLIKE.match(content):
             return []  # banners, units, warnings, anything else: not ours
         return self._row(s, content, lineno, final)
+
+    def _debug_line(self, key: object, line: str) -> None:
+        """NCCL's part of the line to the collectors; a row piece before it kept for the row."""
+        level = min((i for i in (line.find(w) for w in ("NCCL INFO", "NCCL WARN", "NCCL TRACE")) if i >= 0),
+                    default=0)
+        # A window before the level word: a host name is at most 255 bytes, and a long line
+        # without spaces must not make the search quadratic.
+        head = _NCCL_HEAD.search(line, max(0, level - 300), level) if level > 0 else None
+        start = 0
+        if head is not None:
+            start = head.start()
+            if line[:start].strip():
+                hosts = {r.host for r in self._stream(key).ranks.values()}
+                start += _unglue(head.group(1), hosts)
+        self.info.feed(line[start:])
+        self.tuning.feed(line[start:])
+        piece = _GLUED_TAG.sub("", line[:start]).strip()
+        if not piece:
+            return
+        if _ROWLIKE.match(piece):
+            if key in self.pending:
+                self._cut(key)
+            self.pending[key] = piece
+        elif key in self.pending and _is_tail(piece):
+            self.pending[key] += " " + piece
+
+    def _joined(self, key: object, line: str, lineno: int, final: bool) -> list[dict] | None:
+        """A plain line after row pieces: the row's last piece (its records), or None when it is not
+        one (the pieces are dropped and the line read as usual)."""
+        content = line.strip()
+        if not _is_tail(content):
+            self._cut(key)
+            return None
+        text = self.pending.pop(key) + " " + content
+        try:
+            return self._row(self._stream(key), text, lineno, final)
+        except BadInput:
+            self._count_cut(key)
+            return []
+
+    def _cut(self, key: object) -> None:
+        self.pending.pop(key, None)
+        self._count_cut(key)
+
+    def _count_cut(self, key: object) -> None:
+        layout = self._stream(key).layout
+        self.builder.skipped[_CUT] += layout.groups if layout else 1
 
     def _section_header(self, s: Stream, content: str) -> bool:
         """A line of the header nccl-tests prints before its table (version, test name, nThread,
@@ -305,6 +401,8 @@ class TextParser:
 
     def close(self, strict: bool = True) -> Parsed:
         p = self.parsed
+        for key in list(self.pending):
+            self._cut(key)  # a row whose last piece never came (the output was cut)
         p.transport = self.info.transport
         p.skipped = dict(self.builder.skipped)
         for rec in p.records:
@@ -323,6 +421,7 @@ class TextParser:
             raise BadInput(f"{where(self.source, self.last_line)}: no nccl-tests result rows in the file "
                            f"(it ends here){extra}")
         finalize(p.records)
+        self.tuning.fill(p.records)  # after finalize: all_gather's per-rank bytes need the world size
         if symptom:
             p.warnings.append(SINGLE_RANK_HINT)
         if p.failed:

@@ -1,0 +1,99 @@
+"""The settings loop: the workload's whole grid once per setting of the --env/--mtu axes
+(core/settings.py), each on a fresh process group, everything put back afterwards.
+
+Every rank sets the setting's environment variables in its own process; the first local rank of
+each host sets an MTU axis's value on --iface. Then a new process group connects: gloo makes its
+devices (GLOO_SOCKET_IFNAME) and NCCL tunes its communicator (NCCL_ALGO, NCCL_PROTO) when a group
+is made, and TCP keeps the MSS it agreed when it connected. The rows say which setting they were
+measured under (Session.record adds the `settings` column). On the way out, also on Ctrl-C or a
+dead rank, the environment and the MTU are restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from datetime import timedelta
+from typing import Callable
+
+import torch.distributed as dist
+
+from commbench.core.errors import RuntimeFailure
+from commbench.core.settings import Setting, combinations, from_plan
+from commbench.net import netctl
+
+
+def settings_of(plan) -> list[Setting]:
+    return combinations(from_plan(getattr(plan, "axes", [])))
+
+
+def axis_interfaces(plan) -> list[str]:
+    """The interfaces the axes send over (GLOO_SOCKET_IFNAME=eth0,eth1|eth1), for the wire counters."""
+    names = [v for axis in from_plan(getattr(plan, "axes", [])) if axis.name.endswith("_SOCKET_IFNAME")
+             for value in axis.values for v in value.lstrip("^=").split(",")]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def run_each(session, run: Callable[[object], bool]) -> bool:
+    """`run(session)` once per setting (once, as it is, without axes); True if any output was wrong."""
+    settings = settings_of(session.ctx.plan)
+    if not settings:
+        return run(session)
+    original_mtu = _original_mtu(session, settings)
+    any_wrong = False
+    try:
+        for setting in settings:
+            with _applied(session, setting):
+                any_wrong |= run(session)
+    finally:
+        if original_mtu is not None and _sets_mtu(session):
+            netctl.set_mtu(session.ctx.plan.iface, original_mtu)
+    return any_wrong
+
+
+def _sets_mtu(session) -> bool:
+    return session.ctx.env.local_rank == 0
+
+
+def _original_mtu(session, settings: list[Setting]) -> int | None:
+    return netctl.get_mtu(session.ctx.plan.iface) if settings[0].mtu is not None else None
+
+
+@contextlib.contextmanager
+def _applied(session, setting: Setting):
+    """The setting on every rank, a fresh group for it; the environment as it was afterwards."""
+    saved = {name: os.environ.get(name) for name in setting.env}
+    try:
+        os.environ.update(setting.env)
+        if setting.mtu is not None:
+            _set_mtu(session, setting.mtu)
+        session.reporter.line(f"# Settings: {setting.label}")
+        # new_group's own default timeout is 30 minutes: keep --timeout on every collective
+        session.group = dist.new_group(list(range(session.world)),
+                                       timeout=timedelta(seconds=session.ctx.plan.timeout))
+        session.setting = setting
+        try:
+            yield
+        finally:
+            session.setting = None
+            group, session.group = session.group, None
+            dist.destroy_process_group(group)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _set_mtu(session, mtu: int) -> None:
+    """The MTU on --iface of every host (by its first local rank), checked on every rank."""
+    iface = session.ctx.plan.iface
+    if _sets_mtu(session):
+        netctl.set_mtu(iface, mtu)
+    dist.barrier()
+    off = session.sum_over_ranks(int(netctl.get_mtu(iface) != mtu))
+    if off:
+        raise RuntimeFailure(f"MTU {mtu} did not take on {iface} of {off} rank(s): "
+                             "check that every host runs a rank and the interface allows it")
+    session.reporter.line(f"# MTU {mtu} on {iface} of every host")

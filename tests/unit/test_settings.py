@@ -1,0 +1,96 @@
+"""The settings axes (core/settings.py) and their refusals on the command line: `--env NAME=v1|v2`
+on sweep, buckets and zero, `--mtu` as one axis of the same kind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from commbench.core import settings
+from commbench.core.errors import BadInput
+from commbench.harness.settings import axis_interfaces
+
+
+def test_axes_multiply_first_axis_slowest_and_label_in_axis_order():
+    axes = settings.parse_env(["NCCL_ALGO=Ring|Tree", "NCCL_PROTO=LL|Simple"])
+    combos = settings.combinations(axes)
+    assert [s.label for s in combos] == ["NCCL_ALGO=Ring NCCL_PROTO=LL", "NCCL_ALGO=Ring NCCL_PROTO=Simple",
+                                         "NCCL_ALGO=Tree NCCL_PROTO=LL", "NCCL_ALGO=Tree NCCL_PROTO=Simple"]
+    assert combos[1].env == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"} and combos[1].mtu is None
+
+
+def test_mtu_is_one_axis_of_the_same_kind():
+    axes = settings.parse_env(["GLOO_SOCKET_IFNAME=eth0|eth1"]) + settings.mtu_axis([1500, 9000])
+    combos = settings.combinations(axes)
+    assert [s.label for s in combos][:2] == ["GLOO_SOCKET_IFNAME=eth0 MTU=1500", "GLOO_SOCKET_IFNAME=eth0 MTU=9000"]
+    assert combos[1].mtu == 9000 and combos[1].env == {"GLOO_SOCKET_IFNAME": "eth0"}
+    assert settings.from_plan(settings.as_plan(axes)) == axes  # a plan stores them as JSON lists
+    assert settings.combinations([]) == []
+
+
+def test_a_comma_list_is_one_value():
+    (axis,) = settings.parse_env(["GLOO_SOCKET_IFNAME=eth0,eth1|eth0"])
+    assert axis.values == ("eth0,eth1", "eth0")
+
+
+def test_the_interfaces_an_axis_sends_over_are_read_for_the_wire():
+    class Plan:
+        axes = settings.as_plan(settings.parse_env(["GLOO_SOCKET_IFNAME=eth0,eth1|eth2", "NCCL_ALGO=Ring"]))
+    assert axis_interfaces(Plan()) == ["eth0", "eth1", "eth2"]
+
+
+@pytest.mark.parametrize("specs, says", [
+    (["NOEQUALS"], "--env 'NOEQUALS' has no '=': write NAME=value1|value2"),
+    (["NCCL_ALGO="], "--env NCCL_ALGO= has an empty value"),
+    (["NCCL_ALGO=Ring|"], "--env NCCL_ALGO= has an empty value"),
+    (["NCCL_ALGO=Ring", "NCCL_ALGO=Tree"], "--env NCCL_ALGO is given twice: give each name once, its values "
+                                           "joined by |, e.g. --env NCCL_ALGO=Ring|Tree"),
+    (["NCCL_ALGO=Ring|Ring"], "value 'Ring' is given twice"),
+    (["1BAD=x"], "is not an environment variable name"),
+    (["MASTER_PORT=1|2"], "the launcher or commbench sets MASTER_PORT"),
+    (["RANK=0"], "the launcher or commbench sets RANK"),
+    (["MTU=1500|9000"], "use --mtu 1500,9000"),
+    (["X=a b"], "must be printable ASCII without spaces"),
+])
+def test_bad_axes_are_one_line(specs, says):
+    with pytest.raises(BadInput) as exc:
+        settings.parse_env(specs)
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_too_many_settings_are_refused_before_any_grid():
+    axes = settings.parse_env(["A=" + "|".join(map(str, range(16))), "B=" + "|".join(map(str, range(5)))])
+    with pytest.raises(BadInput, match="make 80 settings, each a whole grid; the most is 64"):
+        settings.combinations(axes)
+    with pytest.raises(BadInput, match="has 17 values; the most is 16"):
+        settings.parse_env(["A=" + "|".join(map(str, range(17)))])
+
+
+def test_the_backend_must_see_the_setting_change():
+    with pytest.raises(BadInput, match="NCCL reads it once per process, so one run measures only its first value"):
+        settings.check_backend(settings.parse_env(["NCCL_IB_HCA=mlx5_0|mlx5_1"]), "nccl")
+    with pytest.raises(BadInput, match="does nothing with --backend gloo"):
+        settings.check_backend(settings.parse_env(["NCCL_ALGO=Ring|Tree"]), "gloo")
+    settings.check_backend(settings.parse_env(["NCCL_ALGO=Ring|Tree", "NCCL_PROTO=LL"]), "nccl")
+    settings.check_backend(settings.parse_env(["GLOO_SOCKET_IFNAME=lo"]), "gloo")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["sweep", "--env", "NOEQUALS"], "has no '='"),
+    (["sweep", "--env", "NCCL_ALGO="], "has an empty value"),
+    (["sweep", "--env", "OMP_NUM_THREADS=1", "--env", "OMP_NUM_THREADS=2"], "is given twice"),
+    (["sweep", "--env", "GLOO_SOCKET_IFNAME=nosuchnic0"], "no interface nosuchnic0 on"),
+    (["sweep", "--env", "GLOO_SOCKET_IFNAME=lo", "--iface", "lo"], "drop --iface, or the --env axis"),
+    (["sweep", "--env", "NCCL_ALGO=Ring|Tree", "--backend", "gloo"], "does nothing with --backend gloo"),
+    (["buckets", "--env", "NCCL_ALGO="], "has an empty value"),
+    (["zero", "--env", "OMP_NUM_THREADS=1|2", "--engine", "deepspeed"], "the DeepSpeed engine keeps the one"),
+])
+def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, args, says):
+    proc = subprocess.run([sys.executable, "-m", "commbench", *args, "--out", str(tmp_path / "r.parquet")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], proc.stderr
+    assert not (tmp_path / "r.parquet").exists()
