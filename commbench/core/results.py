@@ -55,6 +55,8 @@ SCHEMA = pa.schema([
     # per rank (index = rank): its own median time and its median arrival skew (docs/RESULTS.md)
     ("rank_time_us", pa.list_(pa.float64())),
     ("rank_skew_us", pa.list_(pa.float64())),
+    # per rank (index = rank): the CPUs it may run on, as a Linux cpulist ("0-3,8"); --bind decides
+    ("rank_cpus", pa.list_(pa.string())),
     ("workload", pa.string()),
     ("bucket_bytes", pa.int64()),
     ("zero_stage", pa.int32()),
