@@ -121,26 +121,53 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
                    latency_threshold: float = 0.10, alpha: float = 0.05,
                    allow_within_run: bool = False) -> Comparison:
     """Compare two result tables (read_results output); see docs/COMPARE.md for the rules."""
-    threshold = _check_fraction(threshold, "threshold", low_open=False)
-    latency_threshold = _check_fraction(latency_threshold, "latency threshold", low_open=False)
-    alpha = _check_fraction(alpha, "alpha", low_open=True)
+    limits = _limits(threshold, latency_threshold, alpha)
     check_frame(before, "before")
     check_frame(after, "after")
-
     warnings = _warnings(before, after)
     differences = _differences(before, after)
     before, b_lost = split_failed(before)
     after, a_lost = split_failed(after)
     b, a = group(before, "before"), group(after, "after")
+    return _compare(b, a, b_lost, a_lost, warnings, differences, _settings_of(before, after),
+                    lambda common: likely_causes(before, b.rows, after, a.rows, common), limits, allow_within_run)
+
+
+def compare_aggregates(before, after, threshold: float = 0.03, latency_threshold: float = 0.10,
+                       alpha: float = 0.05, allow_within_run: bool = False) -> Comparison:
+    """compare_frames over two engine.Aggregate sides (large inputs, analysis/engine.py): the same
+    rules and verdicts; the setup differences come from the distinct values of each side's runs."""
+    from commbench.core.results import check_schema_versions
+
+    limits = _limits(threshold, latency_threshold, alpha)
+    for agg in (before, after):
+        if len(agg.context):
+            check_schema_versions({scalar(v) for v in agg.context["schema_version"].unique()},
+                                  f"the {agg.name} results", comparing=True)
+    b_lost = split_failed(before.failed)[1] if len(before.failed) else {}
+    a_lost = split_failed(after.failed)[1] if len(after.failed) else {}
+    return _compare(before.side(), after.side(), b_lost, a_lost, _warnings(before.context, after.context),
+                    _differences(before.context, after.context), _settings_of(before.context, after.context),
+                    lambda common: {}, limits, allow_within_run)
+
+
+def _limits(threshold: float, latency_threshold: float, alpha: float) -> dict:
+    return dict(threshold=_check_fraction(threshold, "threshold", low_open=False),
+                latency_threshold=_check_fraction(latency_threshold, "latency threshold", low_open=False),
+                alpha=_check_fraction(alpha, "alpha", low_open=True))
+
+
+def _compare(b: Side, a: Side, b_lost: dict, a_lost: dict, warnings: list[str], differences: list[str],
+             sides: tuple[str, str] | None, causes_of, limits: dict, allow_within_run: bool) -> Comparison:
+    """The comparison of two grouped sides (sides.Side): points paired, tested and decided."""
+    threshold, latency_threshold, alpha = limits["threshold"], limits["latency_threshold"], limits["alpha"]
     b_keys, a_keys = list(dict.fromkeys([*b.rows, *b_lost])), list(dict.fromkeys([*a.rows, *a_lost]))
     in_b, in_a = set(b_keys), set(a_keys)
     common = [k for k in b_keys if k in in_a]
     only_before = [dict(zip(KEY_COLUMNS, k)) for k in b_keys if k not in in_a]
     only_after = [dict(zip(KEY_COLUMNS, k)) for k in a_keys if k not in in_b]
     base = dict(only_before=only_before, only_after=only_after, warnings=warnings, differences=differences,
-                alpha=alpha, threshold=threshold, latency_threshold=latency_threshold,
-                allow_within_run=allow_within_run)
-    sides = _settings_of(before, after)
+                allow_within_run=allow_within_run, **limits)
     if sides and common:  # some points still pair up: the others' setting is a setup difference
         differences.append(f"settings: before {sides[0]}, after {sides[1]}")
     if not common:
@@ -160,7 +187,7 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
                                               needed)))
     points = [_with_failures(decided[k], b_lost.get(k), a_lost.get(k)) if k in decided
               else _failed_point(k, b, a, b_lost.get(k), a_lost.get(k), threshold) for k in common]
-    causes = likely_causes(before, b.rows, after, a.rows, common)
+    causes = causes_of(common)
     points = [dataclasses.replace(p, likely_cause=causes[k]) if k in causes else p for k, p in zip(common, points)]
     bound = [p.ratio for p in points if p.bandwidth_bound]
     geo = stats.geomean(bound) if bound else None

@@ -361,6 +361,11 @@ class _Rows:
     run_id: list
     settings: list  # None where a row has no setting
     ignored: dict  # workload -> rows left out
+    # Rows grouped (analysis/engine.py: large inputs): entry i stands for counts[i] rows whose values
+    # are value[starts[i]:starts[i] + counts[i]], and wrong[i] counts its wrong ones. None: a row an entry.
+    starts: np.ndarray | None = None
+    counts: np.ndarray | None = None
+    index: dict | None = None  # (collective, size_bytes, world_size) -> its entries, built once
 
 
 def _rows(frame: pd.DataFrame) -> _Rows:
@@ -393,11 +398,12 @@ def _rows(frame: pd.DataFrame) -> _Rows:
 
 
 def _matching(rows: _Rows, e: Entry) -> list[int]:
+    if rows.index is None:  # one look-up an entry, not a pass over every row (a million rows)
+        rows.index = {}
+        for i, k in enumerate(zip(rows.collective, rows.size_bytes, rows.world_size)):
+            rows.index.setdefault(k, []).append(i)
     out = []
-    for i in range(len(rows.collective)):
-        if (rows.collective[i] != e.collective or rows.size_bytes[i] != e.size_bytes
-                or rows.world_size[i] != e.ranks):
-            continue
+    for i in rows.index.get((e.collective, e.size_bytes, e.ranks), ()):
         if e.dtype is not None and rows.dtype[i] != e.dtype:
             continue
         if e.op is not None and rows.op[i] != e.op:
@@ -415,7 +421,8 @@ def _matching(rows: _Rows, e: Entry) -> list[int]:
 
 
 def _values(rows: _Rows, idx: list[int], what: str) -> np.ndarray:
-    v = rows.value[idx]
+    v = rows.value[idx] if rows.counts is None else np.concatenate(
+        [rows.value[rows.starts[i]:rows.starts[i] + rows.counts[i]] for i in idx] or [np.zeros(0)])
     if not np.all(np.isfinite(v) & (v > 0)):
         raise BadInput(f"the results hold busbw_GBps {v[~(np.isfinite(v) & (v > 0))][0]} for {what}: a damaged "
                        "or hand-edited file; re-run the measurement")
@@ -425,28 +432,35 @@ def _values(rows: _Rows, idx: list[int], what: str) -> np.ndarray:
 # ---- judging ----
 
 
-def judge(bands: Bands, frame: pd.DataFrame) -> GateReport:
-    """Judge a run (read_results output) against the bands; see docs/GATE.md for the rules."""
-    rows = _rows(frame)
+def judge(bands: Bands, frame: pd.DataFrame | dict) -> GateReport:
+    """Judge a run (read_results output, or engine.gate_groups' rows grouped) against the bands;
+    see docs/GATE.md for the rules."""
+    rows = _Rows(**frame) if isinstance(frame, dict) else _rows(frame)
     return GateReport(system=bands.system, source=bands.source, results=[_judge(e, rows) for e in bands.entries])
+
+
+def _count(rows: _Rows, idx: list[int]) -> int:
+    return len(idx) if rows.counts is None else int(sum(rows.counts[i] for i in idx))
 
 
 def _judge(e: Entry, rows: _Rows) -> EntryResult:
     idx = _matching(rows, e)
     held = list(dict.fromkeys(printable(rows.settings[i] or "(none)") for i in idx))
     if len(held) > 1:  # one median over several settings would hide the slow one
-        return EntryResult(entry=e, measured_GBps=None, n_rows=len(idx), wrong_rows=0, ratio=None, band=None,
+        return EntryResult(entry=e, measured_GBps=None, n_rows=_count(rows, idx), wrong_rows=0, ratio=None, band=None,
                            verdict="FAIL", reason=f"rows of {len(held)} settings match ({'; '.join(held)}): name "
                                                   "one with 'settings:' in the entry (gate --suggest writes it)")
-    wrong = sum(1 for i in idx if (rows.wrong[i] or 0) > 0)
+    wrong = (sum(1 for i in idx if (rows.wrong[i] or 0) > 0) if rows.counts is None
+             else int(sum(rows.wrong[i] for i in idx)))
+    n = _count(rows, idx)
     measured = stats.median(_values(rows, idx, e.describe())) if idx else None
-    base = dict(entry=e, measured_GBps=measured, n_rows=len(idx), wrong_rows=wrong, ratio=None, band=None)
+    base = dict(entry=e, measured_GBps=measured, n_rows=n, wrong_rows=wrong, ratio=None, band=None)
     if e.expect == "fail":
         if not idx:
             return EntryResult(verdict="PASS", reason="expected failure: not measured", **base)
         if wrong:
-            return EntryResult(verdict="PASS", reason=f"expected failure: {wrong} of {len(idx)} rows wrong", **base)
-        return EntryResult(verdict="FAIL", reason=f"expected to fail, but {len(idx)} rows measured with correct "
+            return EntryResult(verdict="PASS", reason=f"expected failure: {wrong} of {n} rows wrong", **base)
+        return EntryResult(verdict="FAIL", reason=f"expected to fail, but {n} rows measured with correct "
                                                   "results: the known failure is gone; update the bands", **base)
     if not idx:
         if e.optional:
@@ -456,7 +470,7 @@ def _judge(e: Entry, rows: _Rows) -> EntryResult:
     low, high = e.band()
     base.update(ratio=measured / e.busbw_GBps, band=(low, high))
     if wrong:
-        return EntryResult(verdict="FAIL", reason=f"wrong results in {wrong} of {len(idx)} rows", **base)
+        return EntryResult(verdict="FAIL", reason=f"wrong results in {wrong} of {n} rows", **base)
     change = f"{(measured / e.busbw_GBps - 1) * 100:+.1f}%"
     if measured < low:
         return EntryResult(verdict="FAIL", reason=f"below band ({change}, tolerance -{e.lower * 100:g}%)", **base)

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from commbench.analysis import linkrank, railrank
-from commbench.analysis.linkrank import FAILED, LINK_ENDS, PAIRS_COLLECTIVES, column, endpoint_names, pairs_rows
+from commbench.analysis.linkrank import FAILED, PAIRS_COLLECTIVES, column, endpoint_names, pairs_rows
 
 
 # --------------------------------------------------------------------------- the pairs --from report
@@ -36,7 +37,7 @@ def report(df, threshold: float = linkrank.DEFAULT_THRESHOLD) -> tuple[list[str]
         raise BadInput("the results hold no pairs rows: pass a file written by commbench pairs")
     runs = linkrank.links_by_run(rows)
     lines, verdicts = [], []
-    for run_id, run in rows.groupby("run_id", sort=False):
+    for run_id, run in linkrank.by_run(rows):
         run_lines, run_verdicts = _run_report(str(run_id), run, runs.get(str(run_id), []), threshold)
         lines += run_lines
         verdicts += run_verdicts
@@ -129,8 +130,9 @@ class FaultVerdict:
         return 3 if self.undecided else 0
 
 
-@dataclass(frozen=True)
-class _Row:
+class _Row(NamedTuple):
+    """One row of a link (a tuple: a million of them are built for a 1024-host run)."""
+
     src: str
     dst: str
     status: str | None
@@ -156,19 +158,24 @@ class _Mesh:
     bad: set = field(default_factory=set)  # the failed pairs
     several_hosts: bool = False  # set once every row is in
     per_host: bool = True
+    last_ok: dict[tuple[str, str], int] = field(default_factory=dict)  # a pair's last row that worked (seq)
+    _judged: dict[str, list] = field(default_factory=dict)  # judged(), once the rows are in
 
     def key(self, a: str, b: str) -> tuple[str, str]:
         return (a, b) if (self.rank[a], a) <= (self.rank[b], b) else (b, a)
 
     def add(self, row: _Row) -> None:
         k = self.key(row.src, row.dst)
-        if k not in self.pairs:
-            self.pairs[k] = []
+        rows = self.pairs.get(k)
+        if rows is None:
+            rows = self.pairs[k] = []
             for e in set(k):
                 self.by_end.setdefault(e, []).append(k)
-        self.pairs[k].append(row)
-        if row.failed:
+        rows.append(row)
+        if row.status in FAILED:
             self.bad.add(k)
+        else:
+            self.last_ok[k] = row.seq  # rows come in measurement order: the last one is the latest
 
     def endpoints(self) -> list[str]:
         return sorted(self.by_end, key=lambda e: (self.rank[e], e))
@@ -177,8 +184,13 @@ class _Mesh:
         return sorted(keys, key=lambda k: (self.rank[k[0]], self.rank[k[1]], k))
 
     def judged(self, e: str) -> list[tuple[str, str]]:
-        """e's links that judge it: with several hosts, its links to other hosts only."""
-        return [k for k in self.by_end.get(e, []) if not self.several_hosts or self.host[k[0]] != self.host[k[1]]]
+        """e's links that judge it: with several hosts, its links to other hosts only (asked only
+        once every row is in, so kept: the rules ask it of every endpoint several times)."""
+        got = self._judged.get(e)
+        if got is None:
+            got = self._judged[e] = [k for k in self.by_end.get(e, [])
+                                     if not self.several_hosts or self.host[k[0]] != self.host[k[1]]]
+        return got
 
     def works(self, e: str) -> bool:
         return any(k not in self.bad for k in self.judged(e))
@@ -197,17 +209,33 @@ def _meshes(df) -> tuple[_Mesh | None, _Mesh | None]:
         raise ValueError("the failure pattern is judged per run: pass the rows of one run (see faults_by_run)")
     names = endpoint_names(rows)
     main, conf = _Mesh(), _Mesh()
-    cols = [rows[c] for c in LINK_ENDS] + [column(rows, c) for c in ("collective", "status", "error", "confirm")]
-    for seq, (sh, dh, sr, dr, coll, status, error, confirm) in enumerate(zip(*cols)):
-        mesh = conf if confirm else main
-        a, b = names[(sh, int(sr))], names[(dh, int(dr))]
-        mesh.rank.update({a: int(sr), b: int(dr)})
-        mesh.host.update({a: str(sh), b: str(dh)})
-        error = None if error is None else " ".join(str(error).split())
-        mesh.add(_Row(a, b, status, error, bool(confirm), PAIRS_COLLECTIVES.get(coll, False), seq))
+    ends = [_end_names(rows, side, names) for side in ("src", "dst")]
+    bidir = [PAIRS_COLLECTIVES.get(c, False) for c in column(rows, "collective")]
+    status, error, confirm = (column(rows, c) for c in ("status", "error", "confirm"))
+    where = {n: (str(h), int(r)) for (h, r), n in names.items()}
+    for mesh in (main, conf):  # every endpoint's rank for the keys; kept below for those with rows
+        mesh.rank = {n: r for n, (_, r) in where.items()}
+    # one pass over the rows, the columns read once each (not a pandas lookup a row)
+    for seq, (a, b, st, err, conf_row, bi) in enumerate(zip(*ends, status, error, confirm, bidir)):
+        err = None if err is None else " ".join(str(err).split())
+        (conf if conf_row else main).add(_Row(a, b, st, err, bool(conf_row), bi, seq))
     for mesh in (main, conf):
+        mesh.rank = {e: where[e][1] for e in mesh.by_end}
+        mesh.host = {e: where[e][0] for e in mesh.by_end}
         mesh.several_hosts, mesh.per_host = len(set(mesh.host.values())) > 1, all(e == h for e, h in mesh.host.items())
     return main, conf
+
+
+def _end_names(rows, side: str, names: dict[tuple[str, int], str]):
+    """Each row's endpoint name on one side, as an object array of shared strings (looked up by
+    pandas, not a (host, rank) tuple a row)."""
+    import numpy as np
+    import pandas as pd
+
+    known = pd.MultiIndex.from_tuples(list(names), names=["h", "r"])
+    at = known.get_indexer(pd.MultiIndex.from_arrays(
+        [rows[f"{side}_host"].to_numpy(dtype=object), rows[f"{side}_rank"].to_numpy(dtype="int64")], names=["h", "r"]))
+    return np.asarray(list(names.values()) + [None], dtype=object)[at]  # every row's end is in names: no -1
 
 
 def _dominant(rows: list[_Row]) -> str:
@@ -276,10 +304,13 @@ def _judge(mesh: _Mesh) -> tuple[list[Culprit], list[tuple[str, str]], list[str]
 
 def _dead_host(mesh: _Mesh, e: str, works: set[str], what: str) -> Culprit | None:
     """Rule a): every link of e failed, with two peers or more of which two work with someone."""
-    links = mesh.order(mesh.judged(e))
+    links = mesh.judged(e)
+    if not links or any(k not in mesh.bad for k in links):  # at once for the (many) hosts that work
+        return None
+    links = mesh.order(links)
     peers = [_peer(k, e) for k in links]
     witnesses = [p for p in peers if p in works]
-    if not links or any(k not in mesh.bad for k in links) or len(set(peers)) < 2 or len(witnesses) < 2:
+    if len(set(peers)) < 2 or len(witnesses) < 2:
         return None
     rows = [r for k in links for r in mesh.pairs[k]]
     status = _dominant(rows)
@@ -293,7 +324,15 @@ def _since_failure(mesh: _Mesh, e: str) -> tuple[list[tuple[str, str]], list[tup
     """(e's links measured since its first failed row, its links that worked before that row) when
     every row of e's judged links from its first failed one on failed; None when none failed, a
     later row worked, or nothing worked before."""
-    rows = sorted((r for k in mesh.judged(e) for r in mesh.pairs[k]), key=lambda r: r.seq)
+    judged = mesh.judged(e)
+    failed = [k for k in judged if k in mesh.bad]
+    if not failed:
+        return None
+    # Without a sort for the common case (every peer of a dead host): a row that worked after e's first failure.
+    first_bad = min(r.seq for k in failed for r in mesh.pairs[k] if r.failed)
+    if max(map(lambda k: mesh.last_ok.get(k, -1), judged)) > first_bad:
+        return None
+    rows = sorted((r for k in judged for r in mesh.pairs[k]), key=lambda r: r.seq)
     first = next((i for i, r in enumerate(rows) if r.failed), None)
     if not first or not all(r.failed for r in rows[first:]):  # None, or 0: nothing worked before
         return None
@@ -541,7 +580,7 @@ def faults_by_run(df) -> dict[str, FaultVerdict]:
     rows = pairs_rows(df)
     if rows is None:
         return {}
-    return {str(run_id): faults(run) for run_id, run in rows.groupby("run_id", sort=False)}
+    return {str(run_id): faults(run) for run_id, run in linkrank.by_run(rows)}
 
 
 # --------------------------------------------------------------------------- text

@@ -26,6 +26,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 DEFAULT_THRESHOLD = 0.8
 
 
@@ -216,31 +218,52 @@ LINK_ENDS = ("src_host", "dst_host", "src_rank", "dst_rank")
 
 
 def pairs_rows(df):
-    """The pairs rows of `df` that name their link (measured, failed and confirmation rows), or None."""
+    """The pairs rows of `df` that name their link (measured, failed and confirmation rows), or None.
+    When every row qualifies, `df` itself (a pairs run of 1024 hosts is a million rows: no copy)."""
     if df is None or len(df) == 0 or "workload" not in df.columns:
         return None
-    rows = df[df["workload"] == "pairs"]
+    pairs = (df["workload"] == "pairs").fillna(False).to_numpy(dtype=bool)
+    rows = df if pairs.all() else df[pairs]
     if len(rows) == 0 or any(c not in rows.columns for c in LINK_ENDS):
         return None
-    rows = rows.dropna(subset=list(LINK_ENDS))
+    named = rows[list(LINK_ENDS)].notna().all(axis=1).to_numpy(dtype=bool)
+    rows = rows if named.all() else rows[named]
     return rows if len(rows) else None
+
+
+def by_run(rows):
+    """(run_id, rows) per run, in order; a single run is `rows` itself, not a copy."""
+    ids = rows["run_id"]
+    if len(rows) and ids.notna().all() and ids.nunique() == 1:
+        yield ids.iloc[0], rows
+        return
+    yield from rows.groupby("run_id", sort=False)
 
 
 def endpoint_names(rows) -> dict[tuple[str, int], str]:
     """(host, rank) -> the endpoint's name: the host when it has one rank in `rows`, else host/rRANK."""
-    ends = {(h, int(r)) for h, r in zip(rows["src_host"], rows["src_rank"])} | \
-           {(h, int(r)) for h, r in zip(rows["dst_host"], rows["dst_rank"])}
-    per_host = Counter(h for h, _ in ends)
-    return {(h, r): h if per_host[h] == 1 else f"{h}/r{r}" for h, r in ends}
+    import pandas as pd
+
+    # distinct ends first: a million rows of a 1024-host run have 1024 of them
+    ends = pd.concat([pd.DataFrame({"h": rows[f"{side}_host"].to_numpy(dtype=object),
+                                    "r": rows[f"{side}_rank"].to_numpy(dtype=np.int64)})
+                      for side in ("src", "dst")]).drop_duplicates()
+    pairs = list(zip(ends["h"].tolist(), ends["r"].tolist()))
+    per_host = Counter(h for h, _ in pairs)
+    return {(h, r): h if per_host[h] == 1 else f"{h}/r{r}" for h, r in pairs}
 
 
 def column(rows, name: str) -> list:
     """A column's values with every missing value (None, NaN, pd.NA) as None; all None when absent."""
     if name not in rows.columns:
         return [None] * len(rows)
-    import pandas as pd
-
-    return [None if pd.isna(v) else v for v in rows[name]]
+    values = rows[name]
+    missing = values.isna().to_numpy(dtype=bool)
+    out = values.astype(object).tolist()
+    if missing.any():
+        for i in np.flatnonzero(missing).tolist():
+            out[i] = None
+    return out
 
 
 def run_key(run_id, rail) -> str:
@@ -250,7 +273,7 @@ def run_key(run_id, rail) -> str:
 
 def runs_and_rails(rows):
     """(key, run_id, rail, rows) per run, and per rail within a run whose rows carry rails (run_key)."""
-    for run_id, run in rows.groupby("run_id", sort=False):
+    for run_id, run in by_run(rows):
         rails = list(dict.fromkeys(column(run, "rail")))
         if rails == [None]:
             yield run_key(run_id, None), str(run_id), None, run
@@ -271,14 +294,17 @@ def links_by_run(df) -> dict[str, list[Link]]:
         return out
     for key, _, _, run in runs_and_rails(rows):
         name = endpoint_names(run)
-        keep = [s not in FAILED and not c for s, c in zip(column(run, "status"), column(run, "confirm"))]
-        run = run[keep] if not all(keep) else run
-        run = run.dropna(subset=["busbw_GBps"])
-        links = []
+        keep = np.array([s not in FAILED and not c for s, c in zip(column(run, "status"), column(run, "confirm"))],
+                        dtype=bool) & run["busbw_GBps"].notna().to_numpy(dtype=bool)
         keys = ["src_host", "src_rank", "dst_host", "dst_rank", "collective"]
-        for (sh, sr, dh, dr, coll), gbps in run.groupby(keys, sort=False)["busbw_GBps"].median().items():
-            links.append(Link(name[(sh, int(sr))], name[(dh, int(dr))], str(sh), str(dh),
-                              float(gbps), PAIRS_COLLECTIVES.get(coll, False), int(sr), int(dr)))
+        run = run.loc[keep, keys + ["busbw_GBps"]]  # the columns a link needs, not every column's copy
+        links = []
+        med = run.groupby(keys, sort=False)["busbw_GBps"].median()
+        levels = [med.index.get_level_values(i).tolist() for i in range(len(keys))]  # plain lists: no tuple a row
+        for sh, sr, dh, dr, coll, gbps in zip(*levels, med.tolist()):
+            sr, dr = int(sr), int(dr)
+            links.append(Link(name[(sh, sr)], name[(dh, dr)], str(sh), str(dh),
+                              float(gbps), PAIRS_COLLECTIVES.get(coll, False), sr, dr))
         if links:
             out[key] = links
     return out

@@ -304,9 +304,9 @@ def _titles(df) -> str:
     return "\n".join(mpl_text(short(t, 150)) for t in lines)
 
 
-def _what(df, metric_label: str) -> str:
-    colls = sorted(set(df["collective"].unique()), key=order_key)  # unique first: a million rows
-    dtypes = sorted({str(v) for v in df["dtype"].dropna().unique()}) if "dtype" in df.columns else []
+def _what(lines: list[Line], metric_label: str) -> str:
+    colls = sorted({ln.key["collective"] for ln in lines}, key=order_key)
+    dtypes = sorted({str(ln.key["dtype"]) for ln in lines})
     what = ", ".join(colls) if len(colls) <= 4 else f"{len(colls)} collectives"
     if dtypes and len(dtypes) <= 2:
         what += " · " + ", ".join(dtypes)
@@ -316,27 +316,31 @@ def _what(df, metric_label: str) -> str:
 # --------------------------------------------------------------------------- figures
 
 
-def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line_rate_text: str | None = None):
+def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line_rate_text: str | None = None,
+                 lines_of=None):
     """The figure for a results DataFrame: the metric vs size (top) and the small-size latency
-    (bottom). line_rate is in GB/s (see parse_line_rate). Returns a matplotlib Figure."""
+    (bottom). line_rate is in GB/s (see parse_line_rate). Returns a matplotlib Figure.
+    lines_of(column): the lines of a column where the engine drew them (analysis/engine.py; df is
+    then the first row of every run); aggregate(df, column) otherwise."""
     if metric not in METRICS:
         raise BadInput(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
     column, ylabel = METRICS[metric]
     if line_rate is not None and metric == "time":
         raise BadInput("--line-rate is a bandwidth: use it with --metric busbw or algbw, not time")
-    lines = aggregate(df, column)
+    lines_of = lines_of or (lambda c: aggregate(df, c))
+    lines = lines_of(column)
     name_lines(lines)
     d = prepare(df, column)
     # The latency panel only when there are small sizes to show: an empty panel is noise.
-    in_buckets = d["collective"].astype(str).str.endswith(BUCKETS_SUFFIX)
-    has_small = bool(((d["size_bytes"] <= SMALL_BYTES) & ~in_buckets).any())
+    in_buckets = np.array([str(ln.key["collective"]).endswith(BUCKETS_SUFFIX) for ln in lines])
+    has_small = any(bool((ln.sizes <= SMALL_BYTES).any()) for ln, b in zip(lines, in_buckets) if not b)
     fig = new_figure()
     if has_small:
         top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
     else:
         top, bottom = fig.subplots(1, 1), None
         fig.set_figheight(fig.get_figheight() * 0.65)
-    fig.suptitle(_what(d, ylabel), fontsize=13, fontweight="bold")
+    fig.suptitle(_what(lines, ylabel), fontsize=13, fontweight="bold")
     top.set_title(_titles(d), fontsize=9, loc="left")
     _draw(top, lines, log_y=(metric == "time"))
     _size_axis(top, np.concatenate([ln.sizes for ln in lines]))
@@ -358,7 +362,7 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
         top.set_xlabel("Bucket size (each point: one step's gradients reduced in buckets of this size)")
     if bottom is not None:
         # a buckets row's time is a whole step, not one operation: it has no place in this panel
-        time_lines = [ln for ln in (lines if column == "time_us" else aggregate(df, "time_us"))
+        time_lines = [ln for ln in (lines if column == "time_us" else lines_of("time_us"))
                       if not str(ln.key["collective"]).endswith(BUCKETS_SUFFIX)]
         _latency_panel(bottom, time_lines, lines)
     _legend(fig, lines, extra_h, extra_l)
@@ -385,19 +389,27 @@ def _latency_panel(ax, time_lines: list[Line], named: list[Line]) -> None:
     ax.set_ylabel("Time per operation (µs)")
 
 
+def _side_lines(df, name: str, column: str, lines_of) -> tuple[list[Line], list[Line]]:
+    """A side's lines of `column` and of time, all its runs as one named `name`."""
+    if lines_of is not None:
+        return lines_of(name, column), lines_of(name, "time_us")
+    d = prepare(df, column)  # a frame of its own: renaming its runs leaves the caller's alone
+    d["run_id"], d["label"] = name, ""
+    t = prepare(df, "time_us")
+    t["run_id"], t["label"] = name, ""
+    return aggregate(d, column), aggregate(t, "time_us")
+
+
 def build_comparison_figure(before_df, after_df, metric: str = "busbw",
-                            before_name: str = "before", after_name: str = "after"):
+                            before_name: str = "before", after_name: str = "after", lines_of=None):
     """Both sides overlaid: before dashed, after solid, one colour per collective. Each side is
-    the median over all its rows (every run and repetition) per collective/dtype/placement/size."""
+    the median over all its rows (every run and repetition) per collective/dtype/placement/size.
+    lines_of(side name, column): a side's lines where the engine drew them (the frames are then
+    the first row of every run, analysis/engine.py)."""
     column, ylabel = METRICS[metric]
-    sides = []
-    for name, df, style in ((before_name, before_df, "--"), (after_name, after_df, "-")):
-        d = prepare(df, column)  # a frame of its own: renaming its runs leaves the caller's alone
-        d["run_id"], d["label"] = name, ""
-        t = prepare(df, "time_us")
-        t["run_id"], t["label"] = name, ""
-        sides.append((name, d, t, style))
-    everything = [ln for _, d, _, _ in sides for ln in aggregate(d, column)]
+    sides = [(name, *_side_lines(df, name, column, lines_of), style)
+             for name, df, style in ((before_name, before_df, "--"), (after_name, after_df, "-"))]
+    everything = [ln for _, d, _, _ in sides for ln in d]
     colors = collective_colors(ln.key["collective"] for ln in everything)
     variants = sorted({(ln.key["dtype"], ln.key["in_place"], ln.key["settings"]) for ln in everything},
                       key=lambda v: (v[0], not v[1], v[2]))
@@ -440,8 +452,8 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
     top.set_title("\n".join(where), fontsize=9, loc="left")
     lines, time_lines = [], []
     for _, d, t, dash in sides:
-        lines += style(aggregate(d, column), dash)
-        time_lines += style(aggregate(t, "time_us"), dash)
+        lines += style(d, dash)
+        time_lines += style(t, dash)
     # Two sides double the lines: bands only while they stay few enough to tell apart.
     _draw(top, lines, log_y=(metric == "time"), bands=len(lines) <= MAX_BANDED_LATENCY_LINES)
     _size_axis(top, np.concatenate([ln.sizes for ln in lines]))
@@ -517,6 +529,13 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
         raise BadInput(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
     rate = parse_line_rate(line_rate) if line_rate is not None else None
     target = check_figure(Path(out) if out is not None else default_out(paths[0]), inputs=paths)  # before reading
+    from commbench.analysis import engine  # large inputs: the curves aggregated over parquet
+
+    q = engine.plot_source(paths)
+    if q is not None:
+        fig = build_figure(engine.run_firsts(q, METRICS[metric][0]), metric, rate,
+                           line_rate.strip() if line_rate else None, lambda c: [Line(**ln) for ln in engine.plot_lines(q, c)])
+        return outputs.write_files([figure_output(fig, target)], "plot", inputs=paths)
     df = read_results(paths, skip=UNUSED_COLUMNS)
     views = split_views(df)
     if views.pairs is not None and metric == "time":

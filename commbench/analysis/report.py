@@ -384,6 +384,47 @@ def _compare(before_df, after_df):
 # --------------------------------------------------------------------------- the page
 
 
+def _large_html(paths, baseline, rate) -> str | None:
+    """The HTML page of large inputs (analysis/engine.py: MIN_ROWS rows or more, curves only, no wire
+    counters): the comparison and the figures aggregated over parquet, the tables from the rows'
+    light columns. None: pandas reads the inputs."""
+    from commbench.analysis import engine
+
+    if not engine.large([*paths, *(baseline or ())]):
+        return None
+    after = engine.plot_source(paths, force=True)
+    before = engine.plot_source(baseline, force=True) if baseline else None
+    if after is None or (baseline and before is None) or not engine.suitable(after.source):
+        return None
+    comparison = engine.compare_paths(baseline, paths, force=True) if baseline else None
+    if baseline and comparison is None:
+        return None
+    # the figures before the rows are read: the engine's aggregations never share memory with them
+    drawn = _engine_figures(engine, after, before, rate)
+    source = after.source
+    del after, before  # their DuckDB connections and what they cached
+    df = engine.report_frame(source)
+    if len(df) == 0:
+        raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
+    return build_html(df, [str(p) for p in paths], None, comparison, [str(p) for p in baseline or ()],
+                      line_rate=rate, drawn=drawn)
+
+
+def _engine_figures(engine, after, before, rate) -> dict:
+    """The curves of the after side and the before/after overlay, drawn from the engine's lines."""
+    drawn = {"curves": plot.build_figure(engine.run_firsts(after, "busbw_GBps"), "busbw", rate,
+                                         lines_of=lambda c: [plot.Line(**ln) for ln in engine.plot_lines(after, c)])}
+    if before is not None:
+        sides = {"before": before, "after": after}
+        try:
+            drawn["comparison"] = plot.build_comparison_figure(
+                engine.run_firsts(before, "busbw_GBps"), engine.run_firsts(after, "busbw_GBps"),
+                lines_of=lambda name, c: [plot.Line(**ln) for ln in engine.plot_lines(sides[name], c, side=name)])
+        except BadInput:
+            drawn["comparison"] = None
+    return drawn
+
+
 def _where_html(df) -> str:
     """Under the title: one line per run setup, what ran where."""
     described: dict[str, list[str]] = {}
@@ -461,8 +502,9 @@ def pairs_html(pairs_df) -> str:
 
 
 def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=None,
-               baseline_sources: Sequence[str] = (), line_rate: float | None = None) -> str:
-    """The whole page as a string (no external resources, no scripts)."""
+               baseline_sources: Sequence[str] = (), line_rate: float | None = None, drawn=None) -> str:
+    """The whole page as a string (no external resources, no scripts). drawn: the figures where
+    the engine drew them (write_report's large inputs): {"curves": Figure, "comparison": Figure}."""
     from commbench import __version__
 
     views = plot.split_views(df)
@@ -494,7 +536,7 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
         out.append(f'<p class="muted">before (baseline): {esc(", ".join(map(str, baseline_sources)) or "–")}; '
                    f'after: {esc(", ".join(map(str, sources)) or "–")}</p>')
         figure = ""
-        cfig = comparison_figure(baseline_df, df) if baseline_df is not None else None
+        cfig = drawn.get("comparison") if drawn else comparison_figure(baseline_df, df) if baseline_df is not None else None
         if cfig is not None:
             figure = _figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
                                   "Before (baseline, dashed) and after (solid): median busbw over every run and "
@@ -509,7 +551,7 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
         out.append(zero_html(grid))
     if curves is not None:
         out.append('<section id="curves"><h2>Bandwidth and latency</h2>')
-        out.append(_figure_html(plot.build_figure(curves, "busbw", line_rate),
+        out.append(_figure_html(drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate),
                                 "bus bandwidth and small-size latency against message size",
                                 "Top: bus bandwidth (nccl-tests definition) against message size, median over "
                                 "repetitions, band from min to max. Bottom: time per operation of sizes ≤ 64 KiB."))
@@ -568,6 +610,8 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     zfigure = target.with_name(target.stem + "-zero.png")
     pfigure = target.with_name(target.stem + "-pairs.png")
     outputs.check_new(target, "report", inputs=inputs)
+    if fmt == "html" and (page := _large_html(paths, baseline, rate)) is not None:
+        return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs)
     # What no section reads stays on disk (most of a million rows' memory): the per-rank lists,
     # the per-iteration samples unless a comparison tests them, the baseline's plan.
     df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline else ("samples_us",)))

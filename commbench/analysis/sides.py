@@ -200,18 +200,25 @@ def group(frame: pd.DataFrame, side: str) -> Side:
     counts = np.bincount(point, minlength=len(keys))
     ends = np.cumsum(counts)
     rows = dict(zip(keys, np.split(np.argsort(point, kind="stable"), ends[:-1])))
-    # median, min and max of every point at once: its values sorted, then read at positions
-    # (the median of an even count is the mean of the middle two, as np.median takes it)
-    ordered = busbw[np.lexsort((busbw, point))]
-    starts = ends - counts
-    low, high = ordered[starts + (counts - 1) // 2], ordered[starts + counts // 2]
-    with np.errstate(over="ignore"):
-        median = np.where(counts % 2 == 1, low, (low + high) / 2)
-    summary = dict(zip(keys, zip(median.tolist(), ordered[starts].tolist(), ordered[ends - 1].tolist())))
+    summary = summarise(keys, point, busbw)
     samples = column(frame, "samples_us") if "samples_us" in frame.columns else [None] * len(frame)
     time_us = _floats(frame, "time_us")
     has, damaged, offsets = _check_samples(samples, time_us, side)
     return Side(side, rows, busbw, summary, has, damaged, offsets, samples, time_us)
+
+
+def summarise(keys: list[tuple], point: np.ndarray, values: np.ndarray) -> dict[tuple, tuple[float, float, float]]:
+    """Point -> median, min and max of its values, every point at once: the values sorted, then
+    read at positions (the median of an even count is the mean of the middle two, as np.median
+    takes it). The engine's sides (analysis/engine.py) are summarised here too."""
+    counts = np.bincount(point, minlength=len(keys))
+    ends = np.cumsum(counts)
+    ordered = values[np.lexsort((values, point))]
+    starts = ends - counts
+    low, high = ordered[starts + (counts - 1) // 2], ordered[starts + counts // 2]
+    with np.errstate(over="ignore"):
+        median = np.where(counts % 2 == 1, low, (low + high) / 2)
+    return dict(zip(keys, zip(median.tolist(), ordered[starts].tolist(), ordered[ends - 1].tolist())))
 
 
 def _flat_samples(samples: list, has: np.ndarray, side: str) -> np.ndarray:

@@ -66,14 +66,22 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
         if out is not None and os.path.abspath(out) == os.path.abspath(plot_path):
             raise BadInput(f"--out and --plot both name {out}: pass two different file names")
         read = {"skip": [c for c in plotting.UNUSED_COLUMNS if c not in comparing.READ_COLUMNS]}
-    before_df = results.read_results([before], **read)
-    after_df = results.read_results([after], **read)
-    before_df, after_df, chosen = _chosen_settings(before_df, after_df, before_setting, after_setting)
-    comparison = comparing.compare_frames(before_df, after_df, threshold=thr, latency_threshold=lat, alpha=a,
+    comparison = None
+    if plot_path is None and before_setting is None and after_setting is None:
+        from commbench.analysis import engine  # large inputs aggregated over parquet, not read into pandas
+
+        comparison = engine.compare_paths([before], [after], threshold=thr, latency_threshold=lat, alpha=a,
                                           allow_within_run=allow_within_run)
-    if chosen:
-        comparison.differences.insert(0, chosen)
-    files = [] if plot_path is None else [plotting.comparison_output(before_df, after_df, plot_path)]
+    files = []
+    if comparison is None:
+        before_df = results.read_results([before], **read)
+        after_df = results.read_results([after], **read)
+        before_df, after_df, chosen = _chosen_settings(before_df, after_df, before_setting, after_setting)
+        comparison = comparing.compare_frames(before_df, after_df, threshold=thr, latency_threshold=lat, alpha=a,
+                                              allow_within_run=allow_within_run)
+        if chosen:
+            comparison.differences.insert(0, chosen)
+        files = [] if plot_path is None else [plotting.comparison_output(before_df, after_df, plot_path)]
     for line in comparison.warnings:
         print(f"commbench: warning: {line}", file=sys.stderr)
     text = _render(fmt, comparison, comparing.render_markdown, comparing.render_table)
@@ -166,7 +174,9 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
     if out is not None:  # the bands file or a result is never the report's target
         outputs.check_new(out, who, "--out", inputs, force)
     bands = gating.load_bands(expect)
-    report = gating.judge(bands, store.read_results(list(results)))
+    from commbench.analysis import engine  # large inputs aggregated over parquet, not read into pandas
+
+    report = engine.gate_paths(bands, list(results)) or gating.judge(bands, store.read_results(list(results)))
     text = _render(fmt, report, gating.render_markdown, gating.render_table)
     if out is None:
         sys.stdout.write(text)

@@ -61,6 +61,59 @@ def _shown(text: str) -> str:
     return text if text.isprintable() and text.strip() == text else repr(text)
 
 
+def _bind_given() -> bool:
+    """--bind typed on the command line (an external launcher's own binding wins otherwise)."""
+    import click
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source("bind") if ctx is not None else None
+    return source not in (None, ParameterSource.DEFAULT)
+
+
+def _gpu_affinity(nranks: int) -> list:
+    """Per local rank, the CPUs of its GPU's NUMA node from `nvidia-smi topo -m` (doctor's reader);
+    None where unknown, so that --bind auto says it falls back to cores."""
+    from commbench.core import binding
+    from commbench.net.netinfo import parse_nvidia_smi_list, parse_topo_matrix, run_command
+
+    topo = run_command(["nvidia-smi", "topo", "-m"])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    listing = run_command(["nvidia-smi", "-L"]) if visible and not visible.replace(",", "").isdigit() else None
+    found = binding.gpu_cpus(parse_topo_matrix(topo) if topo else None, nranks, visible,
+                             parse_nvidia_smi_list(listing) if listing else None)
+    return found if found is not None else [None] * nranks
+
+
+def bind_plan(mode: str, backend: str, nranks: int, say: bool = True) -> list | None:
+    """Each local rank's CPUs under --bind `mode` (None: the scheduler's); notes on stderr."""
+    from commbench.core import binding
+
+    gpu = _gpu_affinity(nranks) if mode == "auto" and backend == "nccl" else None
+    # a test points this at a tree without NUMA nodes; sysfs otherwise
+    nodes = binding.numa_nodes(os.environ.get("COMMBENCH_TEST_NODE_ROOT") or binding.NODE_ROOT) if mode == "numa" else None
+    cpus, notes = binding.plan(mode, nranks, binding.allowed_cpus(), nodes=nodes, gpu_cpus=gpu)
+    for note in notes if say else ():
+        print(f"commbench: {note}", file=sys.stderr)
+    return cpus
+
+
+def _rebind_rank(workload, env) -> None:
+    """Under torchrun/srun/mpirun: this rank onto its share of the node, only when --bind was given
+    (srun --cpu-bind and mpirun --bind-to have placed it otherwise). Torch is loaded by now, so its
+    intra-op pool is resized to the new set."""
+    import torch
+
+    from commbench.core import binding
+
+    if not _bind_given():
+        return
+    cpus = bind_plan(workload.plan.bind, workload.plan.backend, env.local_world_size, say=env.local_rank == 0)
+    if cpus is not None:
+        binding.apply(cpus[env.local_rank])
+        torch.set_num_threads(len(cpus[env.local_rank]))
+
+
 def launch_workload(workload, nproc: int | None) -> int:
     """Run `workload` on the ranks a launcher started, or spawn `nproc` local ranks."""
     import torch
@@ -77,6 +130,7 @@ def launch_workload(workload, nproc: int | None) -> int:
             raise BadInput(f"--nproc is for local runs, but {env.launcher} started {env.world_size} ranks: "
                            "drop --nproc or set the rank count in the launcher")
         workload.validate(env.world_size)
+        _rebind_rank(workload, env)
         code = launch.run_as_rank(functools.partial(rank_main, workload), env)
         if code != 0:
             # After a failure on a sick fabric the backend's threads may stay blocked on dead sockets,
@@ -93,4 +147,5 @@ def launch_workload(workload, nproc: int | None) -> int:
     device = torch.device("cpu") if backend == "gloo" else torch.device("cuda", 0)
     workload.prepare(backend, device, launch.RankEnv("local", 0, nproc, 0, nproc, "127.0.0.1", 0))
     results.check_writable(results.resolve_out(workload.plan.out, workload.plan.run_id))
-    return launch.spawn_local(nproc, functools.partial(rank_main, workload))
+    cpus = bind_plan(workload.plan.bind, backend, nproc)
+    return launch.spawn_local(nproc, functools.partial(rank_main, workload), cpus=cpus)

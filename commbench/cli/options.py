@@ -15,6 +15,7 @@ import os
 
 import click
 
+from commbench.core.binding import MODES, check_mode
 from commbench.core.errors import BadInput
 from commbench.core.options import RunOptions
 
@@ -141,6 +142,15 @@ def check_text(value, flag: str, most: int = MAX_TEXT) -> str:
     return text
 
 
+class Bind(click.ParamType):
+    """--bind: one of core/binding.py MODES, or one line naming them."""
+
+    name = "|".join(MODES)
+
+    def convert(self, value, param, ctx):
+        return check_mode(value, _flag(param))
+
+
 def _flag(param) -> str:
     if param is None:
         return "value"
@@ -201,6 +211,10 @@ def run_options(command):
                      help="auto: nccl when CUDA GPUs are visible, else gloo."),
         click.option("--nproc", type=Number(int, 1, LOCAL_RANKS, example="2"), default=None,
                      help="Local ranks to spawn when no launcher started us [default: visible GPUs, or 2]."),
+        click.option("--bind", type=Bind(), default=d.bind, show_default=True,
+                     help="CPUs of each local rank: auto (the cores of each GPU's NUMA node with NCCL, else "
+                          "cores), cores (an even share of this process's CPUs each), numa (a NUMA node each), "
+                          "none (the scheduler's). Under torchrun/srun/mpirun only when given."),
         click.option("--iface", type=Text(64), default=None,
                      help="Network interface for the traffic (sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME)."),
         click.option("--timeout", type=Number(float, 0, WEEK_S, low_open=True, example="300"), default=d.timeout,
@@ -240,7 +254,8 @@ def check_nproc(nproc: int, backend: str) -> None:
 
 
 def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, check, backend, nproc, iface,
-               timeout, out, label, workload: str, precision: float, wire: bool = DEFAULTS.wire) -> dict:
+               timeout, out, label, workload: str, precision: float, wire: bool = DEFAULTS.wire,
+               bind: str = DEFAULTS.bind) -> dict:
     """Cross-check the shared options (each was checked alone while parsing); return the
     RunOptions fields (backend resolved)."""
     from commbench.core import results
@@ -257,7 +272,7 @@ def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, ch
     return dict(warmup=warmup, iters=iters, time_budget=time_budget, precision=precision, min_iters=min_iters,
                 max_iters=max_iters,
                 repetitions=repetitions, check=check, wire=wire, timeout=timeout, backend=resolved,
-                label=label, out=out, run_id=results.make_run_id(), workload=workload, iface=iface)
+                label=label, out=out, run_id=results.make_run_id(), workload=workload, iface=iface, bind=bind)
 
 
 def env_option(command):

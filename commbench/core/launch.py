@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from commbench.core.binding import pinned
 from commbench.core.signals import Terminated, ignore_signals_until_exit, stop_once, stopping
 from commbench.core.errors import EXIT_RUNTIME, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, BadInput
 
@@ -298,8 +299,11 @@ def _signal_name(code: int) -> str:
 
 
 def spawn_local(nproc: int, target: Callable[[RankEnv], int], grace: float = 15.0,
-                echo: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> int:
+                echo: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                cpus: list[set[int]] | None = None) -> int:
     """Run `target` in `nproc` fresh processes (ranks 0..nproc-1) and return the run's exit code.
+
+    cpus: per rank the CPUs it starts on (core/binding.py plan); None leaves them to the scheduler.
 
     rank 0's code wins when every rank ends on its own; a rank killed or failing makes it 3. The
     first Ctrl-C / SIGTERM is forwarded to every rank (130 / 143); this process is ending when this
@@ -313,8 +317,9 @@ def spawn_local(nproc: int, target: Callable[[RankEnv], int], grace: float = 15.
     try:
         try:
             stop_once()  # the first Ctrl-C / SIGTERM stops the run; later ones change nothing
-            for p in procs:
-                p.start()
+            for r, p in enumerate(procs):
+                with pinned(cpus[r] if cpus else None):  # inherited from the first instruction on
+                    p.start()
             failed_at = _supervise(procs, grace, echo)
         finally:
             stopping()

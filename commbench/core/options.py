@@ -30,6 +30,8 @@ class RunOptions:
     out: str = "results"
     run_id: str = ""
     workload: str = "sweep"
+    # --bind (core/binding.py): local ranks' CPUs; under an external launcher only when given
+    bind: str = "auto"
     iface: str | None = None  # --iface: the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
     # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination
     axes: list = field(default_factory=list)

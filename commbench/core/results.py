@@ -1,18 +1,29 @@
 """The result format: one parquet row per point and repetition (docs/RESULTS.md).
 
-Writing is atomic and incremental: after every point the whole table is written to a temporary
-file beside the target and renamed over it, so a reader (or a crash, or Ctrl-C) only ever sees
-a complete file holding every finished point. A file that exists before the run is never
-overwritten: the first write links the file into place, which fails if the name is taken.
+Writing is append-only, so a point costs the same at the millionth point as at the first: the
+first batch of rows replaces the empty file create() made; every later batch becomes a part of
+its own, FILE.parts/part-NNNNNNNN.parquet, written to a hidden temporary beside FILE and renamed
+into place, so a reader (or a crash, kill -9 or Ctrl-C) sees whole parts only; every thousand
+parts are merged into one (part-A-B.parquet), so a long run leaves few files. When the run ends
+(close()), the rows are compacted into FILE by one atomic replace and the parts removed; FILE
+records the last part it holds (metadata `commbench.parts`), so parts a killed compaction left
+behind are never read twice. A file that exists before the run is never overwritten: create()
+links the file into place, which fails if the name is taken (or its parts folder exists).
+Readers (result_files, read_results) take FILE with its parts, compacted or not.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import queue
+import re
+import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -108,6 +119,23 @@ def _table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMA)
 
 
+PARTS_SUFFIX = ".parts"  # FILE.parts: the folder of a results file's parts while its run runs
+# part-N.parquet holds part N; part-A-B.parquet holds parts A..B (merged: fewer files to read and remove)
+_PART = re.compile(r"part-(\d+)(?:-(\d+))?\.parquet")
+_MERGE_EVERY = 1000  # parts merged into one file: a killed 100,000-point run leaves ~100 files, not 100,000
+_PARTS_KEY = b"commbench.parts"  # in FILE's metadata: the number of the last part FILE holds
+# A part is written for speed (a point must cost about a millisecond): zstd and statistics on 75
+# columns cost 3 ms of fixed work a file. Dictionaries only where a batch repeats one long string.
+_PART_OPTIONS = {"compression": "snappy", "write_statistics": False, "use_dictionary": ["env", "net", "plan"]}
+_COMPACT_BATCH = 10_000  # rows turned into Arrow at a time while compacting (memory stays bounded)
+
+
+def parts_dir(path: str | os.PathLike) -> Path:
+    """Where the parts of results file `path` live while its run runs."""
+    path = Path(path)
+    return path.with_name(path.name + PARTS_SUFFIX)
+
+
 def _file_mode() -> int:
     """rw-r--r-- narrowed by the umask: results are shared, never group- or world-writable
     (mkstemp alone would make them 0600)."""
@@ -116,12 +144,20 @@ def _file_mode() -> int:
     return 0o644 & ~mask
 
 
-def _write_atomically(table: pa.Table, target: Path, replace: bool) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+def _write_atomically(write: Callable, target: Path, replace: bool, results: Path | None = None) -> None:
+    """`write(fh)` into a hidden temporary beside the results file, fsynced, then renamed over
+    `target` (replace) or linked to it (never replacing a file). Messages name the results file."""
+    results = results or target
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{results.name}.", suffix=".tmp", dir=results.parent)
+    except OSError as exc:  # a folder we may not write (the user's fix), or no inode left (the disk's)
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise BadInput(f"cannot write results to {results}: {exc.strerror}; pass a writable --out") from None
+        raise RuntimeFailure(f"cannot write results to {results}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), _file_mode())
-            pq.write_table(table, fh, compression="zstd")
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         if replace:
@@ -136,11 +172,23 @@ def _write_atomically(table: pa.Table, target: Path, replace: bool) -> None:
     except OSError as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise RuntimeFailure(f"cannot write results to {target}: {exc.strerror or exc}") from None
+        raise RuntimeFailure(f"cannot write results to {results}: {exc.strerror or exc}") from None
     except BaseException:  # Ctrl-C or SIGTERM mid-write: the target is intact; leave no temporary beside it
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _whole(rows: list[dict], parts_held: int | None) -> Callable:
+    """Writes every row as one zstd parquet file, as a run's file always was, that says it holds
+    the parts up to `parts_held`. Rows become Arrow a batch at a time: the dicts of a million rows
+    at once would take gigabytes on the way."""
+    def write(fh) -> None:
+        batches = [_table(rows[at:at + _COMPACT_BATCH]) for at in range(0, len(rows), _COMPACT_BATCH)]
+        table = pa.concat_tables(batches) if batches else _table([])
+        meta = None if parts_held is None else {_PARTS_KEY: str(parts_held).encode()}
+        pq.write_table(table.replace_schema_metadata(meta), fh, compression="zstd")
+    return write
 
 
 def resolve_out(out: str, run_id: str) -> Path:
@@ -156,17 +204,31 @@ def check_writable(target: Path) -> None:
     if target.exists():
         raise BadInput(f"results file {target} already exists: commbench never overwrites results; "
                        "pass another --out")
+    if os.path.lexists(parts_dir(target)):  # a killed run's parts, whose file was removed: not ours to mix with
+        raise BadInput(f"{parts_dir(target)} already exists (the parts of another run): commbench never "
+                       "mixes runs; pass another --out or remove it")
     parent = target.parent
     if parent.exists() and not parent.is_dir():
         raise BadInput(f"--out {parent} is a file, not a folder: pass a folder or a .parquet file name")
 
 
 class ResultWriter:
-    """Holds the rows of one run and keeps `path` a complete parquet file of all of them."""
+    """Holds the rows of one run (`rows`, in order) and keeps every finished one on disk: the
+    first batch in `path`, each later batch in a part of its own, all in `path` after close()."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: list[dict] = []
+        self._parts = 0  # parts written so far (the last one's number)
+        self._held = 0  # the last part `path` itself holds (compacted)
+        self._merged = 0  # the last part held by a merged part (or by `path`)
+        self._unmerged_from = 0  # the index in `rows` of the first row of part self._merged + 1
+        self._next_merge = _MERGE_EVERY  # the part after which the next merge is due
+        self._remover = _Remover()
+
+    @property
+    def parts(self) -> Path:
+        return parts_dir(self.path)
 
     def create(self) -> None:
         check_writable(self.path)
@@ -175,12 +237,139 @@ class ResultWriter:
         except OSError as exc:
             raise BadInput(f"cannot create results folder {self.path.parent}: {exc.strerror}; "
                            "pass a writable --out") from None
-        _write_atomically(_table([]), self.path, replace=False)
+        _write_atomically(_whole([], 0), self.path, replace=False)
 
     def append(self, rows: Iterable[dict]) -> None:
-        everything = self.rows + list(rows)
-        _write_atomically(_table(everything), self.path, replace=True)
-        self.rows = everything  # only rows that are in the file count as kept (a full disk fails the write)
+        """One batch, kept once this returns. An empty batch stores the rows as they are now, whole
+        (a caller that changed rows in place: NCCL's transport filled in at the end)."""
+        new = list(rows)
+        if not new:
+            self._compact()
+            return
+        if not self.rows and self._parts == self._held:  # nothing stored yet: the batch is the file itself
+            _write_atomically(_whole(new, self._held), self.path, replace=True)
+            self._unmerged_from = len(new)
+        else:
+            self._write_part(new)
+        self.rows.extend(new)  # only rows that are on disk count as kept (a full disk fails the write)
+        if self._parts >= self._next_merge:
+            self._merge()
+
+    def close(self) -> str | None:
+        """The end of the run: compact the parts into `path`. None when done; if the write fails
+        (a full disk), the parts stay as they are, every reader still reads them, and the answer is
+        one line saying so."""
+        if self._parts == self._held:
+            return None
+        try:
+            self._compact()
+        except RuntimeFailure as exc:
+            reason = str(exc).rsplit(": ", 1)[-1]
+            return (f"the rows stay in {self.path} and {self._parts - self._held} parts in {self.parts} "
+                    f"(not compacted into one file: {reason[:1].lower() + reason[1:]}); commbench reads "
+                    "them as they are")
+        return None
+
+    def __enter__(self) -> "ResultWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        note = self.close()
+        if note:
+            print(f"commbench: warning: {note}", file=sys.stderr, flush=True)
+
+    def _write_part(self, rows: list[dict]) -> None:
+        number = self._parts + 1
+        if self._parts == self._held:
+            try:
+                os.mkdir(self.parts)
+            except FileExistsError:
+                if any((m := _PART.fullmatch(name)) and int(m.group(m.lastindex)) > self._held
+                       for name in os.listdir(self.parts)):  # leftovers of our own compaction are no harm
+                    raise RuntimeFailure(f"cannot write results to {self.path}: {self.parts} holds parts "
+                                         "commbench did not expect (another run?)") from None
+            except OSError as exc:
+                raise RuntimeFailure(f"cannot write results to {self.path}: {exc.strerror or exc}") from None
+        table = _table(rows)
+        _write_atomically(lambda fh: pq.write_table(table, fh, **_PART_OPTIONS),
+                          self.parts / f"part-{number:08d}.parquet", replace=False, results=self.path)
+        self._parts = number
+
+    def _merge(self) -> None:
+        """The parts since the last merge into one file (their rows are in memory), then removed:
+        every thousandth append costs tens of milliseconds so that readers and close() stay fast.
+        A merge that cannot write loses nothing (the parts are there) and is tried again later."""
+        first, end = self._merged + 1, len(self.rows)
+        self._next_merge = self._parts + _MERGE_EVERY
+        try:
+            _write_atomically(_whole(self.rows[self._unmerged_from:end], None),
+                              self.parts / f"part-{first:08d}-{self._parts:08d}.parquet", replace=False,
+                              results=self.path)
+        except RuntimeFailure:
+            return
+        self._merged, self._unmerged_from = self._parts, end
+        # The single parts it holds go in the background: a removal can wait for the file system's
+        # journal (a millisecond each on a busy disk), and readers skip them meanwhile.
+        self._remover.remove([self.parts / f"part-{n:08d}.parquet" for n in range(first, self._parts + 1)])
+
+    def _compact(self) -> None:
+        """Every row into `path` (one atomic replace), then the parts it now holds removed."""
+        _write_atomically(_whole(self.rows, self._parts), self.path, replace=True)
+        self._remover.wait()
+        self._held = self._merged = self._parts
+        self._unmerged_from, self._next_merge = len(self.rows), self._parts + _MERGE_EVERY
+        _remove_parts(self.parts, self._held)
+
+
+class _Remover:
+    """Removes files on a thread of its own (started when first needed), in the order given."""
+
+    def __init__(self):
+        self._queue: queue.SimpleQueue | None = None
+        self._thread: threading.Thread | None = None
+
+    def remove(self, paths: list[Path]) -> None:
+        if self._thread is None:
+            self._queue = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._work, args=(self._queue,), name="parts-remover",
+                                            daemon=True)  # one killed with the process leaves covered parts only
+            self._thread.start()
+        for path in paths:
+            self._queue.put(path)
+
+    @staticmethod
+    def _work(todo: queue.SimpleQueue) -> None:
+        for path in iter(todo.get, None):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._queue = self._thread = None
+
+
+def _remove_parts(folder: Path, held: int) -> None:
+    """Remove the parts numbered up to `held`, then the folder if nothing else is in it. A failure
+    here loses nothing: the file says which parts it holds, readers skip those."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        m = _PART.fullmatch(name)
+        if m and int(m.group(m.lastindex)) <= held:
+            try:
+                os.unlink(folder / name)
+            except OSError:
+                pass
+    try:
+        os.rmdir(folder)
+    except OSError:  # not empty (a killed writer's temporary, someone's file): left as it is
+        pass
 
 
 REQUIRED_COLUMNS = ("schema_version", "collective", "size_bytes", "busbw_GBps")
@@ -222,26 +411,20 @@ def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | No
     wanted = None if columns is None else set(columns) | set(REQUIRED_COLUMNS)
     skipped = set(skip) - set(REQUIRED_COLUMNS)
 
-    files = _result_files(paths)
     frames = []
-    for f in files:
-        try:
-            schema = pq.read_schema(f)
-            names = [c for c in schema.names if (wanted is None or c in wanted) and c not in skipped]
-            shared = [c for c in SHARED_STRINGS if c in names and pa.types.is_string(schema.field(c).type)]
-            lists = [c for c in names if pa.types.is_list(schema.field(c).type)
-                     and pa.types.is_string(schema.field(c).type.value_type)]
-            # A buffered stream rather than pre-buffered column chunks: on a local file it reads a
-            # million rows in half the time, with less memory at the peak.
-            table = pq.read_table(f, columns=names, read_dictionary=shared, pre_buffer=False, buffer_size=1 << 20)
-        except Exception as exc:  # pyarrow raises several types for a foreign or broken file
-            raise BadInput(f"{f} is not a readable parquet file ({type(exc).__name__}): "
-                           "pass a file written by commbench") from None
-        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
-        if missing:
-            raise BadInput(f"{f} is not a commbench results file (no column {missing[0]}): "
-                           "pass a file written by commbench")
-        check_schema_versions([pc.max(table.column("schema_version")).as_py()], str(f))
+    for group in _result_groups(paths):
+        tables, names = [], None
+        for f in group:  # a results file, then its parts: one table, the rows in the order they were written
+            table, names = _read_table(f, wanted, skipped, names)
+            tables.append(table)
+        table = pa.concat_tables(tables, promote_options="default")
+        del tables
+        if len(group) > 1:  # one dictionary a column, not one a part: a string shared by every row stays one
+            table = table.unify_dictionaries().combine_chunks()
+        shared = [c for c in SHARED_STRINGS
+                  if c in table.column_names and pa.types.is_dictionary(table.schema.field(c).type)]
+        lists = [c for c in table.column_names if pa.types.is_list(table.schema.field(c).type)
+                 and pa.types.is_string(table.schema.field(c).type.value_type)]
         frame = table.drop_columns(shared + lists).to_pandas()
         for name in table.column_names:
             if name in shared or name in lists:
@@ -253,16 +436,51 @@ def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | No
     return pd.concat(frames, ignore_index=True)
 
 
+def _read_table(f: Path, wanted: set | None, skipped: set, names: list[str] | None) -> tuple[pa.Table, list[str]]:
+    """One checked parquet file as Arrow: the columns asked for (`names`: those of the results
+    file whose part this is), the JSON columns dictionary-encoded."""
+    try:
+        if names is None:  # a results file: the columns asked for, of those it holds
+            schema = pq.read_schema(f)
+            names = [c for c in schema.names if (wanted is None or c in wanted) and c not in skipped]
+            shared = [c for c in SHARED_STRINGS if c in names and pa.types.is_string(schema.field(c).type)]
+            # A buffered stream rather than pre-buffered column chunks: on a local file it reads a
+            # million rows in half the time, with less memory at the peak.
+            table = pq.read_table(f, columns=names, read_dictionary=shared, pre_buffer=False, buffer_size=1 << 20)
+        else:  # one of its parts (a few rows, our own schema): opened once, read plainly, 2x faster
+            part = pq.ParquetFile(f, read_dictionary=[c for c in SHARED_STRINGS if c in names])
+            held = set(part.schema_arrow.names)
+            table = part.read(columns=[c for c in names if c in held], use_threads=False)
+    except Exception as exc:  # pyarrow raises several types for a foreign or broken file
+        raise BadInput(f"{f} is not a readable parquet file ({type(exc).__name__}): "
+                       "pass a file written by commbench") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+    if missing:
+        raise BadInput(f"{f} is not a commbench results file (no column {missing[0]}): "
+                       "pass a file written by commbench")
+    check_schema_versions([pc.max(table.column("schema_version")).as_py()], str(f))
+    return table.replace_schema_metadata(None), names
+
+
 NOT_A_FILE = ("results file {name} is {what}, not a regular file: pass a .parquet file written by commbench "
               "(or a folder of them)")
 
 
-def _result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The files read_results reads: each path, or a folder's *.parquet. Each one is a regular file,
-    checked before pyarrow opens it (a named pipe would block the open for ever, /dev/zero never
-    ends); there is no size bound, a results file may be large."""
+def result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Every parquet file read_results reads, in the order of its rows: each results file (a path
+    given, or a folder's *.parquet), each followed by its parts not yet compacted into it. A
+    FILE.parts folder given by itself stands for FILE. Each is a checked regular file."""
+    return [f for group in _result_groups(paths) for f in group]
+
+
+def _result_groups(paths: Iterable[str | os.PathLike]) -> list[list[Path]]:
+    """result_files, a list a results file. Each file is checked to be a regular file before
+    anything opens it (a named pipe would block the open for ever, /dev/zero never ends); there is
+    no size bound, a results file may be large. Temporaries (hidden, .tmp) are never listed."""
     files: list[Path] = []
     for p in map(Path, paths):
+        if p.is_dir() and p.name.endswith(PARTS_SUFFIX) and Path(str(p)[:-len(PARTS_SUFFIX)]).is_file():
+            p = Path(str(p)[:-len(PARTS_SUFFIX)])
         if p.is_dir():
             files.extend(sorted(p.glob("*.parquet")))
         elif p.exists():
@@ -273,7 +491,35 @@ def _result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
         raise BadInput("no .parquet result files found: pass files written by commbench sweep")
     for f in files:
         check_regular(f, NOT_A_FILE)
-    return files
+    groups = [[f, *_live_parts(f)] for f in files]
+    for part in (part for group in groups for part in group[1:]):
+        check_regular(part, NOT_A_FILE)
+    return groups
+
+
+def _live_parts(results: Path) -> list[Path]:
+    """The parts of `results` that it does not hold yet, by number (a killed run's, or a run's
+    still running). Parts numbered up to what the file says it holds are a compaction's leftovers."""
+    folder = parts_dir(results)
+    if not folder.is_dir():
+        return []
+    try:
+        held = int((pq.read_metadata(results).metadata or {}).get(_PARTS_KEY, b"0"))
+    except Exception:  # noqa: BLE001 - not readable parquet: the read of the file itself says why
+        held = 0
+    found = []  # (first, last, path): a merged part before the single parts it holds
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            m = _PART.fullmatch(entry.name)
+            if m:
+                first = int(m.group(1))
+                found.append((first, int(m.group(m.lastindex)), Path(entry.path)))
+    live, covered = [], held
+    for first, last, path in sorted(found, key=lambda e: (e[0], -e[1])):
+        if first > covered:  # parts a merge or the file already holds are its leftovers, not rows
+            live.append(path)
+            covered = last
+    return live
 
 
 # JSON columns repeat one long string on every row of a run (net holds every host's facts: kilobytes

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from commbench.harness.pairgroup import DistOps, PairGroup
 from commbench.net.envinfo import env_snapshot, iface_facts, traffic_iface
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, BadInput, CommbenchError, RuntimeFailure
 from commbench.core.launch import RankEnv, ignore_further_signals
+from commbench.core.binding import current_cpulist
 from commbench.net.netinfo import host_summary
 from commbench.core.options import RunOptions
 from commbench.core.results import SCHEMA_VERSION, ResultWriter, resolve_out
@@ -98,6 +100,13 @@ class RunContext:
     net: dict
     started_at: dt.datetime
     nccl_version: str | None
+    rank_cpus: list[str] | None = None  # per rank, the CPUs it may run on (--bind)
+
+    @functools.cached_property
+    def net_json(self) -> str:
+        """Every host's network facts as the `net` column holds them: serialised once a run, not
+        once a row (36 ms and 3 MB a row at 1024 hosts)."""
+        return json.dumps(self.net["per_host"], sort_keys=True)
 
 
 class Workload(Protocol):
@@ -288,12 +297,12 @@ class Session:
             "time_us": median_us, "time_us_min": float(us.min()), "time_us_max": float(us.max()),
             "time_us_p99": float(np.percentile(us, 99)),
             "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor, "wrong": m.wrong,
-            "samples_us": us.tolist(), **_rank_columns(m.ranks),
+            "samples_us": us.tolist(), **_rank_columns(m.ranks), "rank_cpus": ctx.rank_cpus,
             "workload": plan.workload, "bucket_bytes": None, "zero_stage": None,
             "mtu": ctx.net.get("mtu"), "iface": ctx.net.get("iface"), "link_layer": ctx.net.get("link_layer"),
             "hosts": ctx.hosts, "commbench_version": commbench.__version__, "torch_version": torch.__version__,
             "nccl_version": ctx.nccl_version, "env": json.dumps(env_snapshot(), sort_keys=True),
-            "net": json.dumps(ctx.net["per_host"], sort_keys=True), "plan": plan.to_json(),
+            "net": ctx.net_json, "plan": plan.to_json(),
             "schema_version": SCHEMA_VERSION,
             # the bytes one rank sends between the snapshots: every warm-up and timed call
             **wirecols.columns(m.wire, size_bytes * busbw_factor * (warmup + m.iters)),
@@ -322,7 +331,7 @@ def _gather_ranks(env: RankEnv, device: torch.device, device_name: str) -> list[
     iface = traffic_iface(env.master_addr)
     mine = {"rank": env.rank, "host": socket.gethostname(), "pid": os.getpid(), "device": str(device),
             "device_name": device_name, **iface_facts(iface), "host_net": host_summary(iface),
-            "addr": _local_addr(env.master_addr)}
+            "addr": _local_addr(env.master_addr), "cpus": current_cpulist()}
     everyone: list[dict] = [None] * env.world_size  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
     return everyone
@@ -353,7 +362,7 @@ def _header_lines(ctx: RunContext, ranks: list[dict]) -> list[str]:
     ]
     for r in ranks:
         lines.append(f"#  Rank {r['rank']:2d} Pid {r['pid']:7d} on {r['host']:>10s} device {r['device']} "
-                     f"[{r['device_name']}] iface {r['iface']} mtu {r['mtu']}")
+                     f"[{r['device_name']}] iface {r['iface']} mtu {r['mtu']} cpus {r.get('cpus')}")
     lines.append("#")
     return lines
 
@@ -442,7 +451,8 @@ def _run_context(plan, env: RankEnv, backend: str, device, device_name: str, ran
     per_host = {h: {k: v for k, v in next(r for r in ranks if r["host"] == h).items()
                     if k in ("iface", "mtu", "link_layer", "speed_mbps", "operstate", "host_net")} for h in hosts}
     return RunContext(plan, env, backend, device, device_name, hosts, len(hosts), max(per_host_counts),
-                      {**ranks[0], "per_host": per_host}, dt.datetime.now(dt.timezone.utc), _nccl_version(backend))
+                      {**ranks[0], "per_host": per_host}, dt.datetime.now(dt.timezone.utc), _nccl_version(backend),
+                      [r.get("cpus") for r in ranks])
 
 
 def _open_writer(plan, env: RankEnv, device) -> ResultWriter | None:
@@ -473,6 +483,10 @@ def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dic
         reporter.close()  # a progress bar must not draw over them
     for warning in warnings:
         _say(env, warning)
+    note = writer.close()  # the parts compacted into the one results file (a failure keeps them, readable)
+    if note:
+        reporter.close()
+        _say(env, f"commbench: warning: {note}")
     busbws = [r["busbw_GBps"] for r in writer.rows]
     reporter.line("# Out of bounds values : 0 OK")
     reporter.line(f"# Avg bus bandwidth    : {statistics.fmean(busbws) if busbws else 0.0:.4f} ")
@@ -571,4 +585,7 @@ def _say(env: RankEnv, message: str, rank0_only: bool = False) -> None:
 
 def _kept(env: RankEnv, writer: ResultWriter | None) -> None:
     if writer is not None:
+        note = writer.close()  # compacted, or left in parts that every reader reads
+        if note:
+            _say(env, f"commbench: warning: {note}")
         _say(env, f"commbench: {len(writer.rows)} finished rows kept in {writer.path}")

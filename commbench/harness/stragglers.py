@@ -74,13 +74,30 @@ def late_at_point(skew_us: Sequence[float], time_us: float) -> list[Late]:
         return []
     floor = max(ABS_FLOOR_US, REL_FLOOR * time_us)
     z = robust_z(x) if n >= MIN_WORLD_FOR_Z else None
-    out = []
-    for r in range(n):
-        excess = float(x[r] - np.median(np.delete(x, r)))
-        if excess < floor or (z is not None and z[r] < Z_MIN):
-            continue
-        out.append(Late(r, excess, None if z is None else float(z[r])))
-    return out
+    excess = x - median_of_others(x)
+    hits = excess >= floor
+    if z is not None:
+        hits &= z >= Z_MIN
+    return [Late(int(r), float(excess[r]), None if z is None else float(z[r])) for r in np.flatnonzero(hits)]
+
+
+def median_of_others(x: np.ndarray) -> np.ndarray:
+    """Per index r, the median of x without x[r] (np.median(np.delete(x, r)), value for value), from
+    one sort: a rank's lateness is judged against the others in O(n log n), not O(n^2) (8,192
+    ranks: one sort, not 8,192 medians of 8,191 values)."""
+    n = x.size
+    order = np.argsort(x, kind="stable")
+    s = x[order]
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+
+    def left(j: int) -> np.ndarray:  # the j-th smallest of the others: s[j] below r's place, else s[j + 1]
+        return np.where(j < pos, s[j], s[min(j + 1, n - 1)])
+
+    m = n - 1
+    if m % 2:
+        return left(m // 2)
+    return (left(m // 2 - 1) + left(m // 2)) / 2
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,12 @@ def test_append_keeps_the_file_complete_after_every_call(tmp_path):
     assert json.loads(frame["env"].iloc[0]) == {"NCCL_DEBUG": "INFO"}
     assert frame["started_at"].iloc[0] == pd.Timestamp("2025-01-01", tz="UTC")
     assert (frame["schema_version"] == SCHEMA_VERSION).all()
+    # the second batch is a part of its own beside the file until the run ends; then one file holds all
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.parquet", "run.parquet.parts"]
+    assert writer.close() is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.parquet"]
+    assert pq.read_table(path).num_rows == 3
+    assert read_results([path]).equals(frame)
 
 
 def test_create_never_overwrites_an_existing_file(tmp_path):

@@ -130,4 +130,8 @@ def import_files(paths: Iterable[str], out: str, label: str = "", collective: st
         for w in p.warnings:
             warn(f"{path}: {w}")
         echo(f"imported {path}: {len(p.records)} rows ({describe(p)}) -> {target}")
+    for writer in writers.values():  # several logs into one file: their parts become one file
+        note = writer.close()
+        if note:
+            warn(note)
     return EXIT_BAD_RESULT if any(p.failed for _, p in parsed) else EXIT_OK

@@ -1,0 +1,180 @@
+"""analysis/engine.py: large inputs aggregated by DuckDB over parquet give exactly what pandas gives.
+
+Every test writes real result files (core/results.py's writer), runs the pandas path (read_results
+and the frames) and the engine (forced, whatever the row count), and compares the answers whole:
+compare's verdicts, p-values and notes, gate's entries, plot's lines and figure bytes, the report
+page. Damaged files are refused with one line, as read_results refuses them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from commbench.analysis import compare, engine, gate, plot, report
+from commbench.core.errors import BadInput
+from commbench.core.results import SCHEMA_VERSION, read_results
+
+from .test_compare import curve, make_frame, write
+
+BIG = (1 << 20, 4 << 20, 16 << 20)
+
+
+def _pair(tmp_path, name, before_kw=None, after_kw=None):
+    b = write(tmp_path / f"{name}-b.parquet", make_frame(seed=1, **(before_kw or {})))
+    a = write(tmp_path / f"{name}-a.parquet", make_frame(busbw_of=curve(90.0), seed=2, **(after_kw or {})))
+    return b, a
+
+
+@pytest.mark.parametrize("reps,within,kw", [
+    (7, False, {}),  # repetitions decide
+    (3, False, {}),  # too few: inconclusive, needs -R
+    (3, True, {}),  # the within-run test reads samples_us, from the engine only then
+    (1, True, {}),  # one repetition a side
+    (7, False, {"world": 1, "nnodes": 1}),  # one rank: algbw compared
+    (2, True, {"world": 1, "nnodes": 1}),
+])
+def test_compare_in_the_engine_equals_pandas_exactly(tmp_path, reps, within, kw):
+    b, a = _pair(tmp_path, "c", dict(reps=reps, **kw), dict(reps=reps, **kw))
+    by_pandas = compare.compare_frames(read_results([b]), read_results([a]), allow_within_run=within)
+    by_engine = engine.compare_paths([b], [a], force=True, allow_within_run=within)
+    assert by_engine is not None and by_pandas.points
+    assert by_engine.to_dict() == by_pandas.to_dict()
+    assert compare.render_table(by_engine) == compare.render_table(by_pandas)
+
+
+def test_compare_setup_differences_and_points_on_one_side(tmp_path):
+    b = write(tmp_path / "b.parquet", make_frame(seed=1, mtu=1500, sizes=(1024, 1 << 20)))
+    a = write(tmp_path / "a.parquet", make_frame(seed=2, mtu=9000, sizes=(1 << 20, 16 << 20),
+                                                 torch_version="2.14.0"))
+    by_pandas = compare.compare_frames(read_results([b]), read_results([a]))
+    by_engine = engine.compare_paths([b], [a], force=True)
+    assert by_engine.to_dict() == by_pandas.to_dict()
+    assert by_engine.only_before and by_engine.only_after
+    assert any("mtu" in d for d in by_engine.differences)
+    assert any("torch_version" in w for w in by_engine.warnings)
+
+
+def test_several_files_a_side_keep_their_row_order(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a").mkdir()
+    for night in range(3):
+        write(tmp_path / "b" / f"n{night}.parquet", make_frame(seed=10 + night, reps=3, run_id=f"r-b{night}"))
+        write(tmp_path / "a" / f"n{night}.parquet", make_frame(seed=20 + night, reps=3, run_id=f"r-a{night}",
+                                                               busbw_of=curve(95.0)))
+    b, a = [tmp_path / "b"], [tmp_path / "a"]
+    by_pandas = compare.compare_frames(read_results(b), read_results(a), allow_within_run=True)
+    assert engine.compare_paths(b, a, force=True, allow_within_run=True).to_dict() == by_pandas.to_dict()
+
+
+def test_gate_in_the_engine_equals_pandas_exactly(tmp_path):
+    one = make_frame(seed=1, reps=5, sizes=BIG, settings=None)
+    two = make_frame(seed=3, reps=4, sizes=BIG, dtype="bfloat16", settings="NCCL_ALGO=Ring")
+    two.loc[3, "wrong"] = 2
+    path = write(tmp_path / "run.parquet", pd.concat([one, two], ignore_index=True))
+    text = gate.suggest(make_frame(seed=9, reps=5, sizes=BIG), lower=0.03, upper=0.2, min_size=1 << 20,
+                        system="x", max_band=0.5, allow_wide=True).text
+    raw = yaml.safe_load(text)
+    loose = dict(raw, entries=[{k: v for k, v in e.items() if k not in ("dtype", "settings")} for e in raw["entries"]])
+    for bands in (gate.parse_bands(text), gate.parse_bands(yaml.safe_dump(loose))):
+        by_pandas = gate.judge(bands, read_results([path]))
+        by_engine = engine.gate_paths(bands, [path], force=True)
+        assert by_engine.to_dict() == by_pandas.to_dict()
+    assert any("rows of 2 settings match" in r.reason for r in by_engine.results)  # the loose bands match both
+
+
+def test_plot_lines_and_figure_equal_pandas_exactly(tmp_path):
+    b, a = _pair(tmp_path, "p", dict(reps=4, sizes=(8, 1024, 65536, 1 << 20)),
+                 dict(reps=3, sizes=(8, 1024, 65536, 1 << 20), settings="MTU=9000", label="after"))
+    paths = [b, a]
+    df = read_results(paths, skip=plot.UNUSED_COLUMNS)
+    q = engine.plot_source(paths, force=True)
+    for column in ("busbw_GBps", "time_us"):
+        mine = [plot.Line(**ln) for ln in engine.plot_lines(q, column)]
+        theirs = plot.aggregate(df, column)
+        assert [ln.key for ln in mine] == [ln.key for ln in theirs]
+        for x, y in zip(mine, theirs):
+            for name in ("sizes", "median", "lo", "hi", "reps", "wrong_sizes"):
+                assert np.array_equal(getattr(x, name), getattr(y, name)), name
+    drawn = plot.build_figure(engine.run_firsts(q, "busbw_GBps"),
+                              lines_of=lambda c: [plot.Line(**ln) for ln in engine.plot_lines(q, c)])
+    assert plot.figure_bytes(drawn) == plot.figure_bytes(plot.build_figure(df))
+
+
+@pytest.mark.parametrize("with_baseline", [True, False])
+def test_report_page_equals_pandas_exactly(tmp_path, monkeypatch, with_baseline):
+    b, a = _pair(tmp_path, "r", dict(reps=5), dict(reps=5))
+    pages = {}
+    for rows in (0, 10 ** 12):  # always the engine, never
+        monkeypatch.setattr(engine, "MIN_ROWS", rows)
+        out = tmp_path / f"report-{rows}.html"
+        report.write_report([a], [b] if with_baseline else None, out=out)
+        pages[rows] = re.sub(r"Generated [^<]* by", "Generated by", out.read_text())
+    assert pages[0] == pages[10 ** 12]
+    assert ("Comparison with the baseline" in pages[0]) == with_baseline
+
+
+def test_small_inputs_stay_with_pandas(tmp_path):
+    b, a = _pair(tmp_path, "s")
+    assert engine.compare_paths([b], [a]) is None  # fewer than MIN_ROWS rows
+    assert engine.plot_source([b, a]) is None
+
+
+# ---- damaged input: refused with one line, as read_results refuses it ----
+
+
+def test_a_file_that_is_not_parquet_is_refused(tmp_path):
+    b, _ = _pair(tmp_path, "d")
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not parquet at all")
+    with pytest.raises(BadInput, match="junk.parquet is not a readable parquet file"):
+        engine.compare_paths([b], [junk], force=True)
+
+
+def test_a_newer_schema_version_is_refused(tmp_path):
+    b, a = _pair(tmp_path, "v")
+    table = pq.read_table(a)
+    newer = table.set_column(table.schema.get_field_index("schema_version"), "schema_version",
+                             pa.array([SCHEMA_VERSION + 1] * table.num_rows, pa.int32()))
+    pq.write_table(newer, a)
+    with pytest.raises(BadInput, match="newer than this commbench reads"):
+        engine.compare_paths([b], [a], force=True)
+
+
+def test_a_damaged_value_is_refused_like_pandas(tmp_path):
+    frame = make_frame(seed=2)
+    frame.loc[5, "busbw_GBps"] = -1.0
+    b = write(tmp_path / "b.parquet", make_frame(seed=1))
+    a = write(tmp_path / "a.parquet", frame)
+    with pytest.raises(BadInput) as by_pandas:
+        compare.compare_frames(read_results([b]), read_results([a]))
+    with pytest.raises(BadInput) as by_engine:
+        engine.compare_paths([b], [a], force=True)
+    assert str(by_engine.value) == str(by_pandas.value)
+
+
+def test_damaged_samples_are_refused_like_pandas(tmp_path):
+    frame = make_frame(seed=2, reps=3)
+    frame.at[2, "samples_us"] = np.array([1.0, float("nan"), 2.0])
+    b = write(tmp_path / "b.parquet", make_frame(seed=1, reps=3))
+    a = write(tmp_path / "a.parquet", frame)
+    with pytest.raises(BadInput) as by_pandas:
+        compare.compare_frames(read_results([b]), read_results([a]), allow_within_run=True)
+    with pytest.raises(BadInput) as by_engine:
+        engine.compare_paths([b], [a], force=True, allow_within_run=True)
+    assert str(by_engine.value) == str(by_pandas.value)
+    assert "\n" not in str(by_engine.value)
+
+
+def test_a_path_with_a_quote_is_read(tmp_path):
+    folder = tmp_path / "it's here"
+    folder.mkdir()
+    b, a = _pair(folder, "q")
+    by_pandas = compare.compare_frames(read_results([b]), read_results([a]))
+    assert engine.compare_paths([b], [a], force=True).to_dict() == by_pandas.to_dict()
