@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from commbench.analysis.frames import REQUIRED_COLUMNS
 from commbench.analysis.linkrank import FAILED
 from commbench.analysis.sides import KEY_COLUMNS, SAME_MEASUREMENT, Side, describe_point, summarise
 from commbench.core.errors import BadInput
@@ -71,7 +70,7 @@ class Source:
 
 def open_source(paths: Iterable[str | os.PathLike]) -> Source:
     """The files checked as read_results checks them, one line of BadInput for the first bad one."""
-    from commbench.core.results import check_schema_versions
+    from commbench.core import results
 
     files = result_files(paths)
     columns: dict[str, pa.DataType] = {}
@@ -83,13 +82,8 @@ def open_source(paths: Iterable[str | os.PathLike]) -> Source:
             versions = pf.read(columns=["schema_version"]).column("schema_version") \
                 if "schema_version" in schema.names else None
         except Exception as exc:  # pyarrow raises several types for a foreign or broken file
-            raise BadInput(f"{f} is not a readable parquet file ({type(exc).__name__}): "
-                           "pass a file written by commbench") from None
-        missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
-        if missing:
-            raise BadInput(f"{f} is not a commbench results file (no column {missing[0]}): "
-                           "pass a file written by commbench")
-        check_schema_versions([pc.max(versions).as_py()], str(f))
+            raise results.unreadable(f, exc) from None
+        results.check_results_file(f, schema.names, lambda: versions)
         for name in schema.names:
             columns.setdefault(name, schema.field(name).type)
         rows += pf.metadata.num_rows

@@ -452,14 +452,24 @@ def _read_table(f: Path, wanted: set | None, skipped: set, names: list[str] | No
             held = set(part.schema_arrow.names)
             table = part.read(columns=[c for c in names if c in held], use_threads=False)
     except Exception as exc:  # pyarrow raises several types for a foreign or broken file
-        raise BadInput(f"{f} is not a readable parquet file ({type(exc).__name__}): "
-                       "pass a file written by commbench") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        raise unreadable(f, exc) from None
+    check_results_file(f, table.column_names, lambda: table.column("schema_version"))
+    return table.replace_schema_metadata(None), names
+
+
+def unreadable(f, exc: BaseException) -> BadInput:
+    """What a file pyarrow cannot read is, said once for every reader."""
+    return BadInput(f"{f} is not a readable parquet file ({type(exc).__name__}): pass a file written by commbench")
+
+
+def check_results_file(f, names, versions) -> None:
+    """A readable parquet file is a commbench results file when it holds the REQUIRED_COLUMNS and
+    no schema_version newer than this commbench reads; `versions()` gives its schema_version column."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise BadInput(f"{f} is not a commbench results file (no column {missing[0]}): "
                        "pass a file written by commbench")
-    check_schema_versions([pc.max(table.column("schema_version")).as_py()], str(f))
-    return table.replace_schema_metadata(None), names
+    check_schema_versions([pc.max(versions()).as_py()], str(f))
 
 
 NOT_A_FILE = ("results file {name} is {what}, not a regular file: pass a .parquet file written by commbench "
