@@ -15,6 +15,7 @@ Readers (result_files, read_results) take FILE with its parts, compacted or not.
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import queue
@@ -149,7 +150,7 @@ def _write_atomically(write: Callable, target: Path, replace: bool, results: Pat
     `target` (replace) or linked to it (never replacing a file). Messages name the results file."""
     results = results or target
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{results.name}.", suffix=".tmp", dir=results.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(results), suffix=".tmp", dir=results.parent)
     except OSError as exc:  # a folder we may not write (the user's fix), or no inode left (the disk's)
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise BadInput(f"cannot write results to {results}: {exc.strerror}; pass a writable --out") from None
@@ -177,6 +178,22 @@ def _write_atomically(write: Callable, target: Path, replace: bool, results: Pat
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _temp_prefix(results: Path) -> str:
+    """This process's temporaries beside a results file: hidden, and named by the pid, so that a
+    closing writer can find the ones a signal left between mkstemp and its own cleanup."""
+    return f".{results.name}.{os.getpid()}."
+
+
+def _remove_own_temporaries(results: Path) -> None:
+    """At the end of a run no write of this process is in flight: any temporary of its own still
+    beside the file was cut off by a signal (a second one during a write's cleanup). Others' stay."""
+    for tmp in results.parent.glob(f"{glob.escape(_temp_prefix(results))}*.tmp"):
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
 
 
 def _whole(rows: list[dict], parts_held: int | None) -> Callable:
@@ -259,6 +276,12 @@ class ResultWriter:
         """The end of the run: compact the parts into `path`. None when done; if the write fails
         (a full disk), the parts stay as they are, every reader still reads them, and the answer is
         one line saying so."""
+        try:
+            return self._compacted()
+        finally:
+            _remove_own_temporaries(self.path)
+
+    def _compacted(self) -> str | None:
         if self._parts == self._held:
             return None
         try:

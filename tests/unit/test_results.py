@@ -198,3 +198,21 @@ def test_read_only_some_columns(tmp_path):
     most = read_results([path], skip=["samples_us", "env", "collective"])
     assert "samples_us" not in most.columns and "env" not in most.columns and "collective" in most.columns
     assert len(most.columns) == len(COLUMNS) - 2 and most["size_bytes"].tolist() == [8, 16, 24, 32, 64, 128, 256]
+
+
+def test_close_removes_this_process_s_cut_off_temporaries_and_no_one_else_s(tmp_path):
+    """A second signal during a write's own cleanup can leave its temporary: the closing writer
+    (no write of its own in flight any more) removes it; another process's stays."""
+    import os
+
+    from commbench.core.results import ResultWriter
+
+    path = tmp_path / "r.parquet"
+    writer = ResultWriter(path)
+    writer.create()
+    mine = tmp_path / f".r.parquet.{os.getpid()}.cutoff.tmp"
+    theirs = tmp_path / f".r.parquet.{os.getpid() + 1}.cutoff.tmp"
+    mine.write_bytes(b"half")
+    theirs.write_bytes(b"half")
+    assert writer.close() is None
+    assert not mine.exists() and theirs.exists()
