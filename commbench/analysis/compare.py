@@ -20,11 +20,13 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis import settingsview
-from commbench.analysis.frames import REQUIRED_COLUMNS, check_frame, column, jsonable, md_cell, printable, scalar
+from commbench.analysis.frames import (REQUIRED_COLUMNS, check_frame, column, json_cell, jsonable, md_cell, printable,
+                                       scalar)
 from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point, group, split_failed
 from commbench.analysis.wireview import likely_causes
 from commbench.core import stats
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.linkrate import net_rates
 
 # A collective's peak busbw is taken over the before side's points of the same collective on
 # the same topology under the same setting (a setting that quarters the bandwidth, a slow rail,
@@ -41,8 +43,8 @@ DIFFERENCE_COLUMNS = ("mtu", "link_layer", "iface", "label")
 ENV_PREFIXES = ("NCCL_", "GLOO_")
 # Every column compare_frames reads: callers reading files for it read only these (results.read_results).
 READ_COLUMNS = tuple(dict.fromkeys(REQUIRED_COLUMNS + KEY_COLUMNS + WARN_COLUMNS + DIFFERENCE_COLUMNS + (
-    "schema_version", "algbw_GBps", "time_us", "samples_us", "repetition", "env", "status", "error", "confirm",
-    "wire", "wire_trouble")))  # the wire columns only where a file has them (older files do not)
+    "schema_version", "run_id", "algbw_GBps", "time_us", "samples_us", "repetition", "env", "status", "error", "confirm",
+    "wire", "wire_trouble", "net")))  # the wire columns only where a file has them (older files do not)
 
 # A pairs link measured before and failed after, failed before and measured after, failed on both
 # sides (docs/COMPARE.md, "Links that failed"). "link down" counts as a regression.
@@ -125,6 +127,8 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
     check_frame(before, "before")
     check_frame(after, "after")
     warnings = _warnings(before, after)
+    same = same_run_warning(_values(before, "run_id"), _values(after, "run_id"))
+    warnings[:0] = [same] if same else []
     differences = _differences(before, after)
     before, b_lost = split_failed(before)
     after, a_lost = split_failed(after)
@@ -146,7 +150,9 @@ def compare_aggregates(before, after, threshold: float = 0.03, latency_threshold
                                   f"the {agg.name} results", comparing=True)
     b_lost = split_failed(before.failed)[1] if len(before.failed) else {}
     a_lost = split_failed(after.failed)[1] if len(after.failed) else {}
-    return _compare(before.side(), after.side(), b_lost, a_lost, _warnings(before.context, after.context),
+    same = same_run_warning(_values(before.context, "run_id"), _values(after.context, "run_id"))
+    return _compare(before.side(), after.side(), b_lost, a_lost,
+                    [same] * bool(same) + _warnings(before.context, after.context),
                     _differences(before.context, after.context), _settings_of(before.context, after.context),
                     lambda common: {}, limits, allow_within_run)
 
@@ -438,6 +444,26 @@ def _show(values: set) -> str:
     return shown[0] if len(shown) == 1 else "{" + "; ".join(shown) + "}"
 
 
+SAME_RUN = "before and after are the same"  # how the warning that a run is compared with itself starts
+
+
+def same_run_warning(before_ids: set, after_ids: set, same_file: str | None = None) -> str | None:
+    """The warning that both sides hold the same run (or the same file): a run compared with itself
+    can only look unchanged. None when the sides share no run and are not one file."""
+    before_ids, after_ids = {str(v) for v in before_ids if v is not None}, {str(v) for v in after_ids if v is not None}
+    shared = sorted(before_ids & after_ids)
+    if same_file is not None and (not shared or before_ids != after_ids):
+        return f"{SAME_RUN} file ({printable(same_file)}): a run compared with itself; pass two different runs' results"
+    if not shared:
+        return None
+    names = ", ".join(printable(n) for n in shared[:3]) + (f" and {len(shared) - 3} more" if len(shared) > 3 else "")
+    if before_ids == after_ids:
+        return (f"{SAME_RUN} run{'s' if len(shared) > 1 else ''} ({names}): a run compared with itself; "
+                "pass two different runs' results")
+    return (f"before and after share {len(shared)} run{'s' if len(shared) > 1 else ''} ({names}): their rows are "
+            "compared with themselves; pass results of different runs")
+
+
 def _warnings(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
     out = []
     if len(before) == 0 or len(after) == 0:
@@ -487,7 +513,21 @@ def _differences(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
         if bv != av:
             out.append(f"{name}: before {_show(bv).replace('(none)', '(unset)')}, "
                        f"after {_show(av).replace('(none)', '(unset)')}")
+    brate, arate = _rates(before), _rates(after)
+    if brate and arate and brate != arate:  # a rate known on one side only is not a known change
+        out.append(f"link rate: before {_show(brate)}, after {_show(arate)}")
     return out
+
+
+def _rates(frame: pd.DataFrame) -> set[str]:
+    """Each host's effective link rate as it reads (core/linkrate.py: a shaper's where it caps the link)."""
+    if "net" not in frame.columns:
+        return set()
+    try:
+        cells = {scalar(v) for v in frame["net"].unique()}  # a run repeats its facts on every row
+    except TypeError:
+        cells = set(column(frame, "net"))
+    return {r.text() for cell in cells for r in net_rates(json_cell(cell)).values() if r.bits is not None}
 
 
 # ---- rendering ----

@@ -180,7 +180,7 @@ class Aggregate:
 
 CONTEXT_COLUMNS = ("schema_version", "commbench_version", "torch_version", "nccl_version", "hosts", "world_size",
                    "ranks_per_node", "backend", "device_name", "mtu", "link_layer", "iface", "label", "workload",
-                   "env", "settings")
+                   "env", "settings", "net", "run_id")
 
 
 def aggregate(paths: Iterable[str | os.PathLike], side: str, source: Source | None = None) -> Aggregate:

@@ -74,3 +74,21 @@ def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str
     for i, j in marked:
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2.2))
     return image
+
+
+HEADROOM = 0.10  # of the highest value: the top of a curve (and its marker) clear of the frame
+
+
+def headroom(ax, share: float = HEADROOM) -> None:
+    """Room above everything drawn on `ax` (lines, bands, a reference line), on a linear or log y."""
+    lo, hi = ax.get_ylim()
+    top = float(ax.dataLim.y1)
+    if not math.isfinite(top) or top <= 0:
+        return
+    if ax.get_yscale() == "log":
+        low = lo if lo > 0 else top / 10
+        wanted = top * (top / low) ** share if top > low else top * (1 + share)
+    else:
+        wanted = top + share * (top - min(lo, 0.0))
+    if wanted > hi:
+        ax.set_ylim(top=wanted)

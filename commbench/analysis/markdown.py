@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence
 from urllib.parse import quote
 
 from commbench.analysis import plot, settingsview, wireview
-from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
+from commbench.analysis.summary import (CULPRIT_HEADERS, collective_gaps, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
                                            fnum, json_value, net_rows, peak_rows, ratio_text, report_title, run_facts,
                                            runs_named, size_text, wrong_cell)
 from commbench.analysis.runs import describe_run, run_rows
@@ -69,6 +69,8 @@ def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), com
             out += [f"![busbw and small-size latency vs message size]({quote(figure_name)})", ""]
         out += ["## Peak bus bandwidth", ""]
         out += peaks_markdown(peak_rows(curves))
+        gaps = collective_gaps(curves)  # reduce_scatter's gap to all_reduce, where both were measured
+        out += [md(line) for line in gaps] + ([""] if gaps else [])
         out += settings_markdown(settingsview.settings_tables(curves))
     out += wire_markdown(df)
     out += ["## Runs", ""]

@@ -15,21 +15,22 @@ from __future__ import annotations
 
 import io
 import math
-import re
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from commbench.analysis.figures import DPI, mpl_text, new_figure
+from commbench.analysis import bucketview
+from commbench.analysis.figures import DPI, headroom, mpl_text, new_figure
 from commbench.analysis.frames import BUCKETS_SUFFIX, prepare, present, short
 from commbench.analysis.runs import describe_run, placement_name, run_name, run_rows
 from commbench.analysis.settingsview import LINE_KEYS, setting_name, with_settings
 from commbench.core import outputs
 from commbench.core.errors import BadInput
 from commbench.core.vocab import ORDER, order_key
-from commbench.core.units import format_size
+from commbench.core.units import format_size, parse_rate
 
 METRICS = {
     "busbw": ("busbw_GBps", "Bus bandwidth (GB/s)"),
@@ -55,29 +56,10 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 # --------------------------------------------------------------------------- line rate
 
 
-_RATE = re.compile(
-    r"^\s*(?P<num>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?\s*(?P<prefix>[kKmMgGtT]?)"
-    r"(?P<unit>bps|b/s|bits?/s|Bps|B/s|bytes?/s)\s*$")
-_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-
-
 def parse_line_rate(text: str) -> float:
-    """'400Gbps' -> 50.0 (GB/s). Bits: Gbps, Gb/s, Gbit/s; bytes: GB/s, GBps. Decimal prefixes
-    (k, M, G, T), as link speeds are quoted. A lowercase b is bits, an uppercase B bytes."""
-    raw = str(text)
-    m = _RATE.match(raw) if len(raw) <= 64 else None
-    if not m:
-        raise BadInput(f"--line-rate {raw!r} is not a rate: give a number and a unit, "
-                       "e.g. 400Gbps, 100000Mbps or 50GB/s")
-    try:
-        value = float(m.group("num")) * 10.0 ** int(m.group("exp") or 0) * _PREFIX[m.group("prefix").lower()]
-    except OverflowError:
-        value = math.inf
-    if m.group("unit") in ("bps", "b/s", "bit/s", "bits/s"):
-        value /= 8.0
-    if not math.isfinite(value) or value <= 0:
-        raise BadInput(f"--line-rate {raw!r} must be a positive, finite rate, e.g. 400Gbps")
-    return value / 1e9
+    """'400Gbps' -> 50.0 (GB/s). Bits: Gbps, Gb/s, Gbit/s and tc's units (1gbit, 800mbit, as
+    `lab --rate` takes them); bytes: GB/s, GBps (core/units.py parse_rate)."""
+    return parse_rate(text, "--line-rate") / 8e9
 
 
 def format_rate(gbps_bytes: float) -> str:
@@ -235,8 +217,9 @@ def _plain_log_y(ax) -> None:
     fmt = FuncFormatter(lambda v, _: f"{v:g}")
     ax.yaxis.set_major_formatter(fmt)
     lo, hi = ax.get_ylim()
-    if hi / max(lo, 1e-300) < 1e3:  # few decades: label 2x and 5x too
-        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+    if hi / max(lo, 1e-300) < 1e3:  # few decades: label 2x and 5x too; within one, every multiple
+        subs = (2.0, 5.0) if hi / max(lo, 1e-300) >= 10 else tuple(float(k) for k in range(2, 10))
+        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=subs))
         ax.yaxis.set_minor_formatter(fmt)
     ax.grid(True, which="minor", axis="y", alpha=0.12)
 
@@ -259,6 +242,8 @@ def _draw(ax, lines: list[Line], small_only: bool = False, log_y: bool = False, 
                     color="#d00000", zorder=5)
         drew = True
     if log_y and drew:
+        ax.set_yscale("log")
+        headroom(ax)  # before the ticks are chosen: they depend on the range
         _plain_log_y(ax)
     return drew
 
@@ -304,13 +289,13 @@ def _titles(df) -> str:
     return "\n".join(mpl_text(short(t, 150)) for t in lines)
 
 
-def _what(lines: list[Line], metric_label: str) -> str:
+def _what(lines: list[Line], metric_label: str, against: str = "message size") -> str:
     colls = sorted({ln.key["collective"] for ln in lines}, key=order_key)
     dtypes = sorted({str(ln.key["dtype"]) for ln in lines})
     what = ", ".join(colls) if len(colls) <= 4 else f"{len(colls)} collectives"
     if dtypes and len(dtypes) <= 2:
         what += " · " + ", ".join(dtypes)
-    return mpl_text(f"{metric_label.split(' (')[0]} vs message size — {what}")
+    return mpl_text(f"{metric_label.split(' (')[0]} vs {against} — {what}")
 
 
 # --------------------------------------------------------------------------- figures
@@ -333,14 +318,13 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
     d = prepare(df, column)
     # The latency panel only when there are small sizes to show: an empty panel is noise.
     in_buckets = np.array([str(ln.key["collective"]).endswith(BUCKETS_SUFFIX) for ln in lines])
-    has_small = any(bool((ln.sizes <= SMALL_BYTES).any()) for ln, b in zip(lines, in_buckets) if not b)
     fig = new_figure()
-    if has_small:
-        top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
-    else:
-        top, bottom = fig.subplots(1, 1), None
-        fig.set_figheight(fig.get_figheight() * 0.65)
-    fig.suptitle(_what(lines, ylabel), fontsize=13, fontweight="bold")
+    top, bottom = _panels(fig, _has_small(lines))
+    buckets = bucketview.units(lines) if in_buckets.all() else None
+    if buckets is not None and metric == "time":
+        ylabel = bucketview.TIME_LABEL
+    fig.suptitle(_what(lines, ylabel, "bucket size" if buckets is not None else "message size"),
+                 fontsize=13, fontweight="bold")
     top.set_title(_titles(d), fontsize=9, loc="left")
     _draw(top, lines, log_y=(metric == "time"))
     _size_axis(top, np.concatenate([ln.sizes for ln in lines]))
@@ -358,7 +342,10 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
         top.set_ylim(top=max(top.get_ylim()[1], line_rate * 1.08))
         extra_h.append(Line2D([], [], color="black", linestyle=(0, (6, 3)), linewidth=1.2))
         extra_l.append(mpl_text("line rate" + (f" {line_rate_text}" if line_rate_text else "")))
-    if in_buckets.all():
+    headroom(top)
+    if buckets is not None:
+        bucketview.bucket_axis(top, buckets)
+    elif in_buckets.all():
         top.set_xlabel("Bucket size (each point: one step's gradients reduced in buckets of this size)")
     if bottom is not None:
         # a buckets row's time is a whole step, not one operation: it has no place in this panel
@@ -367,6 +354,31 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
         _latency_panel(bottom, time_lines, lines)
     _legend(fig, lines, extra_h, extra_l)
     return fig
+
+
+LATENCY_PANEL = "latency"  # the label of a figure's latency axes (has_latency_panel)
+
+
+def _has_small(lines: list[Line]) -> bool:
+    """Sizes for the latency panel: a curve (not a buckets line, whose time is a step) at a small size."""
+    return any(bool((ln.sizes <= SMALL_BYTES).any()) for ln in lines
+               if not str(ln.key["collective"]).endswith(BUCKETS_SUFFIX))
+
+
+def _panels(fig, latency: bool):
+    """(top, bottom): the latency panel below only when there are small sizes to show: an empty
+    panel is noise, and a caption would name a panel that is not there."""
+    if not latency:
+        fig.set_figheight(fig.get_figheight() * 0.65)
+        return fig.subplots(1, 1), None
+    top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
+    bottom.set_label(LATENCY_PANEL)
+    return top, bottom
+
+
+def has_latency_panel(fig) -> bool:
+    """Whether a figure of this module has the small-size latency panel (captions name it only then)."""
+    return any(ax.get_label() == LATENCY_PANEL for ax in fig.axes)
 
 
 def _latency_panel(ax, time_lines: list[Line], named: list[Line]) -> None:
@@ -438,7 +450,9 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
         return lines
 
     fig = new_figure()
-    top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
+    # a buckets row's time is a whole step, not one operation: it has no place in the latency panel
+    timed = [(d, [ln for ln in t if not str(ln.key["collective"]).endswith(BUCKETS_SUFFIX)]) for _, d, t, _ in sides]
+    top, bottom = _panels(fig, _has_small([ln for _, t in timed for ln in t]))
     fig.suptitle(mpl_text(f"{ylabel.split(' (')[0]}: {before_name} (dashed) vs {after_name} (solid)"),
                  fontsize=13, fontweight="bold")
     where = []
@@ -451,7 +465,7 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
     where = [mpl_text(short(f"{name}: {text}", 130)) for name, text in where]
     top.set_title("\n".join(where), fontsize=9, loc="left")
     lines, time_lines = [], []
-    for _, d, t, dash in sides:
+    for (d, t), (_, _, _, dash) in zip(timed, sides):
         lines += style(d, dash)
         time_lines += style(t, dash)
     # Two sides double the lines: bands only while they stay few enough to tell apart.
@@ -460,7 +474,9 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
     top.set_ylabel(ylabel)
     if metric != "time":
         top.set_ylim(bottom=0)
-    _latency_panel(bottom, time_lines, lines)
+    headroom(top)
+    if bottom is not None:
+        _latency_panel(bottom, time_lines, lines)
     # Legend: one entry per collective/variant colour, plus the two line styles.
     from matplotlib.lines import Line2D
 
@@ -488,8 +504,13 @@ def default_out(first_result: str | Path, suffix: str = ".png") -> Path:
 
 def check_new(path: str | Path, command: str = "plot", flag: str = "--out", inputs: Sequence = (),
               force: bool = False) -> Path:
-    """A figure's target, refused before anything is read or drawn (core/outputs.py's rules)."""
-    return outputs.check_new(path, command, flag, inputs, force)
+    """A figure's (or a report's) target, refused before anything is read or drawn (core/outputs.py's
+    rules); an existing file is replaced only with `force`, and its refusal says so."""
+    path = outputs.check_new(path, command, flag, inputs, force=True)  # an input, a folder, not a file
+    if os.path.lexists(path) and not force:
+        raise BadInput(f"{path} already exists: {command} never overwrites a file; pass --force to replace it, "
+                       f"or another {flag}")
+    return path
 
 
 def check_figure(path: str | Path, command: str = "plot", flag: str = "--out", inputs: Sequence = (),
@@ -520,22 +541,24 @@ def save_figure(fig, out: str | Path, flag: str = "--out", command: str = "plot"
 
 
 def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | Path | None = None,
-                 line_rate: str | None = None) -> list[Path]:
+                 line_rate: str | None = None, force: bool = False) -> list[Path]:
     """The `commbench plot` command: read, draw, save; returns the files written: the one asked for
-    first, then a heat map beside it for each other view the results hold (see split_views)."""
+    first, then a heat map beside it for each other view the results hold (see split_views).
+    force: replace existing figures (never an input)."""
     from commbench.core.results import read_results
 
     if metric not in METRICS:
         raise BadInput(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
     rate = parse_line_rate(line_rate) if line_rate is not None else None
-    target = check_figure(Path(out) if out is not None else default_out(paths[0]), inputs=paths)  # before reading
+    target = check_figure(Path(out) if out is not None else default_out(paths[0]), inputs=paths,
+                          force=force)  # before reading
     from commbench.analysis import engine  # large inputs: the curves aggregated over parquet
 
     q = engine.plot_source(paths)
     if q is not None:
         fig = build_figure(engine.run_firsts(q, METRICS[metric][0]), metric, rate,
                            line_rate.strip() if line_rate else None, lambda c: [Line(**ln) for ln in engine.plot_lines(q, c)])
-        return outputs.write_files([figure_output(fig, target)], "plot", inputs=paths)
+        return outputs.write_files([figure_output(fig, target)], "plot", inputs=paths, force=force)
     df = read_results(paths, skip=UNUSED_COLUMNS)
     views = split_views(df)
     if views.pairs is not None and metric == "time":
@@ -553,11 +576,11 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
         from commbench.analysis import pairsplot
 
         drawers.append(("-pairs", lambda: pairsplot.build_figure(views.pairs)))
-    paths_out = [target] + [check_new(target.with_name(target.stem + suffix + target.suffix), inputs=paths)
-                            for suffix, _ in drawers[1:]]
+    paths_out = [target] + [check_new(target.with_name(target.stem + suffix + target.suffix), inputs=paths,
+                                      force=force) for suffix, _ in drawers[1:]]
     # All the views or none: a full disk or Ctrl-C leaves no lone figure behind.
     return outputs.write_files([figure_output(draw(), path) for path, (_, draw) in zip(paths_out, drawers)],
-                               "plot", inputs=paths)
+                               "plot", inputs=paths, force=force)
 
 
 @dataclass

@@ -21,7 +21,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from commbench.analysis import plot, settingsview, wireview
+from commbench.analysis import plot, reportparts, settingsview, wireview
+from commbench.analysis.summary import collective_gaps
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
                                            fnum, fp, json_value, missing, net_rows, peak_rows, point_rows,
                                            ratio_text, report_title, run_facts, runs_named, size_text, wrong_cell)
@@ -401,12 +402,14 @@ def _large_html(paths, baseline, rate) -> str | None:
         return None
     # the figures before the rows are read: the engine's aggregations never share memory with them
     drawn = _engine_figures(engine, after, before, rate)
-    source = after.source
+    source, bsource = after.source, before.source if before is not None else None
     del after, before  # their DuckDB connections and what they cached
     df = engine.report_frame(source)
     if len(df) == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
-    return build_html(df, [str(p) for p in paths], None, comparison, [str(p) for p in baseline or ()],
+    # the baseline's runs' metadata, without its plan, as write_report reads the baseline
+    bdf = engine.report_frame(bsource).drop(columns=["plan"], errors="ignore") if bsource is not None else None
+    return build_html(df, [str(p) for p in paths], bdf, comparison, [str(p) for p in baseline or ()],
                       line_rate=rate, drawn=drawn)
 
 
@@ -510,7 +513,8 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
     views = plot.split_views(df)
     curves, grid = views.curves, views.zero
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    sections = [("wire", "Wire"), ("runs", "Runs")]
+    sections = [("wire", "Wire"), ("runs", "Runs")] + (
+        [("baseline-runs", reportparts.BASELINE_RUNS)] if baseline_df is not None and len(baseline_df) else [])
     settings = settingsview.settings_tables(curves) if curves is not None else []
     if curves is not None:
         sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
@@ -539,8 +543,7 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
         cfig = drawn.get("comparison") if drawn else comparison_figure(baseline_df, df) if baseline_df is not None else None
         if cfig is not None:
             figure = _figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
-                                  "Before (baseline, dashed) and after (solid): median busbw over every run and "
-                                  "repetition of each side; below, the time of the small sizes.")
+                                  reportparts.comparison_caption(cfig))
         out.append(comparison_html(comparison, figure))
         out.append("</section>")
     if faults:
@@ -551,19 +554,22 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
         out.append(zero_html(grid))
     if curves is not None:
         out.append('<section id="curves"><h2>Bandwidth and latency</h2>')
-        out.append(_figure_html(drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate),
-                                "bus bandwidth and small-size latency against message size",
-                                "Top: bus bandwidth (nccl-tests definition) against message size, median over "
-                                "repetitions, band from min to max. Bottom: time per operation of sizes ≤ 64 KiB."))
+        cfig = drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate)
+        out.append(_figure_html(cfig, "bus bandwidth and small-size latency against message size",
+                                reportparts.curves_caption(cfig)))
         out.append("</section>")
         out.append('<section id="peaks"><h2>Peak bus bandwidth</h2>')
         out.append('<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
                    "over repetitions; #wrong sums every row of the line.</p>")
         out.append(peak_table_html(peak_rows(curves)))
+        out.extend(f'<p class="gap">{esc(line)}</p>' for line in collective_gaps(curves))  # rs vs all_reduce
         out.append("</section>")
         out.append(settings_html(settings))
     out.append(wire_html(df))
     out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df)}</section>')
+    if baseline_df is not None and len(baseline_df):  # the before side's metadata, as the after side's
+        out.append(f'<section id="baseline-runs"><h2>{esc(reportparts.BASELINE_RUNS)}</h2>{runs_html(baseline_df)}'
+                   "</section>")
     if curves is not None:
         points = point_rows(curves)
         out.append('<section id="points"><h2>All points</h2><details><summary>'
@@ -596,9 +602,10 @@ def resolve_format(fmt: str | None, out: str | Path | None) -> str:
 
 def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | None = None,
                  out: str | Path | None = None, fmt: str | None = None,
-                 line_rate: str | None = None) -> list[Path]:
+                 line_rate: str | None = None, force: bool = False) -> list[Path]:
     """The `commbench report` command. Returns the files written (the report first). A Markdown
-    report and its figures are written together (core/outputs.py): all of them or none."""
+    report and its figures are written together (core/outputs.py): all of them or none; force
+    replaces existing ones (never an input)."""
     from commbench.core.results import read_results
 
     fmt = resolve_format(fmt, out)
@@ -609,9 +616,9 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     cfigure = target.with_name(target.stem + "-comparison.png")
     zfigure = target.with_name(target.stem + "-zero.png")
     pfigure = target.with_name(target.stem + "-pairs.png")
-    outputs.check_new(target, "report", inputs=inputs)
+    plot.check_new(target, "report", inputs=inputs, force=force)
     if fmt == "html" and (page := _large_html(paths, baseline, rate)) is not None:
-        return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs)
+        return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
     # What no section reads stays on disk (most of a million rows' memory): the per-rank lists,
     # the per-iteration samples unless a comparison tests them, the baseline's plan.
     df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline else ("samples_us",)))
@@ -623,7 +630,7 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
         for path, wanted in ((figure, curves is not None), (cfigure, bool(baseline)), (zfigure, grid is not None),
                              (pfigure, views.pairs is not None)):
             if wanted:
-                outputs.check_new(path, "report", inputs=inputs)
+                plot.check_new(path, "report", inputs=inputs, force=force)
     baseline_df = comparison = None
     if baseline:
         baseline_df = read_results(baseline, skip=UNUSED_COLUMNS + ("plan",))
@@ -634,7 +641,7 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     bsources = [str(p) for p in baseline or ()]
     if fmt == "html":
         page = build_html(df, sources, baseline_df, comparison, bsources, line_rate=rate)
-        return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs)
+        return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
     figures = []
     if curves is not None:
         figures.append(plot.figure_output(plot.build_figure(curves, "busbw", rate), figure))
@@ -652,4 +659,5 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     text = build_markdown(df, figure.name if curves is not None else None, sources, comparison,
                           cfigure.name if cfig is not None else None, bsources,
                           zfigure.name if grid is not None else None, pfigure.name if views.pairs is not None else None)
-    return outputs.write_files([outputs.Output(target, text.encode("utf-8")), *figures], "report", inputs)
+    text = reportparts.with_baseline_runs(text, baseline_df)
+    return outputs.write_files([outputs.Output(target, text.encode("utf-8")), *figures], "report", inputs, force)

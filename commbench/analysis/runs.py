@@ -4,6 +4,7 @@ and network, as figure titles and the report show them."""
 from __future__ import annotations
 
 from commbench.analysis.frames import as_list, json_cell, present, short
+from commbench.core.linkrate import net_rates
 
 
 def placement_name(in_place) -> str:
@@ -68,12 +69,11 @@ def _link_speeds(net_json) -> str:
     per_host = json_cell(net_json) if isinstance(net_json, str) else {}  # bounded nesting, never raises
     if not isinstance(per_host, dict):
         return ""
-    speeds = {h.get("speed_mbps") for h in per_host.values() if isinstance(h, dict)}
-    speeds.discard(None)
-    if len(speeds) == 1:
-        s = next(iter(speeds))
-        if isinstance(s, (int, float)) and s > 0:
-            return f"{s / 1000:g} Gbit/s link"
+    # the effective rate: a shaped lab link says 1 Gbit/s, not its veth's 10 Gbit/s
+    rates = {r for r in net_rates(per_host).values() if r.bits is not None}
+    if len(rates) == 1:
+        rate = next(iter(rates))
+        return rate.text() if rate.shaped else f"{rate.text()} link"
     return ""
 
 

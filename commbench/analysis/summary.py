@@ -11,6 +11,7 @@ from typing import Any
 from commbench.analysis.frames import as_list, is_true, json_cell, prepare
 from commbench.analysis.runs import compact_hosts, placement_name, run_rows
 from commbench.analysis.settingsview import LINE_KEYS, distinct, setting_name, settings_text, with_settings
+from commbench.core.linkrate import host_rate
 from commbench.core.units import format_size
 from commbench.core.vocab import order_key
 
@@ -186,8 +187,9 @@ def net_rows(net) -> list[list[str]]:
     rows = []
     for host, facts in net.items():
         if isinstance(facts, dict):
-            speed = facts.get("speed_mbps")
-            speed_text = "–" if speed in (None, "") else (f"{speed / 1000:g} Gbit/s" if isinstance(speed, (int, float)) else str(speed))
+            speed = facts.get("speed_mbps")  # shown as the effective rate: a shaper's where it caps the link
+            speed_text = host_rate(facts).text() or ("–" if speed in (None, "") or isinstance(speed, (int, float))
+                                                     else str(speed))
             rows.append([host, facts.get("iface"), facts.get("mtu"), facts.get("link_layer"), speed_text,
                          facts.get("operstate")])
         else:
@@ -254,4 +256,36 @@ def fault_runs(pairs_df) -> list[dict]:
         out.append({"run": names.get(str(run_id), str(run_id)), "run_id": str(run_id), "summary": line,
                     "culprits": culprits, "named": [c in verdict.named for c in verdict.culprits],
                     "undecided": verdict.undecided, "rows": rows})
+    return out
+
+
+def collective_gaps(df) -> list[str]:
+    """reduce_scatter's busbw next to all_reduce's (core/runsummary.py Gap), one sentence per run,
+    setting and dtype where that run measured both; [] otherwise. The sweep ends with the same."""
+    from commbench.core.runsummary import reduce_scatter_gap
+
+    if df is None or len(df) == 0 or "collective" not in df.columns:
+        return []
+    d = with_settings(prepare(df, "busbw_GBps"))
+    d = d[d["collective"].isin(["all_reduce", "reduce_scatter"])]  # buckets rows are renamed by prepare
+    if d.empty:
+        return []
+    names = runs_named(d)
+    keys = [k for k in ("run_id", "settings", "dtype", "world_size") if k in d.columns]
+    several = {k: d[k].nunique(dropna=False) > 1 for k in keys}
+    out = []
+    for key, g in d.groupby(keys, sort=False, dropna=False):
+        key = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        med = g.groupby(["collective", "size_bytes", "in_place"], sort=False)["busbw_GBps"].median().reset_index()
+        backend = str(g["backend"].iloc[0]) if "backend" in g.columns else ""
+        points = [{"collective": r.collective, "size_bytes": int(r.size_bytes), "busbw": float(r.busbw_GBps),
+                   "backend": backend} for r in med.itertuples()]
+        label = ", ".join(part for part in (
+            f"run {names.get(str(key['run_id']), key['run_id'])}" if several.get("run_id") else "",
+            setting_name(key.get("settings")) if key.get("settings") else "",
+            str(key["dtype"]) if several.get("dtype") else "",
+            f"{key['world_size']} ranks" if several.get("world_size") else "") if part)
+        gap = reduce_scatter_gap(points, label)
+        if gap is not None:
+            out.append(gap.sentence())
     return out

@@ -115,15 +115,18 @@ def draw(ax, grid: ZeroGrid, metric: str = "busbw") -> object:
                f"{grid.time_ms[i, j]:.4g} ms\n{grid.busbw[i, j]:.3g} GB/s")
               for j in range(len(grid.bucket_elems))] for i in range(len(grid.stages))]
     best = grid.best_bucket()
-    marked = [(i, grid.bucket_elems.index(best[s])) for i, s in enumerate(grid.stages) if s in best]
+    # a box says "the shortest of this stage's steps": only where the stage has steps to choose from
+    # (one bucket size would box every cell)
+    choices = np.isfinite(grid.time_ms).sum(axis=1)
+    marked = [(i, grid.bucket_elems.index(best[s])) for i, s in enumerate(grid.stages) if s in best and choices[i] > 1]
     image = draw_heatmap(
         ax, values, row_labels=[f"stage {s}" for s in grid.stages],
         col_labels=[f"{bucket_text(e)}\n({format_size(b)})" for e, b in zip(grid.bucket_elems, grid.bucket_bytes)],
         texts=texts, higher_is_better=(metric != "time"), marked=marked)
     ax.set_xlabel(f"reduce_bucket_size in elements ({grid.dtype} bytes below)")
     ax.set_ylabel("ZeRO stage")
-    ax.set_title(mpl_text(f"{grid.name}: step time and effective busbw (box: shortest step per stage)"),
-                 fontsize=9, loc="left")
+    note = " (box: shortest step per stage)" if marked else ", one bucket size"
+    ax.set_title(mpl_text(f"{grid.name}: step time and effective busbw{note}"), fontsize=9, loc="left")
     return image
 
 

@@ -82,6 +82,9 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
         if chosen:
             comparison.differences.insert(0, chosen)
         files = [] if plot_path is None else [plotting.comparison_output(before_df, after_df, plot_path)]
+    same_file = os.path.realpath(before) == os.path.realpath(after)
+    if same_file and not any(w.startswith(comparing.SAME_RUN) for w in comparison.warnings):
+        comparison.warnings.insert(0, comparing.same_run_warning(set(), set(), before))
     for line in comparison.warnings:
         print(f"commbench: warning: {line}", file=sys.stderr)
     text = _render(fmt, comparison, comparing.render_markdown, comparing.render_table)
@@ -192,13 +195,15 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
 @click.option("--metric", type=click.Choice(["busbw", "algbw", "time"]), default="busbw", show_default=True,
               help="What the top panel shows against message size.")
 @click.option("--out", default=None, help="Image file (.png or .svg) [default: next to the first result, as <name>.png].")
-@click.option("--line-rate", default=None, help="Draw the link's rate as a reference line, e.g. 400Gbps, 100000Mbps, 50GB/s.")
-def plot(results, metric, out, line_rate) -> int:
+@click.option("--line-rate", default=None,
+              help="Draw the link's rate as a reference line, e.g. 400Gbps, 1gbit (as lab --rate), 50GB/s.")
+@click.option("--force", is_flag=True, help="Replace existing image files (never one of RESULTS).")
+def plot(results, metric, out, line_rate, force) -> int:
     """Draw bandwidth (or time) against message size, one line per collective, dtype, placement and run;
     `zero --bucket-size` grids and `pairs` runs as heat maps (beside the curves when both are there)."""
     from commbench.analysis import plot as plotting
 
-    written = plotting.plot_results(list(results), metric=metric, out=out, line_rate=line_rate)
+    written = plotting.plot_results(list(results), metric=metric, out=out, line_rate=line_rate, force=force)
     print(f"plot written to {written[0]}" + (f" (also: {', '.join(map(str, written[1:]))})" if written[1:] else ""))
     return 0
 
@@ -211,11 +216,13 @@ def plot(results, metric, out, line_rate) -> int:
 @click.option("--format", "fmt", type=click.Choice(["html", "markdown"]), default=None,
               help="html (one self-contained page) or markdown (figure saved as a PNG beside it) "
                    "[default: from --out's suffix, else html].")
-@click.option("--line-rate", default=None, help="Reference line on the curves, e.g. 400Gbps or 50GB/s.")
-def report(results, baseline, out, fmt, line_rate) -> int:
+@click.option("--line-rate", default=None, help="Reference line on the curves, e.g. 400Gbps, 1gbit or 50GB/s.")
+@click.option("--force", is_flag=True, help="Replace an existing report and its figures (never an input).")
+def report(results, baseline, out, fmt, line_rate, force) -> int:
     """Write one report of results: curves, peak busbw, run metadata, and the comparison with --baseline."""
     from commbench.analysis import report as reporting
 
-    written = reporting.write_report(list(results), list(baseline) or None, out=out, fmt=fmt, line_rate=line_rate)
+    written = reporting.write_report(list(results), list(baseline) or None, out=out, fmt=fmt, line_rate=line_rate,
+                                     force=force)
     print(f"report written to {written[0]}" + (f" (figures: {', '.join(map(str, written[1:]))})" if written[1:] else ""))
     return 0

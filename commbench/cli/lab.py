@@ -102,6 +102,19 @@ def exec_cmd(node, argv) -> int:
     return labrun.exec_on(labstate.require_state(), node, list(argv))
 
 
+@lab.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
+                                 "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def rsh(args) -> int:
+    """ssh for launchers: [OPTIONS] HOST COMMAND... runs COMMAND inside lab host HOST, as ssh runs it
+    on a remote host. For mpirun: --mca plm_rsh_agent 'commbench lab rsh' --host cbnode1,cbnode2
+    (mpirun itself inside the first host: commbench lab exec cbnode1 -- mpirun ...)."""
+    from commbench.lab import run as labrun
+
+    labstate.require_root()
+    return labrun.rsh(labstate.require_state(), list(args))
+
+
 @lab.command(context_settings={"ignore_unknown_options": True})
 @click.option("--port", type=int, default=29400, show_default=True, help="Rendezvous port on the first host.")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)

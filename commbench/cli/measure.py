@@ -45,7 +45,6 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
     from commbench.core import vocab
     from commbench.harness import plan as planning
     from commbench.core import units
-    from commbench.workloads.sweep import SweepWorkload
 
     entries = vocab.resolve(collective)
     dt = vocab.get_dtype(dtype)
@@ -76,6 +75,8 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
     if nccl_debug:
         from commbench.net.ncclinfo import enable_debug_file
         enable_debug_file(fields["out"], fields["run_id"], fields["backend"])
+    from commbench.workloads.sweep import SweepWorkload  # torch: after the flags are checked
+
     return launch_workload(SweepWorkload(plan), nproc)
 
 

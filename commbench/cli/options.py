@@ -18,6 +18,7 @@ import click
 from commbench.core.binding import MODES, check_mode
 from commbench.core.errors import BadInput
 from commbench.core.options import RunOptions
+from commbench.core.progress import MODES as PROGRESS_MODES
 
 DEFAULTS = RunOptions()
 
@@ -195,7 +196,7 @@ def run_options(command):
         click.option("--precision", type=Number(float, 0, 1, high_open=True, example="0.03",
                                                 rule="must be 0 (off) or a fraction below 1"),
                      default=d.precision, show_default=True,
-                     help="Adaptive: stop a point once its median is known to this fraction (95%% CI "
+                     help="Adaptive: stop a point once its median is known to this fraction (95% CI "
                           "half-width); 0 fills --time-budget."),
         click.option("--min-iters", type=Number(int, 1, ITERATIONS, example="10"), default=d.min_iters,
                      show_default=True),
@@ -223,6 +224,10 @@ def run_options(command):
                      help="Folder for <run_id>.parquet, or a .parquet file name."),
         click.option("--label", type=Text(), default=d.label,
                      help="Free text stored with every row (e.g. mtu9000-after)."),
+        click.option("--progress", type=click.Choice(PROGRESS_MODES), default=d.progress, show_default=True,
+                     help="Live progress bar on rank 0: auto (only on a terminal that no launcher such as "
+                          "mpirun, srun or torchrun handed out, not with TERM=dumb or CI set), on (whenever "
+                          "stdout is a terminal), off (plain lines)."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -255,11 +260,11 @@ def check_nproc(nproc: int, backend: str) -> None:
 
 def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, check, backend, nproc, iface,
                timeout, out, label, workload: str, precision: float, wire: bool = DEFAULTS.wire,
-               bind: str = DEFAULTS.bind) -> dict:
+               bind: str = DEFAULTS.bind, progress: str = DEFAULTS.progress) -> dict:
     """Cross-check the shared options (each was checked alone while parsing); return the
     RunOptions fields (backend resolved)."""
     from commbench.core import results
-    from commbench.harness.runner import choose_backend
+    from commbench.harness.backend import choose_backend
 
     if min_iters > max_iters:
         raise BadInput(f"--min-iters {min_iters} is larger than --max-iters {max_iters}: lower one of them")
@@ -272,7 +277,8 @@ def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, ch
     return dict(warmup=warmup, iters=iters, time_budget=time_budget, precision=precision, min_iters=min_iters,
                 max_iters=max_iters,
                 repetitions=repetitions, check=check, wire=wire, timeout=timeout, backend=resolved,
-                label=label, out=out, run_id=results.make_run_id(), workload=workload, iface=iface, bind=bind)
+                label=label, out=out, run_id=results.make_run_id(), workload=workload, iface=iface, bind=bind,
+                progress=progress)
 
 
 def env_option(command):

@@ -104,8 +104,42 @@ def _label(env: dict, name: str) -> str | None:
     return f"{name}={value}" if value and value.isprintable() and value.strip() == value else f"{name}={value!r}"
 
 
+# Each launcher's marks, read by detect() (which takes its ranks from them) and by started_by()
+# (which only asks whether a launcher started this process).
+_MPI_VARS = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+)
+
+
+def _torchrun_marked(env) -> bool:
+    return "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env)
+
+
+def _srun_step(env) -> bool:
+    # Inside an sbatch script SLURM_PROCID is set too; only srun steps (SLURM_STEP_ID) hold ranks.
+    return "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and "SLURM_NTASKS" in env
+
+
+def started_by(environ=None) -> str | None:
+    """The launcher that started this process, by its marks alone: nothing is checked or looked up,
+    and more marks count than detect() takes ranks from (torchrun's agent variables LOCAL_RANK and
+    GROUP_RANK, a Slurm batch script, mpirun's PMIX_RANK and OMPI_COMM_WORLD_*). A launcher hands its
+    ranks a pseudo-terminal or a log, never a person's terminal, so the live bar stays off
+    (core/progress.py). OMPI_MCA_* are a user's settings, not a launcher's mark."""
+    env = os.environ if environ is None else environ
+    if _torchrun_marked(env) or "LOCAL_RANK" in env or "GROUP_RANK" in env:
+        return env.get("COMMBENCH_LAUNCHER", "torchrun")
+    if "SLURM_PROCID" in env and ("SLURM_STEP_ID" in env or "SLURM_JOB_ID" in env):
+        return "slurm"
+    if ("PMIX_RANK" in env or any(rank in env for rank, *_ in _MPI_VARS)
+            or any(name.startswith("OMPI_COMM_WORLD_") for name in env)):
+        return "mpi"
+    return None
+
+
 def _from_launcher(env: dict) -> tuple[RankEnv, _Source] | None:
-    if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env):
+    if _torchrun_marked(env):
         world = _int(env, "WORLD_SIZE")
         # `commbench lab run` sets the torchrun variables and names itself
         found = RankEnv(env.get("COMMBENCH_LAUNCHER", "torchrun"), _int(env, "RANK"), world,
@@ -115,13 +149,9 @@ def _from_launcher(env: dict) -> tuple[RankEnv, _Source] | None:
         return found, _Source(_label(env, "RANK"), _label(env, "WORLD_SIZE"), _label(env, "LOCAL_RANK"),
                               _label(env, "LOCAL_WORLD_SIZE") or _label(env, "WORLD_SIZE"), _label(env, "MASTER_ADDR"),
                               _label(env, "MASTER_PORT"), _TORCHRUN_FIX)
-    # Inside an sbatch script SLURM_PROCID is set too; only srun steps (SLURM_STEP_ID) hold ranks.
-    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and "SLURM_NTASKS" in env:
+    if _srun_step(env):
         return _from_slurm(env)
-    for rank_var, size_var, local_var, local_size_var in (
-        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-        ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-    ):
+    for rank_var, size_var, local_var, local_size_var in _MPI_VARS:
         if rank_var in env and size_var in env:
             if "MASTER_ADDR" not in env:
                 raise BadInput("started by mpirun but MASTER_ADDR is not set: pass -x MASTER_ADDR=<first host> "

@@ -32,6 +32,7 @@ class RunOptions:
     workload: str = "sweep"
     # --bind (core/binding.py): local ranks' CPUs; under an external launcher only when given
     bind: str = "auto"
+    progress: str = "auto"  # --progress (core/progress.py): rank 0's live bar; how a run looks, not what it measures
     iface: str | None = None  # --iface: the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
     # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination
     axes: list = field(default_factory=list)

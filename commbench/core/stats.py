@@ -13,7 +13,14 @@ import math
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as _scipy_stats
+
+
+def _scipy():
+    """scipy.stats, loaded on first use: it costs a second at start-up, and commands that refuse a
+    flag or read no samples never need it."""
+    from scipy import stats
+
+    return stats
 
 # Largest number of arrangements C(n1 + n2, n1) enumerated exactly when samples hold ties
 # (8 a side: 12,870 splits, a few milliseconds); larger samples use the tie-corrected normal approximation.
@@ -64,8 +71,8 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
     if n < 1:
         return None
     tail = (1 - confidence) / 2
-    j = int(_scipy_stats.binom.ppf(tail, n, 0.5))  # the smallest j with P(B <= j) >= tail
-    if _scipy_stats.binom.cdf(j, n, 0.5) > tail:
+    j = int(_scipy().binom.ppf(tail, n, 0.5))  # the smallest j with P(B <= j) >= tail
+    if _scipy().binom.cdf(j, n, 0.5) > tail:
         j -= 1  # keep P(B <= j) <= tail: coverage at least `confidence`
     if j < 0:
         return None
@@ -102,7 +109,7 @@ def mannwhitney_one_sided(x: Sequence[float], y: Sequence[float], alternative: s
         # exact floor 1 / C(n1 + n2, n1), and scipy's exact method ignores ties.
         p = _exact_with_ties(both, xa.size, alternative)
     else:
-        p = float(_scipy_stats.mannwhitneyu(xa, ya, alternative=alternative).pvalue)
+        p = float(_scipy().mannwhitneyu(xa, ya, alternative=alternative).pvalue)
     if not 0.0 <= p <= 1.0:  # NaN included
         raise ValueError(f"Mann-Whitney U gave p={p} for samples of {xa.size} and {ya.size}")
     # No permutation test can go below one arrangement in C(n1 + n2, n1); the approximation can.
@@ -132,7 +139,7 @@ def mannwhitney_one_sided_many(x, y, alternatives: Sequence[str]) -> list[float]
         rows = which == alternative
         if rows.any():
             with np.errstate(divide="ignore", invalid="ignore"):
-                p[rows] = _scipy_stats.mannwhitneyu(xa[rows], ya[rows], alternative=alternative, axis=1).pvalue
+                p[rows] = _scipy().mannwhitneyu(xa[rows], ya[rows], alternative=alternative, axis=1).pvalue
     p[np.ptp(np.concatenate([xa, ya], axis=1), axis=1) == 0] = 1.0  # as the single test: no evidence
     if not np.all((p >= 0.0) & (p <= 1.0)):  # NaN included: let the single test name the error
         return one_by_one()
@@ -142,7 +149,7 @@ def mannwhitney_one_sided_many(x, y, alternatives: Sequence[str]) -> list[float]
 def _exact_with_ties(both: np.ndarray, n1: int, alternative: str) -> float:
     """Exact permutation p of the rank sum of the first n1 values (mid-ranks for ties): the
     share of all C(n, n1) splits whose rank sum is at least as extreme as the observed one."""
-    ranks = _scipy_stats.rankdata(both)
+    ranks = _scipy().rankdata(both)
     observed = ranks[:n1].sum()
     splits = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(both.size), n1)),
                          dtype=np.intp).reshape(-1, n1)
@@ -182,7 +189,7 @@ def bh_qvalues(pvalues: Sequence[float], m: int | None = None) -> list[float]:
     if p.size == 0:
         return []
     padded = np.concatenate([p, np.ones(family - p.size)])
-    fdc = getattr(_scipy_stats, "false_discovery_control", None)
+    fdc = getattr(_scipy(), "false_discovery_control", None)
     if fdc is not None:  # scipy >= 1.11
         q = np.asarray(fdc(padded, method="bh"), dtype=float)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -97,3 +98,46 @@ def parse_count(text: str, what: str) -> int:
     if value < 1 or value > _MAX_SIZE:
         raise BadInput(f"{what} {raw!r} is out of range: use a count from 1 up to about 9e18")
     return int(value)
+
+
+# Rates. Two ways of writing them meet here: tc's (`lab --rate 1gbit`: the token tc itself reads)
+# and the way link speeds are quoted (`plot --line-rate 400Gbps`, 50GB/s). Decimal prefixes in
+# both. A lowercase b is bits, an uppercase B bytes, as link speeds are written, so "mbps" is
+# megabits here, where tc would read megaBYTES: tc-only text (tc=True) takes tc's bit units alone.
+_RATE = re.compile(r"^\s*(?P<num>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?\s*(?P<prefix>[kKmMgGtT]?)"
+                   r"(?P<unit>(?i:bit)|bps|b/s|bits?/s|Bps|B/s|bytes?/s)\s*$", re.ASCII)
+_TC_RATE = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<prefix>[kmgt]?)bit$", re.IGNORECASE | re.ASCII)
+_RATE_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_BYTE_UNITS = ("Bps", "B/s", "byte/s", "bytes/s")
+TC_EXAMPLES = "100mbit, 1gbit, 800mbit"
+
+
+def parse_rate(text: str, what: str = "rate", tc: bool = False) -> float:
+    """A rate in bits per second: '1gbit' and '1Gbps' -> 1e9, '50GB/s' -> 4e11.
+
+    Bits: bit, kbit, mbit, gbit, tbit (tc's units, any case), Gbps, Gb/s, Gbit/s; bytes: GB/s,
+    GBps. tc=True: only tc's bit units, written as tc reads them (the lab hands the text to tc).
+    Raises BadInput naming `what` and the value for anything else, zero and infinity included.
+    """
+    raw = str(text)
+    if tc:
+        m = _TC_RATE.match(raw.strip()) if len(raw) <= 64 else None
+        value = float(m.group("num")) * _RATE_PREFIX[m.group("prefix").lower()] if m else 0.0
+        if value <= 0:
+            bytes_hint = ("; tc reads 'bps' as bytes per second: write bits, e.g. 8gbit for 1gbps"
+                          if raw.strip().lower().endswith("bps") else "")
+            raise BadInput(f"{what} {raw!r} is not a tc rate: use e.g. {TC_EXAMPLES}{bytes_hint}")
+        return value
+    m = _RATE.match(raw) if len(raw) <= 64 else None
+    if not m:
+        raise BadInput(f"{what} {raw!r} is not a rate: give a number and a unit, "
+                       "e.g. 400Gbps, 1gbit, 100000Mbps or 50GB/s")
+    try:
+        value = float(m.group("num")) * 10.0 ** int(m.group("exp") or 0) * _RATE_PREFIX[m.group("prefix").lower()]
+    except OverflowError:
+        value = math.inf
+    if m.group("unit") in _BYTE_UNITS:
+        value *= 8.0
+    if not math.isfinite(value) or value <= 0:
+        raise BadInput(f"{what} {raw!r} must be a positive, finite rate, e.g. 400Gbps or 1gbit")
+    return value

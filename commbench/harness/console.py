@@ -1,16 +1,38 @@
 """Rank 0's live output: the nccl-tests table, line by line, with a rich progress bar on a
-terminal and plain lines elsewhere (Slurm logs, pipes)."""
+person's terminal and plain lines elsewhere (a launcher's pseudo-terminal, Slurm logs, pipes; the
+rule and --progress are core/progress.py)."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 
-PLACEMENT_HEADER = (
-    "#                                                              out-of-place                       in-place          \n"
-    "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong \n"
-    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         "
-)
+from commbench.core.progress import draw_bar, is_terminal
+from commbench.core.runsummary import MISSED_MARK, gbps, halfwidth_text, precision_of
+
+# nccl-tests' columns, with room for 3 significant digits of a bandwidth below 0.001 GB/s
+_HEAD = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 8), ("redop", "", 6), ("root", "", 6))
+_CELL = (("time", "(us)", 8), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8), ("#wrong", "", 6))
+_MEDIAN_CELL = (("time", "(us)", 8), ("min..max", "(us)", 15), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8))
+_TITLE = {False: "out-of-place", True: "in-place"}
+BOTH = (False, True)  # nccl-tests' column order: out-of-place, then in-place
+
+
+def _columns(cols, row: int) -> str:
+    return "  ".join(f"{c[row]:>{c[2]}s}" for c in cols)
+
+
+def placement_header(placements=BOTH, cell=_CELL, prefix: str = "#") -> str:
+    """nccl-tests' three header lines, with only the halves of `placements` (in_place flags)."""
+    head = [_columns(_HEAD, 0), _columns(_HEAD, 1)]
+    width = len(_columns(cell, 0))
+    lines = [prefix + " " * (len(head[0]) - 1) + "".join(f" {_TITLE[p]:^{width}s}" for p in placements)]
+    for row in (0, 1):
+        lines.append(prefix + head[row][1:] + "".join(f" {_columns(cell, row)}" for _ in placements))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+PLACEMENT_HEADER = placement_header()
 
 
 @dataclass
@@ -22,35 +44,75 @@ class Cell:
 
 
 def _time(us: float) -> str:
+    """Microseconds: 0.1 us resolution from 100 us, 3 significant digits below 1 us."""
     if us >= 10000:
         return f"{us:8.0f}"
     if us >= 100:
         return f"{us:8.1f}"
-    return f"{us:8.2f}"
+    if us >= 1 or us <= 0:
+        return f"{us:8.2f}"
+    return f"{us:8.3f}"
+
+
+def bw(value: float, width: int = 8) -> str:
+    """A bandwidth in GB/s to 3 significant digits (2 decimals made lab rows read "0.12 0.12")."""
+    return f"{gbps(value):>{width}s}"
 
 
 def format_cell(cell: Cell | None) -> str:
     if cell is None:
-        return f"{'n/a':>8s}  {'n/a':>6s}  {'n/a':>6s}  {'n/a':>6s}"
+        return "  ".join(f"{'n/a':>{c[2]}s}" for c in _CELL)
     wrong = "N/A" if cell.wrong is None else str(cell.wrong)
-    return f"{_time(cell.time_us)}  {cell.algbw:6.2f}  {cell.busbw:6.2f}  {wrong:>6s}"
+    return f"{_time(cell.time_us)}  {bw(cell.algbw)}  {bw(cell.busbw)}  {wrong:>6s}"
+
+
+def _head(size: int, count: int, type_name: str, redop: str, root: int) -> str:
+    return f"{size:12d}  {count:12d}  {type_name:>8s}  {redop:>6s}  {root:6d}"
 
 
 def format_row(size: int, count: int, type_name: str, redop: str, root: int,
-               out_of_place: Cell | None, in_place: Cell | None) -> str:
-    head = f"{size:12d}  {count:12d}  {type_name:>8s}  {redop:>6s}  {root:6d}"
-    return f"{head} {format_cell(out_of_place)} {format_cell(in_place)}"
+               out_of_place: Cell | None, in_place: Cell | None, placements=BOTH) -> str:
+    """One table line: the halves of `placements` (a collective torch runs one way shows one)."""
+    cells = {False: out_of_place, True: in_place}
+    return _head(size, count, type_name, redop, root) + "".join(f" {format_cell(cells[p])}" for p in placements)
+
+
+def precision_mark(records: list[dict], plan) -> str:
+    """'  ~ ±12%' after a table line whose point (either placement) missed --precision; '' otherwise."""
+    fields = {"iters": plan.iters, "precision": plan.precision, "time_budget": plan.time_budget,
+              "max_iters": plan.max_iters}
+    missed = [p for r in records if (p := precision_of(r, fields)) is not None and not p.reached]
+    if not missed:
+        return ""
+    return f"  {MISSED_MARK} {halfwidth_text(max(p.halfwidth for p in missed))}"
+
+
+MEDIAN_CELL = _MEDIAN_CELL
+
+
+def format_median_row(size: int, count: int, type_name: str, redop: str, root: int, cells: dict,
+                      placements) -> str:
+    """A line of the median-over-repetitions table; cells: in_place -> (time, lo, hi, algbw, busbw)."""
+    parts = []
+    for p in placements:
+        if cells.get(p) is None:
+            parts.append("  ".join(f"{'n/a':>{c[2]}s}" for c in _MEDIAN_CELL))
+            continue
+        time_us, lo, hi, algbw, busbw = cells[p]
+        spread = f"{_time(lo).strip()}..{_time(hi).strip()}"
+        parts.append(f"{_time(time_us)}  {spread:>15s}  {bw(algbw)}  {bw(busbw)}")
+    return _head(size, count, type_name, redop, root) + "".join(f" {c}" for c in parts)
 
 
 class Reporter:
     """Prints on rank 0 only; other ranks get a Reporter with enabled=False."""
 
-    def __init__(self, enabled: bool, total_points: int, stream=None):
+    def __init__(self, enabled: bool, total_points: int, stream=None, progress: str = "auto"):
         self.enabled = enabled
         self.stream = stream or sys.stdout
         self.progress = None
         self.task = None
-        if enabled and self.stream.isatty():
+        if enabled and draw_bar(progress, is_terminal(self.stream)):  # core/progress.py: --progress
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from commbench.core.vocab import ALIGN, Layout, get_dtype
-from commbench.harness.collectives import BY_NAME, Collective
 from commbench.core.errors import BadInput
 from commbench.core.options import RunOptions
 from commbench.core.settings import combinations, from_plan
+
+if TYPE_CHECKING:  # torch: a plan is built and checked before torch is loaded, so bad flags fail fast
+    from commbench.harness.collectives import Collective
 
 PLACEMENTS = ("out", "in", "both")
 
@@ -78,6 +81,8 @@ class SweepPlan(RunOptions):
     placement: str = "both"
 
     def entries(self) -> list[Collective]:
+        from commbench.harness.collectives import BY_NAME
+
         return [BY_NAME[c] for c in self.collectives]
 
     def placements_for(self, collective: Collective) -> list[bool]:

@@ -28,6 +28,8 @@ import torch.distributed as dist
 
 import commbench
 from commbench.harness import faults
+from commbench.harness.backend import choose_backend
+from commbench.harness.closing import closing_lines
 from commbench.harness.console import Reporter
 from commbench.harness.control import ControlPlane, RollCall
 from commbench.harness.pairgroup import DistOps, PairGroup
@@ -125,14 +127,6 @@ class Workload(Protocol):
 
     def run(self, session: "Session") -> bool:
         """Measure everything; return True if any output was wrong."""
-
-
-def choose_backend(requested: str) -> str:
-    if requested == "auto":
-        return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
-    if requested == "nccl" and not (torch.cuda.is_available() and torch.cuda.device_count() > 0):
-        raise BadInput("--backend nccl needs CUDA GPUs and none is visible here: use --backend gloo")
-    return requested
 
 
 def _device_for(backend: str, env: RankEnv) -> torch.device:
@@ -396,13 +390,14 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
         ctx = _run_context(plan, env, backend, device, device_name, ranks)
         writer = _open_writer(plan, env, device)
         passes = max(1, len(settings_of(plan)))
-        reporter = Reporter(env.rank == 0, passes * plan.repetitions * workload.total_points(env.world_size))
+        reporter = Reporter(env.rank == 0, passes * plan.repetitions * workload.total_points(env.world_size),
+                            progress=plan.progress)
         for line in _header_lines(ctx, ranks):
             reporter.line(line)
         control.watch(lambda line: _say(env, line))
         any_wrong = run_each(Session(ctx, timer, reporter, writer, control=control, wire=probe), workload.run)
         if writer is not None:
-            _summarise(writer, backend, env, ranks, reporter)
+            _summarise(writer, backend, env, ranks, reporter, plan)
         if any_wrong:
             reporter.close()
             _say(env, getattr(workload, "failure_message", "commbench: some results were wrong (see the #wrong "
@@ -469,8 +464,10 @@ def _open_writer(plan, env: RankEnv, device) -> ResultWriter | None:
     return writer
 
 
-def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dict], reporter: Reporter) -> None:
-    """Rank 0 after the last point: NCCL's transport, straggler warnings, nccl-tests' closing lines."""
+def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dict], reporter: Reporter,
+               plan: RunOptions) -> None:
+    """Rank 0 after the last point: NCCL's transport, straggler warnings, nccl-tests' closing lines
+    and the run's summary (harness/closing.py)."""
     if backend == "nccl":
         from commbench.net.ncclinfo import record_debug
         record_debug(writer)  # NCCL_DEBUG_FILE (sweep --nccl-debug): the transport and algorithms NCCL used
@@ -487,9 +484,8 @@ def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dic
     if note:
         reporter.close()
         _say(env, f"commbench: warning: {note}")
-    busbws = [r["busbw_GBps"] for r in writer.rows]
-    reporter.line("# Out of bounds values : 0 OK")
-    reporter.line(f"# Avg bus bandwidth    : {statistics.fmean(busbws) if busbws else 0.0:.4f} ")
+    for line in closing_lines(writer.rows, plan):
+        reporter.line(line)
     reporter.line(f"# Results: {writer.path} ({len(writer.rows)} rows)")
 
 

@@ -23,23 +23,18 @@ import os
 import subprocess
 from pathlib import Path
 
+from commbench.core import units
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.lab import nsexec
 from commbench.lab import state as labstate
 from commbench.lab.state import (MAX_RAILS, LabNode, LabRail, LabState, load_state, require_root,
                                  require_state, save_state, state_path)
 
 DEFAULT_SUBNET = "10.231.0.0/24"
 SWITCH_MTU = 9216
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$", re.IGNORECASE)
-_RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
-
-
 def parse_rate(text: str) -> float:
-    """'1gbit' -> 1e9 bits per second (tc's units)."""
-    m = _RATE.match(str(text).strip())
-    if not m or float(m.group(1)) <= 0:
-        raise BadInput(f"rate {text!r} is not a tc rate: use e.g. 100mbit, 1gbit, 800mbit")
-    return float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
+    """'1gbit' -> 1e9 bits per second (tc's units: the text is handed to tc as written)."""
+    return units.parse_rate(text, "rate", tc=True)
 
 
 def check_mtu(mtu: int) -> int:
@@ -222,13 +217,33 @@ def _plug(netns: str, link: LabNode | LabRail, bridge: str, prefixlen: int) -> N
 
 
 def write_hosts_file(state: LabState) -> Path:
+    """The lab's /etc/hosts and, beside it, its nsswitch.conf (lab/nsexec.py mounts both)."""
     path = labstate.STATE_DIR / "hosts"
     lines = ["127.0.0.1 localhost"] + [f"{n.addr} {n.name}" for n in state.nodes]
     path.write_text("\n".join(lines) + "\n")
-    if str(path) not in state.files:
-        state.files.append(str(path))
-        save_state(state)
+    switch = path.with_name(nsexec.NSSWITCH_NAME)
+    switch.write_text(lab_nsswitch(_read_text(Path("/etc/nsswitch.conf"))))
+    for made in (path, switch):
+        if str(made) not in state.files:
+            state.files.append(str(made))
+            save_state(state)
     return path
+
+
+def lab_nsswitch(machine: str | None) -> str:
+    """This machine's nsswitch.conf with names looked up in the hosts file only. A lab host has no
+    route to any DNS server: a lookup that reaches DNS fails (EAI_AGAIN) instead of answering "no
+    name", and torch's TCPStore looks up every peer's v4-mapped address (::ffff:10.x, in no hosts
+    file), printing "[c10d] The hostname of the client socket cannot be retrieved. err=-3" each time."""
+    kept = [line for line in (machine or "").splitlines() if not line.strip().startswith("hosts:")]
+    return "\n".join(kept + ["hosts: files"]) + "\n"
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
 
 
 def rail_index(state: LabState, rail: str) -> int:

@@ -18,6 +18,7 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 
 NETNS_DIR = Path("/var/run/netns")
+NSSWITCH_NAME = "nsswitch.conf"  # beside the lab's hosts file: names from that file only (lab/network.py)
 
 
 def _libc():
@@ -32,7 +33,8 @@ def _check(result: int, what: str) -> None:
 
 def enter(netns: str, hostname: str | None = None, hosts_file: str | None = None) -> None:
     """Move the calling process into `netns`; optionally give it its own UTS (hostname) and
-    mount namespace with `hosts_file` bind-mounted over /etc/hosts."""
+    mount namespace with `hosts_file` bind-mounted over /etc/hosts, and the nsswitch.conf beside
+    it (where the lab wrote one) over /etc/nsswitch.conf."""
     libc = _libc()
     fd = os.open(NETNS_DIR / netns, os.O_RDONLY)
     try:
@@ -49,6 +51,10 @@ def enter(netns: str, hostname: str | None = None, hosts_file: str | None = None
         # Keep the bind mount private to this namespace, then put the lab's hosts file in place.
         _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
         _check(libc.mount(hosts_file.encode(), b"/etc/hosts", None, MS_BIND, None), "bind-mount hosts")
+        switch = Path(hosts_file).with_name(NSSWITCH_NAME)
+        if switch.is_file() and Path("/etc/nsswitch.conf").exists():
+            _check(libc.mount(str(switch).encode(), b"/etc/nsswitch.conf", None, MS_BIND, None),
+                   "bind-mount nsswitch.conf")
 
 
 def popen(argv: list[str], netns: str, hostname: str | None = None, hosts_file: str | None = None,

@@ -44,6 +44,46 @@ def exec_on(state: LabState, node: str, argv: list[str]) -> int:
     return _wait_all([proc])
 
 
+# ssh's options that take a value (`ssh -o X=Y host cmd`): Open MPI's rsh launcher passes none to an
+# agent that is not ssh, but a user's `--mca plm_rsh_agent "commbench lab rsh -x"` may.
+_SSH_VALUE_OPTIONS = set("bcDEeFIiJLlmOopQRSWw")
+
+
+def rsh_target(args: list[str]) -> tuple[str, list[str]]:
+    """`[ssh options] HOST COMMAND...` -> (HOST, COMMAND words), as ssh reads its arguments."""
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] != "--":
+        flag = args[i]
+        i += 2 if len(flag) == 2 and flag[1] in _SSH_VALUE_OPTIONS else 1
+    if i < len(args) and args[i] == "--":
+        i += 1
+    if i >= len(args):
+        raise BadInput("lab rsh needs a host and a command: e.g. commbench lab rsh cbnode2 hostname "
+                       "(mpirun calls it so with --mca plm_rsh_agent 'commbench lab rsh')")
+    if i + 1 >= len(args):
+        raise BadInput(f"lab rsh {args[i]}: no command to run there (a login shell is not offered): "
+                       f"e.g. commbench lab rsh {args[i]} hostname")
+    return args[i], args[i + 1:]
+
+
+def rsh(state: LabState, args: list[str]) -> int:
+    """`lab rsh HOST COMMAND...`: ssh's part for a launcher (Open MPI's plm_rsh_agent): this process
+    becomes the command inside HOST (its netns, hostname and hosts file), stdin, stdout, stderr,
+    signals and exit code its own. As sshd does, the words are joined and given to a shell: mpirun
+    writes its remote command for one (quoted values, `;` inside orte_hnp_uri, `VAR=x; export VAR`)."""
+    host, words = rsh_target(args)
+    n = state.node(host)
+    try:
+        nsexec.enter(n.name, hostname=n.name, hosts_file=str(STATE_DIR / "hosts"))
+    except OSError as exc:
+        raise BadInput(f"lab rsh {host}: cannot enter the host ({exc.strerror}): run it as root, "
+                       "from a process with one thread") from None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv("/bin/sh", ["sh", "-c", " ".join(words)])
+    return 127  # not reached: execv replaces this process or raises
+
+
 def check_port(port: int) -> None:
     """`lab run --port`: the rendezvous port on the first host, by the launchers' one rule (1..65535)."""
     launch.check_port(port, f"--port {port}", f"--port {LAB_PORT}")

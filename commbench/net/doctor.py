@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from commbench.net import counters, doctorrails, doctorwire, netinfo, wiresource
+from commbench.core.progress import draw_bar
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput, RuntimeFailure
 from commbench.core.safetext import escaped, escaped_tree
 
@@ -431,8 +432,10 @@ def report_human(hosts: list[dict], findings: list[Finding], file=None) -> None:
     hosts, findings = safe_for_terminal(hosts, findings)
     file = file or sys.stdout
     # markup and emoji off: '[red]' or ':x:' in a value is text, never a style or a glyph
+    # Under a launcher (mpirun's pseudo-terminal) or CI, plain text: styles would be escape bytes in a log.
+    styled = draw_bar("auto", bool(getattr(file, "isatty", lambda: False)()))
     console = Console(file=file, width=max(120, Console(file=file).width), highlight=False, soft_wrap=True,
-                      markup=False, emoji=False)
+                      markup=False, emoji=False, force_terminal=styled)
     for h in hosts:
         console.print(Text.assemble((h["host"], "bold"),
                                     f"  ({h['source']}; NCCL {h.get('nccl_version') or 'not found'})"))

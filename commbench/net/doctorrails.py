@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from commbench.core.linkrate import effective_rate, rate_text
+
 VIRTUAL_DRIVERS = ("bridge", "tun", "openvswitch", "wireguard", "vxlan", "dummy")
 MAX_NAMES = 4  # hosts or rails listed in one message before "and N more"
 
@@ -32,23 +34,6 @@ def rails(facts: dict) -> list[dict]:
                 and i.get("driver") not in VIRTUAL_DRIVERS:
             out.append(i)
     return out
-
-
-def effective_rate(iface: dict) -> tuple[float | None, str]:
-    """(bits per second, where the cap comes from): min(link speed, root shaper's rate)."""
-    speed = iface["speed_mbps"] * 1e6 if iface.get("speed_mbps") else None
-    shaper = iface.get("shaper") or {}
-    shaped = shaper.get("rate_bits")
-    if isinstance(shaped, (int, float)) and shaped > 0 and (speed is None or shaped < speed):
-        return float(shaped), f"{shaper.get('kind') or 'tc'} shaper"
-    return speed, "link speed"
-
-
-def rate_text(bits: float) -> str:
-    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bits >= scale:
-            return f"{bits / scale:.4g} {unit}"
-    return f"{bits:g} bit/s"
 
 
 # One property of a rail: its value (None: unknown, not compared), how a value reads, the order

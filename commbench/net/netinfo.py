@@ -660,7 +660,9 @@ def host_summary(iface: str | None = None, environ: dict | None = None) -> dict:
         wanted |= set(picked or [])
     wanted |= {n for n in (env.get("GLOO_SOCKET_IFNAME") or "").split(",") if n}
     keys = ("name", "state", "mtu", "speed_mbps", "driver", "link_layer", "addresses")
-    ifaces = [{k: i.get(k) for k in keys} for i in facts["interfaces"]
+    # a root shaper is what caps a lab link (and a left-over tc on a NIC): core/linkrate.py reads it
+    ifaces = [{k: i.get(k) for k in keys} | ({"shaper": i["shaper"]} if i.get("shaper") else {})
+              for i in facts["interfaces"]
               if i["name"] in wanted or (i.get("addresses") and i.get("link_layer") != "loopback")]
     ports = [{k: p.get(k) for k in ("device", "port", "state", "phys_state", "rate", "link_layer", "netdev",
                                     "active_mtu")}

@@ -10,7 +10,7 @@ import torch
 from commbench.harness import faults
 from commbench.core.vocab import Layout, check_backend_support
 from commbench.harness.collectives import CallArgs, Collective
-from commbench.harness.console import PLACEMENT_HEADER, Cell, format_row
+from commbench.harness.console import Cell, format_row, placement_header, precision_mark
 from commbench.harness.data import allocate, count_wrong, fill
 from commbench.harness.dtypes import DType, get_dtype
 from commbench.core.launch import RankEnv
@@ -73,7 +73,8 @@ class SweepWorkload:
                 args = CallArgs(rank, world, plan.root, op, session.group)
                 reporter.line(f"# Collective test starting: {collective.name}"
                               + (f"  (repetition {repetition + 1}/{plan.repetitions})" if plan.repetitions > 1 else ""))
-                reporter.line(PLACEMENT_HEADER)
+                placements = tuple(plan.placements_for(collective))  # one half where torch has one
+                reporter.line(placement_header(placements))
                 for layout, points in grid:
                     cells: dict[bool, Cell] = {}
                     records = []
@@ -92,6 +93,7 @@ class SweepWorkload:
                     first = points[0]
                     marks = "".join(dict.fromkeys(wire.mark(r.get("wire")) for r in records))
                     reporter.line(format_row(first.size_bytes, first.count, dtype.nccl_name, op or "none", root,
-                                             cells.get(False), cells.get(True)) + marks)
+                                             cells.get(False), cells.get(True), placements)
+                                  + precision_mark(records, plan) + marks)
                 reporter.line(f"# Collective test concluded: {collective.name}")
         return any_wrong

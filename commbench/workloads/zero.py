@@ -204,13 +204,16 @@ class ZeroWorkload:
         dtype = get_dtype(plan.dtype)
         params = sum(self.modules())
         reporter = session.reporter
+        # a scaled model's bytes alone read as the model's (issue #19): the full model's stand beside them
+        full = plan.scale != 1
         reporter.line(f"# ZeRO schedules: {plan.model} shape ({params / 1e9:.3g}B parameters, {plan.layers} layers, "
-                      f"hidden {plan.hidden}), {dtype.name}, scale {plan.scale:g}, "
+                      f"hidden {plan.hidden}), {dtype.name}, scale {plan.scale:g}"
+                      + (f" (every message 1/{1 / plan.scale:.3g} of the full model's)" if full else "") + ", "
                       f"buckets reduce {' / '.join(f'{b:.3g}' for b in self.buckets())} | "
                       f"prefetch {plan.prefetch_bucket_size:.3g} elements, "
                       f"{plan.micro_batches} micro-batch(es) per step")
-        reporter.line("#  stage  reduce bucket  collectives                                   bytes/rank/step   paper (xP)   "
-                      "ratio   time/step (us)   busbw")
+        reporter.line("#  stage  reduce bucket  collectives                                   bytes/rank/step   "
+                      + ("full model   " if full else "") + "paper (xP)   ratio   time/step (us)   busbw")
         for repetition in range(plan.repetitions):
             for bucket, stage in ((b, s) for b in self.buckets() for s in plan.stages):
                 sched = self.schedule(stage, world, bucket)
@@ -234,10 +237,15 @@ class ZeroWorkload:
                                          ops=json.dumps(by_op, sort_keys=True))
                     session.write([row])
                     counts = ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
-                    reporter.line(f"  {stage:5d}  {bucket:13.3g}  {counts:44s}  {format_size(moved):>15s}   "
+                    at_full = f"{format_size(moved / plan.scale):>10s}   " if full else ""
+                    reporter.line(f"  {stage:5d}  {bucket:13.3g}  {counts:44s}  {format_size(moved):>15s}   {at_full}"
                                   f"{PAPER_VOLUME[stage] * plan.micro_batches}P={format_size(paper):>9s}  {moved / paper:6.3f}  "
                                   f"{row['time_us']:15.0f}  {row['busbw_GBps']:6.3f}" + wire.mark(row.get("wire")))
                 reporter.advance(f"stage {stage}")
+        if full:
+            reporter.line(f"# bytes/rank/step and paper are the scaled model's (--scale {plan.scale:g}); full model: "
+                          f"the same step's bytes per rank at full size ({plan.model}: {params / 1e9:.3g}B parameters, "
+                          f"{format_size(params * dtype.itemsize)} of {dtype.name})")
         return False
 
 

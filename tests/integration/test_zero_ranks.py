@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from commbench.core.units import format_size
 
 pytestmark = pytest.mark.integration
 DATA = Path(__file__).parent.parent / "data" / "ds_config"
@@ -38,6 +41,13 @@ def test_1_3b_schedule_per_stage_has_the_paper_volumes(tmp_path):
     assert set(json.loads(df.ops[3])) == {"all_gather", "reduce_scatter"}
     assert set(json.loads(df.ops[0])) == {"all_reduce"}
     assert "paper" in proc.stdout and "3P=" in proc.stdout
+    # the scaled model's bytes, and beside them the full model's (issue #19: "2P = 32 MiB" alone read as 1.3b's)
+    lines = proc.stdout.splitlines()
+    assert "full model" in next(ln for ln in lines if "bytes/rank/step" in ln)
+    for stage in range(4):
+        line = next(ln for ln in lines if re.match(rf"\s+{stage}\s+5e\+08", ln))
+        assert format_size(df.bytes_per_rank[stage] / scale) in line, line
+    assert "full size (1.3b: 1.41B parameters, 2.6 GiB of bfloat16)" in proc.stdout
 
 
 def test_a_ds_config_sets_the_stage_and_buckets(tmp_path):

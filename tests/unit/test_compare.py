@@ -68,6 +68,8 @@ def make_frame(busbw_of=None, sizes=SIZES, reps=7, noise=0.015, iters=20, seed=0
         "samples_us": list(samples),
     }
     n = sizes_col.size
+    # each seed its own run: two sides of one run id are one run compared with itself (a warning)
+    const.setdefault("run_id", f"20250101-000000-{seed:06x}")
     for name, value in {**CONSTANT, **cols, **const}.items():
         if isinstance(value, (list, np.ndarray)) and len(value) == n and name != "hosts":
             cols[name] = value
@@ -534,7 +536,8 @@ def settings_frame(eth1_peak: float, seed: int, settings=(ETH0, ETH1)) -> pd.Dat
     """One run measured once per setting (as sweep --env runs its grid): eth0 at a 100 GB/s
     peak, eth1 at eth1_peak."""
     peaks = {ETH0: 100.0, ETH1: eth1_peak}
-    return pd.concat([make_frame(curve(peaks[s]), sizes=(1 << 20, 16 << 20), seed=seed + i, settings=s)
+    return pd.concat([make_frame(curve(peaks[s]), sizes=(1 << 20, 16 << 20), seed=seed + i, settings=s,
+                                 run_id=f"20250101-000000-{seed:06x}")
                       for i, s in enumerate(settings)], ignore_index=True)
 
 

@@ -1,0 +1,54 @@
+"""Report pieces that follow what was drawn and what was given: figure captions that name only
+the panels a figure has (a figure without small sizes has no latency panel), and the baseline's
+runs, so that the before side's metadata is in the report as the after side's is."""
+
+from __future__ import annotations
+
+import json
+
+from commbench.analysis import plot
+from commbench.analysis.markdown import md, md_table
+from commbench.analysis.summary import json_value, net_rows, run_facts
+from commbench.analysis.runs import run_rows
+from commbench.core.units import format_size
+
+BASELINE_RUNS = "Baseline runs (before)"
+_LATENCY = f"time per operation of sizes ≤ {format_size(plot.SMALL_BYTES)}"
+
+
+def curves_caption(fig) -> str:
+    """The caption of the curves figure: its top panel, and its bottom one only when it has one."""
+    against = "bucket size" if fig.axes and fig.axes[0].get_xlabel().startswith("Bucket size") else "message size"
+    top = (f"bus bandwidth (nccl-tests definition) against {against}, median over repetitions, "
+           "band from min to max.")
+    if not plot.has_latency_panel(fig):
+        return top[0].upper() + top[1:]
+    return f"Top: {top} Bottom: {_LATENCY}."
+
+
+def comparison_caption(fig) -> str:
+    text = "Before (baseline, dashed) and after (solid): median busbw over every run and repetition of each side"
+    return text + (f"; below, the {_LATENCY}." if plot.has_latency_panel(fig) else ".")
+
+
+def baseline_runs_markdown(df) -> list[str]:
+    """The baseline's runs as the Markdown report's "Runs" section lists the after side's."""
+    out = [f"## {BASELINE_RUNS}", ""]
+    for r in run_rows(df):
+        out += [f"### {md(r['run_id'])}", "", md_table(["fact", "value"], run_facts(r, df)), ""]
+        per_host = net_rows(json_value(r.get("net")))
+        if per_host:
+            out += [md_table(["host", "interface", "MTU", "link layer", "speed", "state"], per_host, right=[2]), ""]
+        env = json_value(r.get("env"))
+        if isinstance(env, dict) and env:
+            out += [md_table(["variable", "value"], sorted((k, v if isinstance(v, str) else json.dumps(v))
+                                                           for k, v in env.items())), ""]
+    return out
+
+
+def with_baseline_runs(text: str, baseline_df) -> str:
+    """The Markdown report with the baseline's runs after its own "Runs" section (before the footer line)."""
+    if baseline_df is None or len(baseline_df) == 0:
+        return text
+    body, _, footer = text.rstrip("\n").rpartition("\n")
+    return "\n".join([body, *baseline_runs_markdown(baseline_df), footer]) + "\n"

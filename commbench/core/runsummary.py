@@ -1,0 +1,329 @@
+"""A run's rows in a few sentences: whether each point reached the precision its stop rule aimed at
+(and why not), each collective's average and peak busbw, each point's median over repetitions,
+and reduce_scatter's busbw next to all_reduce's. Plain rows in, plain values and text out: the
+sweep's closing lines (harness/closing.py) and the report (analysis/summary.py) say the same.
+
+Nothing here needs a column the results file lacks: the achieved precision is the half-width of
+the median's confidence interval over `samples_us` (the per-iteration maxima over ranks that the
+stop rule itself judged, harness/timing.py StopRule), and why a point stopped follows from its
+iteration count and the time its samples add up to.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from commbench.core.stats import median_ci_halfwidth, median_ci_ranks
+from commbench.core.units import format_size
+
+# Workloads whose samples_us are the maxima the stop rule judged (Session.time_call); pairs' rows
+# hold one end's own times (Session.time_each), so their precision is not the rule's.
+JUDGED_BY_STOP_RULE = frozenset({"sweep", "buckets", "zero"})
+MISSED_MARK = "~"
+REACHED, TIME_BUDGET, MAX_ITERS = "reached", "time budget", "max iters"
+
+
+@dataclass(slots=True)
+class Precision:
+    halfwidth: float  # the 95% CI half-width of the median over the median; inf: too few samples
+    target: float  # --precision
+    why: str  # REACHED, TIME_BUDGET or MAX_ITERS
+
+    @property
+    def reached(self) -> bool:
+        return self.why == REACHED
+
+
+def point_precision(samples_us: Sequence[float] | None, iters: int, target: float, max_iters: int,
+                    width: float | None = None) -> Precision | None:
+    """How precisely a point's median is known and why its loop stopped; None where no target
+    applied (fixed --iters, --precision 0) or nothing was timed. `width`: the half-width when the
+    caller has it (halfwidths, for many rows at once)."""
+    if width is None:
+        values = [] if samples_us is None else [float(v) for v in samples_us if _finite(v)]
+        if target <= 0 or not values:
+            return None
+        width = median_ci_halfwidth(values)
+    if target <= 0 or math.isnan(width):
+        return None
+    if width <= target * (1 + 1e-9):  # the rule judged seconds, these are microseconds: rounding only
+        return Precision(width, target, REACHED)
+    # StopRule.next_batch stops at only three: precision, --max-iters, or the time budget spent
+    return Precision(width, target, MAX_ITERS if max_iters and iters >= max_iters else TIME_BUDGET)
+
+
+def halfwidths(samples: Sequence[Sequence[float] | None]) -> list[float]:
+    """median_ci_halfwidth of many samples at once (a run's 100,000 rows in a second, not in 13):
+    those of one length sorted together; nan where a sample is empty or holds a value that is not
+    finite (point_precision then drops those values itself)."""
+    out = [math.nan] * len(samples)
+    by_length: dict[int, list[int]] = {}
+    for i, values in enumerate(samples):
+        if values is not None and len(values):
+            by_length.setdefault(len(values), []).append(i)
+    for n, where in by_length.items():
+        arr = np.sort(np.asarray([np.asarray(samples[i], dtype=float) for i in where]), axis=1)
+        ok = np.all(np.isfinite(arr), axis=1)
+        med = np.median(arr, axis=1)
+        ranks = median_ci_ranks(n)
+        if ranks is None:
+            width = np.full(len(where), math.inf)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                width = np.maximum(med - arr[:, ranks[0]], arr[:, ranks[1]] - med) / med
+            width[~(med > 0)] = math.inf
+        for i, w, good in zip(where, width.tolist(), ok.tolist()):
+            out[i] = w if good else math.nan
+    return out
+
+
+def precision_of(row: Mapping, plan: Mapping, width: float | None = None) -> Precision | None:
+    """point_precision for a result row under its plan (RunOptions' fields: iters, precision,
+    time_budget, max_iters); None for a fixed count, --precision 0 or a workload the rule did not judge."""
+    if plan.get("iters") or row.get("workload", "sweep") not in JUDGED_BY_STOP_RULE:
+        return None
+    return point_precision(row.get("samples_us"), int(row.get("iters") or 0), float(plan.get("precision") or 0),
+                           int(plan.get("max_iters") or 0), None if width is None or math.isnan(width) else width)
+
+
+def percent(fraction: float) -> str:
+    return f"{fraction * 100:.3g}%"
+
+
+def halfwidth_text(width: float) -> str:
+    return "±?" if not math.isfinite(width) else f"±{width:.0%}" if width >= 0.095 else f"±{width:.1%}"
+
+
+def precision_lines(rows: Sequence[Mapping], plan: Mapping) -> list[str]:
+    """'N of M points reached 3%' and, when some did not, why they stopped, the worst, and what
+    the mark in the table means; [] where no target applied."""
+    if plan.get("iters") or not float(plan.get("precision") or 0) > 0:
+        return []
+    widths = halfwidths([r.get("samples_us") if r.get("workload", "sweep") in JUDGED_BY_STOP_RULE else None
+                         for r in rows])
+    judged = [(r, p) for r, w in zip(rows, widths) if (p := precision_of(r, plan, w)) is not None]
+    if not judged:
+        return []
+    target = judged[0][1].target
+    missed = [(r, p) for r, p in judged if not p.reached]
+    reps = len({r.get("repetition") for r, _ in judged})
+    count = f"{len(judged) - len(missed)} of {len(judged)} points" + (
+        f" ({len(judged) // reps} x {reps} repetitions)" if reps > 1 and len(judged) % reps == 0 else "")
+    lines = [f"# Precision: {count} reached {percent(target)} (95% CI half-width of the median)"]
+    if missed:
+        why = {w: sum(1 for _, p in missed if p.why == w) for w in (TIME_BUDGET, MAX_ITERS)}
+        reasons = [f"{n} at the time budget ({float(plan.get('time_budget') or 0):g} s)" if w == TIME_BUDGET else
+                   f"{n} at --max-iters {plan.get('max_iters')}" for w, n in why.items() if n]
+        worst_row, worst = max(missed, key=lambda rp: rp[1].halfwidth)
+        lines[0] += f"; {len(missed)} stopped short: " + ", ".join(reasons)
+        marked = any(r.get("workload", "sweep") == "sweep" for r, _ in missed)  # sweep's table marks them
+        worst_text = f"{halfwidth_text(worst.halfwidth)}: {point_name(worst_row)}"
+        lines.append((f"# {MISSED_MARK} ±N% in the table: that point's median is known only to ±N% (worst "
+                      f"{worst_text})" if marked else f"# Worst: {worst_text} (its median's 95% CI half-width)")
+                     + "; more --time-budget or --max-iters, or a quieter machine, narrow it")
+    return lines
+
+
+def point_where(row: Mapping) -> str:
+    """What tells a point from its neighbours: its size (a sweep), its bucket (buckets, with its
+    ZeRO stage in zero)."""
+    bucket, stage = row.get("bucket_bytes"), row.get("zero_stage")
+    if _finite(bucket) or _finite(stage):
+        parts = [f"ZeRO-{int(stage)}" if _finite(stage) else "",
+                 f"buckets of {format_size(int(bucket))}" if _finite(bucket) else ""]
+        return ", ".join(p for p in parts if p)
+    return format_size(int(row.get("size_bytes") or 0))
+
+
+def point_name(row: Mapping) -> str:
+    where = " in place" if row.get("in_place") and row.get("collective") in _BOTH else ""
+    return f"{row.get('collective')} {point_where(row)}{where}"
+
+
+_BOTH = frozenset({"all_gather", "reduce_scatter"})  # the collectives that have both placements
+
+
+# --------------------------------------------------------------------------- medians, series
+
+
+POINT_KEYS = ("settings", "collective", "dtype", "op", "root", "size_bytes", "in_place", "bucket_bytes",
+              "zero_stage", "src_host", "dst_host", "rail", "confirm")
+
+
+@dataclass
+class PointMedian:
+    """One point over its repetitions."""
+
+    first: Mapping  # the point's first row (its key columns, count, workload)
+    time_us: float
+    algbw: float
+    busbw: float
+    times_us: list[float]  # each repetition's median time
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        return min(self.times_us), max(self.times_us)
+
+
+def _finite(value) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _cell(value):
+    """A key cell: NaN (pandas' missing value) as None, so that missing cells are one key."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def point_medians(rows: Iterable[Mapping]) -> list[PointMedian]:
+    """Per point (POINT_KEYS), medians over its repetitions of time, algbw and busbw, in the order
+    the points were first measured; rows without a finite busbw (a failed link) are left out."""
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in rows:
+        if _finite(r.get("busbw_GBps")) and _finite(r.get("time_us")):
+            groups.setdefault(tuple(_cell(r.get(k)) for k in POINT_KEYS), []).append(r)
+    return [PointMedian(g[0], statistics.median(float(r["time_us"]) for r in g),
+                        statistics.median(float(r.get("algbw_GBps") or 0) for r in g),
+                        statistics.median(float(r["busbw_GBps"]) for r in g), [float(r["time_us"]) for r in g])
+            for g in groups.values()]
+
+
+@dataclass
+class Series:
+    """One collective (in one setting) of a run: its points' medians."""
+
+    collective: str
+    workload: str
+    settings: str | None
+    points: list[PointMedian]
+
+    @property
+    def label(self) -> str:
+        what = self.collective if self.workload in ("sweep", "") else f"{self.collective} ({self.workload})"
+        return what + (f" [{self.settings}]" if self.settings else "")
+
+    @property
+    def avg(self) -> float:
+        """nccl-tests' "Avg bus bandwidth": the mean over every size and placement."""
+        return statistics.fmean(p.busbw for p in self.points)
+
+    @property
+    def peak(self) -> PointMedian:
+        return max(self.points, key=lambda p: p.busbw)
+
+
+def series_of(medians: Iterable[PointMedian]) -> list[Series]:
+    out: dict[tuple, Series] = {}
+    for p in medians:
+        key = (_cell(p.first.get("settings")), p.first.get("collective"), p.first.get("workload") or "")
+        if key not in out:
+            out[key] = Series(str(key[1]), str(key[2]), key[0], [])
+        out[key].points.append(p)
+    return list(out.values())
+
+
+def gbps(value: float) -> str:
+    """A bandwidth with 3 significant digits (GB/s)."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    if abs(value) < 1e-4:
+        return f"{value:.2e}"
+    return f"{value:.{max(0, 2 - math.floor(math.log10(abs(value))))}f}"
+
+
+def size_range(sizes: Iterable[int]) -> str:
+    s = sorted(set(int(v) for v in sizes))
+    return format_size(s[0]) if len(s) == 1 else f"{format_size(s[0])}..{format_size(s[-1])}"
+
+
+def _extent(points: Sequence[PointMedian]) -> str:
+    """What a series covers: its sizes, or its ZeRO stages and buckets."""
+    stages = [p.first.get("zero_stage") for p in points]
+    buckets = [p.first.get("bucket_bytes") for p in points]
+    parts = []
+    if all(_finite(v) for v in stages):
+        lo, hi = min(int(v) for v in stages), max(int(v) for v in stages)
+        parts.append(f"ZeRO-{lo}" if lo == hi else f"ZeRO-{lo}..{hi}")
+    if all(_finite(v) for v in buckets):
+        parts.append(f"buckets of {size_range(int(v) for v in buckets)}")
+    return ", ".join(parts) or size_range(int(p.first.get("size_bytes") or 0) for p in points)
+
+
+def bandwidth_lines(series: Sequence[Series]) -> list[str]:
+    """Each collective's average and peak busbw, with units and what they cover; nccl-tests' own
+    "Avg bus bandwidth" line (now with its unit) only where one collective makes it meaningful."""
+    if not series:
+        return []
+    width = max(len(s.label) for s in series)
+    lines = []
+    for s in series:
+        peak = s.peak
+        both = len({p.first.get("in_place") for p in s.points}) > 1
+        where = (f" {'in place' if peak.first.get('in_place') else 'out of place'}" if both else "")
+        lines.append(f"# {s.label:<{width}}  avg bus bandwidth {gbps(s.avg)} GB/s, peak {gbps(peak.busbw)} GB/s "
+                     f"at {point_where(peak.first)}{where} ({_extent(s.points)}: {len(s.points)} points)")
+    if len(series) == 1:
+        lines.append(f"# Avg bus bandwidth    : {series[0].avg:.4f} GB/s")
+    return lines
+
+
+# --------------------------------------------------------------------------- reduce_scatter vs all_reduce
+
+
+@dataclass(frozen=True)
+class Gap:
+    """reduce_scatter's busbw over all_reduce's at the sizes where both are bandwidth-bound."""
+
+    ratio: float  # geometric mean of the per-size ratios
+    sizes: tuple[int, ...]
+    backend: str
+    label: str  # the run or setting it holds for ("" for a single one)
+
+    def sentence(self) -> str:
+        text = (f"reduce_scatter busbw is {self.ratio:.2f}x all_reduce's at {size_range(self.sizes)} "
+                f"({len(self.sizes)} size{'s' if len(self.sizes) != 1 else ''} where all_reduce reaches half its "
+                f"peak{', ' + self.label if self.label else ''})")
+        if self.backend == "gloo":
+            text += (": gloo runs reduce_scatter as an all_reduce of the whole input and keeps this rank's "
+                     "share (torch's ProcessGroupGloo), so it moves all_reduce's bytes but is credited half "
+                     "the bus bytes: where bandwidth limits both, about 0.5x at best")
+        return text
+
+
+def _mean_ratio(pairs: Sequence[tuple[float, float]]) -> float:
+    return math.exp(statistics.fmean(math.log(rs / ar) for rs, ar in pairs))
+
+
+def reduce_scatter_gap(points: Iterable[Mapping], label: str = "") -> Gap | None:
+    """From points of one run (dicts: collective, size_bytes, busbw, backend; medians over
+    repetitions, one placement each or both): the Gap, or None unless both collectives were
+    measured. Sizes pair up within 5% (both round sizes to their ranks: nccl-tests' counts)."""
+    best: dict[str, dict[int, float]] = {"all_reduce": {}, "reduce_scatter": {}}
+    backend = ""
+    for p in points:
+        name, bw = p.get("collective"), p.get("busbw")
+        if name in best and _finite(bw) and float(bw) > 0:
+            size = int(p["size_bytes"])
+            best[name][size] = max(best[name].get(size, 0.0), float(bw))  # the better placement
+            backend = str(p.get("backend") or backend)
+    ar, rs = best["all_reduce"], best["reduce_scatter"]
+    if not ar or not rs:
+        return None
+    half = max(ar.values()) / 2
+    pairs = []
+    for size, bw in sorted(rs.items()):
+        near = min(ar, key=lambda s: abs(math.log(s / size)))
+        if abs(near - size) <= 0.05 * size and ar[near] >= half:
+            pairs.append((size, bw, ar[near]))
+    if not pairs:
+        return None
+    return Gap(_mean_ratio([(b, a) for _, b, a in pairs]), tuple(s for s, _, _ in pairs), backend, label)
