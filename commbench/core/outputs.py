@@ -65,8 +65,8 @@ def check_new(path: str | os.PathLike, command: str, flag: str = "--out",
     if path.is_dir():
         raise BadInput(f"{flag} {path} is a folder: pass a file name")
     if os.path.lexists(path) and not force:
-        raise BadInput(f"{path} already exists: {command} never overwrites a file; pass another {flag} "
-                       "or remove it first")
+        raise BadInput(f"{path} already exists: {command} never overwrites a file; pass --force to replace it, "
+                       f"or another {flag}")
     if os.path.lexists(path) and not path.is_file():  # --force replaces a file, never /dev/null or a FIFO
         raise BadInput(f"{flag} {path} is not a regular file: pass another {flag}")
     folder = path.parent
@@ -196,8 +196,8 @@ class _Group:
             else:
                 _link_new(tmp, path)
         except FileExistsError:  # taken since the check: someone else's file, left as it is
-            raise BadInput(f"{path} already exists: {self.command} never overwrites a file; pass another "
-                           f"{o.flag} or remove it first") from None
+            raise BadInput(f"{path} already exists: {self.command} never overwrites a file; pass --force to "
+                           f"replace it, or another {o.flag}") from None
         except OSError as exc:
             raise _failure(exc, path, o.flag) from None
         self.placed.append(path)

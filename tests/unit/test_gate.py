@@ -335,7 +335,7 @@ def test_cli_suggest_prints_yaml_and_never_overwrites(files, tmp_path, capsys):
     code, stdout, err = run(capsys, "gate", "--suggest", str(files["good"]), "--out", str(taken))
     assert code == 2 and taken.read_text() == "mine\n"
     assert err.strip() == (f"commbench: {taken} already exists: gate --suggest never overwrites a file; "
-                           "pass another --out or remove it first")
+                           "pass --force to replace it, or another --out")
 
 
 @pytest.mark.parametrize("args, message", [
