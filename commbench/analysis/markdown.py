@@ -73,7 +73,17 @@ def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), com
         out += [md(line) for line in gaps] + ([""] if gaps else [])
         out += settings_markdown(settingsview.settings_tables(curves))
     out += wire_markdown(df)
-    out += ["## Runs", ""]
+    out += runs_markdown(df)
+    from commbench import __version__
+
+    out.append(f"_commbench {md(__version__)}; GB/s = 1e9 bytes/s; busbw and algbw as defined by nccl-tests._")
+    return "\n".join(out) + "\n"
+
+
+def runs_markdown(df, title: str = "Runs") -> list[str]:
+    """Every run's facts, network per host and environment: the after side's "Runs" section, and
+    the baseline's with its own title."""
+    out = [f"## {title}", ""]
     for r in run_rows(df):
         out += [f"### {md(r['run_id'])}", "", md_table(["fact", "value"], run_facts(r, df)), ""]
         per_host = net_rows(json_value(r.get("net")))
@@ -83,10 +93,7 @@ def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), com
         if isinstance(env, dict) and env:
             out += [md_table(["variable", "value"], sorted((k, v if isinstance(v, str) else json.dumps(v))
                                                            for k, v in env.items())), ""]
-    from commbench import __version__
-
-    out.append(f"_commbench {md(__version__)}; GB/s = 1e9 bytes/s; busbw and algbw as defined by nccl-tests._")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def peaks_markdown(peaks: list[dict]) -> list[str]:

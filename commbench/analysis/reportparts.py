@@ -4,12 +4,9 @@ runs, so that the before side's metadata is in the report as the after side's is
 
 from __future__ import annotations
 
-import json
 
 from commbench.analysis import plot
-from commbench.analysis.markdown import md, md_table
-from commbench.analysis.summary import json_value, net_rows, run_facts
-from commbench.analysis.runs import run_rows
+from commbench.analysis.markdown import runs_markdown
 from commbench.core.units import format_size
 
 BASELINE_RUNS = "Baseline runs (before)"
@@ -33,17 +30,7 @@ def comparison_caption(fig) -> str:
 
 def baseline_runs_markdown(df) -> list[str]:
     """The baseline's runs as the Markdown report's "Runs" section lists the after side's."""
-    out = [f"## {BASELINE_RUNS}", ""]
-    for r in run_rows(df):
-        out += [f"### {md(r['run_id'])}", "", md_table(["fact", "value"], run_facts(r, df)), ""]
-        per_host = net_rows(json_value(r.get("net")))
-        if per_host:
-            out += [md_table(["host", "interface", "MTU", "link layer", "speed", "state"], per_host, right=[2]), ""]
-        env = json_value(r.get("env"))
-        if isinstance(env, dict) and env:
-            out += [md_table(["variable", "value"], sorted((k, v if isinstance(v, str) else json.dumps(v))
-                                                           for k, v in env.items())), ""]
-    return out
+    return runs_markdown(df, BASELINE_RUNS)
 
 
 def with_baseline_runs(text: str, baseline_df) -> str:
