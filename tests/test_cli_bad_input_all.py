@@ -24,6 +24,7 @@ from unit.synthetic import make_rows, write  # tests/ is on sys.path (rootdir-re
 
 DATA = Path(__file__).parent / "data"
 NCCL_LOG = DATA / "nccl-tests" / "all_reduce_v2.19.4_1node_8xA100.txt"
+DS = str(DATA / "ds_config" / "zero2_bucket5e8_fp16.json")
 
 # (id, argv with {placeholders} for the files made below, substrings the one stderr line must hold)
 CASES = [
@@ -54,6 +55,19 @@ CASES = [
     ("ds-config-negative-bucket", ["zero", "--ds-config", "{d}/negbucket.json"], ["reduce_bucket_size", "-5"]),
     ("ds-config-not-an-object", ["zero", "--ds-config", "{d}/list.json"], ["not a JSON object"]),
     ("ds-config-is-a-folder", ["zero", "--ds-config", "{d}"], ["is a directory"]),
+    # ------------------------------------------------------------------ tune
+    ("tune-needs-ds-config", ["tune"], ["--ds-config"]),
+    ("tune-ds-config-stage-7", ["tune", "--ds-config", "{d}/stage7.json"], ["zero_optimization.stage", "7"]),
+    ("tune-top-zero", ["tune", "--ds-config", DS, "--top", "0"], ["--top 0"]),
+    ("tune-fits-no-stage", ["tune", "--ds-config", DS, "--model", "7b", "--memory-per-rank", "1G", "--nproc", "2",
+                            "--backend", "gloo"], ["fits no ZeRO stage", "--memory-per-rank"]),
+    ("tune-dtype-not-trained", ["tune", "--ds-config", DS, "--dtypes", "int8"], ["DeepSpeed trains in"]),
+    ("tune-grad-accum-zero", ["tune", "--ds-config", DS, "--grad-accum", "0"], ["gradient_accumulation_steps"]),
+    ("tune-odd-allgather", ["tune", "--ds-config", DS, "--allgather-buckets", "3"], ["even allgather_bucket_size"]),
+    ("tune-out-names-a-file", ["tune", "--ds-config", DS, "--out", "{d}/x.parquet", "--backend", "gloo"],
+     ["names a file"]),
+    ("tune-curve-missing", ["tune", "--ds-config", DS, "--layers", "2", "--hidden", "64", "--curve",
+                            "{d}/nope.parquet", "--backend", "gloo", "--out", "{d}/o"], ["nope.parquet"]),
     # ------------------------------------------------------------------ result files (compare, plot, report)
     ("compare-empty-folder", ["compare", "{d}/emptydir", "{d}/good.parquet"], ["no .parquet result files found"]),
     ("compare-broken-file-in-a-folder", ["compare", "{d}/mixed", "{d}/good.parquet"],

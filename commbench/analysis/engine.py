@@ -34,7 +34,8 @@ from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 # engine: at 1M rows it takes half the time and a third of the memory of pandas; below, DuckDB's
 # start costs more than it saves. benchmarks/analysis_scale.py measures both sides of the line.
 MIN_ROWS = int(os.environ.get("COMMBENCH_ENGINE_ROWS", "500000"))
-_INT_KEYS = ("size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage", "src_rank",
+_INT_KEYS = ("size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage", "grad_accum",
+             "src_rank",
              "dst_rank")
 _ROW_BITS = 40  # a row's global number: file index << 40 | its row in the file (the order read_results reads)
 

@@ -22,12 +22,12 @@ from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
 KEY_COLUMNS = ("collective", "dtype", "op", "size_bytes", "in_place", "world_size", "nnodes",
-               "ranks_per_node", "workload", "bucket_bytes", "zero_stage",
+               "ranks_per_node", "workload", "bucket_bytes", "zero_stage", "grad_accum",
                "src_host", "dst_host", "src_rank", "dst_rank",  # pairs: one point per link
                "rail",  # pairs --per-rail: one point per link and rail
                "settings")  # --env/--mtu axes: one point per setting
 ERROR_CHARS = 200  # of a failed row's reason, in a note
-_INT_KEYS = {"size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage", "src_rank",
+_INT_KEYS = {"size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage", "grad_accum", "src_rank",
              "dst_rank"}
 
 

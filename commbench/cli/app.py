@@ -8,7 +8,7 @@ import sys
 import click
 
 from commbench import __version__
-from commbench.cli import analyze, doctor, measure
+from commbench.cli import analyze, doctor, measure, tune
 from commbench.cli.lab import lab
 from commbench.cli.nccl_tests import nccl_tests
 from commbench.core.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, CommbenchError
@@ -22,7 +22,7 @@ def cli() -> None:
 
 
 for _command in (measure.sweep, measure.buckets, measure.pairs, measure.zero, analyze.compare, analyze.gate,
-                 analyze.plot, analyze.report, doctor.doctor, lab, nccl_tests):
+                 analyze.plot, analyze.report, doctor.doctor, lab, nccl_tests, tune.tune):
     cli.add_command(_command)
 
 

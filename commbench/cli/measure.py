@@ -220,11 +220,21 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, npr
               help="schedule: commbench's collectives; deepspeed: the real DeepSpeed engine and its comms logger.")
 @click.option("--steps", type=Number(int, 1, 10_000, example="2"), default=2, show_default=True, help="Timed optimizer steps (--engine deepspeed).")
 @click.option("--validate", "validate_schedule", is_flag=True,
-              help="With --engine deepspeed: compare the schedule's bytes per op type with the engine's.")
+              help="With --engine deepspeed: compare the schedule's bytes per op type, and its gradient "
+                   "reductions one by one, with the engine's.")
+@click.option("--grad-accum", "grad_accum", default=None, metavar="G[,G...]",
+              help="gradient_accumulation_steps, or a list (e.g. 1,4,8): every value measured "
+                   "[default: the config's, else 1].")
+@click.option("--overlap", type=click.Choice(["on", "off"]), default=None,
+              help="overlap_comm: gradient reductions in flight while the next bucket fills "
+                   "[default: the config's, else DeepSpeed's (on for stage 3 only)].")
+@click.option("--curve", "curve", multiple=True, type=click.Path(), metavar="RESULTS",
+              help="A sweep's results (file or folder; repeatable): predict each setting's communication "
+                   "time per step at full scale from it.")
 @env_option
 @run_options
 def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, scale, engine, steps,
-         validate_schedule, env_axes, nproc, **run) -> int:
+         validate_schedule, grad_accum, overlap, curve, env_axes, nproc, **run) -> int:
     """One training step's ZeRO communication schedule per stage, run with real collectives."""
     from commbench.core.vocab import get_dtype
     from commbench.workloads.zero import ZeroPlan, ZeroWorkload
@@ -239,8 +249,9 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
         cfg = dsconfig.load(ds_config)
         buckets = dict(reduce_bucket_size=cfg.reduce_bucket_size, prefetch_bucket_size=cfg.stage3_prefetch_bucket_size,
                        micro_batches=cfg.gradient_accumulation_steps or 1,
-                       multi_rank_allreduce=cfg.use_multi_rank_bucket_allreduce)
+                       multi_rank_allreduce=cfg.use_multi_rank_bucket_allreduce, overlap_comm=_zero_config_overlap(cfg))
         wanted = [cfg.zero_stage]
+    buckets.update(_zero_axes(grad_accum, overlap, curve, engine))
     wanted = _zero_stages(stages) if stages is not None else wanted
     bucket_grid = _zero_buckets(bucket_size, engine)
     fields = run_fields(nproc=nproc, workload="zero", **run)
@@ -267,6 +278,39 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
     plan = ZeroPlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, dtype=dt.name,
                     scale=factor, ds_config=ds_config, reduce_bucket_sizes=bucket_grid, **buckets, **fields)
     return launch_workload(ZeroWorkload(plan), nproc)
+
+
+def _zero_config_overlap(cfg) -> bool | None:
+    """overlap_comm where the config sets it; None (DeepSpeed's default per stage) where it does not."""
+    zero = cfg.raw.get("zero_optimization") if isinstance(cfg.raw, dict) else None
+    return cfg.overlap_comm if isinstance(zero, dict) and isinstance(zero.get("overlap_comm"), bool) else None
+
+
+def _zero_axes(grad_accum: str | None, overlap: str | None, curve: tuple, engine: str) -> dict:
+    """The plan fields of --grad-accum, --overlap and --curve, checked."""
+    from commbench.workloads.zero import MAX_GRAD_ACCUM
+
+    out: dict = {}
+    if grad_accum is not None:
+        try:
+            values = [int(v) for v in grad_accum.split(",") if v.strip()]
+        except ValueError:
+            raise BadInput(f"--grad-accum {grad_accum[:40]!r} is not a list of whole numbers: e.g. 1,4,8") from None
+        if not values or any(not 1 <= v <= MAX_GRAD_ACCUM for v in values):
+            raise BadInput(f"--grad-accum {grad_accum[:40]!r}: gradient_accumulation_steps are whole numbers from 1 "
+                           f"to {MAX_GRAD_ACCUM}, e.g. 1,4,8")
+        out["grad_accums"] = list(dict.fromkeys(values))
+    if engine == "deepspeed" and overlap is not None:
+        raise BadInput("--overlap shapes the schedule; the engine takes overlap_comm from --ds-config: set it there, "
+                       "or drop --engine deepspeed")
+    if engine == "deepspeed" and curve:
+        raise BadInput("--curve predicts the schedule's time; the engine is measured, not predicted: drop --curve "
+                       "or --engine deepspeed")
+    if overlap is not None:
+        out["overlap_comm"] = overlap == "on"
+    if curve:
+        out["curve"] = list(curve)
+    return out
 
 
 def _zero_shape(model: str, layers: int | None, hidden: int | None, vocab: int | None) -> tuple[tuple, str]:

@@ -72,6 +72,8 @@ SCHEMA = pa.schema([
     ("workload", pa.string()),
     ("bucket_bytes", pa.int64()),
     ("zero_stage", pa.int32()),
+    # zero: the point's gradient_accumulation_steps (micro-batches per optimizer step, --grad-accum)
+    ("grad_accum", pa.int32()),
     ("n_collectives", pa.int32()),
     ("overlap", pa.int32()),
     ("scale", pa.float64()),

@@ -152,7 +152,7 @@ _BOTH = frozenset({"all_gather", "reduce_scatter"})  # the collectives that have
 
 
 POINT_KEYS = ("settings", "collective", "dtype", "op", "root", "size_bytes", "in_place", "bucket_bytes",
-              "zero_stage", "src_host", "dst_host", "rail", "confirm")
+              "zero_stage", "grad_accum", "src_host", "dst_host", "rail", "confirm")
 
 
 @dataclass

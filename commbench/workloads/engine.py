@@ -13,7 +13,8 @@ from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.harness.runner import Measurement, Session
 from commbench.core.vocab import volume_factor
-from commbench.workloads.zero import PAPER_VOLUME, ZeroPlan, module_sizes, step_schedule
+from commbench.workloads.zero import (PAPER_VOLUME, REDUCTIONS, ZeroPlan, curve_comms, module_sizes,
+                                      step_schedule)
 
 # A model DeepSpeed trains in seconds on two CPU ranks (the 1.3B shape cannot run here).
 SMALL_SHAPE = {"layers": 2, "hidden": 64, "vocab": 256, "seq": 32}
@@ -59,7 +60,11 @@ class EngineWorkload:
         pass
 
     def total_points(self, world: int) -> int:
-        return len(self.plan.stages)
+        return len(self.plan.stages) * max(1, len(self.plan.grad_accums))
+
+    def settings(self) -> list[tuple[int | None, int]]:
+        """(gradient_accumulation_steps or None for the config's, stage) of every point, in order."""
+        return [(g, s) for g in (self.plan.grad_accums or [None]) for s in self.plan.stages]
 
     def run(self, session: Session) -> bool:
         import warnings
@@ -75,14 +80,16 @@ class EngineWorkload:
         reporter.line(f"# DeepSpeed engine: model {shape['layers']} layers x hidden {shape['hidden']}, vocab "
                       f"{shape['vocab']}, seq {shape['seq']}; {plan.steps} timed step(s) per stage"
                       + ("; --validate: stage 3 partitions every parameter" if plan.validate_schedule else ""))
-        differs = False
+        differs, noted = False, set()
         for repetition in range(plan.repetitions):
-            for stage in plan.stages:
+            for gas, stage in self.settings():
                 overrides = STAGE3_AS_LARGE if (stage == 3 and plan.validate_schedule) else None
-                result = run_engine(config, stage, shape, plan.steps, session.device, zero_overrides=overrides)
-                if repetition == 0 and stage == plan.stages[0]:
-                    for note in result.notes:
+                result = run_engine(config, stage, shape, plan.steps, session.device, zero_overrides=overrides,
+                                    gradient_accumulation_steps=gas)
+                for note in result.notes:  # the first point's all; later a new one (another GAS) only
+                    if not noted or (note not in noted and "the stage asked for" not in note):
                         reporter.line(f"# config: {note}")
+                noted.update(result.notes)
                 by_op = result.by_collective()
                 if session.rank == 0:
                     session.write(self._rows(session, result, by_op, stage, repetition))
@@ -99,7 +106,8 @@ class EngineWorkload:
         total = int(sum(v["bytes"] for v in by_op.values())) or 1
         volume = result.volume_bytes_per_step
         paper = PAPER_VOLUME[stage] * g * result.param_bytes * (world - 1) / world
-        common = dict(dtype=result.dtype, op="sum", root=-1, in_place=True, repetition=repetition, zero_stage=stage)
+        common = dict(dtype=result.dtype, op="sum", root=-1, in_place=True, repetition=repetition, zero_stage=stage,
+                      grad_accum=g)
         rows = [session.record(collective="deepspeed_step", size_bytes=total, count=result.param_count,
                                busbw_factor=volume / total, m=Measurement(list(result.step_times_s), result.steps, None),
                                n_collectives=int(round(sum(v["count"] for v in by_op.values()))),
@@ -141,4 +149,41 @@ class EngineWorkload:
                 verdict = "ok" if ok else "DIFFERS"
             reporter.line(f"    validate stage {stage} {op:15s} schedule {want / 1e3:10.1f} kB  DeepSpeed "
                           f"{got / 1e3:10.1f} kB  ratio {ratio:6.3f}  {verdict}")
+        return self._validate_reductions(reporter, result, sched, itemsize, stage) or differs
+
+    def _validate_reductions(self, reporter, result, sched: list, itemsize: int, stage: int) -> bool:
+        """The gradient reductions one by one: as many per optimizer step as the engine issued
+        (micro-batch by micro-batch where it reduces per micro-batch), each of the same size."""
+        world = result.world_size
+        want = reduction_sizes(curve_comms(sched, itemsize, world))
+        floor = CONTROL_SHARE * result.param_bytes  # loss-scale flags and gradient norms are scalars
+        got: dict[str, list[int]] = {}
+        for rec in result.comm:
+            if rec.collective in REDUCTIONS and rec.size_bytes >= floor:
+                got.setdefault(rec.collective, []).extend([rec.size_bytes] * round(rec.count / result.steps))
+        differs = False
+        for op in sorted(set(want) | set(got)):
+            mine, theirs = sorted(want.get(op, [])), sorted(got.get(op, []))
+            ok = len(mine) == len(theirs) and all(abs(b / a - 1) <= TOLERANCE for a, b in zip(mine, theirs))
+            differs |= not ok
+            reporter.line(f"    validate stage {stage} {op:15s} per step: schedule {_calls(mine)}, DeepSpeed "
+                          f"{_calls(theirs)} ({result.micro_batches_per_step} micro-batch(es))  "
+                          + ("ok" if ok else "DIFFERS"))
         return differs
+
+
+def reduction_sizes(comms: list[tuple[str, int, int]]) -> dict[str, list[int]]:
+    """collective -> the size in bytes of each of its calls per step, for the gradient reductions."""
+    out: dict[str, list[int]] = {}
+    for op, size, calls in comms:
+        if op in REDUCTIONS:
+            out.setdefault(op, []).extend([size] * calls)
+    return out
+
+
+def _calls(sizes: list[int]) -> str:
+    if not sizes:
+        return "none"
+    lo, hi = min(sizes), max(sizes)
+    each = f"{lo / 1e3:.1f} kB" if lo == hi else f"{lo / 1e3:.1f}-{hi / 1e3:.1f} kB"
+    return f"{len(sizes)} x {each}"

@@ -34,6 +34,7 @@ from unit.synthetic import make_rows, write  # tests/ is on sys.path (rootdir-re
 DATA = Path(__file__).resolve().parents[1] / "data"
 NCCL_LOG = DATA / "nccl-tests" / "all_reduce_v2.19.4_1node_8xA100.txt"
 HUGE = str(10**30)
+DS = str(DATA / "ds_config" / "zero2_bucket5e8_fp16.json")
 NON_FINITE = ["inf", "-inf", "nan", "1e400", "-1e400"]
 # lab run --port is checked by its own change (lab/run.py check_port), not by this validator
 NOT_HERE = {("lab", "run", "--port")}
@@ -163,6 +164,8 @@ CLI_CASES = [
     ("zero-timeout-1e400", ["zero", "--timeout", "1e400"], ["--timeout 1e400"]),
     ("zero-scale-inf", ["zero", "--scale", "inf"], ["--scale inf is not a finite number"]),
     ("zero-scale-nan", ["zero", "--scale", "nan"], ["--scale nan is not a finite number"]),
+    ("tune-top-huge", ["tune", "--ds-config", DS, "--top", HUGE], ["--top", "at most 100"]),
+    ("tune-scale-nan", ["tune", "--ds-config", DS, "--scale", "nan"], ["--scale nan is not a finite number"]),
     ("zero-scale-negative", ["zero", "--scale", "-1"], ["--scale -1 must be in (0, 1]"]),
     ("zero-layers-huge", ["zero", "--layers", HUGE, "--hidden", "64"], ["--layers", "at most"]),
     ("zero-bucket-size-1e400", ["zero", "--bucket-size", "1e400"], ["--bucket-size '1e400' is out of range"]),

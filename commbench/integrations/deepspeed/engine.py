@@ -302,7 +302,7 @@ def _per_call_latencies(dscomm):
 
 def run_engine(ds_config: Mapping[str, Any], stage: int, model_shape: Mapping[str, int], steps: int,
                device: Any = "cpu", *, warmup_steps: int = 1, zero_overrides: Mapping[str, Any] | None = None,
-               seed: int = 0) -> EngineResult:
+               seed: int = 0, gradient_accumulation_steps: int | None = None) -> EngineResult:
     """Train the synthetic model with DeepSpeed for `warmup_steps` + `steps` optimizer steps.
 
     Every rank of the initialised default process group calls this with the same arguments.
@@ -311,6 +311,7 @@ def run_engine(ds_config: Mapping[str, Any], stage: int, model_shape: Mapping[st
     `zero_overrides` merged into "zero_optimization", and the comms logger switched on. A step is
     one optimizer step: gradient_accumulation_steps micro-batches of forward + backward, then
     engine.step(). The comms logger is reset after the warm-up, so `comm` holds the steady state.
+    `gradient_accumulation_steps`, when given, replaces the config's (train_batch_size follows).
     """
     import torch
     import torch.distributed as tdist
@@ -319,7 +320,8 @@ def run_engine(ds_config: Mapping[str, Any], stage: int, model_shape: Mapping[st
     deepspeed, dscomm = _import_deepspeed()
     world, rank = tdist.get_world_size(), tdist.get_rank()
     dev = torch.device(device)
-    adapted, notes = _engine_config(_read_config(ds_config), stage, zero_overrides, world, dev.type)
+    adapted, notes = _engine_config(_read_config(ds_config), stage, zero_overrides, world, dev.type,
+                                    gradient_accumulation_steps)
     final = dsconfig.parse(adapted)
     batch = _Batch(micro=final.train_micro_batch_size_per_gpu or 1, gas=final.gradient_accumulation_steps or 1,
                    seq=seq, vocab=vocab)
@@ -414,7 +416,7 @@ def _read_config(ds_config: Any) -> dsconfig.DsConfig:
 
 
 def _engine_config(base: dsconfig.DsConfig, stage: int, zero_overrides: Mapping[str, Any] | None,
-                   world: int, device_type: str) -> tuple[dict, list[str]]:
+                   world: int, device_type: str, gas: int | None = None) -> tuple[dict, list[str]]:
     """The config deepspeed.initialize gets: the stage asked for, the overrides, adapt_for's
     changes, the comms logger on; and one line per change, in that order."""
     requested = base.to_dict()
@@ -425,6 +427,12 @@ def _engine_config(base: dsconfig.DsConfig, stage: int, zero_overrides: Mapping[
     if base.zero_stage != stage:
         notes.append(f"zero_optimization.stage {base.zero_stage} -> {stage} (the stage asked for)")
     zero["stage"] = stage
+    if gas is not None:
+        if isinstance(gas, bool) or not isinstance(gas, int) or gas < 1:
+            raise BadInput(f"gradient_accumulation_steps={gas!r} is not a positive whole number: pass 1, 4, 8, ...")
+        if base.gradient_accumulation_steps != gas:
+            notes.append(f"gradient_accumulation_steps {base.gradient_accumulation_steps} -> {gas} (the value asked for)")
+        requested["gradient_accumulation_steps"] = gas
     for key, value in (zero_overrides or {}).items():
         notes.append(f"zero_optimization.{key} = {value!r} (override)")
         zero[key] = value

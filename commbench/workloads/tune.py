@@ -1,0 +1,285 @@
+"""`commbench tune`: candidate DeepSpeed settings for a model, each one's communication time per
+step predicted from a measured curve, the best K measured with real collectives.
+
+Candidates: the ZeRO stages whose model states fit one rank's memory x reduce_bucket_size x
+allgather_bucket_size x gradient_accumulation_steps x dtype, each a small grid around the user's
+config. Two candidates whose schedules issue the same collectives at the same sizes are one: the
+one nearest the user's config stays (stage 0 ignores reduce_bucket_size, and DeepSpeed 0.19.8
+ignores allgather_bucket_size on torch >= 1.13, so those axes often collapse).
+
+Each candidate is predicted twice from the curve (analysis/predict.py): at full scale (the
+recommendation), and at the scale the measurement runs at (on CPU ranks the zero workload's
+--scale shrinks every message) so measured and predicted compare like for like. Measuring runs
+the real CLI in a child process: `commbench sweep` for a quick curve (the collectives and sizes
+the candidates need, out of place), `commbench zero` once per measured candidate; the parent
+reads their results files back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from commbench.analysis.predict import Curve, load_curve, predict_us
+from commbench.analysis.tuneview import Row
+from commbench.core.errors import BadInput, CommbenchError, RuntimeFailure
+from commbench.core.results import read_results
+from commbench.core.units import format_size
+from commbench.core.vocab import get_dtype
+from commbench.workloads.zero import (DEFAULT_CPU_STEP_BYTES, MAX_STEP_COLLECTIVES, curve_comms, module_sizes,
+                                      param_count, scaled, step_collectives, step_schedule)
+
+BUCKET_FACTORS = (0.1, 1.0, 10.0)  # reduce_bucket_size grid around the user's value
+GRAD_ACCUM_FACTORS = (1, 2, 4)  # gradient_accumulation_steps grid: the user's value times these
+CPU_SWEEP_MAX = 64 << 20  # the quick curve's largest message on CPU ranks (sweep's own default)
+GPU_SWEEP_MAX = 1 << 30
+
+
+@dataclass
+class TunePlan:
+    layers: int
+    hidden: int
+    vocab: int
+    model: str
+    ds_config: str
+    world: int
+    backend: str
+    stages: list[int]
+    reduce_buckets: list[int]
+    allgather_buckets: list[int]
+    grad_accums: list[int]
+    dtypes: list[str]
+    prefetch_bucket: int
+    multi_rank_allreduce: bool
+    scale: float
+    out: str
+    run_id: str
+    child_args: list[str] = field(default_factory=list)  # shared run flags passed to each child run
+
+    @property
+    def params(self) -> int:
+        return param_count(self.layers, self.hidden, self.vocab)
+
+
+def state_bytes_per_rank(params: int, stage: int, world: int, itemsize: int) -> float:
+    """Model states one rank holds (ZeRO paper section 3): weights and gradients in the training
+    dtype, and Adam's states (fp32 master copy and two moments with 16-bit training: 12 B per
+    parameter; two fp32 moments with fp32 training: 8 B), partitioned from stage 1 (optimizer),
+    2 (+ gradients) and 3 (+ weights). Activations and buffers are not counted."""
+    k = 12 if itemsize == 2 else 8
+    w, g, o = params * itemsize, params * itemsize, params * k
+    return {0: w + g + o, 1: w + g + o / world, 2: w + (g + o) / world, 3: (w + g + o) / world}[stage]
+
+
+def fitting_stages(params: int, world: int, itemsize: int, budget: int, stages: list[int], model: str) -> list[int]:
+    fit = [s for s in stages if state_bytes_per_rank(params, s, world, itemsize) <= budget]
+    if not fit:
+        need = state_bytes_per_rank(params, 3, world, itemsize)
+        raise BadInput(f"{model} ({params:.3g} parameters) fits no ZeRO stage in {format_size(budget)} per rank "
+                       f"on {world} ranks (stage 3 needs {format_size(need)} of model states): use more ranks, "
+                       "a smaller model, or a larger --memory-per-rank")
+    return fit
+
+
+def left_out(params: int, world: int, itemsize: int, budget: int, wanted: list[int], fit: list[int]) -> list[str]:
+    """One note per stage that memory ruled out, so a missing stage is never a mystery."""
+    return [f"ZeRO-{s} left out: its model states need {format_size(state_bytes_per_rank(params, s, world, itemsize))} "
+            f"per rank, more than {format_size(budget)} (--memory-per-rank)" for s in wanted if s not in fit]
+
+
+def full_schedule(plan: TunePlan, row: Row):
+    return step_schedule(row.stage, module_sizes(plan.layers, plan.hidden, plan.vocab), row.reduce_bucket,
+                         plan.prefetch_bucket, row.grad_accum, plan.multi_rank_allreduce)
+
+
+def comms(plan: TunePlan, row: Row, scale: float) -> list[tuple[str, int, int]]:
+    """The prediction's terms: full scale (scale 1) or as the zero workload runs at `scale`."""
+    sched = full_schedule(plan, row)
+    if scale != 1:
+        sched = scaled(sched, scale, plan.world)
+    return curve_comms(sched, get_dtype(row.dtype).itemsize, plan.world)
+
+
+def candidates(plan: TunePlan, user: Row) -> list[Row]:
+    """The grid, too-large schedules left out, duplicates (same collectives at the same sizes) merged
+    into the one nearest the user's config."""
+    seen: dict[tuple, Row] = {}
+    for stage, rb, ab, g, dt in itertools.product(plan.stages, plan.reduce_buckets, plan.allgather_buckets,
+                                                  plan.grad_accums, plan.dtypes):
+        if step_collectives(stage, plan.layers, plan.params, rb, g) > MAX_STEP_COLLECTIVES:
+            continue
+        row = Row(stage, rb, ab, g, dt, 0.0)
+        key = (stage, g, dt, tuple(comms(plan, row, 1)))
+        if key not in seen or _distance(row, user) < _distance(seen[key], user):
+            seen[key] = row
+    if not seen:
+        raise BadInput(f"every candidate of {plan.model} issues more than {MAX_STEP_COLLECTIVES:,} collectives "
+                       "per step: pass larger --reduce-buckets")
+    return list(seen.values())
+
+
+def _distance(row: Row, user: Row) -> tuple:
+    return (row.reduce_bucket != user.reduce_bucket, row.allgather_bucket != user.allgather_bucket,
+            abs(row.reduce_bucket - user.reduce_bucket), abs(row.allgather_bucket - user.allgather_bucket))
+
+
+def predict(plan: TunePlan, rows: list[Row], curve: Curve) -> list[str]:
+    """Fill each row's predictions; a full-scale size beyond the curve leaves that figure None
+    (the notes say so once), a scaled one beyond it is refused (the curve must cover what runs)."""
+    notes: list[str] = []
+    for row in rows:
+        row.predicted_scaled_us = predict_us(curve, comms(plan, row, plan.scale), plan.world, row.dtype)
+        try:
+            row.predicted_full_us = predict_us(curve, comms(plan, row, 1), plan.world, row.dtype)
+        except BadInput as exc:
+            if plan.scale == 1:
+                raise
+            row.predicted_full_us = None
+            if not notes:
+                notes.append(f"full-scale predictions n/a where the curve stops short: {exc}")
+    return notes
+
+
+def quick_sizes(plan: TunePlan, rows: list[Row], dtype: str) -> dict[str, set[int]]:
+    """Per collective, the sizes the candidates of `dtype` send: scaled ones always, full-scale ones
+    up to the largest message a quick sweep holds here."""
+    limit = GPU_SWEEP_MAX if plan.backend == "nccl" else CPU_SWEEP_MAX
+    need: dict[str, set[int]] = {}
+    for row in (r for r in rows if r.dtype == dtype):
+        for scale in {plan.scale, 1.0}:
+            terms = comms(plan, row, scale)
+            if scale == 1 and plan.scale != 1 and any(size > limit for _, size, _ in terms):
+                continue
+            for op, size, _ in terms:
+                need.setdefault(op, set()).add(size)
+    return need
+
+
+def child(argv: list[str], what: str) -> None:
+    """Run one commbench command as a child process (its own ranks, signals and exit code)."""
+    cmd = [sys.executable, "-m", "commbench", *argv]
+    code = subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False).returncode
+    if code == 2:
+        raise BadInput(f"{what} refused its input (above): `commbench {' '.join(argv[:1])}` exited 2")
+    if code != 0:
+        raise RuntimeFailure(f"{what} failed (exit {code}, above): nothing measured is lost; rerun tune")
+
+
+def quick_curve(plan: TunePlan, rows: list[Row]) -> tuple[Curve, list[str]]:
+    """A lean sweep per dtype of exactly the collectives and sizes the candidates need."""
+    os.makedirs(plan.out, exist_ok=True)
+    files = []
+    for dtype in sorted({r.dtype for r in rows}):
+        need = quick_sizes(plan, rows, dtype)
+        colls = sorted(need)
+        sizes = sorted(set().union(*need.values()))
+        path = Path(plan.out) / f"{plan.run_id}.curve-{dtype}.parquet"
+        print(f"# tune: quick curve, {dtype}: {', '.join(colls)} at {len(sizes)} sizes "
+              f"({format_size(sizes[0])}..{format_size(sizes[-1])}) -> {path}", flush=True)
+        child(["sweep", "--collective", ",".join(colls), "--sizes", ",".join(map(str, sizes)), "-d", dtype,
+               "--placement", "both", "--out", str(path), *plan.child_args], "the quick curve's sweep")
+        files.append(str(path))
+    return load_curve(files), files
+
+
+def measure(plan: TunePlan, row: Row, index: int) -> str:
+    """The zero workload with this candidate's stage, bucket, accumulation and dtype at plan.scale."""
+    os.makedirs(plan.out, exist_ok=True)
+    path = Path(plan.out) / f"{plan.run_id}.zero-{index}.parquet"
+    print(f"# tune: measuring candidate {index}: ZeRO-{row.stage}, reduce_bucket_size {row.reduce_bucket:.3g}, "
+          f"gradient_accumulation_steps {row.grad_accum}, {row.dtype} -> {path}", flush=True)
+    child(["zero", "--ds-config", plan.ds_config, "--layers", str(plan.layers), "--hidden", str(plan.hidden),
+           "--vocab", str(plan.vocab), "--stages", str(row.stage), "--bucket-size", str(row.reduce_bucket),
+           "--grad-accum", str(row.grad_accum), "-d", row.dtype, "--scale", repr(plan.scale), "--out", str(path),
+           *plan.child_args], f"candidate {index}'s zero run")
+    frame = read_results([str(path)], columns=["time_us", "zero_stage"])
+    times = frame.loc[frame["collective"] == "zero_step", "time_us"].dropna()
+    if times.empty:
+        raise RuntimeFailure(f"{path} holds no zero_step row: the zero run measured nothing; rerun tune")
+    row.measured_us = float(statistics.median(times))
+    return str(path)
+
+
+def cpu_scale(params: int, itemsize: int, backend: str) -> float:
+    """The zero workload's --scale auto: 1 on GPUs, the model fitted in DEFAULT_CPU_STEP_BYTES on CPU."""
+    return 1.0 if backend == "nccl" else min(1.0, DEFAULT_CPU_STEP_BYTES / (params * itemsize))
+
+
+def memory_budget(backend: str, world: int) -> int:
+    """One rank's memory: the GPU's, or this machine's RAM shared by the local ranks."""
+    if backend == "nccl":
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    import psutil
+
+    return int(psutil.virtual_memory().total // max(1, world))
+
+
+def run(plan: TunePlan, user: Row, curve_files: list[str], top: int) -> tuple[list[Row], list[str], list[str]]:
+    """Predict every candidate, measure the best `top`; returns rows, notes and the files written."""
+    rows = candidates(plan, user)
+    written: list[str] = []
+    curve = load_curve(curve_files) if curve_files else None
+    if curve is None:
+        curve, written = quick_curve(plan, rows)
+    notes = predict(plan, rows, curve)
+    from commbench.analysis.tuneview import ranked
+
+    order, full = ranked(rows)
+    for i, row in enumerate(order[:top], 1):
+        written.append(measure(plan, row, i))
+    return order, notes, written
+
+
+def launched() -> bool:
+    from commbench.core import launch
+
+    try:
+        return launch.detect() is not None
+    except CommbenchError:
+        return True
+
+
+def child_flags(run: dict, nproc: int | None) -> list[str]:
+    """The shared run flags as a child command takes them."""
+    flags = ["-w", str(run["warmup"]), "--time-budget", repr(run["time_budget"]), "--precision", repr(run["precision"]),
+             "--min-iters", str(run["min_iters"]), "--max-iters", str(run["max_iters"]), "-R", str(run["repetitions"]),
+             "--timeout", repr(run["timeout"]), "--backend", run["backend"], "--bind", run["bind"],
+             "--progress", run["progress"], "--check" if run["check"] else "--no-check",
+             "--wire" if run["wire"] else "--no-wire"]
+    if run.get("iters") is not None:
+        flags += ["-n", str(run["iters"])]
+    if run.get("iface"):
+        flags += ["--iface", run["iface"]]
+    if run.get("label"):
+        flags += ["--label", run["label"]]
+    if nproc is not None:
+        flags += ["--nproc", str(nproc)]
+    return flags
+
+
+def world_size(nproc: int | None, backend: str) -> int:
+    from commbench.core import launch
+
+    env = launch.detect()
+    if env is not None:
+        return env.world_size
+    if nproc is not None:
+        return nproc
+    if backend == "nccl":
+        import torch
+
+        return torch.cuda.device_count()
+    return 2
+
+
+def out_folder(out: str) -> str:
+    if out.endswith(".parquet"):
+        raise BadInput(f"--out {out} names a file: tune writes several (curves, zero runs, the config); pass a folder")
+    return out

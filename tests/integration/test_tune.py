@@ -1,0 +1,123 @@
+"""`commbench tune` through the real CLI with 2 real gloo ranks: a quick curve swept, the best 2
+candidates measured with the zero workload, the ranked table, the diff and the written config
+(never overwritten); bad input exits 2 with one line each."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from commbench.integrations.deepspeed import config as dsconfig
+from tests.unit.synthetic import make_rows, write
+
+pytestmark = pytest.mark.integration
+SHAPE = ["--layers", "2", "--hidden", "64", "--vocab", "1000"]
+LEAN = ["--nproc", "2", "--backend", "gloo", "-w", "1", "-n", "3", "--no-wire", "--progress", "off"]
+CONFIG = {"zero_optimization": {"stage": 2, "reduce_bucket_size": 200000}, "bf16": {"enabled": True},
+          "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}
+
+
+def _tune(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "commbench", "tune", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tune")
+    (d / "ds.json").write_text(json.dumps(CONFIG))
+    out = d / "out"
+    proc = _tune("--ds-config", str(d / "ds.json"), *SHAPE, "--stages", "1,2", "--reduce-buckets", "2e4,3e5",
+                 "--grad-accum", "1,2", "--dtypes", "bf16", "--top", "2", "--out", str(out), *LEAN)
+    return d, out, proc
+
+
+def _table(stdout: str) -> list[list[str]]:
+    """The rows under tune's header, up to the next comment line."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("#  rank  stage"))
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("#"):
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_ranked_table_measured_top_two(tuned):
+    d, out, proc = tuned
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = _table(proc.stdout)
+    # stages 1, 2 x buckets 2e4, 3e5 x accumulation 1, 2 (each its own schedule): 8 candidates
+    assert len(rows) == 8 and [int(r[0]) for r in rows] == list(range(1, 9))
+    measured = [r for r in rows if r[7] != "n/a"]
+    assert len(measured) == 2 and rows[:2] == measured  # the best two predictions are the measured ones
+    per_mb = [float(r[-1].replace(",", "")) if r[-1] != "MISS>25%" else float(r[-2].replace(",", "")) for r in rows]
+    assert per_mb == sorted(per_mb)
+    for r in measured:
+        ratio = float(r[8])
+        # the ratio is printed to 2 decimals, the times to the microsecond
+        assert ratio == pytest.approx(float(r[7].replace(",", "")) / float(r[6].replace(",", "")), abs=0.006)
+        if abs(abs(ratio - 1) - 0.25) > 0.006:  # off the rounding edge of the 25% limit
+            assert ("MISS>25%" in r) == (abs(ratio - 1) > 0.25)
+    assert "at scale 1" in proc.stdout and "full-scale predicted" in proc.stdout
+    assert len(list(out.glob("*.zero-*.parquet"))) == 2 and len(list(out.glob("*.curve-*.parquet"))) == 1
+
+
+def test_diff_and_written_config(tuned):
+    d, out, proc = tuned
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = json.loads((out / "ds.tuned.json").read_text())
+    dsconfig.parse(written)
+    m = re.search(r"RFC 7386\):\n(\{.*?\n\}|\{\}.*?)\n", proc.stdout, re.S)
+    assert m, proc.stdout[-2000:]
+    text = m.group(1)
+    patch = json.loads(text) if text.startswith("{\n") else {}
+    # the patch applied to the user's config gives the written file
+    merged = json.loads(json.dumps(CONFIG))
+    for key, value in patch.items():
+        if isinstance(value, dict):
+            merged.setdefault(key, {}).update(value)
+        else:
+            merged[key] = value
+    assert merged == written
+    win = re.search(r"# winner: ZeRO-(\d), reduce_bucket_size (\S+), gradient_accumulation_steps (\d+)", proc.stdout)
+    assert written["zero_optimization"]["stage"] == int(win.group(1))
+    assert written["gradient_accumulation_steps"] == int(win.group(3))
+    # never overwritten: a second run refuses before measuring anything
+    again = _tune("--ds-config", str(d / "ds.json"), *SHAPE, "--out", str(out), *LEAN)
+    assert again.returncode == 2 and "--force" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+
+
+def _one_line_refusal(proc, *words):
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_refuses_config_deepspeed_rejects(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({"zero_optimization": {"stage": 7}}))
+    _one_line_refusal(_tune("--ds-config", str(tmp_path / "bad.json"), *SHAPE, "--out", str(tmp_path), *LEAN),
+                      "zero_optimization.stage")
+
+
+def test_refuses_model_that_fits_no_stage(tmp_path):
+    (tmp_path / "ds.json").write_text(json.dumps(CONFIG))
+    _one_line_refusal(_tune("--ds-config", str(tmp_path / "ds.json"), "--model", "7b", "--memory-per-rank", "1G",
+                            "--out", str(tmp_path), *LEAN), "fits no ZeRO stage", "--memory-per-rank")
+
+
+def test_refuses_curve_without_needed_collective(tmp_path):
+    (tmp_path / "ds.json").write_text(json.dumps(CONFIG))
+    rows = make_rows(collectives=("all_reduce",), sizes=(1024, 1 << 20), dtype="bfloat16")
+    for r in rows:
+        r["world_size"] = 2
+    curve = write(tmp_path / "curve.parquet", rows)
+    _one_line_refusal(_tune("--ds-config", str(tmp_path / "ds.json"), *SHAPE, "--stages", "1", "--curve", str(curve),
+                            "--dtypes", "bf16", "--out", str(tmp_path / "o"), *LEAN), "no all_gather")
