@@ -27,7 +27,9 @@ import pandas as pd
 import psutil
 import pytest
 
+from commbench.core.errors import CommbenchError
 from commbench.core.pump import OUTPUT_CAP
+from commbench.core.results import read_results
 
 pytestmark = pytest.mark.integration
 
@@ -201,10 +203,10 @@ def test_sigterm_stops_a_deaf_flooding_binary_and_keeps_its_rows(tmp_path):
     out = tmp_path / "s.parquet"
     run = Run(tmp_path, "nccl-tests", "run", "--out", str(out), str(binary))
     while time.monotonic() - run.started < 30 and run.proc.poll() is None:
-        try:
-            if len(pd.read_parquet(out)) == 6 and out.with_suffix(".log").stat().st_size > 10 * 1024 * 1024:
+        try:  # read_results: the file and its live parts (the file alone holds only the first batch)
+            if len(read_results([out])) == 6 and out.with_suffix(".log").stat().st_size > 10 * 1024 * 1024:
                 break  # the rows are in and the flood is on
-        except (OSError, ValueError):
+        except (OSError, ValueError, CommbenchError):
             pass
         time.sleep(0.1)
     sent = time.monotonic()
