@@ -9,7 +9,8 @@ import sys
 import click
 
 from commbench.cli.launcher import launch_workload
-from commbench.cli.options import Number, check_number, env_option, fraction, run_fields, run_options, settings_axes
+from commbench.cli.options import (Number, check_number, env_option, fraction, model_shape_options, run_fields,
+                                   run_options, settings_axes)
 from commbench.core.errors import BadInput
 
 CPU_MAX_BYTES = "64M"
@@ -203,12 +204,7 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, npr
 @click.command()
 @click.option("--ds-config", "ds_config", default=None, type=click.Path(dir_okay=False),
               help="Your ds_config.json: its stage and bucket sizes (elements) shape the schedule.")
-@click.option("--model", default="1.3b", show_default=True, help="Model shape: gpt2-125m, 1.3b, 7b.")
-@click.option("--layers", type=Number(int, 1, 10_000, example="24"), default=None,
-              help="Custom shape: transformer layers (with --hidden).")
-@click.option("--hidden", type=Number(int, 1, 1_000_000, example="2048"), default=None, help="Custom shape: hidden size.")
-@click.option("--vocab", type=Number(int, 1, 10_000_000, example="50257"), default=None,
-              help="Custom shape: vocabulary [default: 50257].")
+@model_shape_options
 @click.option("--stages", default=None, help="ZeRO stages to run, e.g. 0,1,2,3 [default: all, or the config's].")
 @click.option("--bucket-size", "bucket_size", default=None,
               help="reduce_bucket_size in ELEMENTS, or a list (e.g. 1e6,5e7,5e8) for a stage x bucket grid "

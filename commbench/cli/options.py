@@ -316,3 +316,18 @@ def _check_interfaces(axis) -> None:
         if missing:
             raise BadInput(f"--env {axis.name}={value}: no interface {missing[0]} on {socket.gethostname()} "
                            f"(it has {', '.join(here)}): name interfaces that exist on every host")
+
+
+def model_shape_options(command):
+    """--model or --layers/--hidden/--vocab: the transformer whose step zero and tune schedule."""
+    for opt in reversed([
+        click.option("--model", default="1.3b", show_default=True, help="Model shape: gpt2-125m, 1.3b, 7b."),
+        click.option("--layers", type=Number(int, 1, 10_000, example="24"), default=None,
+                     help="Custom shape: transformer layers (with --hidden)."),
+        click.option("--hidden", type=Number(int, 1, 1_000_000, example="2048"), default=None,
+                     help="Custom shape: hidden size."),
+        click.option("--vocab", type=Number(int, 1, 10_000_000, example="50257"), default=None,
+                     help="Custom shape: vocabulary [default: the model's, 50257 for a custom shape]."),
+    ]):
+        command = opt(command)
+    return command

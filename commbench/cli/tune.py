@@ -8,19 +8,14 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.options import Number, run_fields, run_options
+from commbench.cli.options import Number, model_shape_options, run_fields, run_options
 from commbench.core.errors import BadInput
 
 
 @click.command()
 @click.option("--ds-config", "ds_config", required=True, type=click.Path(dir_okay=False),
               help="Your ds_config.json: the settings the candidates start from.")
-@click.option("--model", default="1.3b", show_default=True, help="Model shape: gpt2-125m, 1.3b, 7b.")
-@click.option("--layers", type=Number(int, 1, 10_000, example="24"), default=None,
-              help="Custom shape: transformer layers (with --hidden).")
-@click.option("--hidden", type=Number(int, 1, 1_000_000, example="2048"), default=None, help="Custom shape: hidden size.")
-@click.option("--vocab", type=Number(int, 1, 10_000_000, example="50257"), default=None,
-              help="Custom shape: vocabulary [default: the model's].")
+@model_shape_options
 @click.option("--curve", "curve", multiple=True, type=click.Path(), metavar="RESULTS",
               help="A sweep's results to predict from (repeatable) [default: a quick sweep first].")
 @click.option("--top", type=Number(int, 1, 100, example="3"), default=3, show_default=True,
