@@ -9,7 +9,8 @@ import sys
 import click
 
 from commbench.cli.launcher import launch_workload
-from commbench.cli.options import (Number, check_number, env_option, fraction, model_shape_options, run_fields,
+from commbench.cli.options import (Number, check_number, env_option, fraction, model_shape, model_shape_options,
+                                   run_fields,
                                    run_options, settings_axes)
 from commbench.core.errors import BadInput
 
@@ -236,7 +237,7 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
     from commbench.workloads.zero import ZeroPlan, ZeroWorkload
 
     dt = get_dtype(dtype)
-    shape, name = _zero_shape(model, layers, hidden, vocab)
+    shape, name = model_shape(model, layers, hidden, vocab)
     buckets = {}
     wanted = [0, 1, 2, 3]
     if ds_config:
@@ -307,20 +308,6 @@ def _zero_axes(grad_accum: str | None, overlap: str | None, curve: tuple, engine
     if curve:
         out["curve"] = list(curve)
     return out
-
-
-def _zero_shape(model: str, layers: int | None, hidden: int | None, vocab: int | None) -> tuple[tuple, str]:
-    """(layers, hidden, vocab) and the shape's name, from --model or --layers/--hidden/--vocab."""
-    from commbench.workloads.zero import MODELS
-
-    if (layers is None) != (hidden is None):
-        raise BadInput("--layers and --hidden go together: pass both for a custom shape, or --model")
-    if layers is not None:
-        return (layers, hidden, vocab or 50257), f"custom-{layers}x{hidden}"
-    if model.lower() not in MODELS:
-        raise BadInput(f"unknown --model {model!r}: use one of {', '.join(MODELS)}, or --layers/--hidden")
-    shape = MODELS[model.lower()]
-    return (shape[0], shape[1], vocab if vocab is not None else shape[2]), model.lower()
 
 
 def _zero_stages(stages: str) -> list[int]:

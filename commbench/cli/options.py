@@ -331,3 +331,17 @@ def model_shape_options(command):
     ]):
         command = opt(command)
     return command
+
+
+def model_shape(model: str, layers: int | None, hidden: int | None, vocab: int | None) -> tuple[tuple, str]:
+    """(layers, hidden, vocab) and the shape's name, from --model or --layers/--hidden/--vocab."""
+    from commbench.workloads.zero import MODELS
+
+    if (layers is None) != (hidden is None):
+        raise BadInput("--layers and --hidden go together: pass both for a custom shape, or --model")
+    if layers is not None:
+        return (layers, hidden, vocab or 50257), f"custom-{layers}x{hidden}"
+    if model.lower() not in MODELS:
+        raise BadInput(f"unknown --model {model!r}: use one of {', '.join(MODELS)}, or --layers/--hidden")
+    shape = MODELS[model.lower()]
+    return (shape[0], shape[1], vocab if vocab is not None else shape[2]), model.lower()

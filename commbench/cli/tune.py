@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.options import Number, model_shape_options, run_fields, run_options
+from commbench.cli.options import Number, model_shape, model_shape_options, run_fields, run_options
 from commbench.core.errors import BadInput
 
 
@@ -41,7 +41,7 @@ def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, re
     from commbench.integrations.deepspeed import config as dsconfig
 
     cfg = dsconfig.load(ds_config)
-    shape, name = _shape(model, layers, hidden, vocab)
+    shape, name = model_shape(model, layers, hidden, vocab)
     target = Path(run["out"]) / f"{Path(ds_config).stem}.tuned.json"
     outputs.check_new(target, "tune", "--out", inputs=[ds_config], force=force)
     from commbench.workloads import tune as work  # torch: after the text is checked
@@ -102,19 +102,6 @@ def _report(plan, rows, notes, user, cfg, target, force, ds_config) -> None:
         click.echo(line)
     outputs.write_file(target, (json.dumps(new, indent=2) + "\n").encode(), "tune", "--out", [ds_config], force)
     click.echo(f"# wrote {target}")
-
-
-def _shape(model, layers, hidden, vocab) -> tuple[tuple, str]:
-    from commbench.workloads.zero import MODELS
-
-    if (layers is None) != (hidden is None):
-        raise BadInput("--layers and --hidden go together: pass both for a custom shape, or --model")
-    if layers is not None:
-        return (layers, hidden, vocab or 50257), f"custom-{layers}x{hidden}"
-    if model.lower() not in MODELS:
-        raise BadInput(f"unknown --model {model!r}: use one of {', '.join(MODELS)}, or --layers/--hidden")
-    shape = MODELS[model.lower()]
-    return (shape[0], shape[1], vocab or shape[2]), model.lower()
 
 
 def _list(text, flag, convert) -> list:
