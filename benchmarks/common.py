@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -82,3 +83,22 @@ def human(size: int) -> str:
         if size >= scale and size % scale == 0:
             return f"{size // scale} {unit}"
     return f"{size} B"
+
+
+class Lab:
+    """The lab CLI with a benchmark's own prefix and state folder (its own lab, never a test's)."""
+
+    def __init__(self, prefix: str):
+        self.env = {**child_env(), "COMMBENCH_LAB_PREFIX": prefix,
+                    "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{prefix}"}
+
+    def cb(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "commbench", *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def must(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        proc = self.cb(*args, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"commbench {' '.join(args)} -> exit {proc.returncode}\n{proc.stdout[-3000:]}\n"
+                               f"{proc.stderr[-3000:]}")
+        return proc

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,26 +46,7 @@ def payload_limit_GBps(bits: float, mtu: int) -> float:
     return bits / 8 * (mtu - 52) / (mtu + 14) / 1e9
 
 
-class Lab:
-    """The lab CLI with this benchmark's own prefix and state folder."""
-
-    def __init__(self, prefix: str):
-        self.env = {**common.child_env(), "COMMBENCH_LAB_PREFIX": prefix,
-                    "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{prefix}"}
-
-    def cb(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "commbench", *args], env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
-
-    def must(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        proc = self.cb(*args, timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"commbench {' '.join(args)} -> exit {proc.returncode}\n{proc.stdout[-3000:]}\n"
-                               f"{proc.stderr[-3000:]}")
-        return proc
-
-
-def measure(lab: Lab, hosts: int, a, out: Path) -> tuple[pd.DataFrame, float]:
+def measure(lab: common.Lab, hosts: int, a, out: Path) -> tuple[pd.DataFrame, float]:
     lab.cb("lab", "down")
     lab.must("lab", "up", "--nodes", str(hosts), "--rate", a.rate, "--mtu", "1500", "--subnet", a.subnet)
     try:
@@ -112,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     bits = rate_bits(a.rate)
     m0 = common.machine()
-    lab = Lab(a.prefix)
+    lab = common.Lab(a.prefix)
     start = time.monotonic()
     rows: list[dict] = []
     walls: dict[int, float] = {}

@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass
 
 MISS_LIMIT = 0.25  # a prediction more than 25% off its measurement is flagged (issue #21)
+MIN_GAIN = 0.05  # a further change to the user's config must buy at least this much (tune --min-gain)
+SETTINGS = ("stage", "reduce_bucket", "allgather_bucket", "grad_accum", "dtype")  # what a candidate sets
 
 
 @dataclass
@@ -21,6 +23,7 @@ class Row:
     predicted_scaled_us: float  # per step, at the measuring scale
     predicted_full_us: float | None = None  # per step, full model (None: the curve does not reach it)
     measured_us: float | None = None  # per step, at the measuring scale
+    yours: bool = False  # the user's own config, measured as the baseline
 
     @property
     def ratio(self) -> float | None:
@@ -38,6 +41,17 @@ class Row:
         figure = self.predicted_full_us if full and self.predicted_full_us is not None else self.predicted_scaled_us
         return figure / self.grad_accum
 
+    @property
+    def measured_per_micro_batch(self) -> float | None:
+        return None if self.measured_us is None else self.measured_us / self.grad_accum
+
+    def setting(self) -> tuple:
+        return tuple(getattr(self, name) for name in SETTINGS)
+
+    def changes(self, user: "Row") -> int:
+        """How many of the config's settings this candidate changes."""
+        return sum(a != b for a, b in zip(self.setting(), user.setting()))
+
 
 def ranked(rows: list[Row]) -> tuple[list[Row], bool]:
     """Shortest predicted communication per micro-batch first (gradient accumulation spreads a
@@ -46,12 +60,58 @@ def ranked(rows: list[Row]) -> tuple[list[Row], bool]:
     return sorted(rows, key=lambda r: (r.per_micro_batch(full), r.stage, r.grad_accum)), full
 
 
-def winner(rows: list[Row], full: bool) -> Row:
-    """Among the measured rows, the shortest measured per micro-batch; none measured: the first."""
+def fastest(rows: list[Row]) -> Row | None:
+    """The measured row with the shortest measured communication per micro-batch."""
     measured = [r for r in rows if r.measured_us is not None]
-    if not measured:
+    return min(measured, key=lambda r: r.measured_per_micro_batch) if measured else None
+
+
+def winner(rows: list[Row], user: Row, min_gain: float = MIN_GAIN) -> Row:
+    """The smallest change to the user's config that is within `min_gain` of the fastest measured
+    row (fewest settings changed, then the faster): a change of precision, batch or memory layout
+    is not worth a difference the measurement cannot tell from noise (two candidates with the same
+    schedule, fp16 and bf16, differ by chance). None measured: the best predicted."""
+    best = fastest(rows)
+    if best is None:
         return rows[0]
-    return min(measured, key=lambda r: r.measured_us / r.grad_accum)
+    near = [r for r in rows if r.measured_us is not None
+            and r.measured_per_micro_batch <= best.measured_per_micro_batch * (1 + min_gain)]
+    return min(near, key=lambda r: (r.changes(user), r.measured_per_micro_batch))
+
+
+def verdict_lines(rows: list[Row], best: Row, user: Row, min_gain: float) -> list[str]:
+    """Why the winner won: its measured change against the user's config, and the faster candidate
+    it was preferred to (one that changes more of the config for less than min_gain)."""
+    lines = []
+    yours = next((r for r in rows if r.yours and r.measured_us is not None), None)
+    if best.yours:
+        lines.append(f"# no measured candidate beats your config by --min-gain {min_gain:.0%} or more: keep it")
+    elif yours is not None and best.measured_us is not None:
+        new, old = best.measured_per_micro_batch, yours.measured_per_micro_batch
+        lines.append(f"# measured: {abs(1 - new / old):.0%} {'less' if new <= old else 'more'} communication per "
+                     f"micro-batch than your config ({new:,.0f} us vs {old:,.0f} us)")
+    top = fastest(rows)
+    if top is not None and top is not best:
+        gap = 1 - top.measured_per_micro_batch / best.measured_per_micro_batch
+        lines.append(f"# the fastest measured (rank {next(i for i, r in enumerate(rows, 1) if r is top)}) is {gap:.1%} faster but changes "
+                     f"{top.changes(user)} of your settings, the winner {best.changes(user)}: "
+                     f"under --min-gain {min_gain:.0%}, the smaller change wins")
+    return lines
+
+
+def record(plan, rows: list[Row], full: bool, best: Row, patch: dict, notes: list[str], min_gain: float) -> dict:
+    """tune's result for a program (a CI job, a benchmark): the plan, every candidate in rank order
+    with its figures, the winner and the merge patch."""
+    def row(r: Row, rank: int) -> dict:
+        return {"rank": rank, **{name: getattr(r, name) for name in SETTINGS},
+                "predicted_us": r.predicted_scaled_us, "measured_us": r.measured_us, "ratio": r.ratio,
+                "predicted_full_us": r.predicted_full_us, "flagged": r.flagged, "yours": r.yours}
+
+    return {"model": plan.model, "params": plan.params, "world": plan.world, "backend": plan.backend,
+            "launcher": plan.launcher, "scale": plan.scale, "run_id": plan.run_id, "ranked_at_full_scale": full,
+            "min_gain": min_gain, "miss_limit": MISS_LIMIT,
+            "candidates": [row(r, i) for i, r in enumerate(rows, 1)],
+            "winner": row(best, next(i for i, r in enumerate(rows, 1) if r is best)), "patch": patch, "notes": notes}
 
 
 def _us(v: float | None) -> str:
@@ -65,7 +125,7 @@ def table(rows: list[Row], full: bool, scale: float) -> list[str]:
              "full-scale predicted (us/step)  per micro-batch (us)"]
     for i, r in enumerate(rows, 1):
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
-        flag = "  MISS>25%" if r.flagged else ""
+        flag = ("  MISS>25%" if r.flagged else "") + ("  (yours)" if r.yours else "")
         lines.append(f"  {i:5d}  {r.stage:5d}  {r.reduce_bucket:13.3g}  {r.allgather_bucket:16.3g}  {r.grad_accum:10d}  "
                      f"{r.dtype:8s}  {_us(r.predicted_scaled_us):>33s}  {_us(r.measured_us):>32s}  {ratio:>5s}   "
                      f"{_us(r.predicted_full_us):>30s}  {_us(r.per_micro_batch(full)):>20s}{flag}")

@@ -32,10 +32,14 @@ from commbench.core.errors import BadInput
 @click.option("--dtypes", default=None, help="Communication dtypes [default: yours and a 2-byte one].")
 @click.option("--scale", "scale", type=Number(float, 0, 1, low_open=True, example="0.01"), default=None,
               help="Measuring scale of every message [default: the zero workload's auto].")
+@click.option("--min-gain", "min_gain", type=Number(float, 0, 100, example="5"), default=5.0, show_default=True,
+              help="Percent: a candidate that changes more of your config must be this much faster to win.")
 @click.option("--force", is_flag=True, help="Replace an existing tuned config in --out.")
+@click.option("--launcher", type=click.Choice(["local", "lab"]), default="local", show_default=True,
+              help="Where the curve and the zero runs get their ranks: local (--nproc) or one on every lab host.")
 @run_options
 def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, reduce_buckets, allgather_buckets,
-         grad_accum, dtypes, scale, force, nproc, **run) -> int:
+         grad_accum, dtypes, scale, min_gain, force, launcher, nproc, **run) -> int:
     """Predict the communication time of candidate DeepSpeed settings, measure the best, recommend one."""
     from commbench.core import outputs, units
     from commbench.integrations.deepspeed import config as dsconfig
@@ -47,9 +51,13 @@ def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, re
     from commbench.workloads import tune as work  # torch: after the text is checked
 
     if work.launched():
-        raise BadInput("tune starts its own local ranks (--nproc): run it outside torchrun/srun/mpirun/lab run")
+        raise BadInput("tune starts the ranks of its runs itself (--launcher local or lab): run it outside "
+                       "torchrun/srun/mpirun/lab run")
+    if launcher == "lab" and (nproc is not None or run.get("iface")):
+        raise BadInput(f"--launcher lab runs one rank on every lab host over its lab link: drop "
+                       f"{'--nproc' if nproc is not None else '--iface'}")
     fields = run_fields(nproc=nproc, workload="tune", **run)
-    world = work.world_size(nproc, fields["backend"])
+    world = _lab_hosts() if launcher == "lab" else work.world_size(nproc, fields["backend"])
     gas = cfg.gradient_accumulation_steps or 1
     user = work.Row(cfg.zero_stage, cfg.reduce_bucket_size, cfg.allgather_bucket_size, gas, cfg.dtype_name, 0.0)
     dts = _list(dtypes, "--dtypes", lambda t: _dtype(t)) or _default_dtypes(cfg.dtype_name)
@@ -68,14 +76,15 @@ def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, re
         dtypes=dts, prefetch_bucket=cfg.stage3_prefetch_bucket_size,
         multi_rank_allreduce=cfg.use_multi_rank_bucket_allreduce,
         scale=scale or work.cpu_scale(params, itemsize, fields["backend"]),
-        out=work.out_folder(run["out"]), run_id=fields["run_id"], child_args=work.child_flags(fields, nproc))
+        out=work.out_folder(run["out"]), run_id=fields["run_id"], child_args=work.child_flags(fields, nproc),
+        launcher=launcher)
     rows, notes, written = work.run(plan, user, list(curve), top)
     notes = work.left_out(params, world, _dtype(cfg.dtype_name, size=True), budget, wanted, plan.stages) + notes
-    _report(plan, rows, notes, user, cfg, target, force, ds_config)
+    _report(plan, rows, notes, user, cfg, target, force, ds_config, min_gain / 100)
     return 0
 
 
-def _report(plan, rows, notes, user, cfg, target, force, ds_config) -> None:
+def _report(plan, rows, notes, user, cfg, target, force, ds_config, min_gain) -> None:
     from commbench.analysis import tuneview
     from commbench.core import outputs
     from commbench.integrations.deepspeed import config as dsconfig
@@ -92,7 +101,9 @@ def _report(plan, rows, notes, user, cfg, target, force, ds_config) -> None:
     if missed:
         click.echo(f"# {len(missed)} measured candidate(s) missed the prediction by more than "
                    f"{tuneview.MISS_LIMIT:.0%} (MISS>25%): the curve does not describe that schedule well")
-    best = tuneview.winner(rows, full)
+    best = tuneview.winner(rows, user, min_gain)
+    for line in tuneview.verdict_lines(rows, best, user, min_gain):
+        click.echo(line)
     new = tuneview.apply_setting(cfg.to_dict(), best, user.grad_accum, user.dtype)
     dsconfig.parse(new, source=str(target))  # the recommendation must be a config DeepSpeed accepts
     patch = tuneview.merge_patch(cfg.to_dict(), new)
@@ -100,8 +111,20 @@ def _report(plan, rows, notes, user, cfg, target, force, ds_config) -> None:
                f"{best.grad_accum}, {best.dtype}; change to {ds_config} (JSON merge patch, RFC 7386):")
     for line in tuneview.diff_lines(patch) if patch else ["{}  (your config is already the winner)"]:
         click.echo(line)
-    outputs.write_file(target, (json.dumps(new, indent=2) + "\n").encode(), "tune", "--out", [ds_config], force)
-    click.echo(f"# wrote {target}")
+    summary = Path(plan.out) / f"{plan.run_id}.tune.json"
+    record = tuneview.record(plan, rows, full, best, patch, notes, min_gain)
+    outputs.write_files([outputs.Output(target, (json.dumps(new, indent=2) + "\n").encode(), "--out"),
+                         outputs.Output(summary, (json.dumps(record, indent=2) + "\n").encode(), "--out")],
+                        "tune", [ds_config], force)
+    click.echo(f"# wrote {target} (the tuned config) and {summary} (every candidate, machine-readable)")
+
+
+def _lab_hosts() -> int:
+    """--launcher lab: one rank on every host of the lab that is up."""
+    from commbench.lab import state as labstate
+
+    labstate.require_root()
+    return len(labstate.require_state().nodes)
 
 
 def _list(text, flag, convert) -> list:

@@ -60,6 +60,7 @@ class TunePlan:
     out: str
     run_id: str
     child_args: list[str] = field(default_factory=list)  # shared run flags passed to each child run
+    launcher: str = "local"  # how child runs get their ranks: "local" (--nproc) or "lab" (`lab run`, a rank a host)
 
     @property
     def params(self) -> int:
@@ -160,9 +161,19 @@ def quick_sizes(plan: TunePlan, rows: list[Row], dtype: str) -> dict[str, set[in
     return need
 
 
-def child(argv: list[str], what: str) -> None:
+LAUNCHERS = ("local", "lab")
+
+
+def child_command(argv: list[str], launcher: str) -> list[str]:
+    """The argv of one child run: local ranks of its own (--nproc), or one rank on every lab host
+    through `commbench lab run` (tune itself stays on the machine that owns the lab)."""
+    own = [sys.executable, "-m", "commbench", *argv]
+    return own if launcher == "local" else [sys.executable, "-m", "commbench", "lab", "run", "--", *own]
+
+
+def child(argv: list[str], what: str, launcher: str = "local") -> None:
     """Run one commbench command as a child process (its own ranks, signals and exit code)."""
-    cmd = [sys.executable, "-m", "commbench", *argv]
+    cmd = child_command(argv, launcher)
     code = subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False).returncode
     if code == 2:
         raise BadInput(f"{what} refused its input (above): `commbench {' '.join(argv[:1])}` exited 2")
@@ -182,7 +193,7 @@ def quick_curve(plan: TunePlan, rows: list[Row]) -> tuple[Curve, list[str]]:
         print(f"# tune: quick curve, {dtype}: {', '.join(colls)} at {len(sizes)} sizes "
               f"({format_size(sizes[0])}..{format_size(sizes[-1])}) -> {path}", flush=True)
         child(["sweep", "--collective", ",".join(colls), "--sizes", ",".join(map(str, sizes)), "-d", dtype,
-               "--placement", "both", "--out", str(path), *plan.child_args], "the quick curve's sweep")
+               "--placement", "both", "--out", str(path), *plan.child_args], "the quick curve's sweep", plan.launcher)
         files.append(str(path))
     return load_curve(files), files
 
@@ -195,8 +206,8 @@ def measure(plan: TunePlan, row: Row, index: int) -> str:
           f"gradient_accumulation_steps {row.grad_accum}, {row.dtype} -> {path}", flush=True)
     child(["zero", "--ds-config", plan.ds_config, "--layers", str(plan.layers), "--hidden", str(plan.hidden),
            "--vocab", str(plan.vocab), "--stages", str(row.stage), "--bucket-size", str(row.reduce_bucket),
-           "--grad-accum", str(row.grad_accum), "-d", row.dtype, "--scale", repr(plan.scale), "--out", str(path),
-           *plan.child_args], f"candidate {index}'s zero run")
+           "--grad-accum", str(row.grad_accum), "-d", row.dtype, "--scale", repr(plan.scale), "--overlap", "off",
+           "--out", str(path), *plan.child_args], f"candidate {index}'s zero run", plan.launcher)
     frame = read_results([str(path)], columns=["time_us", "zero_stage"])
     times = frame.loc[frame["collective"] == "zero_step", "time_us"].dropna()
     if times.empty:
@@ -222,7 +233,8 @@ def memory_budget(backend: str, world: int) -> int:
 
 
 def run(plan: TunePlan, user: Row, curve_files: list[str], top: int) -> tuple[list[Row], list[str], list[str]]:
-    """Predict every candidate, measure the best `top`; returns rows, notes and the files written."""
+    """Predict every candidate, measure the best `top` and the user's own config (the baseline the
+    winner must beat); returns rows, notes and the files written."""
     rows = candidates(plan, user)
     written: list[str] = []
     curve = load_curve(curve_files) if curve_files else None
@@ -232,8 +244,15 @@ def run(plan: TunePlan, user: Row, curve_files: list[str], top: int) -> tuple[li
     from commbench.analysis.tuneview import ranked
 
     order, full = ranked(rows)
-    for i, row in enumerate(order[:top], 1):
-        written.append(measure(plan, row, i))
+    yours = next((r for r in order if r.setting() == user.setting()), None)
+    if yours is not None:
+        yours.yours = True
+    for rank, row in enumerate(order, 1):
+        if rank <= top or row is yours:
+            written.append(measure(plan, row, rank))
+    if yours is None:
+        notes.append("your config is not among the candidates (its stage does not fit, or --stages, --dtypes, ... "
+                     "leave it out): the winner is not compared with it")
     return order, notes, written
 
 
@@ -265,11 +284,7 @@ def child_flags(run: dict, nproc: int | None) -> list[str]:
 
 
 def world_size(nproc: int | None, backend: str) -> int:
-    from commbench.core import launch
-
-    env = launch.detect()
-    if env is not None:
-        return env.world_size
+    """The local ranks a child run starts (--launcher local)."""
     if nproc is not None:
         return nproc
     if backend == "nccl":

@@ -36,36 +36,71 @@ def tuned(tmp_path_factory):
     return d, out, proc
 
 
-def _table(stdout: str) -> list[list[str]]:
-    """The rows under tune's header, up to the next comment line."""
+def table_rows(stdout: str) -> list[dict]:
+    """The rows under tune's header, up to the next comment line, by column (times in us, None for
+    n/a) with the row's flags (MISS>25%, (yours))."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("#  rank  stage"))
     rows = []
     for line in lines[start + 1:]:
         if line.startswith("#"):
             break
-        rows.append(line.split())
+        rows.append(_row_fields(line.split()))
     return rows
+
+
+def _row_fields(w: list[str]) -> dict:
+    """rank stage rb ab g dtype predicted measured [ratio] full per-micro-batch [flags]."""
+    def us(v):
+        return None if v == "n/a" else float(v.replace(",", ""))
+
+    measured = us(w[7])
+    rest = w[8:] if measured is None else w[9:]
+    return {"rank": int(w[0]), "stage": int(w[1]), "reduce_bucket": float(w[2]), "grad_accum": int(w[4]),
+            "dtype": w[5], "predicted": us(w[6]), "measured": measured,
+            "ratio": None if measured is None else float(w[8]), "full": us(rest[0]), "per_mb": us(rest[1]),
+            "flags": rest[2:]}
 
 
 def test_ranked_table_measured_top_two(tuned):
     d, out, proc = tuned
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = _table(proc.stdout)
+    rows = table_rows(proc.stdout)
     # stages 1, 2 x buckets 2e4, 3e5 x accumulation 1, 2 (each its own schedule): 8 candidates
-    assert len(rows) == 8 and [int(r[0]) for r in rows] == list(range(1, 9))
-    measured = [r for r in rows if r[7] != "n/a"]
-    assert len(measured) == 2 and rows[:2] == measured  # the best two predictions are the measured ones
-    per_mb = [float(r[-1].replace(",", "")) if r[-1] != "MISS>25%" else float(r[-2].replace(",", "")) for r in rows]
+    assert [r["rank"] for r in rows] == list(range(1, 9))
+    measured = [r for r in rows if r["measured"] is not None]
+    assert measured == rows[:2]  # the best two predictions are the measured ones
+    # the config's own bucket (2e5) is not on the grid: no baseline, and tune says so
+    assert not any("(yours)" in r["flags"] for r in rows)
+    assert "# note: your config is not among the candidates" in proc.stdout
+    per_mb = [r["per_mb"] for r in rows]
     assert per_mb == sorted(per_mb)
     for r in measured:
-        ratio = float(r[8])
         # the ratio is printed to 2 decimals, the times to the microsecond
-        assert ratio == pytest.approx(float(r[7].replace(",", "")) / float(r[6].replace(",", "")), abs=0.006)
-        if abs(abs(ratio - 1) - 0.25) > 0.006:  # off the rounding edge of the 25% limit
-            assert ("MISS>25%" in r) == (abs(ratio - 1) > 0.25)
+        assert r["ratio"] == pytest.approx(r["measured"] / r["predicted"], abs=0.006)
+        if abs(abs(r["ratio"] - 1) - 0.25) > 0.006:  # off the rounding edge of the 25% limit
+            assert ("MISS>25%" in r["flags"]) == (abs(r["ratio"] - 1) > 0.25)
     assert "at scale 1" in proc.stdout and "full-scale predicted" in proc.stdout
     assert len(list(out.glob("*.zero-*.parquet"))) == 2 and len(list(out.glob("*.curve-*.parquet"))) == 1
+
+
+def test_the_users_config_is_measured_as_the_baseline(tmp_path):
+    (tmp_path / "ds.json").write_text(json.dumps(CONFIG))
+    proc = _tune("--ds-config", str(tmp_path / "ds.json"), *SHAPE, "--stages", "2", "--reduce-buckets", "2e5,3e5",
+                 "--grad-accum", "1", "--dtypes", "bf16", "--top", "1", "--out", str(tmp_path / "o"), *LEAN)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = table_rows(proc.stdout)
+    assert len(rows) == 2 and all(r["measured"] is not None for r in rows)  # the best one, and yours
+    mine = [r for r in rows if "(yours)" in r["flags"]]
+    assert len(mine) == 1 and mine[0]["reduce_bucket"] == 2e5
+    other = next(r for r in rows if r is not mine[0])
+    gain = 1 - other["measured"] / mine[0]["measured"]
+    if gain >= 0.05:  # the other bucket is enough faster: it wins, and the line says by how much
+        assert f"# measured: {gain:.0%} less communication per micro-batch than your config" in proc.stdout
+        assert "reduce_bucket_size 3e+05" in proc.stdout.split("# winner:")[1].splitlines()[0]
+    else:  # within --min-gain 5%: your config stays
+        assert "no measured candidate beats your config by --min-gain 5%" in proc.stdout
+        assert "{}  (your config is already the winner)" in proc.stdout
 
 
 def test_diff_and_written_config(tuned):
@@ -88,6 +123,12 @@ def test_diff_and_written_config(tuned):
     win = re.search(r"# winner: ZeRO-(\d), reduce_bucket_size (\S+), gradient_accumulation_steps (\d+)", proc.stdout)
     assert written["zero_optimization"]["stage"] == int(win.group(1))
     assert written["gradient_accumulation_steps"] == int(win.group(3))
+    # the same result for a program: every candidate, the winner, the patch
+    (summary,) = out.glob("*.tune.json")
+    doc = json.loads(summary.read_text())
+    assert len(doc["candidates"]) == 8 and doc["world"] == 2 and doc["launcher"] == "local"
+    assert doc["patch"] == patch and doc["winner"]["stage"] == int(win.group(1))
+    assert [c["measured_us"] is not None for c in doc["candidates"]] == [True, True] + [False] * 6
     # never overwritten: a second run refuses before measuring anything
     again = _tune("--ds-config", str(d / "ds.json"), *SHAPE, "--out", str(out), *LEAN)
     assert again.returncode == 2 and "--force" in again.stderr and len(again.stderr.strip().splitlines()) == 1

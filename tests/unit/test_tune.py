@@ -45,7 +45,32 @@ def test_ranked_per_micro_batch_full_scale_when_every_row_has_it():
 
 def test_winner_is_the_best_measured():
     a, b, c = _row(100, 400, full=1), _row(200, 250, full=2), _row(300, full=3)
-    assert tuneview.winner([a, b, c], True) is b
+    user = Row(1, 500_000_000, 500_000_000, 1, "bfloat16", 0.0)
+    assert tuneview.winner([a, b, c], user) is b
+
+
+def _cand(stage, dtype, g, meas, yours=False):
+    return Row(stage, 500_000_000, 500_000_000, g, dtype, 1.0, None, meas, yours)
+
+
+def test_winner_the_smallest_change_within_min_gain():
+    user = Row(2, 500_000_000, 500_000_000, 8, "float16", 0.0)
+    bf16 = _cand(0, "bfloat16", 32, 32_000)  # 1,000 us a micro-batch: the fastest, 3 changes
+    fp16 = _cand(0, "float16", 32, 32_640)  # 2.0% slower, 2 changes (the same schedule as bf16)
+    mine = _cand(2, "float16", 8, 8_800, yours=True)  # 1,100 us: 10% slower, no change
+    rows = [bf16, fp16, mine]
+    assert tuneview.winner(rows, user, 0.05) is fp16  # a precision change is not worth 2%
+    assert tuneview.winner(rows, user, 0.0) is bf16  # --min-gain 0: the fastest, whatever it changes
+    assert tuneview.winner(rows, user, 0.10) is mine  # 10% is within --min-gain 10%: keep yours
+    lines = tuneview.verdict_lines(rows, fp16, user, 0.05)
+    assert lines[0] == "# measured: 7% less communication per micro-batch than your config (1,020 us vs 1,100 us)"
+    assert "the fastest measured (rank 1) is 2.0% faster but changes 3 of your settings, the winner 2" in lines[1]
+    assert tuneview.verdict_lines(rows, mine, user, 0.10)[0].startswith("# no measured candidate beats your config")
+
+
+def test_winner_none_measured_is_the_best_predicted():
+    a, b = _row(100), _row(200)
+    assert tuneview.winner([a, b], Row(2, 1, 1, 1, "bfloat16", 0.0)) is a
 
 
 def test_merge_patch_and_winning_config():
