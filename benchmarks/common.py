@@ -85,6 +85,14 @@ def human(size: int) -> str:
     return f"{size} B"
 
 
+def not_root(name: str) -> bool:
+    """True, with one line on stderr, when this process cannot make a lab (it needs root)."""
+    if os.geteuid() == 0:
+        return False
+    print(f"{name}: the lab needs root (network namespaces, veth, tc): run it as root", file=sys.stderr)
+    return True
+
+
 class Lab:
     """The lab CLI with a benchmark's own prefix and state folder (its own lab, never a test's)."""
 

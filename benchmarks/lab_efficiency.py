@@ -18,7 +18,6 @@ Writes benchmarks/results/lab_efficiency.json and .md.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import tempfile
@@ -87,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", default="cb10")
     ap.add_argument("--subnet", default="10.250.10.0/24")
     a = ap.parse_args(argv)
-    if os.geteuid() != 0:
-        print("lab_efficiency: the lab needs root (network namespaces, veth, tc): run it as root", file=sys.stderr)
+    if common.not_root("lab_efficiency"):
         return 2
     bits = rate_bits(a.rate)
     m0 = common.machine()
