@@ -12,9 +12,9 @@ sweeping its quick curve and measuring every candidate and the config itself, on
   1e7 (10 candidates). The figure is measured / predicted (one optimizer step's communication);
   bound: within 25% for every ZeRO-0..2 candidate (issue #21). ZeRO-3 rows are recorded, not
   bound: gloo's reduce_scatter stalls at random in a sweep's timing loop, not in a step; so do
-  gloo calls below ~1 MB, which the recommendation part's 1e5 buckets make (TUNING.md).
-- recommendation: a ZeRO-2 config with reduce_bucket_size 1e5 (47 buckets a step), ZeRO-2 x
-  1e5, 1e6, 1e7, the default --min-gain 5%: the winner per rate and tune's own lines saying why.
+  gloo calls below ~1 MB, which the recommendation part's 5e4 buckets make (TUNING.md).
+- recommendation: a ZeRO-2 config with reduce_bucket_size 5e4 (93 buckets a step), ZeRO-2 x
+  5e4, 1e6, 1e7, the default --min-gain 10%: the winner per rate and tune's own lines saying why.
 
 The lab uses its own instance (prefix cb21, state in /run/commbench-lab-cb21, subnet
 10.248.0.0/24) and is taken down in every case. Writes benchmarks/results/tune_lab.json and .md.
@@ -38,7 +38,7 @@ SHAPE = ["--layers", "2", "--hidden", "256", "--vocab", "6000"]
 BASE = {"fp16": {"enabled": True}, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}
 PARTS = {  # name -> (the config's reduce_bucket_size, tune's candidate flags)
     "accuracy": (1_000_000, ["--stages", "0,1,2,3", "--reduce-buckets", "1e6,3e6,1e7"]),
-    "recommendation": (100_000, ["--stages", "2", "--reduce-buckets", "1e5,1e6,1e7"]),
+    "recommendation": (50_000, ["--stages", "2", "--reduce-buckets", "5e4,1e6,1e7"]),
 }
 WHY = ("# measured:", "# the fastest", "# no measured", "# winner:")
 
