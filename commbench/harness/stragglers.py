@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy.stats import median_abs_deviation
 
 ABS_FLOOR_US = 100.0
 REL_FLOOR = 0.2
@@ -49,6 +48,10 @@ def rank_summary(own_s: Sequence[float], slowest_s: Sequence[float]) -> tuple[fl
 
 def robust_z(values: Sequence[float]) -> np.ndarray:
     """(x - median) / MAD (normal-scaled); a MAD of zero gives +-inf for values off the median."""
+    # scipy.stats here, not at the top: every rank imports this module through harness/runner.py,
+    # and scipy.stats is about 0.7 s of a rank's start while only worlds of MIN_WORLD_FOR_Z reach this
+    from scipy.stats import median_abs_deviation
+
     x = np.asarray(values, dtype=float)
     mad = median_abs_deviation(x, scale="normal")
     dev = x - np.median(x)
