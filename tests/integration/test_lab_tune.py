@@ -30,7 +30,7 @@ from test_tune import table_rows
 
 pytestmark = NEEDS_LAB
 
-PREFIX = "ctn"
+PREFIX = "cz"
 ENV = lab_env(PREFIX)
 SUBNET = "10.247.0.0/24"
 SHAPE = ["--layers", "2", "--hidden", "256", "--vocab", "6000"]  # 4.65M parameters: 9.3 MB in fp16
@@ -126,7 +126,7 @@ def test_lab_launcher_refusals(lab):
         assert len(proc.stderr.strip().splitlines()) == 1 and word in proc.stderr and "lab" in proc.stderr
     assert not (lab / "r").exists()
     # no lab up (another prefix): one line naming the command that starts one
-    proc = run_commbench(lab_env("ctx"), "tune", "--ds-config", str(lab / "ds.json"), *SHAPE, "--out",
+    proc = run_commbench(lab_env("cy"), "tune", "--ds-config", str(lab / "ds.json"), *SHAPE, "--out",
                          str(lab / "r"), *LEAN)
     assert proc.returncode == 2 and proc.stderr.strip() == "commbench: no lab is up: start one with " \
         "'commbench lab up --nodes 2'", proc.stderr
