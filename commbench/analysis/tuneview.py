@@ -96,7 +96,7 @@ def verdict_lines(rows: list[Row], best: Row, user: Row, min_gain: float) -> lis
     top = fastest(rows)
     if top is not None and top is not best:
         gap = 1 - top.measured_per_micro_batch / best.measured_per_micro_batch
-        lines.append(f"# the fastest measured (rank {next(i for i, r in enumerate(rows, 1) if r is top)}) is {gap:.1%} faster but changes "
+        lines.append(f"# the fastest measured (rank {_rank(rows, top)}) is {gap:.1%} faster but changes "
                      f"{top.changes(user)} of your settings, the winner {best.changes(user)}: "
                      f"under --min-gain {min_gain:.0%}, the smaller change wins")
     return lines
@@ -114,7 +114,11 @@ def record(plan, rows: list[Row], full: bool, best: Row, patch: dict, notes: lis
             "launcher": plan.launcher, "scale": plan.scale, "run_id": plan.run_id, "ranked_at_full_scale": full,
             "min_gain": min_gain, "miss_limit": MISS_LIMIT,
             "candidates": [row(r, i) for i, r in enumerate(rows, 1)],
-            "winner": row(best, next(i for i, r in enumerate(rows, 1) if r is best)), "patch": patch, "notes": notes}
+            "winner": row(best, _rank(rows, best)), "patch": patch, "notes": notes}
+
+
+def _rank(rows: list[Row], row: Row) -> int:
+    return next(i for i, r in enumerate(rows, 1) if r is row)
 
 
 def _us(v: float | None) -> str:

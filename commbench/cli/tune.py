@@ -33,7 +33,8 @@ from commbench.core.errors import BadInput
 @click.option("--dtypes", default=None, help="Communication dtypes [default: yours and a 2-byte one].")
 @click.option("--scale", "scale", type=Number(float, 0, 1, low_open=True, example="0.01"), default=None,
               help="Measuring scale of every message [default: the zero workload's auto].")
-@click.option("--min-gain", "min_gain", type=Number(float, 0, 100, example="10"), default=MIN_GAIN * 100, show_default=True,
+@click.option("--min-gain", "min_gain", type=Number(float, 0, 100, example="10"), default=MIN_GAIN * 100,
+              show_default=True,
               help="Percent: a candidate that changes more of your config must be this much faster to win.")
 @click.option("--force", is_flag=True, help="Replace an existing tuned config in --out.")
 @click.option("--launcher", type=click.Choice(["local", "lab"]), default="local", show_default=True,

@@ -161,9 +161,6 @@ def quick_sizes(plan: TunePlan, rows: list[Row], dtype: str) -> dict[str, set[in
     return need
 
 
-LAUNCHERS = ("local", "lab")
-
-
 def child_command(argv: list[str], launcher: str) -> list[str]:
     """The argv of one child run: local ranks of its own (--nproc), or one rank on every lab host
     through `commbench lab run` (tune itself stays on the machine that owns the lab)."""
