@@ -26,6 +26,7 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,21 +52,36 @@ def _bounded() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
 
 
-def _peak_rss_of_children() -> int:
-    """The largest peak resident set of any child this process has waited for, in bytes (Linux
-    reports KiB): after a run, an upper bound of that run's own peak."""
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-
-
 def run_cli(args: list[str], cwd: Path, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """The CLI in a subprocess (address space capped, killed after DEADLINE_S); its own peak
+    resident set, from wait4 on that child (RUSAGE_CHILDREN would be the largest child this pytest
+    process ever had, another test's included), must stay under MEMORY_BOUND."""
     full_env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                 **(env or {})}
+    cmd = [sys.executable, "-m", "commbench", *args]
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "commbench", *args], cwd=cwd, env=full_env, capture_output=True,
-                          text=True, errors="replace", timeout=DEADLINE_S, preexec_fn=_bounded)
+    child = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             errors="replace", preexec_fn=_bounded)
+    texts: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda n=name, f=stream: texts.__setitem__(n, f.read()))
+               for name, stream in (("out", child.stdout), ("err", child.stderr))]
+    for r in readers:
+        r.start()
+    deadline = threading.Timer(DEADLINE_S, child.kill)
+    deadline.start()
+    try:
+        _, status, usage = os.wait4(child.pid, 0)
+    finally:
+        deadline.cancel()
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    for r in readers:
+        r.join()
+    child.stdout.close()
+    child.stderr.close()
     elapsed = time.monotonic() - start
-    assert _peak_rss_of_children() < MEMORY_BOUND, (args, _peak_rss_of_children())
-    return proc, elapsed
+    peak = usage.ru_maxrss * 1024  # Linux reports KiB
+    assert peak < MEMORY_BOUND, (args, peak)
+    return subprocess.CompletedProcess(cmd, child.returncode, texts["out"], texts["err"]), elapsed
 
 
 def assert_refused(proc: subprocess.CompletedProcess, elapsed: float, needles: list[str]) -> str:
