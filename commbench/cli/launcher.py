@@ -114,6 +114,19 @@ def _rebind_rank(workload, env) -> None:
         torch.set_num_threads(len(cpus[env.local_rank]))
 
 
+def launcher_checked(command):
+    """`command`, refusing a launcher environment that contradicts itself before anything else: before
+    its workload imports torch (about 3 s a refusal, as fast as doctor's). launch_workload reads the
+    environment again when it starts the ranks."""
+    @functools.wraps(command)
+    def checked(*args, **kwargs):
+        from commbench.core import launch
+
+        launch.detect()
+        return command(*args, **kwargs)
+    return checked
+
+
 def launch_workload(workload, nproc: int | None) -> int:
     """Run `workload` on the ranks a launcher started, or spawn `nproc` local ranks."""
     import torch

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from commbench.cli.launcher import launch_workload
+from commbench.cli.launcher import launch_workload, launcher_checked
 from commbench.cli.options import (Number, check_number, env_option, fraction, model_shape, model_shape_options,
                                    run_fields,
                                    run_options, settings_axes)
@@ -41,6 +41,7 @@ GPU_MAX_BYTES = "1G"
                    "records what NCCL used (NET/IB, NET/Socket, P2P/IPC, SHM).")
 @env_option
 @run_options
+@launcher_checked
 def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtype, op, root, placement, mtus,
           nccl_debug, env_axes, nproc, **run) -> int:
     """Measure collectives over a range of message sizes (the nccl-tests grid)."""
@@ -113,6 +114,7 @@ def _mtu_axis(text: str | None, iface: str | None) -> list[int]:
               help="Buckets in flight at once (async collectives, each waited on).")
 @env_option
 @run_options
+@launcher_checked
 def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, env_axes, nproc, **run) -> int:
     """Reduce one step's gradients in buckets, per bucket size, as DeepSpeed does."""
     from commbench.core import vocab
@@ -153,6 +155,7 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, env_axes, nproc
               help="With --per-rail: the rails, e.g. eth0,eth1 [default: every interface with an IPv4 address "
                    "on every host].")
 @run_options
+@launcher_checked
 def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, nproc, **run) -> int:
     """Bandwidth between every pair of hosts, in rounds of disjoint pairs; ranks the slowest links.
 
@@ -230,6 +233,7 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, npr
                    "time per step at full scale from it.")
 @env_option
 @run_options
+@launcher_checked
 def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, scale, engine, steps,
          validate_schedule, grad_accum, overlap, curve, env_axes, nproc, **run) -> int:
     """One training step's ZeRO communication schedule per stage, run with real collectives."""

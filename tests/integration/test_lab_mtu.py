@@ -40,12 +40,14 @@ def lab():
 def test_mtu_axis_stores_both_and_restores(lab, tmp_path):
     out = tmp_path / "mtu.parquet"
     res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", "--mtu", "1500,9000", "--iface", "eth0",
-             "--sizes", "16M", "-n", "5", "-w", "2", "--out", str(out))
+             "--sizes", "16M", "-n", "5", "-w", "2", "-R", "3", "--out", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "# MTU 9000 on eth0 of every host" in res.stdout
     df = pd.read_parquet(out)
-    assert sorted(df.mtu) == [1500, 9000] and set(df.wrong) == {0}
-    busbw = dict(zip(df.mtu, df.busbw_GBps))
+    assert sorted(df.mtu) == [1500] * 3 + [9000] * 3 and set(df.wrong) == {0}
+    # The median of three repetitions a side: one sample a side is one stall on 2 busy cores from the wrong
+    # order (test_lab once measured MTU 9000 at 92% of its limit, below MTU 1500).
+    busbw = df.groupby("mtu").busbw_GBps.median().to_dict()
     print(f"\nsweep --mtu on 2 lab hosts at 1gbit, 16 MiB all_reduce: {busbw}")
     assert busbw[9000] > 1.02 * busbw[1500]  # about 4%: (MTU-52)/(MTU+14) at 9000 vs 1500
     assert host_mtus() == {f"{PREFIX}node1": 1500, f"{PREFIX}node2": 1500}
