@@ -45,7 +45,9 @@ def lab_runs(tmp_path_factory) -> dict[str, Path]:
                      "--out", str(files[name]))
             assert res.returncode == 0, res.stdout + res.stderr
             if name == "first":
-                made = cb("gate", "--suggest", str(files["first"]), "--system", "lab-1gbit",
+                # --lower 5%: bands no narrower than this machine's run-to-run drift (two sweeps a minute
+                # apart on 2 shared cores have differed by 3-5%); the 20% slower link still misses them
+                made = cb("gate", "--suggest", str(files["first"]), "--system", "lab-1gbit", "--lower", "5%",
                           "--out", str(files["bands"]))
                 assert made.returncode == 0, made.stderr
     finally:
