@@ -37,6 +37,7 @@ ROLL_CALL_S = 2.0  # how long a roll call waits for heartbeats to move (several 
 PROBE_S = 2.0
 REMOTE_S = 3.0  # a read from another rank's mailbox gives up after this long
 STUCK_SLACK_S = 15.0  # beyond --timeout before a rank that the backend does not give back leaves
+SUSPENDED_S = 5.0  # a heartbeat (due every HEARTBEAT_S) this late: the process itself did not run
 _PEERS = "commbench/ctl/peer/"
 
 
@@ -114,6 +115,7 @@ class _Mailbox(ThreadingHTTPServer):
 
     def __init__(self) -> None:
         super().__init__(("0.0.0.0", 0), _Reader)
+        _quiet_errors(self)
         self.keys: dict[str, str] = {}
         self.lock = threading.Lock()
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="commbench-mailbox",
@@ -143,6 +145,17 @@ class _Reader(BaseHTTPRequestHandler):
         return
 
 
+def _quiet_errors(server: ThreadingHTTPServer) -> None:
+    """A reader that gave up before its answer came (this rank was stopped while peers read it)
+    leaves a broken pipe: normal here, and never a traceback on the user's stderr."""
+    def handle_error(request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            print(f"commbench: control plane: a read from {client_address[0]} failed: {type(exc).__name__}: {exc}",
+                  file=sys.stderr, flush=True)
+    server.handle_error = handle_error  # type: ignore[method-assign]
+
+
 def _answered(before: dict | None, after: dict | None) -> bool:
     """A rank answered when its heartbeat moved between two reads, or it reported why it stopped."""
     if after is None:
@@ -166,6 +179,8 @@ class ControlPlane:
         self._inside: tuple[int, str, float] | None = None
         self._seq = 0
         self._progress = (0, "the start", time.monotonic())  # the last point boundary: (seq, what, when)
+        self._tick = time.monotonic()  # the last heartbeat
+        self._naps: list[tuple[float, float]] = []  # (when it woke, seconds): times this process did not run
         me = {"host": socket.gethostname(), "addr": addr or "127.0.0.1", "port": self._own.server_address[1],
               "pair_port": self.pair_store.port, "probe_port": self._probe.getsockname()[1]}
         main.set(_PEERS + str(rank), json.dumps(me))
@@ -236,9 +251,24 @@ class ControlPlane:
         beats = 0
         while True:  # the first beat at once: a mailbox without one is not up yet
             beats += 1
+            now = time.monotonic()
+            if now - self._tick > SUSPENDED_S:
+                self._naps.append((now, now - self._tick))
+            self._tick = now
             self.put("beat", str(beats))
             if self._stop.wait(HEARTBEAT_S):
                 return
+
+    def suspended_s(self, within: float | None = None) -> float:
+        """The longest time this process did not run (SIGSTOP, a debugger, a frozen host) among those
+        that ended in the last `within` s (default --timeout + STUCK_SLACK_S, how long the failures it
+        causes take to surface), or still go on (the heartbeat has not beaten since waking); 0 when
+        none reaches half of --timeout, too short for peers to give up on this rank. Peers that went
+        on meanwhile are no failure of theirs."""
+        now = time.monotonic()
+        within = self.timeout + STUCK_SLACK_S if within is None else within
+        longest = max([now - self._tick] + [gap for woke, gap in list(self._naps) if now - woke <= within])
+        return longest if longest >= max(SUSPENDED_S, self.timeout / 2) else 0.0
 
     def store_of(self, rank: int) -> dist.Store:
         """The pair store of `rank` (this rank's own for itself), for a pair's rendezvous."""
@@ -367,15 +397,38 @@ class ControlPlane:
         if not call.silent:
             return  # every peer answers: a long point, not a dead one
         peers = self.peers()
+        asleep = self.suspended_s(within=waited)
+        if asleep:
+            self._leave(say, f"commbench: rank {self.rank} on {peers[self.rank].host}: in {label}, "
+                             f"{self.absence(asleep)} ({self.who_answered(call)})")
         others = set(range(self.world)) - {self.rank}
         why = ("no other rank answers it: this rank's own link or host is the likely cause" if set(call.silent) == others
                else self.describe(call))
-        say(f"commbench: rank {self.rank} on {peers[self.rank].host}: {label} has not returned after {waited:.0f} s "
-            f"(--timeout {self.timeout:g} s) and {why}: the backend is blocked on a dead link; leaving (every "
-            "finished row is already written)")
+        self._leave(say, f"commbench: rank {self.rank} on {peers[self.rank].host}: {label} has not returned after "
+                         f"{waited:.0f} s (--timeout {self.timeout:g} s) and {why}: the backend is blocked on a dead link")
+
+    @staticmethod
+    def _leave(say, line: str) -> None:
+        say(f"{line}; leaving (every finished row is already written)")
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(3)
+
+    def absence(self, asleep: float) -> str:
+        """What a rank that did not run for `asleep` s (suspended_s) tells the user instead of blaming
+        the peers it finds gone on waking."""
+        longer = f", longer than --timeout {self.timeout:g} s" if asleep >= self.timeout else ""
+        return (f"this process was suspended for {asleep:.0f} s (SIGSTOP, a debugger or a frozen host){longer}: "
+                "the other ranks went on without it")
+
+    def who_answered(self, call: RollCall) -> str:
+        """Who answers now, by rank only: after this rank's own absence a silent peer may simply
+        have finished, so no host is blamed."""
+        def ranks(rs: list[int]) -> str:
+            return f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+        others = [r for r in call.answered if r != self.rank]
+        parts = [f"{ranks(call.silent)} no longer answer{'' if len(call.silent) > 1 else 's'}"] if call.silent else []
+        return "; ".join(parts + ([f"{ranks(others)} answered"] if others else []))
 
     def _hang_line(self, seq: int, label: str, started: float) -> str:
         peers = self.peers()

@@ -498,6 +498,12 @@ def _stopped_by(exc: BaseException, env: RankEnv, writer: ResultWriter | None, r
         _kept(env, writer)
         return exc.exit_code
     if isinstance(exc, RuntimeError) or isinstance(exc, dist.DistBackendError):
+        asleep = control.suspended_s()
+        if asleep:  # its peers went on while it did not run: what it finds on waking is not theirs to answer for
+            _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed after "
+                      f"{control.absence(asleep)}: {_SOURCE.sub('', _first_line(exc))}")
+            _kept(env, writer)
+            return EXIT_RUNTIME
         call = _roll_call(control, env, _first_line(exc))
         _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: "
                   f"{_failure(exc, env, ranks, timeout, call)}")

@@ -179,7 +179,8 @@ def test_a_stopped_rank_is_named_as_hung_while_it_hangs_and_in_the_verdict(lab, 
     text = run.text()
     assert code == 1, text
     assert re.search(rf"Hung host: {host(2)}\b", text), text
-    assert_nobody_else_blamed(text, host(2))
+    assert_nobody_else_blamed(text, host(2))  # nor does the stopped rank, continued after rank 0 left
+    assert "Traceback" not in text, text  # the peers' reads it answers late, to sockets long closed
     assert set(links_of(main_rows(out).iloc[4:], host(2)).status) <= FAILED
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and str(out) in p.info["cmdline"]]
 

@@ -22,7 +22,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from test_sweep_ranks import LONG_SWEEP, assert_no_processes_left, clean_env, kill_quietly, kept_rows, wait_for_rows
+from test_sweep_ranks import LONG_SWEEP, start, assert_no_processes_left, clean_env, kill_quietly, kept_rows, wait_for_rows
 
 pytestmark = pytest.mark.integration
 
@@ -113,6 +113,42 @@ def test_torchrun_rank_killed_mid_sweep(tmp_path):
     while (any(alive(p) for p in pids.values()) or processes_mentioning(str(out))) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(p) for p in pids.values()) and processes_mentioning(str(out)) == []
+    assert_no_processes_left(proc.pid)
+
+
+# ---------------------------------------------------------------- a stopped rank that wakes up
+
+
+def test_a_rank_stopped_past_timeout_names_itself_on_waking_not_the_peer_that_left(tmp_path):
+    """SIGSTOP rank 1 of a local sweep: rank 0 names it hung and stops; rank 1, continued after rank
+    0 has gone, finds its peer's connection closed. That is its own absence, and it says so: no
+    "lost rank 0", and no traceback from the queued control-plane reads it answers late."""
+    out = tmp_path / "stopped.parquet"
+    proc, stdout, stderr = start([*LONG_SWEEP, "--timeout", "3", "--out", str(out)], tmp_path)
+    try:
+        pids = wait_for_ranks(stdout, 2, proc)
+        before = wait_for_rows(proc, out, stderr)
+        os.kill(pids[1], signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while not re.search(r"roll call: rank 1 on \S+ is hung", stderr.read_text()):
+                assert time.monotonic() < deadline, stderr.read_text()
+                time.sleep(0.1)
+            time.sleep(3)  # rank 0 leaves; rank 1 stays stopped past SUSPENDED_S
+        finally:
+            os.kill(pids[1], signal.SIGCONT)
+        code = proc.wait(60)
+    finally:
+        kill_quietly(proc)
+    err = stderr.read_text()
+    assert code == 3, err
+    assert_valid_results(out, before, err)
+    m = re.search(r"^commbench: rank 1 on \S+: collective failed after this process was suspended for (\d+) s "
+                  r"\(SIGSTOP, a debugger or a frozen host\), longer than --timeout 3 s: the other ranks went on "
+                  r"without it: ", err, re.MULTILINE)
+    assert m and int(m.group(1)) >= 5, err
+    assert not re.search(r"rank 0 on \S+ (?:\(\S+\) )?is (?:gone|hung|unreachable)|lost (?:rank 0|a rank)", err), err
+    assert "Traceback" not in err and "frame #" not in err, err  # nor c10d's native frames
     assert_no_processes_left(proc.pid)
 
 
