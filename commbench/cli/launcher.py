@@ -169,4 +169,6 @@ def launch_workload(workload, nproc: int | None) -> int:
     workload.prepare(backend, device, launch.RankEnv("local", 0, nproc, 0, nproc, "127.0.0.1", 0))
     results.check_writable(results.resolve_out(workload.plan.out, workload.plan.run_id))
     cpus = bind_plan(workload.plan.bind, backend, nproc)
-    return launch.spawn_local(nproc, functools.partial(rank_main, workload), cpus=cpus)
+    # gloo ranks fork from here, where torch is imported; NCCL's start fresh (CUDA is per process)
+    fork = backend == "gloo" and not getattr(workload, "fresh_ranks", False)
+    return launch.spawn_local(nproc, functools.partial(rank_main, workload), cpus=cpus, fork=fork)

@@ -43,6 +43,7 @@ class EngineWorkload:
     plan: EnginePlan
     failure_message: str = ("commbench: the ZeRO schedule differs from what DeepSpeed issued by more than "
                             f"{TOLERANCE:.0%} (see the validation table)")
+    fresh_ranks = True  # local ranks start fresh, not forked: DeepSpeed sets up its accelerator per process
 
     def shape(self) -> dict:
         p = self.plan

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from labkit import NEEDS_LAB, lab_env, run_commbench
@@ -31,25 +32,44 @@ def cb(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return run_commbench(ENV, *args, timeout=timeout)
 
 
+QUIET_SPREAD = 1.10  # the slowest repetition of a side at 16 MiB over its fastest, on a quiet machine 1.02-1.04
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """Real 2-host runs, a folder a side: 1gbit at MTU 1500 (base and again, six repetitions each),
-    1gbit at MTU 9000 (jumbo), and 800mbit (slow)."""
+    1gbit at MTU 9000 (jumbo), and 800mbit (slow). A schedule that a disturbed machine spread by more
+    than QUIET_SPREAD within a side is measured once more (one CI run saw 140-194 ms for one setting,
+    where a 4% effect is the question): the tests are about compare's verdicts on a quiet lab."""
     out = tmp_path_factory.mktemp("lab-compare")
     cb("lab", "down")
     up = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.234.0.0/24")
     assert up.returncode == 0, up.stderr
     try:
-        for i, (side, change, reps) in enumerate(SCHEDULE):
-            if change:
-                assert cb("lab", "set", *change).returncode == 0
-            (out / side).mkdir(exist_ok=True)
-            res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", *SWEEP, "-R", str(reps),
-                     "--label", side, "--out", str(out / side / f"{i}.parquet"))
-            assert res.returncode == 0, res.stdout + res.stderr
+        for attempt in range(2):
+            sides = measure(out / f"attempt{attempt}")
+            if max(spread(folder) for folder in sides.values()) <= QUIET_SPREAD:
+                break
     finally:
         cb("lab", "down")
+    return sides
+
+
+def measure(out: Path) -> dict[str, Path]:
+    assert cb("lab", "set", "--mtu", "1500", "--rate", "1gbit").returncode == 0
+    for i, (side, change, reps) in enumerate(SCHEDULE):
+        if change:
+            assert cb("lab", "set", *change).returncode == 0
+        (out / side).mkdir(parents=True, exist_ok=True)
+        res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", *SWEEP, "-R", str(reps),
+                 "--label", side, "--out", str(out / side / f"{i}.parquet"))
+        assert res.returncode == 0, res.stdout + res.stderr
     return {side: out / side for side, _, _ in SCHEDULE}
+
+
+def spread(folder: Path) -> float:
+    times = pd.concat([pd.read_parquet(f) for f in folder.glob("*.parquet")]).query("size_bytes == 16 * 2**20").time_us
+    return times.max() / times.min()
 
 
 def compare(before: Path, after: Path, *extra: str) -> tuple[int, dict]:
