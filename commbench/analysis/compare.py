@@ -23,7 +23,7 @@ from commbench.analysis import settingsview
 from commbench.analysis.frames import (REQUIRED_COLUMNS, check_frame, column, json_cell, jsonable, md_cell, printable,
                                        scalar)
 from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point, group, split_failed
-from commbench.analysis.wireview import likely_causes
+from commbench.analysis.wireview import GROWTH, likely_causes
 from commbench.core import stats
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.linkrate import net_rates
@@ -612,7 +612,7 @@ def _summary_lines(c: Comparison) -> list[str]:
     caused = sum(1 for p in c.points if p.likely_cause)
     if caused:
         lines.append(f"wire: trouble counters moved at {caused} point{'s' if caused != 1 else ''} where they were 0 "
-                     "before: the likely cause is in the note")
+                     f"(or {GROWTH}x smaller) before: the likely cause is in the note")
     if c.repetitions_needed is not None and any(p.verdict == "inconclusive" and p.test != "repetitions"
                                                 for p in c.points):
         lines.append(f"too few repetitions: measure both sides with -R {c.repetitions_needed} or more")

@@ -3,8 +3,8 @@
 Per row: whether counters were read and whether a trouble counter (error, drop, retransmit, pause,
 congestion) moved, from the `wire_trouble` flag (the JSON is parsed only where a flag is missing
 or a trouble counter must be named). Per point: clean, trouble or not read; compare's likely cause
-for a point whose trouble counters were 0 before and moved after; and the rows of the reports'
-"Wire" section. Files from before the counters lack the columns: everything reads as not read.
+for a point whose trouble counters were 0 (or GROWTH times smaller) before and moved after; and the
+rows of the reports' "Wire" section. Files from before the counters lack the columns: everything reads as not read.
 Plain text only; the HTML page and the Markdown escape it.
 """
 
@@ -74,19 +74,26 @@ def point_state(read: np.ndarray, trouble: np.ndarray, idx: np.ndarray) -> str |
     return CLEAN if read[idx].any() else None
 
 
-def cause_text(found: list[tuple[wire.Trouble, int]], limit: int = CAUSE_LIMIT) -> str:
-    """'cbnode2 eth0 qdisc drops +1,815, cbnode2 tcp RetransSegs +2,736 (trouble counters were 0 before)'."""
+GROWTH = 10  # a counter that moved before too is a lead when it moved this many times more a row after
+
+
+def cause_text(found: list[tuple[wire.Trouble, int | None]], limit: int = CAUSE_LIMIT) -> str:
+    """'cbnode2 eth0 qdisc drops +1,815, cbnode2 tcp RetransSegs +2,736 (trouble counters were 0 before)';
+    a counter that moved before too carries its before figure: 'cbnode1 tcp RetransSegs +3,945 (+45 before)'."""
     found = sorted(found, key=lambda item: item[0].cause_rank())  # the drop before the retransmissions it causes
-    named = ", ".join(t.text() for t, _ in found[:limit])
+    named = ", ".join(t.text() + ("" if was is None else f" (+{was:,} before)") for t, was in found[:limit])
     more = f", +{len(found) - limit} more" if len(found) > limit else ""
-    return f"{named}{more} (trouble counters were 0 before)"
+    new = [was is None for _, was in found]
+    tail = " (trouble counters were 0 before)" if all(new) else " (the others were 0 before)" if any(new) else ""
+    return f"{named}{more}{tail}"
 
 
 def likely_causes(before: pd.DataFrame, before_rows: dict[tuple, np.ndarray], after: pd.DataFrame,
                   after_rows: dict[tuple, np.ndarray], keys: Iterable[tuple]) -> dict[tuple, str]:
     """Per point of `keys` (compare's point keys; *_rows: each point's row positions in its frame)
-    whose counters were read and clean on the before side and whose trouble counters moved after:
-    the counters that moved, as cause_text names them. Points without that change are left out."""
+    whose counters were read on both sides: the trouble counters that moved after and were 0
+    before, or moved GROWTH times more a row (a few spurious retransmissions before, thousands
+    after), as cause_text names them. Points without such a counter are left out."""
     if "wire" not in after.columns:
         return {}
     b_read, b_trouble = row_flags(before)
@@ -97,15 +104,19 @@ def likely_causes(before: pd.DataFrame, before_rows: dict[tuple, np.ndarray], af
     for k in keys:
         if k not in before_rows or k not in after_rows:
             continue
-        if point_state(b_read, b_trouble, before_rows[k]) != CLEAN:
+        b_idx, a_idx = before_rows[k], after_rows[k]
+        if point_state(b_read, b_trouble, b_idx) is None or point_state(a_read, a_trouble, a_idx) != TROUBLE:
             continue
-        idx = after_rows[k]
-        if point_state(a_read, a_trouble, idx) != TROUBLE:
-            continue
-        found = troubles_at(after, idx[a_trouble[idx]])
+        was = {_counter(t): t.delta for t, _ in troubles_at(before, b_idx)}
+        found = [(t, was.get(_counter(t))) for t, _ in troubles_at(after, a_idx[a_trouble[a_idx]])]
+        found = [(t, w) for t, w in found if w is None or t.delta * len(b_idx) >= GROWTH * w * len(a_idx)]
         if found:
             out[k] = cause_text(found)
     return out
+
+
+def _counter(t: wire.Trouble) -> tuple:
+    return t.host, t.where, t.counter
 
 
 # ---- the reports' "Wire" section (summary rows, plain text) ----

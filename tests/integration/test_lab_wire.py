@@ -126,8 +126,9 @@ def test_compare_names_the_new_drops_as_the_likely_cause(lab, tmp_path):
     assert res.returncode in (1, 3), res.stdout + res.stderr  # slower, or too few repetitions to say
     lines = [line for line in res.stdout.splitlines() if "likely cause:" in line]
     assert len(lines) == 2, res.stdout  # both sizes
-    assert all(f"{PREFIX}node2 eth0 qdisc drops +" in line and "(trouble counters were 0 before)" in line
-               for line in lines), lines
+    # the drops are new; retransmissions may have been counted before too (a CPU stall's spurious timeout
+    # on a clean link: one CI run counted 45 at 1 MiB), then named with their before figure
+    assert all(f"{PREFIX}node2 eth0 qdisc drops +" in line and "were 0 before)" in line for line in lines), lines
     report = tmp_path / "report.md"
     assert cb("report", str(tmp_path / "after.parquet"), "--baseline", str(tmp_path / "before.parquet"),
               "--out", str(report)).returncode == 0

@@ -95,7 +95,7 @@ def test_compare_names_the_counters_of_a_point_that_went_clean_to_trouble(files)
     line = next(ln for ln in table.splitlines() if "1 MiB" in ln)
     assert "likely cause: cbnode2 eth0 qdisc drops +3,630, cbnode2 tcp RetransSegs +5,472" in line
     assert "likely cause" not in next(ln for ln in table.splitlines() if "64 KiB" in ln)
-    assert "wire: trouble counters moved at 1 point where they were 0 before" in table
+    assert "wire: trouble counters moved at 1 point where they were 0 (or 10x smaller) before" in table
     md_row = next(ln for ln in cmp.render_markdown(c).splitlines() if ln.startswith("| all_reduce") and "1 MiB" in ln)
     assert "likely cause: cbnode2 eth0 qdisc drops +3,630" in md_row
     doc = json.loads(json.dumps(c.to_dict(), allow_nan=False))
@@ -116,13 +116,33 @@ def test_the_cause_changes_no_verdict_and_no_exit_code(files, tmp_path, capsys):
     assert "likely cause" not in out.out and code_with == code_without == with_wire.exit_code()
 
 
-def test_no_cause_when_the_trouble_was_there_before_too(tmp_path, capsys):
+def test_a_counter_that_moved_as_much_before_is_no_lead_but_a_new_one_is(tmp_path, capsys):
     before = write(tmp_path / "b.parquet", rows_with_wire(at_size(1 << 20, RETRANS), label="before"))
+    same = write(tmp_path / "s.parquet", rows_with_wire(at_size(1 << 20, RETRANS), label="after", seed=2))
+    c = cmp.compare_frames(read_results([before]), read_results([same]))
+    assert all(p.likely_cause is None for p in c.points)
+    code, out = run_cli(["compare", str(before), str(same), "--format", "json"], capsys)
+    assert code in (0, 1, 3) and all(p["likely_cause"] is None for p in json.loads(out.out)["points"])
+    # the same retransmissions and drops that were 0 before: the drops are named, the retransmissions not
     after = write(tmp_path / "a.parquet", rows_with_wire(at_size(1 << 20, DROPS, RETRANS), label="after", seed=2))
     c = cmp.compare_frames(read_results([before]), read_results([after]))
-    assert all(p.likely_cause is None for p in c.points)
-    code, out = run_cli(["compare", str(before), str(after), "--format", "json"], capsys)
-    assert code in (0, 1, 3) and all(p["likely_cause"] is None for p in json.loads(out.out)["points"])
+    assert point_at(c, 1 << 20).likely_cause == "cbnode2 eth0 qdisc drops +3,630 (trouble counters were 0 before)"
+
+
+def test_a_few_spurious_retransmissions_before_do_not_hide_thousands_after(tmp_path):
+    """A clean lab's sweep counted 45 TCP retransmissions at one point (a CPU stall's spurious timeout);
+    after a tiny tbf queue, thousands, and new qdisc drops: both named, the grown one with its before."""
+    few = ("cbnode1", "tcp", "RetransSegs", 45, "retransmit")
+    many = ("cbnode1", "tcp", "RetransSegs", 1950, "retransmit")
+    before = write(tmp_path / "b.parquet", rows_with_wire(at_size(1 << 20, few), label="before"))
+    after = write(tmp_path / "a.parquet", rows_with_wire(at_size(1 << 20, DROPS, many), label="after", seed=2))
+    c = cmp.compare_frames(read_results([before]), read_results([after]))
+    assert point_at(c, 1 << 20).likely_cause == ("cbnode2 eth0 qdisc drops +3,630, cbnode1 tcp RetransSegs +3,900 "
+                                                 "(+90 before) (the others were 0 before)")
+    # 9x as many a row is not GROWTH (10x): no lead from that counter alone
+    nine = ("cbnode1", "tcp", "RetransSegs", 405, "retransmit")
+    after = write(tmp_path / "n.parquet", rows_with_wire(at_size(1 << 20, nine), label="after", seed=2))
+    assert all(p.likely_cause is None for p in cmp.compare_frames(read_results([before]), read_results([after])).points)
 
 
 def test_no_cause_when_before_read_no_counters(tmp_path, capsys):
@@ -143,8 +163,10 @@ def test_no_cause_when_before_read_no_counters(tmp_path, capsys):
 
 def test_a_long_cause_names_four_counters_and_counts_the_rest():
     found = [(wire.Trouble("h", "eth0", f"c{i}", 10 - i, "error"), 1) for i in range(6)]
-    text = wireview.cause_text(found)
+    text = wireview.cause_text([(t, None) for t, _ in found])
     assert text == "h eth0 c0 +10, h eth0 c1 +9, h eth0 c2 +8, h eth0 c3 +7, +2 more (trouble counters were 0 before)"
+    grown = wireview.cause_text([(found[0][0], 1)])
+    assert grown == "h eth0 c0 +10 (+1 before)"
 
 
 def test_row_flags_read_the_json_when_the_flag_column_is_missing(files):
