@@ -115,7 +115,6 @@ class _Mailbox(ThreadingHTTPServer):
 
     def __init__(self) -> None:
         super().__init__(("0.0.0.0", 0), _Reader)
-        _quiet_errors(self)
         self.keys: dict[str, str] = {}
         self.lock = threading.Lock()
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="commbench-mailbox",
@@ -124,6 +123,14 @@ class _Mailbox(ThreadingHTTPServer):
     def put(self, key: str, value: str) -> None:
         with self.lock:
             self.keys[key] = value
+
+    def handle_error(self, request, client_address) -> None:
+        """A reader that gave up before its answer came (this rank was stopped while peers read it)
+        leaves a broken pipe: normal here, and never a traceback on the user's stderr."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            print(f"commbench: control plane: a read from {client_address[0]} failed: {type(exc).__name__}: {exc}",
+                  file=sys.stderr, flush=True)
 
 
 class _Reader(BaseHTTPRequestHandler):
@@ -143,17 +150,6 @@ class _Reader(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:  # requests are the control plane's own: not for stderr
         return
-
-
-def _quiet_errors(server: ThreadingHTTPServer) -> None:
-    """A reader that gave up before its answer came (this rank was stopped while peers read it)
-    leaves a broken pipe: normal here, and never a traceback on the user's stderr."""
-    def handle_error(request, client_address) -> None:
-        exc = sys.exc_info()[1]
-        if not isinstance(exc, OSError):
-            print(f"commbench: control plane: a read from {client_address[0]} failed: {type(exc).__name__}: {exc}",
-                  file=sys.stderr, flush=True)
-    server.handle_error = handle_error  # type: ignore[method-assign]
 
 
 def _answered(before: dict | None, after: dict | None) -> bool:
