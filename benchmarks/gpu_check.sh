@@ -1,99 +1,147 @@
 #!/usr/bin/env bash
-# commbench on a machine with NVIDIA GPUs: commbench's own NCCL sweep, then nccl-tests' all_reduce_perf
-# with the same sizes, and commbench busbw / nccl-tests busbw per size.
+# commbench next to nccl-tests on a machine with NVIDIA GPUs (docs/NCCL_TESTS.md, "The GPU check").
 #
-#   bash benchmarks/gpu_check.sh [OUT_DIR]         # OUT_DIR: $1, else $OUT, else ./gpu_check_out
-#   NCCL_TESTS_SRC=/path/to/nccl-tests bash benchmarks/gpu_check.sh    # build all_reduce_perf from a local copy
-#   NCCL_TESTS_BIN=/opt/nccl-tests/build/all_reduce_perf bash benchmarks/gpu_check.sh   # or use a built one
+#   bash benchmarks/gpu_check.sh [OUT_DIR]       # OUT_DIR: the argument, else $OUT, else ./gpu_check_out
+#   bash benchmarks/gpu_check.sh --dry-run       # what would be built and run, here; needs no GPU
+#   bash benchmarks/gpu_check.sh --build-only    # build the three nccl-tests binaries and stop (nvcc; no GPU)
 #
-# Everything is written under OUT_DIR/<UTC time>/ (gpu_check.log has the whole console output):
-#   nvidia-smi.txt, commbench.parquet (+ its NCCL debug files), nccl-tests.parquet (+ .log, .json),
-#   busbw.txt. Every step runs under `timeout` (STEP_TIMEOUT, default 600 s; the nccl-tests build
-#   BUILD_TIMEOUT, default 1200 s). Nothing is downloaded except what pip fetches for commbench's own
-#   requirements and the nvidia-nccl wheel, both skipped quietly when the machine is offline; nccl-tests
-#   itself is never fetched (give NCCL_TESTS_SRC or NCCL_TESTS_BIN).
+# Steps, each under `timeout`: nvidia-smi; nccl-tests' all_reduce_perf, all_gather_perf and
+# reduce_scatter_perf built (MPI=0, one process drives every GPU) from a copy of their source; then,
+# on the same sizes, commbench sweep and nccl-tests -J (each with NCCL_DEBUG=INFO: version and
+# transport recorded), once as plain loops and once with CUDA graphs (sweep --cuda-graph, nccl-tests
+# -G 1); `commbench nccl-tests side-by-side` for each pair (the ratio per collective and size,
+# printed and stored as .txt, .csv, .md) and commbench's graph loop against its plain one.
+# Everything lands under OUT_DIR/<UTC time>/; gpu_check.log holds the whole console output.
 #
+# Inputs, found in this order (benchmarks/gpu_prepare.sh puts them in .gpu/ on a machine with network):
+#   nccl-tests source  NCCL_TESTS_SRC, .gpu/nccl-tests, shared/vendor/nccl-tests, ../shared/vendor/nccl-tests
+#   nvcc               CUDA_HOME/bin/nvcc, nvcc on PATH, /usr/local/cuda, else the CUDA compiler wheels in .gpu/nvcc
+#   NCCL to build on   NCCL_HOME, /usr/include/nccl.h, else the nvidia-nccl wheel torch uses
+#   Python packages    .gpu/wheels/*.whl (those the machine's image lacks) into the run's own folder
 # Knobs: PYTHON (python3), SIZES ("-b 8 -e 1G -f 4"), COLLECTIVES (all_reduce,all_gather,reduce_scatter),
-#        NCCL_HOME (an NCCL with include/ and lib/), CUDA_HOME (where nvcc lives), SKIP_INSTALL=1.
-# Exit: 0 when commbench's sweep ran (nccl-tests may be skipped, with a message), 1 otherwise.
+#        STEP_TIMEOUT (90 s a measuring step), BUILD_TIMEOUT (240 s), CC (compute capability, e.g. 90,
+#        when there is no GPU to ask), GPU_DEPS (.gpu).
+# Exit: 0 when commbench's sweep ran (the verdicts are in the log and ratios*.txt); 1 when it did not
+# or the build failed under --build-only; 2 on a bad argument or setting (one line on stderr).
 
 set -euo pipefail
 
-OUT_DIR=${1:-${OUT:-./gpu_check_out}}
-STEP_TIMEOUT=${STEP_TIMEOUT:-600}
-BUILD_TIMEOUT=${BUILD_TIMEOUT:-1200}
-PYTHON=${PYTHON:-python3}
-COLLECTIVES=${COLLECTIVES:-all_reduce,all_gather,reduce_scatter}
-read -r -a SIZES <<< "${SIZES:--b 8 -e 1G -f 4}"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MODE=run
+OUT_ARG=""
+bad() { echo "gpu_check.sh: $*" >&2; exit 2; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -h|--help) usage; exit 0 ;;
+        --dry-run) MODE=dry ;;
+        --build-only) MODE=build ;;
+        -*) bad "unknown option $1: use --dry-run, --build-only, --help or an OUT_DIR" ;;
+        *) [ -z "$OUT_ARG" ] || bad "one OUT_DIR only (got $OUT_ARG and $1)"; OUT_ARG=$1 ;;
+    esac
+    shift
+done
 
-mkdir -p "$OUT_DIR"
-RUN="$(cd "$OUT_DIR" && pwd)/$(date -u +%Y%m%dT%H%M%SZ)"
+PYTHON=${PYTHON:-python3}
+STEP_TIMEOUT=${STEP_TIMEOUT:-90}
+BUILD_TIMEOUT=${BUILD_TIMEOUT:-240}
+COLLECTIVES=${COLLECTIVES:-all_reduce,all_gather,reduce_scatter}
+GPU_DEPS=${GPU_DEPS:-$REPO/.gpu}
+read -r -a SIZES <<< "${SIZES:--b 8 -e 1G -f 4}"
+for knob in STEP_TIMEOUT BUILD_TIMEOUT; do
+    [[ ${!knob} =~ ^[1-9][0-9]*$ ]] || bad "$knob=${!knob} is not a whole number of seconds: e.g. $knob=120"
+done
+IFS=, read -r -a COLLS <<< "$COLLECTIVES"
+for c in "${COLLS[@]}"; do
+    case "$c" in all_reduce|all_gather|reduce_scatter) ;;
+        *) bad "COLLECTIVES names $c: this check builds all_reduce, all_gather and reduce_scatter only" ;; esac
+done
+if [ -n "${NCCL_TESTS_SRC:-}" ] && [ ! -f "$NCCL_TESTS_SRC/src/Makefile" ]; then
+    bad "NCCL_TESTS_SRC=$NCCL_TESTS_SRC is not an nccl-tests source tree (no src/Makefile): point it at one"
+fi
+[[ -z "${CC:-}" || $CC =~ ^[0-9]{2,3}$ ]] || bad "CC=$CC is not a compute capability: e.g. CC=90 for Hopper"
+
+# ---- what this machine has --------------------------------------------------------------------------
+find_source() {
+    local d
+    for d in "${NCCL_TESTS_SRC:-}" "$GPU_DEPS/nccl-tests" "$REPO/shared/vendor/nccl-tests" \
+             "$REPO/../shared/vendor/nccl-tests"; do
+        if [ -n "$d" ] && [ -f "$d/src/Makefile" ]; then (cd "$d" && pwd); return 0; fi
+    done
+    return 1
+}
+find_nvcc() {  # an nvcc that exists, or nothing (the wheels in $GPU_DEPS/nvcc are unpacked later)
+    local n
+    for n in "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" "$(command -v nvcc || true)" /usr/local/cuda/bin/nvcc; do
+        if [ -n "$n" ] && [ -x "$n" ]; then echo "$n"; return 0; fi
+    done
+    return 1
+}
+SRC=$(find_source || true)
+NVCC=$(find_nvcc || true)
+NGPUS=0
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+    NGPUS=$(nvidia-smi -L | grep -c '^GPU ' || true)
+    CC=${CC:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -n1 | tr -d ' .' || true)}
+fi
+NVCC_WHEELS=$(ls "$GPU_DEPS"/nvcc/*.whl 2> /dev/null | tr '\n' ' ' || true)
+PY_WHEELS=$(ls "$GPU_DEPS"/wheels/*.whl 2> /dev/null | tr '\n' ' ' || true)
+BINS=()
+for c in "${COLLS[@]}"; do BINS+=("${c}_perf"); done
+
+say_plan() {
+    echo "commbench gpu_check ($MODE)"
+    echo "  GPUs:              ${NGPUS} $( [ "$NGPUS" -gt 0 ] || echo '(no nvidia-smi or no GPU here: a run stops after the build)')"
+    echo "  compute capability ${CC:-unknown (set CC=90 to build for Hopper)}"
+    echo "  nccl-tests source  ${SRC:-none found (set NCCL_TESTS_SRC, or run benchmarks/gpu_prepare.sh)}"
+    local nvcc_is="none (no nvcc here, no CUDA compiler wheels in $GPU_DEPS/nvcc)"
+    if [ -n "$NVCC" ]; then nvcc_is=$NVCC; elif [ -n "$NVCC_WHEELS" ]; then nvcc_is="the wheels in $GPU_DEPS/nvcc"; fi
+    echo "  nvcc               $nvcc_is"
+    echo "  Python wheels      ${PY_WHEELS:-none in $GPU_DEPS/wheels}"
+    echo "  binaries           ${BINS[*]} (MPI=0, -g $((NGPUS > 0 ? NGPUS : 1)))"
+    echo "  sizes              ${SIZES[*]}; collectives $COLLECTIVES"
+    echo "  runs               sweep, sweep --cuda-graph; each binary -J plain and -G 1; side-by-side of each pair"
+    echo "  limits             build ${BUILD_TIMEOUT}s, each measuring step ${STEP_TIMEOUT}s"
+}
+if [ "$MODE" = dry ]; then
+    say_plan
+    exit 0
+fi
+
+mkdir -p "${OUT_ARG:-${OUT:-./gpu_check_out}}"
+RUN="$(cd "${OUT_ARG:-${OUT:-./gpu_check_out}}" && pwd)/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir "$RUN"
 exec > >(tee -a "$RUN/gpu_check.log") 2>&1
-echo "commbench gpu_check: results in $RUN"
+say_plan
+echo "  results            $RUN"
 
-step() {  # step NAME LIMIT_SECONDS COMMAND...: run it under timeout, say what ran and how it ended
-    local name=$1 limit=$2 rc=0
+step() {  # step NAME LIMIT_SECONDS COMMAND...: run it under timeout; say what ran, how long and how it ended
+    local name=$1 limit=$2 rc=0 t0=$SECONDS
     shift 2
     echo
     echo "== $name (limit ${limit}s): $*"
-    timeout --kill-after=30 "$limit" "$@" || rc=$?
+    timeout --kill-after=15 "$limit" "$@" || rc=$?
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         echo "== $name: timed out after ${limit}s"
-    elif [ "$rc" -ne 0 ]; then
-        echo "== $name: exit code $rc"
+    else
+        echo "== $name: exit code $rc after $((SECONDS - t0))s"
     fi
     return "$rc"
 }
 
-# ---- 1. the GPUs ------------------------------------------------------------------------------------
-if ! command -v nvidia-smi > /dev/null; then
-    echo "no nvidia-smi here: this script is for a machine with NVIDIA GPUs and their driver"
-    exit 1
-fi
-step "nvidia-smi" 60 nvidia-smi | tee "$RUN/nvidia-smi.txt"
-step "nvidia-smi topo -m" 60 nvidia-smi topo -m | tee -a "$RUN/nvidia-smi.txt" || true
-NGPUS=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
-CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -n1 | tr -d ' .' || true)
-echo "GPUs: $NGPUS (compute capability ${CC:-unknown})"
+# ---- 1. the build ------------------------------------------------------------------------------------
+cuda_from_wheels() {  # unpack the CUDA compiler wheels into $RUN/cuda; print the CUDA_HOME they make
+    local w home
+    for w in $NVCC_WHEELS; do "$PYTHON" -m zipfile -e "$w" "$RUN/cuda" > /dev/null || return 1; done
+    home=$(ls -d "$RUN"/cuda/nvidia/cu* 2> /dev/null | head -n1)
+    [ -n "$home" ] && [ -x "$home/bin/nvcc" ] || return 1
+    chmod +x "$home"/bin/* "$home"/nvvm/bin/* 2> /dev/null || true  # zipfile keeps no modes
+    ln -sfn lib "$home/lib64"
+    [ -e "$home/lib/libcudart.so" ] || ln -sf libcudart.so.13 "$home/lib/libcudart.so"
+    echo "$home"
+}
 
-# ---- 2. Python, the machine's torch, commbench ------------------------------------------------------
-if ! step "python and torch" 120 "$PYTHON" -c '
-import sys, torch
-print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
-      "available", torch.cuda.is_available(), "gpus", torch.cuda.device_count(),
-      "nccl", ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "-")
-assert torch.cuda.is_available(), "this torch sees no GPU (a CPU build?)"'; then
-    echo "commbench needs the CUDA build of torch for this machine: install it first (see pytorch.org)"
-    exit 1
-fi
-
-CB=("$PYTHON" -m commbench)
-PIP_QUICK=(--retries 1 --timeout 15 --disable-pip-version-check)
-if [ "${SKIP_INSTALL:-0}" = 1 ]; then
-    echo "SKIP_INSTALL=1: using commbench from $REPO"
-    export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-elif step "pip install -e $REPO (keeps this machine's torch)" "$STEP_TIMEOUT" \
-        "$PYTHON" -m pip install "${PIP_QUICK[@]}" -e "$REPO"; then
-    :
-elif step "pip install -e $REPO --no-deps (offline)" "$STEP_TIMEOUT" \
-        "$PYTHON" -m pip install "${PIP_QUICK[@]}" --no-deps --no-build-isolation -e "$REPO"; then
-    :
-else
-    echo "pip could not install commbench: running it from $REPO (PYTHONPATH)"
-    export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-fi
-step "commbench --version" 120 "${CB[@]}" --version
-
-# ---- 3. commbench's own sweep over NCCL -------------------------------------------------------------
-SWEEP_OK=1
-step "commbench sweep (NCCL, $NGPUS ranks)" "$STEP_TIMEOUT" "${CB[@]}" sweep --backend nccl \
-    --collective "$COLLECTIVES" "${SIZES[@]}" --nccl-debug --label gpu-check --out "$RUN/commbench.parquet" \
-    || SWEEP_OK=0
-
-# ---- 4. nccl-tests all_reduce_perf, same sizes ------------------------------------------------------
-nccl_home_from_wheel() {  # print an NCCL_HOME (include/, lib/libnccl.so) made from the nvidia-nccl wheel
+nccl_from_wheel() {  # print an NCCL_HOME (include/nccl.h, lib/libnccl.so) from the nvidia-nccl wheel torch uses
     local dir
     dir=$("$PYTHON" -c '
 import importlib.util
@@ -107,106 +155,99 @@ print(list(spec.submodule_search_locations)[0] if spec and spec.submodule_search
     echo "$RUN/nccl"
 }
 
-build_nccl_tests() {  # build all_reduce_perf from NCCL_TESTS_SRC into $RUN; sets BIN and LD_LIBRARY_PATH
-    local nvcc cuda_home cuda_major nccl_home gencode
-    nvcc=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
-    if [ ! -x "$nvcc" ]; then
-        echo "no nvcc (not on PATH, not in \${CUDA_HOME:-/usr/local/cuda}/bin): cannot build nccl-tests"
-        return 1
-    fi
-    cuda_home=${CUDA_HOME:-$(dirname "$(dirname "$nvcc")")}
-    cuda_major=$("$nvcc" --version | sed -n 's/.*release \([0-9][0-9]*\)\..*/\1/p')
-    nccl_home=${NCCL_HOME:-}
-    if [ -z "$nccl_home" ] && [ -f /usr/include/nccl.h ]; then
-        nccl_home=/usr
-    fi
-    if [ -z "$nccl_home" ]; then
-        if ! nccl_home=$(nccl_home_from_wheel); then
-            step "pip install nvidia-nccl-cu$cuda_major" "$STEP_TIMEOUT" \
-                "$PYTHON" -m pip install "${PIP_QUICK[@]}" "nvidia-nccl-cu$cuda_major" || true
-            if ! nccl_home=$(nccl_home_from_wheel); then
-                echo "no NCCL headers and library (set NCCL_HOME, or pip install nvidia-nccl-cu$cuda_major)"
-                return 1
-            fi
-        fi
-    fi
-    echo "NCCL for the build: $nccl_home; CUDA $cuda_major at $cuda_home"
-    gencode=""
-    if [ -n "$CC" ]; then
-        gencode="-gencode=arch=compute_$CC,code=sm_$CC"
-    fi
-    cp -a "$NCCL_TESTS_SRC" "$RUN/nccl-tests-src" || return 1  # never build inside the given tree
-    step "build nccl-tests (MPI=0, one process drives all $NGPUS GPUs)" "$BUILD_TIMEOUT" \
-        make -C "$RUN/nccl-tests-src" -j "$(nproc)" MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home" \
-        ${gencode:+NVCC_GENCODE="$gencode"} || return 1
-    export LD_LIBRARY_PATH="$nccl_home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    BIN="$RUN/nccl-tests-src/build/all_reduce_perf"
+cuda_home_of() {  # the toolkit an nvcc belongs to (one with include/cuda_runtime.h); /usr/local/bin/nvcc may be a wrapper
+    local d
+    for d in "${CUDA_HOME:-}" "$(dirname "$(dirname "$(readlink -f "$1")")")" /usr/local/cuda; do
+        if [ -n "$d" ] && [ -f "$d/include/cuda_runtime.h" ]; then echo "$d"; return 0; fi
+    done
+    return 1
 }
 
-NT_OK=0
-BIN=${NCCL_TESTS_BIN:-}
-if [ -z "$BIN" ]; then
-    for c in "$(command -v all_reduce_perf || true)" /opt/nccl-tests/build/all_reduce_perf \
-             /usr/local/nccl-tests/build/all_reduce_perf /workspace/nccl-tests/build/all_reduce_perf; do
-        if [ -n "$c" ] && [ -x "$c" ]; then
-            BIN=$c
-            break
-        fi
-    done
-fi
-if [ -z "$BIN" ] && [ -n "${NCCL_TESTS_SRC:-}" ]; then
-    if [ -d "$NCCL_TESTS_SRC" ]; then
-        build_nccl_tests || BIN=""
+build_nccl_tests() {  # the three binaries into $RUN/nccl-tests/build; sets BUILD and LD_LIBRARY_PATH
+    local cuda_home nccl_home targets=()
+    [ -n "$SRC" ] || { echo "no nccl-tests source: set NCCL_TESTS_SRC, or run benchmarks/gpu_prepare.sh first"; return 1; }
+    if [ -n "$NVCC" ]; then
+        cuda_home=$(cuda_home_of "$NVCC") || { echo "no CUDA headers beside $NVCC: set CUDA_HOME"; return 1; }
+    elif [ -n "$NVCC_WHEELS" ]; then
+        cuda_home=$(cuda_from_wheels) || { echo "the wheels in $GPU_DEPS/nvcc hold no nvcc"; return 1; }
     else
-        echo "NCCL_TESTS_SRC=$NCCL_TESTS_SRC is not a folder"
+        echo "no nvcc here and no CUDA compiler wheels in $GPU_DEPS/nvcc (benchmarks/gpu_prepare.sh --nvcc 13.0)"
+        return 1
     fi
+    nccl_home=${NCCL_HOME:-}
+    [ -n "$nccl_home" ] || { [ -f /usr/include/nccl.h ] && nccl_home=/usr; } || true
+    [ -n "$nccl_home" ] || nccl_home=$(nccl_from_wheel) || {
+        echo "no NCCL headers: set NCCL_HOME, or install the nvidia-nccl wheel torch was built with"; return 1; }
+    echo "building with nvcc from $cuda_home against NCCL in $nccl_home for sm_${CC:-default}"
+    cp -a "$SRC" "$RUN/nccl-tests" || return 1  # never build inside the given tree
+    for b in "${BINS[@]}"; do targets+=("../build/$b"); done
+    step "build ${BINS[*]}" "$BUILD_TIMEOUT" make -C "$RUN/nccl-tests/src" -j "$(nproc)" MPI=0 \
+        CUDA_HOME="$cuda_home" CUDA_LIB="$cuda_home/lib64" NCCL_HOME="$nccl_home" \
+        ${CC:+NVCC_GENCODE="-gencode=arch=compute_$CC,code=sm_$CC"} os.build "${targets[@]}" || return 1
+    export LD_LIBRARY_PATH="$nccl_home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    BUILD="$RUN/nccl-tests/build"
+}
+
+BUILD=""
+BUILT=1
+build_nccl_tests || BUILT=0
+if [ "$MODE" = build ]; then
+    [ "$BUILT" = 1 ] && ls -l "$BUILD" | grep _perf
+    [ "$BUILT" = 1 ]
+    exit
 fi
-if [ -z "$BIN" ]; then
-    echo
-    echo "== nccl-tests: skipped. No all_reduce_perf here and none built: nccl-tests cannot be downloaded on"
-    echo "   this machine. Copy its source here and set NCCL_TESTS_SRC=/path/to/nccl-tests (needs nvcc), or"
-    echo "   set NCCL_TESTS_BIN=/path/to/all_reduce_perf."
-elif step "nccl-tests $BIN (NCCL_DEBUG=INFO, TUNING: the transport and NCCL's algorithm are recorded)" "$STEP_TIMEOUT" \
-        env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING "${CB[@]}" nccl-tests run --timeout "$((STEP_TIMEOUT - 60))" --label gpu-check \
-        --out "$RUN/nccl-tests.parquet" "$BIN" -- "${SIZES[@]}" -g "$NGPUS"; then
-    NT_OK=1
+
+# ---- 2. the GPUs, Python, commbench ------------------------------------------------------------------
+[ "$NGPUS" -gt 0 ] || { echo "no GPU here (nvidia-smi): nothing to measure"; exit 1; }
+step "nvidia-smi" 60 nvidia-smi | tee "$RUN/nvidia-smi.txt" || true
+if [ -n "$PY_WHEELS" ]; then  # packages the image lacks (duckdb for compare, pyroute2 for NIC counters)
+    # shellcheck disable=SC2086
+    step "wheels from $GPU_DEPS/wheels" 120 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile \
+        --target "$RUN/site" $PY_WHEELS || true
+fi
+export PYTHONPATH="$REPO${PY_WHEELS:+:$RUN/site}${PYTHONPATH:+:$PYTHONPATH}"
+CB=("$PYTHON" -m commbench)
+if ! step "python, torch, commbench" 120 "$PYTHON" -c '
+import sys, torch, commbench
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "gpus", torch.cuda.device_count(), "nccl", ".".join(map(str, torch.cuda.nccl.version())),
+      "commbench", commbench.__version__)
+assert torch.cuda.is_available(), "this torch sees no GPU (a CPU build?)"'; then
+    echo "commbench needs the CUDA build of torch and its own requirements on this machine"
+    exit 1
 fi
 
-# ---- 5. commbench busbw / nccl-tests busbw per size -------------------------------------------------
-if [ "$SWEEP_OK" = 1 ]; then
-    step "busbw per size" 120 "$PYTHON" - "$RUN/commbench.parquet" "$RUN/nccl-tests.parquet" << 'EOF' | tee "$RUN/busbw.txt"
-import os
-import sys
-
-import pandas as pd
-
-cb = pd.read_parquet(sys.argv[1])
-nt = pd.read_parquet(sys.argv[2]) if os.path.exists(sys.argv[2]) else None
-print(f"commbench: {cb.world_size.iloc[0]} ranks, {cb.device_name.iloc[0]}, NCCL {cb.nccl_version.iloc[0]}, "
-      f"transport {cb.transport.iloc[0] if 'transport' in cb else None}")
-if nt is not None:
-    print(f"nccl-tests: {nt.world_size.iloc[0]} ranks, NCCL {nt.nccl_version.iloc[0]}, "
-          f"transport {nt.transport.iloc[0]}")
-# one rank: busbw is 0 by definition (factor 2(n-1)/n), so compare algbw there
-metric = "busbw_GBps" if cb.world_size.iloc[0] > 1 else "algbw_GBps"
-print(f"(GB/s, {metric.split('_')[0]}; medians over rows)")
-print(f"{'collective':<15}{'size':>12} {'place':<6}{'commbench':>12}{'nccl-tests':>12}{'ratio':>8}  NCCL's choice")
-for (coll, size, inplace), g in cb.groupby(["collective", "size_bytes", "in_place"]):
-    mine = g[metric].median()
-    theirs = float("nan")
-    if nt is not None:
-        t = nt[(nt.collective == coll) & (nt.size_bytes == size) & (nt.in_place == inplace)]
-        theirs = t[metric].median() if len(t) else float("nan")
-    ratio = mine / theirs if theirs == theirs and theirs > 0 else float("nan")
-    place = "in" if inplace else "out"
-    # the algorithm and protocol NCCL chose (--nccl-debug's TUNING lines; docs/NCCL_TESTS.md)
-    chose = "/".join(str(g[c].iloc[0]) for c in ("nccl_algo", "nccl_proto") if c in g)
-    print(f"{coll:<15}{size:>12} {place:<6}{mine:>12.3f}{theirs:>12.3f}{ratio:>8.3f}  {chose}")
-EOF
+# ---- 3. side by side: plain loops, then CUDA graphs --------------------------------------------------
+SWEEP_OK=1
+measure() {  # measure TAG SWEEP_FLAG NCCL_TESTS_FLAG...: commbench sweep and every binary, then side-by-side
+    local tag=$1 flag=$2 b
+    shift 2
+    step "commbench sweep $tag" "$STEP_TIMEOUT" "${CB[@]}" sweep --backend nccl --collective "$COLLECTIVES" \
+        "${SIZES[@]}" --nccl-debug $flag --label "gpu-check $tag" --progress off \
+        --out "$RUN/commbench-$tag.parquet" || { [ "$tag" = plain ] && SWEEP_OK=0; return 0; }
+    [ "$BUILT" = 1 ] || return 0
+    mkdir -p "$RUN/nccl-tests-$tag"
+    for b in "${BINS[@]}"; do
+        step "nccl-tests $b $tag" "$STEP_TIMEOUT" env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING \
+            "${CB[@]}" nccl-tests run --timeout "$((STEP_TIMEOUT - 10))" --label "gpu-check $tag" \
+            --out "$RUN/nccl-tests-$tag/$b.parquet" "$BUILD/$b" -- "${SIZES[@]}" -g "$NGPUS" "$@" || true
+    done
+    for fmt in table:txt csv:csv markdown:md; do
+        "${CB[@]}" nccl-tests side-by-side "$RUN/commbench-$tag.parquet" "$RUN/nccl-tests-$tag" \
+            --format "${fmt%%:*}" --out "$RUN/ratios-$tag.${fmt##*:}" > /dev/null 2>&1 || true
+    done
+    step "side by side, $tag" 60 cat "$RUN/ratios-$tag.txt" || true
+}
+measure plain ""
+measure graph --cuda-graph -G 1
+if [ -f "$RUN/commbench-graph.parquet" ]; then
+    step "commbench: CUDA graph loop against the plain loop" 120 "${CB[@]}" compare --allow-within-run \
+        "$RUN/commbench-plain.parquet" "$RUN/commbench-graph.parquet" --out "$RUN/graph-vs-plain.txt" || true
+    cat "$RUN/graph-vs-plain.txt" 2> /dev/null || true
 fi
 
 echo
 echo "commbench gpu_check: sweep $([ "$SWEEP_OK" = 1 ] && echo ran || echo FAILED), nccl-tests" \
-     "$([ "$NT_OK" = 1 ] && echo ran || echo 'did not run')"
+     "$([ "$BUILT" = 1 ] && echo built || echo 'not built'); $((SECONDS))s in all"
 echo "results: $RUN"
 [ "$SWEEP_OK" = 1 ]

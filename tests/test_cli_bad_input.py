@@ -22,6 +22,8 @@ CASES = [
     ("unknown-collective", ["--collective", "allreduc"],
      ["unknown collective 'allreduc'", "use one of all_reduce"]),
     ("empty-collective", ["--collective", ","], ["--collective is empty"]),
+    ("cuda-graph-on-gloo", ["--cuda-graph", "--backend", "gloo"],
+     ["--cuda-graph captures NCCL calls on GPUs and this run uses gloo", "drop --cuda-graph"]),
     ("unknown-dtype", ["-d", "float7"], ["unknown dtype 'float7'", "use one of float32"]),
     ("min-above-max", ["-b", "1M", "-e", "1K"],
      ["--min-bytes 1048576 is larger than --max-bytes 1024", "swap them"]),

@@ -138,6 +138,11 @@ CASES = [
     ("nccl-import-unknown-collective", ["nccl-tests", "import", str(NCCL_LOG), "--collective", "allreduc",
                                         "--out", "{d}/imp"], ["unknown --collective 'allreduc'"], "nccl-tests"),
     ("nccl-import-no-files", ["nccl-tests", "import"], ["Missing argument 'FILES...'"], "nccl-tests"),
+    # ------------------------------------------------------------------ nccl-tests side-by-side
+    ("nccl-side-by-side-no-nccl-tests-rows", ["nccl-tests", "side-by-side", "{d}/good.parquet", "{d}/good.parquet"],
+     ["good.parquet holds no nccl-tests rows", "nccl-tests run` or `nccl-tests import"]),
+    ("nccl-side-by-side-missing", ["nccl-tests", "side-by-side", "{d}/nope.parquet", "{d}/good.parquet"],
+     ["nope.parquet"]),
     # ------------------------------------------------------------------ the program itself
     ("unknown-command", ["sweeep"], ["No such command 'sweeep'", "see 'commbench --help'"]),
 ]

@@ -13,6 +13,7 @@ from commbench.cli.options import (Number, check_number, env_option, fraction, m
                                    run_fields,
                                    run_options, settings_axes)
 from commbench.core.errors import BadInput
+from commbench.core.options import GRAPH_OPS
 
 CPU_MAX_BYTES = "64M"
 GPU_MAX_BYTES = "1G"
@@ -39,11 +40,14 @@ GPU_MAX_BYTES = "1G"
 @click.option("--nccl-debug", is_flag=True,
               help="NCCL_DEBUG=INFO into <out>/<run_id>.nccl-debug.<host>.<pid>.log; the transport column "
                    "records what NCCL used (NET/IB, NET/Socket, P2P/IPC, SHM).")
+@click.option("--cuda-graph", is_flag=True,
+              help="NCCL: capture 20 calls per point into a CUDA graph and time its replays, as nccl-tests -G "
+                   "(the host's launch cost left out; each sample is a replay's time over 20).")
 @env_option
 @run_options
 @launcher_checked
 def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtype, op, root, placement, mtus,
-          nccl_debug, env_axes, nproc, **run) -> int:
+          nccl_debug, cuda_graph, env_axes, nproc, **run) -> int:
     """Measure collectives over a range of message sizes (the nccl-tests grid)."""
     from commbench.core import vocab
     from commbench.harness import plan as planning
@@ -54,6 +58,11 @@ def sweep(collective, min_bytes, max_bytes, step_factor, step_bytes, sizes, dtyp
     op_name = vocab.get_op(op)
     fields = run_fields(nproc=nproc, workload="sweep", **run)
 
+    if cuda_graph:
+        if fields["backend"] != "nccl":
+            raise BadInput("--cuda-graph captures NCCL calls on GPUs and this run uses gloo: drop --cuda-graph, "
+                           "or run it where --backend nccl sees CUDA GPUs")
+        fields["cuda_graph"] = GRAPH_OPS
     if placement != "both":
         unable = [c for c in entries if not c.supports(placement)]
         if unable and collective.strip().lower() != "all":

@@ -59,3 +59,40 @@ def run(launcher, np_, launcher_args, timeout, out, label, collective, no_json, 
         args = args[1:]
     return run_binary(binary, args, launcher=launcher, np_=np_, launcher_args=list(launcher_args),
                       timeout=timeout, out=out, label=label, collective=collective, use_json=not no_json)
+
+
+@nccl_tests.command("side-by-side")
+@click.argument("commbench_results", type=click.Path())
+@click.argument("nccl_tests_results", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv"]), default="table", show_default=True)
+@click.option("--out", default=None, help="Also write the table to this file (in --format), e.g. ratios.csv.")
+@click.option("--force", is_flag=True, help="Replace an existing --out file (never one of the inputs).")
+def side_by_side(commbench_results, nccl_tests_results, fmt, out, force) -> int:
+    """commbench's sweep next to nccl-tests on the same points: the ratio per collective and size.
+
+    COMMBENCH_RESULTS: a `commbench sweep` parquet file (or folder); NCCL_TESTS_RESULTS: the
+    parquet of `commbench nccl-tests run` or `import`. Ratio = nccl-tests time / commbench time
+    (the busbw ratio from 2 ranks). Goal: from 64 MiB (2+ ranks) ratio >= 0.97; below 64 KiB,
+    time per operation within 5%. Exit 0: goal met; 1: missed at some point; 2: the sides
+    cannot be paired (one line says why).
+    """
+    import sys
+    from pathlib import Path
+
+    from commbench.analysis import sidebyside
+    from commbench.core import outputs, results
+
+    inputs = [commbench_results, nccl_tests_results]
+    if out is not None:
+        outputs.check_new(out, "nccl-tests side-by-side", "--out", inputs, force)
+    cb = results.read_results([commbench_results], columns=sidebyside.READ_COLUMNS)
+    nt = results.read_results([nccl_tests_results], columns=sidebyside.READ_COLUMNS)
+    result = sidebyside.side_by_side(cb, nt, (commbench_results, nccl_tests_results))
+    render = {"table": sidebyside.render_table, "markdown": sidebyside.render_markdown,
+              "csv": sidebyside.render_csv}[fmt]
+    text = render(result)
+    sys.stdout.write(text)
+    if out is not None:
+        outputs.write_files([outputs.Output(Path(out), text.encode("utf-8"), "--out")],
+                            "nccl-tests side-by-side", inputs, force)
+    return result.exit_code()

@@ -10,6 +10,10 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
+# Calls in one captured CUDA graph (--cuda-graph): nccl-tests -G captures its -n iterations (20 by
+# default) and launches that graph; one replay of 20 calls hides the host's launch cost as its does.
+GRAPH_OPS = 20
+
 
 @dataclass
 class RunOptions:
@@ -33,6 +37,8 @@ class RunOptions:
     # --bind (core/binding.py): local ranks' CPUs; under an external launcher only when given
     bind: str = "auto"
     progress: str = "auto"  # --progress (core/progress.py): rank 0's live bar; how a run looks, not what it measures
+    # --cuda-graph (sweep; as nccl-tests -G): calls per captured CUDA graph, each replay one sample; 0: plain loop
+    cuda_graph: int = 0
     iface: str | None = None  # --iface: the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
     # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination
     axes: list = field(default_factory=list)

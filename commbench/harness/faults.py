@@ -57,6 +57,10 @@ class LateTimer:
     inner: Timer
     delay_s: float
 
+    @property
+    def ops_per_sample(self) -> int:
+        return self.inner.ops_per_sample
+
     def run(self, call: Callable[[], None], iters: int) -> list[float]:
         out: list[float] = []
         for _ in range(iters):

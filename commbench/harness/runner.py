@@ -45,7 +45,7 @@ from commbench.harness.settings import axis_interfaces, run_each, settings_of
 from commbench.harness.stragglers import rank_summary, straggler_warnings
 from commbench.harness.wire import WireProbe, gather as gather_wire
 from commbench.core import wire as wirecols
-from commbench.harness.timing import StopRule, Timer, adaptive_iters, timer_for
+from commbench.harness.timing import GraphCaptureFailed, StopRule, Timer, adaptive_iters, timer_for
 
 
 @dataclass
@@ -179,7 +179,7 @@ class Session:
         with self._point(label):
             if self.wire is not None:
                 self.wire.begin()
-            samples, iters = self._own_samples(call)
+            samples, iters = self._captured(label, call)
         slowest = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
         self._ops().max_(slowest)
         slowest_s = slowest.cpu().tolist()
@@ -198,6 +198,14 @@ class Session:
         everyone = self._ops().gather(mine)
         pairs = torch.stack(everyone).cpu().tolist()  # one copy off the device
         return RankTimes([p[0] for p in pairs], [p[1] for p in pairs])
+
+    def _captured(self, label: str, call: Callable[[], None]) -> tuple[list[float], int]:
+        """_own_samples, with a collective torch cannot capture (--cuda-graph) named in one line."""
+        try:
+            return self._own_samples(call)
+        except GraphCaptureFailed as exc:
+            raise RuntimeFailure(f"--cuda-graph: torch could not capture {label} in a CUDA graph ({exc}): "
+                                 "measure it without --cuda-graph") from None
 
     def time_each(self, call: Callable[[], None], label: str = "a transfer") -> tuple[list[list[float]], int]:
         """The same loop, but every rank's own per-iteration times (s), indexed by rank: for
@@ -240,8 +248,13 @@ class Session:
             tail = warm[len(warm) // 2:]
             estimate = torch.tensor([statistics.median(tail)], dtype=torch.float64, device=device)
             self._ops().max_(estimate)  # every rank must run the same count
-            iters = adaptive_iters(float(estimate.item()), plan.time_budget, plan.min_iters, plan.max_iters)
+            iters = adaptive_iters(float(estimate.item()), self._budget(), plan.min_iters, plan.max_iters)
         return self.timer.run(call, iters), iters
+
+    def _budget(self) -> float:
+        """--time-budget in the units of the timer's samples: a graph replay's sample is one call's
+        share of it, so a replay spends ops_per_sample times its sample."""
+        return self.ctx.plan.time_budget / self.timer.ops_per_sample
 
     def _until_precise(self, call: Callable[[], None]) -> tuple[list[float], int]:
         """Warm up (StopRule.warmups: up to --warmup, within a share of the budget), then timed
@@ -249,7 +262,7 @@ class Session:
         the batch's times gives every rank the same per-iteration maxima, hence the same decision;
         the loop inside a batch is the plain timer loop."""
         plan = self.ctx.plan
-        rule = StopRule(plan.time_budget, plan.min_iters, plan.max_iters, plan.precision)
+        rule = StopRule(self._budget(), plan.min_iters, plan.max_iters, plan.precision)
         first = self.timer.run(call, min(2, max(1, plan.warmup)))
         pace = torch.tensor(first, dtype=torch.float64, device=self.ctx.device)
         self._ops().max_(pace)  # every rank warms up as often
@@ -377,7 +390,7 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
     device = _device_for(backend, env)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     workload.prepare(backend, device, env)
-    timer = faults.late_timer(timer_for(device), env.rank)  # the timer itself unless a test delays this rank
+    timer = faults.late_timer(timer_for(device, plan.cuda_graph), env.rank)  # the timer itself unless a test delays this rank
     control = _join_group(plan, backend, env)
     broken = False
     writer: ResultWriter | None = None

@@ -1,7 +1,9 @@
 """Per-iteration timers and the adaptive iteration count.
 
 CPU (gloo): perf_counter around each blocking call. GPU (NCCL): a pair of CUDA events around
-each call, read after one synchronize, so the host never waits inside the loop. The loops
+each call, read after one synchronize, so the host never waits inside the loop. With
+--cuda-graph (as nccl-tests -G): GRAPH_OPS calls captured once per point into one CUDA graph,
+a pair of events around each replay, each sample a replay's time over GRAPH_OPS. The loops
 below do nothing but call the op and store a number into a list allocated beforehand.
 """
 
@@ -15,15 +17,22 @@ from typing import Callable, Protocol, Sequence
 
 import torch
 
+from commbench.core.options import GRAPH_OPS
 from commbench.core.stats import median_ci_halfwidth
 
 
 class Timer(Protocol):
+    # Calls each sample stands for (1; GRAPH_OPS for a graph replay): an iteration's real cost is
+    # its sample times this, which is what a time budget spends.
+    ops_per_sample: int
+
     def run(self, call: Callable[[], None], iters: int) -> list[float]:
-        """Seconds per iteration, one entry per call."""
+        """Seconds per call, one entry per iteration (a call, or a replay of ops_per_sample calls)."""
 
 
 class CpuTimer:
+    ops_per_sample = 1
+
     def run(self, call: Callable[[], None], iters: int) -> list[float]:
         out = [0.0] * iters
         clock = time.perf_counter
@@ -35,6 +44,8 @@ class CpuTimer:
 
 
 class CudaTimer:
+    ops_per_sample = 1
+
     def run(self, call: Callable[[], None], iters: int) -> list[float]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -46,8 +57,58 @@ class CudaTimer:
         return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
 
 
-def timer_for(device: torch.device) -> Timer:
-    return CudaTimer() if device.type == "cuda" else CpuTimer()
+class CudaGraphTimer:
+    """--cuda-graph: the first run of a new callable (a point's warm-up) calls it once eagerly on
+    a side stream (NCCL connects, torch allocates), then captures `ops` calls into one graph;
+    every iteration is one replay between its own pair of events. Only the last point's graph is
+    kept, so graphs do not pile up over a sweep. Capture is thread-local, as nccl-tests' is: the
+    process group's watchdog thread keeps querying its events meanwhile."""
+
+    def __init__(self, ops: int = GRAPH_OPS):
+        self.ops_per_sample = ops
+        self._call: Callable[[], None] | None = None
+        self._graph = None
+
+    def run(self, call: Callable[[], None], iters: int) -> list[float]:
+        graph = self._graph_of(call)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for i in range(iters):
+            starts[i].record()
+            graph.replay()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) / 1e3 / self.ops_per_sample for s, e in zip(starts, ends)]
+
+    def _graph_of(self, call: Callable[[], None]):
+        if self._call is not None and call == self._call:  # equal: a bound method is made anew each time
+            return self._graph
+        self._call, self._graph = None, None  # the last point's graph and its memory go first
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            call()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                for _ in range(self.ops_per_sample):
+                    call()
+        except RuntimeError as exc:
+            raise GraphCaptureFailed(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        self._call, self._graph = call, graph
+        return graph
+
+
+class GraphCaptureFailed(RuntimeError):
+    """torch could not capture the collective in a CUDA graph (the session names the point)."""
+
+
+def timer_for(device: torch.device, graph_ops: int = 0) -> Timer:
+    """perf_counter on CPU; CUDA events on a GPU, around each call or (graph_ops) each replay."""
+    if device.type != "cuda":
+        return CpuTimer()
+    return CudaGraphTimer(graph_ops) if graph_ops else CudaTimer()
 
 
 def adaptive_iters(seconds_per_iter: float, time_budget: float, min_iters: int, max_iters: int) -> int:

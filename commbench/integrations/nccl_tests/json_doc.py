@@ -104,7 +104,8 @@ def _stream_of(doc: dict, source: str) -> Stream:
         s.program = os.path.basename(args[0])
     cfg = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     for attr, name in (("nthread", "nthreads"), ("ngpus", "ngpus"), ("warmup", "warmup_iters"),
-                       ("iters", "iterations"), ("agg_iters", "aggregated_iterations"), ("validation", "validation")):
+                       ("iters", "iterations"), ("agg_iters", "aggregated_iterations"), ("validation", "validation"),
+                       ("graph", "graph")):
         if cfg.get(name) is not None:
             setattr(s, attr, _jint(cfg[name], f"config.{name}", source, 0, INT32_MAX))
     devices = cfg.get("devices") or []

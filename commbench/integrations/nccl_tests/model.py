@@ -71,6 +71,7 @@ class Stream:
         self.iters: int | None = None
         self.agg_iters: int | None = None
         self.validation: int | None = None
+        self.graph: int | None = None  # -G: CUDA graph launches (0: the plain loop)
         self.ranks: dict[int, RankInfo] = {}
         self.layout: Layout | None = None
         self.rows = 0

@@ -96,7 +96,7 @@ class RecordBuilder:
                                 "program": stream.program, "nccl_tests_version": stream.tests_version,
                                 "time_column": stream.layout.time_name if stream.layout else "time",
                                 "agg_iters": stream.agg_iters, "nthread": stream.nthread, "ngpus": stream.ngpus,
-                                "validation": stream.validation, "line": h.line}, sort_keys=True),
+                                "validation": stream.validation, "graph": stream.graph, "line": h.line}, sort_keys=True),
         }
 
 

@@ -48,6 +48,7 @@ _NTHREAD = re.compile(r"^nThread\s+([0-9]+)\s+nGpus\s+([0-9]+)", re.ASCII)
 _ITERS = re.compile(r"warmup iters:\s*([0-9]+)\s+iters:\s*([0-9]+)", re.ASCII)
 _AGG = re.compile(r"agg iters:\s*([0-9]+)", re.ASCII)
 _VALIDATION = re.compile(r"validation:\s*([0-9]+)", re.ASCII)
+_GRAPH = re.compile(r"graph:\s*([0-9]+)", re.ASCII)
 _RANK = re.compile(r"^Rank\s+([0-9]+)\s+(?:Group\s+([0-9]+)\s+)?Pid\s+([0-9]+)\s+on\s+(\S+)\s+device\s+([0-9]+)"
                    r"(?:\s+\[([^\]]*)\])?\s*(.*?)\s*$", re.ASCII)
 _OOB = re.compile(r"^Out of bounds values\s*:\s*([0-9]+)\s*(OK|FAILED)?", re.ASCII)
@@ -339,6 +340,8 @@ class TextParser:
                 s.agg_iters = int(agg.group(1))
             if val := _VALIDATION.search(content):
                 s.validation = int(val.group(1))
+            if graph := _GRAPH.search(content):
+                s.graph = int(graph.group(1))
             return True
         if m := _RANK.match(content):
             if s.rows:
