@@ -179,7 +179,7 @@ build_nccl_tests() {  # the three binaries into $RUN/nccl-tests/build; sets BUIL
     [ -n "$nccl_home" ] || nccl_home=$(nccl_from_wheel) || {
         echo "no NCCL headers: set NCCL_HOME, or install the nvidia-nccl wheel torch was built with"; return 1; }
     echo "building with nvcc from $cuda_home against NCCL in $nccl_home for sm_${CC:-default}"
-    cp -a "$SRC" "$RUN/nccl-tests" || return 1  # never build inside the given tree
+    cp -a "$SRC" "$RUN/nccl-tests" && chmod -R u+w "$RUN/nccl-tests" || return 1  # never build in the given tree
     for b in "${BINS[@]}"; do targets+=("../build/$b"); done
     step "build ${BINS[*]}" "$BUILD_TIMEOUT" make -C "$RUN/nccl-tests/src" -j "$(nproc)" MPI=0 \
         CUDA_HOME="$cuda_home" CUDA_LIB="$cuda_home/lib64" NCCL_HOME="$nccl_home" \

@@ -36,8 +36,10 @@ done
 SRC=${NCCL_TESTS_SRC:-$REPO/../shared/vendor/nccl-tests}
 [ -f "$SRC/src/Makefile" ] || bad "no nccl-tests source at $SRC: set NCCL_TESTS_SRC to a copy of NVIDIA/nccl-tests"
 mkdir -p "$GPU_DEPS"
+[ ! -d "$GPU_DEPS/nccl-tests" ] || chmod -R u+w "$GPU_DEPS/nccl-tests"
 rm -rf "$GPU_DEPS/nccl-tests"
 cp -a "$SRC" "$GPU_DEPS/nccl-tests"
+chmod -R u+w "$GPU_DEPS/nccl-tests"  # a vendored tree may be read-only; the copy is ours
 rm -rf "$GPU_DEPS/nccl-tests/build"
 echo "nccl-tests source: $SRC -> $GPU_DEPS/nccl-tests"
 
