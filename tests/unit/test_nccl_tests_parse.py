@@ -708,3 +708,19 @@ def test_a_json_path_given_by_the_user_is_kept():
     assert _user_json_path(["--output_file=o.json"]) == "o.json"
     assert _user_json_path(["-Jx.json"]) == "x.json"
     assert _user_json_path(["-b", "8"]) is None
+
+
+def test_cuda_graph_launches_are_kept_from_the_header_and_from_json(tmp_path):
+    """-G N: the text header's `graph: N` and -J's config.graph, in each row's plan, so that
+    `nccl-tests side-by-side` pairs a -G run with `sweep --cuda-graph` only."""
+    text = Path(__file__).parent.parent / "data" / "nccl-tests" / "all_gather_v2.18.0_2ranks_stderr_noise.txt"
+    plain = frame(parse_file(text, "20250101-000000-abcdef"))
+    assert {json.loads(p)["graph"] for p in plain.plan} == {0}
+    headed = tmp_path / "all_gather_graph.txt"
+    headed.write_text(text.read_text().replace("validation: 1 graph: 0", "validation: 1 graph: 1"))
+    assert {json.loads(p)["graph"] for p in frame(parse_file(headed, "20250101-000000-abcdef")).plan} == {1}
+    doc = json.loads(json_doc())
+    doc["config"]["graph"] = 1
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps(doc))
+    assert {json.loads(p)["graph"] for p in frame(parse_file(f, "20250101-000000-abcdef")).plan} == {1}
