@@ -34,7 +34,8 @@ class RunOptions:
     bind: str = "auto"
     progress: str = "auto"  # --progress (core/progress.py): rank 0's live bar; how a run looks, not what it measures
     iface: str | None = None  # --iface: the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
-    # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination
+    # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination and
+    # repetition, the combinations in turn within each repetition (harness/settings.py)
     axes: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
