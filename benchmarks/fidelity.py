@@ -70,7 +70,8 @@ class FidelityWorkload:
     def total_points(self, world: int) -> int:
         return self.rounds * len(self.plan.sizes) * 2
 
-    def run(self, session) -> bool:
+    def run(self, session, repetitions: range) -> bool:
+        # the rounds are this benchmark's repetitions (its plan keeps -R 1, so `repetitions` is range(1))
         plan, rank, world = self.plan, session.rank, session.world
         collective, dtype = BY_NAME[plan.collectives[0]], get_dtype(plan.dtype)
         args = CallArgs(rank, world, plan.root, plan.op if collective.reduces else None, session.group)

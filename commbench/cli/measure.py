@@ -36,7 +36,8 @@ GPU_MAX_BYTES = "1G"
 @click.option("--placement", type=click.Choice(["out", "in", "both"]), default="both", show_default=True,
               help="Out-of-place, in-place or both (each where torch offers it).")
 @click.option("--mtu", "mtus", default=None,
-              help="MTU axis (root): e.g. 1500,9000 set on --iface of every host in turn, restored at the end.")
+              help="MTU axis (root): e.g. 1500,9000 set on --iface of every host in turn (every repetition), "
+                   "restored at the end.")
 @click.option("--nccl-debug", is_flag=True,
               help="NCCL_DEBUG=INFO into <out>/<run_id>.nccl-debug.<host>.<pid>.log; the transport column "
                    "records what NCCL used (NET/IB, NET/Socket, P2P/IPC, SHM).")

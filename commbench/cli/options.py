@@ -203,7 +203,9 @@ def run_options(command):
         click.option("--max-iters", type=Number(int, 1, ITERATIONS, example="2000"), default=d.max_iters,
                      show_default=True),
         click.option("-R", "--repetitions", type=Number(int, 1, 1000, example="5"), default=d.repetitions,
-                     show_default=True, help="Run the whole grid this many times, interleaved."),
+                     show_default=True,
+                     help="Run the whole grid this many times (rows carry their repetition); with "
+                          "--env/--mtu settings each repetition measures every setting in turn (A B A B ...)."),
         click.option("--check/--no-check", default=d.check, show_default=True,
                      help="Check every output, like nccl-tests' #wrong."),
         click.option("--wire/--no-wire", default=d.wire, show_default=True,
@@ -284,9 +286,10 @@ def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, ch
 def env_option(command):
     """--env NAME=v1|v2 (repeatable): the settings axes of sweep, buckets and zero."""
     return click.option("--env", "env_axes", multiple=True, metavar="NAME=V1|V2",
-                        help="Measure the whole grid once per value of an environment variable, on a fresh "
-                             "process group each (e.g. GLOO_SOCKET_IFNAME=eth0|eth1, NCCL_ALGO=Ring|Tree); "
-                             "repeatable, the axes multiply; the setting is in every row.")(command)
+                        help="Measure the whole grid once per value of an environment variable and "
+                             "repetition, the values in turn within each repetition, on a fresh process group "
+                             "each time (e.g. GLOO_SOCKET_IFNAME=eth0|eth1, NCCL_ALGO=Ring|Tree); repeatable, "
+                             "the axes multiply; the setting is in every row.")(command)
 
 
 def settings_axes(specs: tuple[str, ...], backend: str, iface: str | None, mtus: list[int] | None = None) -> list:

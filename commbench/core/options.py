@@ -40,7 +40,8 @@ class RunOptions:
     # --cuda-graph (sweep; as nccl-tests -G): calls per captured CUDA graph, each replay one sample; 0: plain loop
     cuda_graph: int = 0
     iface: str | None = None  # --iface: the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
-    # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination
+    # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination and
+    # repetition, the combinations in turn within each repetition (harness/settings.py)
     axes: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 

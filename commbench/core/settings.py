@@ -5,7 +5,8 @@ An axis is a name and its values; the axes multiply (itertools.product, first ax
 `Setting` is one value per axis; its label, `NAME=value` per axis joined by spaces, is the
 `settings` column of every row it measured and part of the point in compare, gate, plot and
 report. The harness (harness/settings.py) applies each setting on every rank before it connects
-a fresh process group, because gloo and NCCL read their settings when a group connects.
+a fresh process group, because gloo and NCCL read their settings when a group connects; every
+repetition applies each setting in turn.
 """
 
 from __future__ import annotations

@@ -125,8 +125,10 @@ class Workload(Protocol):
     def total_points(self, world: int) -> int:
         """Points per repetition, for the progress bar."""
 
-    def run(self, session: "Session") -> bool:
-        """Measure everything; return True if any output was wrong."""
+    def run(self, session: "Session", repetitions: range) -> bool:
+        """Measure the whole grid once per repetition in `repetitions`, recording each row's number;
+        return True if any output was wrong. harness/settings.py run_each passes every repetition
+        at once, or with --env/--mtu axes one at a time, each setting in turn."""
 
 
 def _device_for(backend: str, env: RankEnv) -> torch.device:

@@ -1,12 +1,15 @@
-"""The settings loop: the workload's whole grid once per setting of the --env/--mtu axes
-(core/settings.py), each on a fresh process group, everything put back afterwards.
+"""The settings loop: with --env/--mtu axes (core/settings.py), repetition after repetition, each
+setting in turn measures the workload's whole grid once (A B A B ..., as pyperf alternates its
+benchmarks), each time on a fresh process group, everything put back afterwards. One setting
+after the other, all its repetitions at once (A A A B B B), would put a slow drift of the machine
+(another job, heat, a noisy neighbour) on the later settings and read as their effect.
 
 Every rank sets the setting's environment variables in its own process; the first local rank of
 each host sets an MTU axis's value on --iface. Then a new process group connects: gloo makes its
 devices (GLOO_SOCKET_IFNAME) and NCCL tunes its communicator (NCCL_ALGO, NCCL_PROTO) when a group
 is made, and TCP keeps the MSS it agreed when it connected. The rows say which setting they were
-measured under (Session.record adds the `settings` column). On the way out, also on Ctrl-C or a
-dead rank, the environment and the MTU are restored.
+measured under (Session.record adds the `settings` column) and in which repetition. On the way
+out, also on Ctrl-C or a dead rank, the environment and the MTU are restored.
 """
 
 from __future__ import annotations
@@ -34,21 +37,31 @@ def axis_interfaces(plan) -> list[str]:
     return list(dict.fromkeys(n for n in names if n))
 
 
-def run_each(session, run: Callable[[object], bool]) -> bool:
-    """`run(session)` once per setting (once, as it is, without axes); True if any output was wrong."""
+def run_each(session, run: Callable[[object, range], bool]) -> bool:
+    """`run(session, repetitions)`: without axes once, with every repetition (the workload loops over
+    them itself); with axes once per repetition and setting, repetition outermost. True if any
+    output was wrong."""
+    repetitions = range(session.ctx.plan.repetitions)
     settings = settings_of(session.ctx.plan)
     if not settings:
-        return run(session)
+        return run(session, repetitions)
     original_mtu = _original_mtu(session, settings)
     any_wrong = False
     try:
-        for setting in settings:
-            with _applied(session, setting):
-                any_wrong |= run(session)
+        for repetition in repetitions:
+            for setting in settings:
+                with _applied(session, setting, repetition):
+                    any_wrong |= run(session, range(repetition, repetition + 1))
     finally:
         if original_mtu is not None and _sets_mtu(session):
             netctl.set_mtu(session.ctx.plan.iface, original_mtu)
     return any_wrong
+
+
+def _pass_line(setting: Setting, repetition: int, repetitions: int) -> str:
+    """The console line before a setting's pass: which setting, and of -R N which repetition."""
+    return f"# Settings: {setting.label}" + (f"  (repetition {repetition + 1}/{repetitions})"
+                                            if repetitions > 1 else "")
 
 
 def _sets_mtu(session) -> bool:
@@ -60,14 +73,14 @@ def _original_mtu(session, settings: list[Setting]) -> int | None:
 
 
 @contextlib.contextmanager
-def _applied(session, setting: Setting):
+def _applied(session, setting: Setting, repetition: int):
     """The setting on every rank, a fresh group for it; the environment as it was afterwards."""
     saved = {name: os.environ.get(name) for name in setting.env}
     try:
         os.environ.update(setting.env)
         if setting.mtu is not None:
             _set_mtu(session, setting.mtu)
-        session.reporter.line(f"# Settings: {setting.label}")
+        session.reporter.line(_pass_line(setting, repetition, session.ctx.plan.repetitions))
         # new_group's own default timeout is 30 minutes: keep --timeout on every collective
         session.group = dist.new_group(list(range(session.world)),
                                        timeout=timedelta(seconds=session.ctx.plan.timeout))

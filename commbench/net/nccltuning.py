@@ -119,12 +119,15 @@ class TuningCollector:
     def fill(self, rows: Iterable[dict]) -> int:
         """Put the choice into rows of commbench's collectives (nccl_algo, nccl_proto), where NCCL
         said one and the row has none; the number of rows filled. Rows of several settings (the
-        `settings` column) take the last communicators, one per setting in the order measured
-        (the first ones carry the run's own set-up); when there are fewer, none is filled."""
+        `settings` column) take the last communicators, one per pass of a setting in the order
+        measured: every repetition applies each setting on a fresh communicator again
+        (harness/settings.py), so a pass is a (repetition, setting). The first communicators carry
+        the run's own set-up; when there are fewer than passes, none is filled."""
         rows = list(rows)
         groups: dict[object, list[dict]] = {}
+        several = len({r.get("settings") for r in rows}) > 1
         for r in rows:
-            groups.setdefault(r.get("settings"), []).append(r)
+            groups.setdefault((r.get("repetition"), r.get("settings")) if several else None, []).append(r)
         comms = self.comms()
         if len(groups) == 1:
             plan = [(comms, rows)]

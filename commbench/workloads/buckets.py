@@ -118,7 +118,7 @@ class BucketWorkload:
     def total_points(self, world: int) -> int:
         return len(self.layouts(world))
 
-    def run(self, session: Session) -> bool:
+    def run(self, session: Session, repetitions: range) -> bool:
         plan, rank, world = self.plan, session.rank, session.world
         dtype = get_dtype(plan.dtype)
         self._device = str(session.device)
@@ -134,7 +134,7 @@ class BucketWorkload:
                       f"{plan.overlap} in flight")
         reporter.line("#  bucket (elements)   bucket (B)  collectives   time/step (us)   algbw   busbw  #wrong")
         any_wrong = False
-        for repetition in range(plan.repetitions):
+        for repetition in repetitions:
             for lay in self.layouts(world):
                 call = self._bind(lay, grads, out, world, session.group)
                 grads.copy_(input_pattern(rank, grads.numel(), dtype, "sum", grads.device))

@@ -67,7 +67,7 @@ class EngineWorkload:
         """(gradient_accumulation_steps or None for the config's, stage) of every point, in order."""
         return [(g, s) for g in (self.plan.grad_accums or [None]) for s in self.plan.stages]
 
-    def run(self, session: Session) -> bool:
+    def run(self, session: Session, repetitions: range) -> bool:
         import warnings
 
         from commbench.integrations.deepspeed.engine import run_engine
@@ -82,7 +82,7 @@ class EngineWorkload:
                       f"{shape['vocab']}, seq {shape['seq']}; {plan.steps} timed step(s) per stage"
                       + ("; --validate: stage 3 partitions every parameter" if plan.validate_schedule else ""))
         differs, noted = False, set()
-        for repetition in range(plan.repetitions):
+        for repetition in repetitions:
             for gas, stage in self.settings():
                 overrides = STAGE3_AS_LARGE if (stage == 3 and plan.validate_schedule) else None
                 result = run_engine(config, stage, shape, plan.steps, session.device, zero_overrides=overrides,

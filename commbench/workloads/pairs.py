@@ -104,7 +104,7 @@ class PairsWorkload:
     def _phases(self) -> int:
         return 2 if self.plan.mode == "sendrecv" else 1
 
-    def run(self, session: Session) -> bool:
+    def run(self, session: Session, repetitions: range) -> bool:
         plan = self.plan
         hosts, here = self._gather(session)
         session.control.peers()  # every mailbox's address, while rank 0 can still be reached by all
@@ -122,7 +122,7 @@ class PairsWorkload:
                                       "be told which host lacks it)")
         buffers = self._buffers(session, players)
         tester = pairlinks.LinkTester(session, plan, hosts, names, buffers, players, here)
-        for repetition in range(plan.repetitions):
+        for repetition in repetitions:
             for number, pairs in enumerate(schedule, 1):
                 for phase in range(self._phases()):
                     links = [(a, b) if phase == 0 else (b, a) for a, b in pairs]

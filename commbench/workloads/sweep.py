@@ -57,16 +57,16 @@ class SweepWorkload:
     def total_points(self, world: int) -> int:
         return sum(len(pts) for c in self.plan.entries() for _, pts in self.plan.points(c, world))
 
-    def run(self, session: Session) -> bool:
-        return self._grid(session, {})
+    def run(self, session: Session, repetitions: range) -> bool:
+        return self._grid(session, repetitions, {})
 
-    def _grid(self, session: Session, extra: dict) -> bool:
+    def _grid(self, session: Session, repetitions: range, extra: dict) -> bool:
         plan, rank, world = self.plan, session.rank, session.world
         dtype = get_dtype(plan.dtype)
         work = [(c, plan.points(c, world, rank)) for c in plan.entries()]
         reporter = session.reporter
         any_wrong = False
-        for repetition in range(plan.repetitions):
+        for repetition in repetitions:
             for collective, grid in work:
                 op = plan.op if collective.reduces else None
                 root = plan.root if collective.rooted else -1

@@ -275,7 +275,7 @@ class ZeroWorkload:
     def total_points(self, world: int) -> int:
         return len(self.settings())
 
-    def run(self, session: Session) -> bool:
+    def run(self, session: Session, repetitions: range) -> bool:
         plan = self.plan
         dtype = get_dtype(plan.dtype)
         params = sum(self.modules())
@@ -292,7 +292,7 @@ class ZeroWorkload:
         reporter.line("#  stage  reduce bucket  GAS  in flight  collectives                                   "
                       "bytes/rank/step   " + ("full model   " if scaled_run else "")
                       + "paper (xP)   ratio   time/step (us)   busbw" + (self._predicted_header() if plan.curve else ""))
-        for repetition in range(plan.repetitions):
+        for repetition in repetitions:
             for g, bucket, stage in self.settings():
                 self._point(session, dtype, repetition, stage, bucket, g)
                 reporter.advance(f"stage {stage}")

@@ -149,6 +149,24 @@ def test_rows_of_each_setting_take_their_own_communicator():
     assert c.fill(three) == 0  # fewer communicators than settings: nothing is guessed
 
 
+def test_with_repetitions_each_pass_of_a_setting_takes_its_own_communicator():
+    """Every repetition applies each setting on a fresh communicator again (A B A B): a pass is a
+    (repetition, setting). Real lines of two sources: each block gets the ring log's rank-0 "Init
+    COMPLETE" line, and the blocks are put in an order no setting would give (Tree, Ring, Ring,
+    Tree), so that a row of the first repetition taking a later pass's communicator would show."""
+    ring = lines("sglang_notes_nccl2.27.5_16rank_algo_ring.log")
+    ready = next(line for line in ring if "rank 0 nranks" in line and "Init COMPLETE" in line)
+    tree = [ready] + lines("sglang_notes_nccl2.27.5_16rank_default.log")
+    ring = [ready] + [line for line in ring if "Init COMPLETE" not in line]
+    c = collect(tree + ring + ring + tree)
+    assert c.comms() == [1, 2, 3, 4]
+    rs = [dict(r, repetition=rep) for rep in (0, 1) for r in rows("all_reduce", [4], 16, "X=1")
+          + rows("all_reduce", [4], 16, "X=2")]
+    assert c.fill(rs) == 4 and chosen(rs) == [("Tree", "LL"), ("Ring", "Simple"), ("Ring", "Simple"), ("Tree", "LL")]
+    one = [dict(r, repetition=rep) for rep in (0, 1) for r in rows("all_reduce", [4], 16, "X=1")]
+    assert c.fill(one) == 2  # one setting: every communicator is its own, however many repetitions
+
+
 def test_a_row_that_has_a_choice_or_is_not_a_commbench_collective_is_left_alone():
     c = collect(lines("sglang_notes_nccl2.27.5_16rank_default.log"))
     rs = rows("all_reduce", [4], 16) + rows("hypercube", [4], 16)

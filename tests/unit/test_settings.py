@@ -3,14 +3,17 @@ on sweep, buckets and zero, `--mtu` as one axis of the same kind."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from commbench.core import settings
 from commbench.core.errors import BadInput
-from commbench.harness.settings import axis_interfaces
+from commbench.harness import settings as passes
+from commbench.harness.settings import axis_interfaces, run_each
 
 
 def test_axes_multiply_first_axis_slowest_and_label_in_axis_order():
@@ -39,6 +42,81 @@ def test_the_interfaces_an_axis_sends_over_are_read_for_the_wire():
     class Plan:
         axes = settings.as_plan(settings.parse_env(["GLOO_SOCKET_IFNAME=eth0,eth1|eth2", "NCCL_ALGO=Ring"]))
     assert axis_interfaces(Plan()) == ["eth0", "eth1", "eth2"]
+
+
+class FakeGroups:
+    """torch.distributed's group calls, counted: run_each's passes need no process group here."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.made = self.destroyed = 0
+        monkeypatch.setattr(passes.dist, "new_group", self.new_group)
+        monkeypatch.setattr(passes.dist, "destroy_process_group", self.destroy)
+        monkeypatch.setattr(passes.dist, "barrier", lambda *a, **k: None)
+
+    def new_group(self, ranks, timeout=None):
+        self.made += 1
+        return f"group {self.made}"
+
+    def destroy(self, group=None) -> None:
+        self.destroyed += 1
+
+
+def fake_session(specs: list[str], repetitions: int, mtus: list[int] | None = None):
+    axes = settings.parse_env(specs) + settings.mtu_axis(mtus or [])
+    plan = SimpleNamespace(axes=settings.as_plan(axes), repetitions=repetitions, timeout=30.0, iface="eth9")
+    lines: list[str] = []
+    return SimpleNamespace(ctx=SimpleNamespace(plan=plan, env=SimpleNamespace(local_rank=0)), world=2, group=None,
+                           setting=None, reporter=SimpleNamespace(line=lines.append), lines=lines,
+                           sum_over_ranks=lambda value: value)
+
+
+def passes_of(session) -> tuple[list[tuple], bool]:
+    """run_each's calls as (repetitions, setting label, GLOO_LOG_LEVEL, group) and its result."""
+    calls: list[tuple] = []
+
+    def run(s, repetitions: range) -> bool:
+        calls.append((list(repetitions), s.setting.label if s.setting else None, os.environ.get("GLOO_LOG_LEVEL"),
+                      s.group))
+        return len(calls) == 3  # one pass found a wrong output: the run's answer must say so
+
+    return calls, run_each(session, run)
+
+
+def test_settings_alternate_within_each_repetition_each_pass_on_a_fresh_group(monkeypatch):
+    monkeypatch.delenv("GLOO_LOG_LEVEL", raising=False)
+    groups = FakeGroups(monkeypatch)
+    session = fake_session(["GLOO_LOG_LEVEL=ERROR|WARNING"], repetitions=2)
+    calls, wrong = passes_of(session)
+    a, b = "GLOO_LOG_LEVEL=ERROR", "GLOO_LOG_LEVEL=WARNING"
+    assert calls == [([0], a, "ERROR", "group 1"), ([0], b, "WARNING", "group 2"),
+                     ([1], a, "ERROR", "group 3"), ([1], b, "WARNING", "group 4")]
+    assert wrong is True and groups.made == groups.destroyed == 4
+    assert session.lines == [f"# Settings: {a}  (repetition 1/2)", f"# Settings: {b}  (repetition 1/2)",
+                             f"# Settings: {a}  (repetition 2/2)", f"# Settings: {b}  (repetition 2/2)"]
+    assert "GLOO_LOG_LEVEL" not in os.environ and session.group is None and session.setting is None
+
+
+def test_without_axes_the_workload_runs_every_repetition_itself_as_before(monkeypatch):
+    groups = FakeGroups(monkeypatch)
+    session = fake_session([], repetitions=3)
+    calls, wrong = passes_of(session)
+    assert calls == [([0, 1, 2], None, os.environ.get("GLOO_LOG_LEVEL"), None)] and wrong is False
+    assert groups.made == 0 and session.lines == []
+
+
+def test_one_repetition_says_no_repetition_and_an_mtu_axis_is_set_each_pass_and_put_back(monkeypatch):
+    FakeGroups(monkeypatch)
+    mtu = {"eth9": 1500}
+    monkeypatch.setattr(passes.netctl, "get_mtu", lambda iface: mtu[iface])
+    monkeypatch.setattr(passes.netctl, "set_mtu", lambda iface, value: mtu.__setitem__(iface, value))
+    seen: list[int] = []
+    session = fake_session([], repetitions=2, mtus=[9000, 4000])
+    run_each(session, lambda s, repetitions: seen.append(mtu["eth9"]) or False)
+    assert seen == [9000, 4000, 9000, 4000] and mtu["eth9"] == 1500
+    assert session.lines[:2] == ["# MTU 9000 on eth9 of every host", "# Settings: MTU=9000  (repetition 1/2)"]
+    once = fake_session(["GLOO_LOG_LEVEL=ERROR|WARNING"], repetitions=1)
+    run_each(once, lambda s, repetitions: False)
+    assert once.lines == ["# Settings: GLOO_LOG_LEVEL=ERROR", "# Settings: GLOO_LOG_LEVEL=WARNING"]
 
 
 @pytest.mark.parametrize("specs, says", [
