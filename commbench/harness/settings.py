@@ -1,8 +1,12 @@
 """The settings loop: with --env/--mtu axes (core/settings.py), repetition after repetition, each
-setting in turn measures the workload's whole grid once (A B A B ..., as pyperf alternates its
-benchmarks), each time on a fresh process group, everything put back afterwards. One setting
-after the other, all its repetitions at once (A A A B B B), would put a slow drift of the machine
-(another job, heat, a noisy neighbour) on the later settings and read as their effect.
+setting in turn measures the workload's whole grid once, every other repetition in reverse order
+(A B, B A, A B ...: a balanced order, as pyperf alternates its benchmarks), each time on a fresh
+process group, everything put back afterwards. One setting after the other, all its repetitions
+at once (A A A B B B), would put a slow drift of the machine (another job, heat, a noisy
+neighbour) on the later settings and read as their effect; reversing every other repetition also
+cancels a steady drift between two settings over each pair of repetitions, and the setting at a
+repetition's end carries on into the next, so an MTU changes R + 1 times rather than 2R (some
+NICs reset their link on each change).
 
 Every rank sets the setting's environment variables in its own process; the first local rank of
 each host sets an MTU axis's value on --iface. Then a new process group connects: gloo makes its
@@ -39,8 +43,8 @@ def axis_interfaces(plan) -> list[str]:
 
 def run_each(session, run: Callable[[object, range], bool]) -> bool:
     """`run(session, repetitions)`: without axes once, with every repetition (the workload loops over
-    them itself); with axes once per repetition and setting, repetition outermost. True if any
-    output was wrong."""
+    them itself); with axes once per repetition and setting, repetition outermost, the settings
+    in reverse order every other repetition. True if any output was wrong."""
     repetitions = range(session.ctx.plan.repetitions)
     settings = settings_of(session.ctx.plan)
     if not settings:
@@ -49,7 +53,7 @@ def run_each(session, run: Callable[[object, range], bool]) -> bool:
     any_wrong = False
     try:
         for repetition in repetitions:
-            for setting in settings:
+            for setting in settings if repetition % 2 == 0 else settings[::-1]:
                 with _applied(session, setting, repetition):
                     any_wrong |= run(session, range(repetition, repetition + 1))
     finally:

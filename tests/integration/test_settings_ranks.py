@@ -1,5 +1,5 @@
 """`--env NAME=v1|v2` with real gloo ranks on this machine: the grid once per setting and
-repetition, the settings alternating within each repetition (A B A B), each pass on a fresh process
+repetition, the settings taking turns within each repetition, every other one reversed (A B, B A), each pass on a fresh process
 group, the setting in every row (its own column, and the environment the row records), for sweep,
 buckets and zero. The lab tests (test_lab_env.py) measure what a setting changes."""
 
@@ -69,14 +69,14 @@ def test_repetitions_are_outermost_and_the_settings_alternate_within_each(tmp_pa
                    "--placement", "in")
     assert proc.returncode == 0, proc.stderr
     a, b = "GLOO_LOG_LEVEL=ERROR", "GLOO_LOG_LEVEL=WARNING"
-    assert passes(df) == [(0, a), (0, b), (1, a), (1, b)]
+    assert passes(df) == [(0, a), (0, b), (1, b), (1, a)]  # balanced: every other repetition reversed
     assert list(df.size_bytes) == [65536, 262144] * 4 and set(df.wrong) == {0}
     # each pass ran under its own setting: the environment every row recorded alternates with it
-    assert [json.loads(e).get("GLOO_LOG_LEVEL") for e in df.env] == ["ERROR"] * 2 + ["WARNING"] * 2 + \
-        ["ERROR"] * 2 + ["WARNING"] * 2
+    assert [json.loads(e).get("GLOO_LOG_LEVEL") for e in df.env] == ["ERROR"] * 2 + ["WARNING"] * 4 + \
+        ["ERROR"] * 2
     said = [line for line in proc.stdout.splitlines() if line.startswith("# Settings:")]
     assert said == [f"# Settings: {a}  (repetition 1/2)", f"# Settings: {b}  (repetition 1/2)",
-                    f"# Settings: {a}  (repetition 2/2)", f"# Settings: {b}  (repetition 2/2)"]
+                    f"# Settings: {b}  (repetition 2/2)", f"# Settings: {a}  (repetition 2/2)"]
     # the closing tables still take each setting's two repetitions together, one table per setting
     for label in (a, b):
         assert proc.stdout.count(f"# Median over 2 repetitions: all_reduce [{label}]") == 1
@@ -89,7 +89,7 @@ def test_buckets_alternate_the_settings_too(tmp_path):
                    "--env", "GLOO_LOG_LEVEL=ERROR|WARNING", "-R", "2")
     assert proc.returncode == 0, proc.stderr
     a, b = "GLOO_LOG_LEVEL=ERROR", "GLOO_LOG_LEVEL=WARNING"
-    assert passes(df) == [(0, a), (0, b), (1, a), (1, b)] and len(df) == 8
+    assert passes(df) == [(0, a), (0, b), (1, b), (1, a)] and len(df) == 8
 
 
 def test_without_an_axis_repetitions_run_as_before(tmp_path):

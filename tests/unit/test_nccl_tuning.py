@@ -150,7 +150,7 @@ def test_rows_of_each_setting_take_their_own_communicator():
 
 
 def test_with_repetitions_each_pass_of_a_setting_takes_its_own_communicator():
-    """Every repetition applies each setting on a fresh communicator again (A B A B): a pass is a
+    """Every repetition applies each setting on a fresh communicator again: a pass is a
     (repetition, setting). Real lines of two sources: each block gets the ring log's rank-0 "Init
     COMPLETE" line, and the blocks are put in an order no setting would give (Tree, Ring, Ring,
     Tree), so that a row of the first repetition taking a later pass's communicator would show."""

@@ -89,10 +89,10 @@ def test_settings_alternate_within_each_repetition_each_pass_on_a_fresh_group(mo
     calls, wrong = passes_of(session)
     a, b = "GLOO_LOG_LEVEL=ERROR", "GLOO_LOG_LEVEL=WARNING"
     assert calls == [([0], a, "ERROR", "group 1"), ([0], b, "WARNING", "group 2"),
-                     ([1], a, "ERROR", "group 3"), ([1], b, "WARNING", "group 4")]
+                     ([1], b, "WARNING", "group 3"), ([1], a, "ERROR", "group 4")]
     assert wrong is True and groups.made == groups.destroyed == 4
     assert session.lines == [f"# Settings: {a}  (repetition 1/2)", f"# Settings: {b}  (repetition 1/2)",
-                             f"# Settings: {a}  (repetition 2/2)", f"# Settings: {b}  (repetition 2/2)"]
+                             f"# Settings: {b}  (repetition 2/2)", f"# Settings: {a}  (repetition 2/2)"]
     assert "GLOO_LOG_LEVEL" not in os.environ and session.group is None and session.setting is None
 
 
@@ -110,10 +110,14 @@ def test_one_repetition_says_no_repetition_and_an_mtu_axis_is_set_each_pass_and_
     monkeypatch.setattr(passes.netctl, "get_mtu", lambda iface: mtu[iface])
     monkeypatch.setattr(passes.netctl, "set_mtu", lambda iface, value: mtu.__setitem__(iface, value))
     seen: list[int] = []
-    session = fake_session([], repetitions=2, mtus=[9000, 4000])
+    changes: list[int] = []
+    monkeypatch.setattr(passes.netctl, "set_mtu", lambda iface, value: (mtu[iface] != value and changes.append(value),
+                                                                        mtu.__setitem__(iface, value)))
+    session = fake_session([], repetitions=3, mtus=[9000, 4000])
     run_each(session, lambda s, repetitions: seen.append(mtu["eth9"]) or False)
-    assert seen == [9000, 4000, 9000, 4000] and mtu["eth9"] == 1500
-    assert session.lines[:2] == ["# MTU 9000 on eth9 of every host", "# Settings: MTU=9000  (repetition 1/2)"]
+    assert seen == [9000, 4000, 4000, 9000, 9000, 4000] and mtu["eth9"] == 1500
+    assert changes == [9000, 4000, 9000, 4000, 1500]  # R + 1 changes, then back: not one a pass
+    assert session.lines[:2] == ["# MTU 9000 on eth9 of every host", "# Settings: MTU=9000  (repetition 1/3)"]
     once = fake_session(["GLOO_LOG_LEVEL=ERROR|WARNING"], repetitions=1)
     run_each(once, lambda s, repetitions: False)
     assert once.lines == ["# Settings: GLOO_LOG_LEVEL=ERROR", "# Settings: GLOO_LOG_LEVEL=WARNING"]
