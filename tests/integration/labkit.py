@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,9 @@ def tbf_rates(netns: str) -> dict[str, int]:
     """Each interface's root tbf rate in bits per second inside a lab host (tc -j qdisc show)."""
     qdiscs = json.loads(ns_run(netns, "tc", "-j", "qdisc", "show").stdout or "[]")
     return {q["dev"]: q["options"]["rate"] * 8 for q in qdiscs if q.get("kind") == "tbf" and q.get("root")}
+
+
+def first_run(side: Path) -> Path:
+    """The run of a side of conftest.py's `lab_sides` that was measured first (its files are named
+    by their place in the schedule)."""
+    return min(side.glob("*.parquet"), key=lambda p: int(p.stem))

@@ -1,13 +1,12 @@
-"""`commbench compare` on real measurements from the lab (root): A/A, a slower link, jumbo frames."""
+"""`commbench compare` on real measurements from the lab (root): A/A, a slower link, jumbo frames.
+The runs are conftest.py's `lab_sides` (lab prefix `cc`), which test_lab_gate.py reads too."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from labkit import NEEDS_LAB, lab_env, run_commbench
@@ -15,61 +14,19 @@ from labkit import NEEDS_LAB, lab_env, run_commbench
 pytestmark = NEEDS_LAB
 
 PREFIX = "cc"
-ENV = lab_env(PREFIX)
-SWEEP = ["--collective", "allreduce", "--sizes", "4M,16M", "-n", "5", "-w", "2"]
-
-# The runs in the order they are measured: (side, lab settings changed before it, repetitions). Each side is a
-# folder of runs. The order is balanced (base, again, jumbo, jumbo, again, base), so a machine that drifts
-# during the fixture (other load on 2 cores) moves every side's mean time alike: one CI run that measured
-# the sides one after the other found "the same lab twice" 3% slower and jumbo frames 2% faster, not 4%.
-SCHEDULE = [
-    ("base", None, 3), ("again", None, 3), ("jumbo", ["--mtu", "9000"], 3), ("jumbo", None, 3),
-    ("again", ["--mtu", "1500"], 3), ("base", None, 3), ("slow", ["--rate", "800mbit"], 5),
-]
+ENV = lab_env(PREFIX)  # the prefix of conftest.py's lab_sides; compare itself needs no lab
 
 
 def cb(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return run_commbench(ENV, *args, timeout=timeout)
 
 
-QUIET_SPREAD = 1.10  # the slowest repetition of a side at 16 MiB over its fastest, on a quiet machine 1.02-1.04
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    """Real 2-host runs, a folder a side: 1gbit at MTU 1500 (base and again, six repetitions each),
-    1gbit at MTU 9000 (jumbo), and 800mbit (slow). A schedule that a disturbed machine spread by more
-    than QUIET_SPREAD within a side is measured once more (one CI run saw 140-194 ms for one setting,
-    where a 4% effect is the question): the tests are about compare's verdicts on a quiet lab."""
-    out = tmp_path_factory.mktemp("lab-compare")
-    cb("lab", "down")
-    up = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.234.0.0/24")
-    assert up.returncode == 0, up.stderr
-    try:
-        for attempt in range(2):
-            sides = measure(out / f"attempt{attempt}")
-            if max(spread(folder) for folder in sides.values()) <= QUIET_SPREAD:
-                break
-    finally:
-        cb("lab", "down")
-    return sides
-
-
-def measure(out: Path) -> dict[str, Path]:
-    assert cb("lab", "set", "--mtu", "1500", "--rate", "1gbit").returncode == 0
-    for i, (side, change, reps) in enumerate(SCHEDULE):
-        if change:
-            assert cb("lab", "set", *change).returncode == 0
-        (out / side).mkdir(parents=True, exist_ok=True)
-        res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", *SWEEP, "-R", str(reps),
-                 "--label", side, "--out", str(out / side / f"{i}.parquet"))
-        assert res.returncode == 0, res.stdout + res.stderr
-    return {side: out / side for side, _, _ in SCHEDULE}
-
-
-def spread(folder: Path) -> float:
-    times = pd.concat([pd.read_parquet(f) for f in folder.glob("*.parquet")]).query("size_bytes == 16 * 2**20").time_us
-    return times.max() / times.min()
+def runs(lab_sides) -> dict[str, Path]:
+    """Real 2-host runs, a folder a side (conftest.py's `lab_sides`, measured once a session in the
+    balanced order given there): 1gbit at MTU 1500 (base and again, six repetitions each), 1gbit at
+    MTU 9000 (jumbo), and 800mbit (slow)."""
+    return lab_sides
 
 
 def compare(before: Path, after: Path, *extra: str) -> tuple[int, dict]:

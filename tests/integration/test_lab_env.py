@@ -37,7 +37,7 @@ def rails():
 
 
 def sweep(out, axis: str, *more: str) -> subprocess.CompletedProcess:
-    return cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", "--env", axis, "--sizes", "16M",
+    return cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", "--env", axis, "--sizes", "8M",
               "--placement", "in", "-w", "1", "-n", "3", "--out", str(out), *more)
 
 
@@ -58,7 +58,7 @@ def test_a_slow_rail_measured_beside_a_fast_one(rails, tmp_path):
     df = pd.read_parquet(runs[0])
     assert list(df.settings) == ["GLOO_SOCKET_IFNAME=eth0"] * 2 + ["GLOO_SOCKET_IFNAME=eth1"] * 2
     busbw = df.groupby("settings").busbw_GBps.median()
-    print(f"\n2 hosts x 2 rails, host 2 eth1 at 200mbit, 16 MiB all_reduce busbw: {busbw.to_dict()}")
+    print(f"\n2 hosts x 2 rails, host 2 eth1 at 200mbit, 8 MiB all_reduce busbw: {busbw.to_dict()}")
     assert busbw["GLOO_SOCKET_IFNAME=eth1"] <= 0.3 * busbw["GLOO_SOCKET_IFNAME=eth0"]
     for setting, wire in zip(df.settings, df.wire):
         rail, other = ("eth1", "eth0") if setting.endswith("eth1") else ("eth0", "eth1")

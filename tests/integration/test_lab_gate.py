@@ -1,26 +1,26 @@
 """`commbench gate` on real measurements from the lab (root): bands suggested from one run pass a second
 run on the same links, and fail once the links are 20% slower.
 
-Lab prefix `cg9`, subnet 10.249.0.0/24. Three 2-host sweeps of all_reduce at 16 and 32 MiB (about 10 s each).
+The runs are conftest.py's `lab_sides` (2 hosts, all_reduce at 4 and 16 MiB, measured once a session and
+read by test_lab_compare.py too): bands from the first 1gbit run (base, 3 repetitions), judged on the
+1gbit run measured right after it (again) and on the run after `lab set --rate 800mbit` (slow, 5
+repetitions).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from labkit import NEEDS_LAB, lab_env, run_commbench
+from labkit import NEEDS_LAB, first_run, lab_env, run_commbench
 
 pytestmark = NEEDS_LAB
 
-PREFIX = "cg9"
-ENV = lab_env(PREFIX)
-SWEEP = ["--collective", "allreduce", "--sizes", "16M,32M", "-n", "5", "-w", "2", "-R", "5"]  # bands need repetitions
+ENV = lab_env("cg9")  # gate itself needs no lab
 
 
 def cb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -28,30 +28,16 @@ def cb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def lab_runs(tmp_path_factory) -> dict[str, Path]:
+def lab_runs(lab_sides, tmp_path_factory) -> dict[str, Path]:
     """Bands from a first run at 1gbit; a second run at 1gbit; a third after `lab set --rate 800mbit`."""
-    out = tmp_path_factory.mktemp("lab-gate")
-    cb("lab", "down")
-    up = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.249.0.0/24")
-    assert up.returncode == 0, up.stderr
-    files = {"bands": out / "lab-1gbit.yaml"}
-    try:
-        for name in ("first", "second", "slow"):
-            if name == "slow":
-                changed = cb("lab", "set", "--rate", "800mbit")  # every host (no --node)
-                assert changed.returncode == 0, changed.stderr
-            files[name] = out / f"{name}.parquet"
-            res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", *SWEEP, "--label", name,
-                     "--out", str(files[name]))
-            assert res.returncode == 0, res.stdout + res.stderr
-            if name == "first":
-                # --lower 5%: bands no narrower than this machine's run-to-run drift (two sweeps a minute
-                # apart on 2 shared cores have differed by 3-5%); the 20% slower link still misses them
-                made = cb("gate", "--suggest", str(files["first"]), "--system", "lab-1gbit", "--lower", "5%",
-                          "--out", str(files["bands"]))
-                assert made.returncode == 0, made.stderr
-    finally:
-        cb("lab", "down")
+    files = {"bands": tmp_path_factory.mktemp("lab-gate") / "lab-1gbit.yaml", "first": first_run(lab_sides["base"]),
+             "second": first_run(lab_sides["again"]), "slow": first_run(lab_sides["slow"])}
+    # --lower 5%: bands no narrower than this machine's run-to-run drift (two sweeps a minute
+    # apart on 2 shared cores have differed by 3-5%); the 20% slower link still misses them
+    made = cb("gate", "--suggest", str(files["first"]), "--system", "lab-1gbit", "--lower", "5%",
+              "--out", str(files["bands"]))
+    assert made.returncode == 0, made.stderr
+    print("\n" + files["bands"].read_text())
     return files
 
 
@@ -59,7 +45,7 @@ def test_suggested_bands_describe_the_run(lab_runs):
     doc = yaml.safe_load(lab_runs["bands"].read_text())
     assert doc["version"] == 1 and doc["system"] == "lab-1gbit"
     entries = {e["size"]: e for e in doc["entries"]}
-    assert set(entries) == {"16M", "32M"}
+    assert set(entries) == {"4M", "16M"}
     for e in entries.values():
         assert (e["collective"], e["ranks"], e["nnodes"], e["dtype"]) == ("all_reduce", 2, 2, "float32")
         # 1gbit carries at most 0.125 GB/s; TCP over MTU 1500 about 0.119 of it
@@ -80,8 +66,8 @@ def test_a_link_20_percent_slower_fails_naming_the_entries(lab_runs):
     assert res.returncode == 1, res.stdout + res.stderr
     summary = res.stdout.strip().splitlines()[-1]
     assert summary.startswith("gate: FAIL: 2 of 2 entries missed (system lab-1gbit): ")
-    assert "#1 all_reduce float32 16 MiB 2 ranks on 2 nodes: below band (" in summary
-    assert "#2 all_reduce float32 32 MiB 2 ranks on 2 nodes: below band (" in summary
+    assert "#1 all_reduce float32 4 MiB 2 ranks on 2 nodes: below band (" in summary
+    assert "#2 all_reduce float32 16 MiB 2 ranks on 2 nodes: below band (" in summary
     json_res = cb("gate", str(lab_runs["slow"]), "--expect", str(lab_runs["bands"]), "--format", "json")
     ratios = [e["ratio"] for e in json.loads(json_res.stdout)["entries"]]
     assert json_res.returncode == 1 and all(0.75 < r < 0.85 for r in ratios), ratios

@@ -6,7 +6,7 @@ The change is what a job can do on a cluster node it is root on: reshape the nod
 tc (each lab host's eth0, where its egress tbf sits), on every node through srun. The lab's
 bridge ports live in the machine's root namespace, which a job cannot enter. The test's lab is its
 own (prefix `csc`, subnet 10.246.0.0/24); COMMBENCH_ARGS keeps the sweeps small (two sizes, one
-collective, 4 and 8 MiB) with the repetitions compare needs to decide two points (4 a side; 5 for margin), and
+collective, 4 and 8 MiB, 5 timed calls each) with the repetitions compare needs to decide two points (4 a side; 5 for margin), and
 COMPARE_ARGS a minimum effect above this machine's run-to-run noise.
 """
 
@@ -40,7 +40,7 @@ pytestmark = NEEDS_LAB + [
 PREFIX = "csc"
 SUBNET = "10.246.0.0/24"
 ENV = {k: v for k, v in lab_env(PREFIX).items() if not k.startswith("SLURM_")}
-SWEEP = "--collective all_reduce --sizes 4M,8M -R 5"
+SWEEP = "--collective all_reduce --sizes 4M,8M -R 5 -n 5 -w 2"  # 5 timed calls a point, as the other lab tests
 # A shared 2-core machine (CI, or other work beside this test) moves the medians of small points:
 # under a load of 9, 1 MiB read 15% low in one sweep, 4 MiB stayed within 3%. Hence sizes where the
 # link, not the CPU, sets the pace, and a 10% minimum effect: the drop below is 20%.

@@ -15,7 +15,8 @@ fixed cost of a call (0.3 ms on a quiet machine, over 1 ms on a loaded one) 92 t
 1gbit 17-44% of the step, at 100mbit (the same bytes take ten times as long) 2-7%. So the measured
 steps say "raise reduce_bucket_size" at 1gbit and "keep your config" at 100mbit, under the default
 --min-gain 10%. The test reads the measured steps back from the zero runs' parquet files and
-asserts that each rate's recommendation is the one those numbers give."""
+asserts that each rate's recommendation is the one those numbers give (the 100mbit run predicts from
+the 1gbit run's curve: every candidate is measured, and only the measured steps decide)."""
 
 from __future__ import annotations
 
@@ -56,11 +57,12 @@ def lab(tmp_path_factory):
     cb("lab", "down")
 
 
-def tune(d, rate: str, name: str, stages: str, buckets: str, config: str = "ds.json"):
+def tune(d, rate: str, name: str, stages: str, buckets: str, config: str = "ds.json", curve=None):
     assert cb("lab", "set", "--rate", rate).returncode == 0
     out = d / name
+    given = ["--curve", str(curve)] if curve else []
     proc = cb("tune", "--ds-config", str(d / config), *SHAPE, "--stages", stages, "--reduce-buckets", buckets,
-              "--grad-accum", "1", "--dtypes", "fp16", "--top", "8", "--out", str(out), *LEAN)
+              "--grad-accum", "1", "--dtypes", "fp16", "--top", "8", "--out", str(out), *given, *LEAN)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     return proc, out
 
@@ -99,7 +101,13 @@ def test_seven_settings_predicted_within_40_percent(lab):
 
 
 def test_recommendation_follows_the_measured_steps_at_each_rate(lab):
-    runs = {rate: tune(lab, rate, name, "2", "5e4,1e6,1e7") for rate, name in (("1gbit", "fast"), ("100mbit", "slow"))}
+    runs = {"1gbit": tune(lab, "1gbit", "fast", "2", "5e4,1e6,1e7")}
+    # At 100mbit tune predicts from the 1gbit run's curve instead of measuring one of its own (23 s of
+    # 9.3 MB points at 100mbit): with --top 8 every candidate is measured, and the recommendation is made
+    # from the measured steps alone (analysis/tuneview.py winner), which is what this test holds; how well a
+    # lab curve predicts the steps is test_seven_settings_predicted_within_40_percent's question.
+    curve = next((lab / "fast").glob("*.curve-float16.parquet"))
+    runs["100mbit"] = tune(lab, "100mbit", "slow", "2", "5e4,1e6,1e7", curve=curve)
     verdicts = {}
     for rate, (proc, out) in runs.items():
         steps = measured_steps(out)

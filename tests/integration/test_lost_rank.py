@@ -157,7 +157,7 @@ def test_a_rank_stopped_past_timeout_names_itself_on_waking_not_the_peer_that_le
 PREFIX = "cr"
 SUBNET = "10.238.0.0/24"
 LAB_ENV = clean_env(COMMBENCH_LAB_PREFIX=PREFIX, COMMBENCH_LAB_DIR=f"/run/commbench-lab-{PREFIX}")
-TIMEOUT = 10
+TIMEOUT = 5  # 2 ranks join well within it; a link taken down costs one TIMEOUT, a roll call and lab run's 10 s linger
 
 
 def cb(*args: str) -> subprocess.CompletedProcess:
