@@ -43,18 +43,24 @@ class CpuTimer:
         return out
 
 
+def _between_events(step: Callable[[], None], iters: int) -> list[float]:
+    """Seconds of each of `iters` steps, each between its own pair of CUDA events, read after one
+    synchronize at the end (the host never waits inside the loop)."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        step()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+
+
 class CudaTimer:
     ops_per_sample = 1
 
     def run(self, call: Callable[[], None], iters: int) -> list[float]:
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for i in range(iters):
-            starts[i].record()
-            call()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+        return _between_events(call, iters)
 
 
 class CudaGraphTimer:
@@ -70,15 +76,8 @@ class CudaGraphTimer:
         self._graph = None
 
     def run(self, call: Callable[[], None], iters: int) -> list[float]:
-        graph = self._graph_of(call)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for i in range(iters):
-            starts[i].record()
-            graph.replay()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) / 1e3 / self.ops_per_sample for s, e in zip(starts, ends)]
+        replays = _between_events(self._graph_of(call).replay, iters)
+        return [t / self.ops_per_sample for t in replays]
 
     def _graph_of(self, call: Callable[[], None]):
         if self._call is not None and call == self._call:  # equal: a bound method is made anew each time
