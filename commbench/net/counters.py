@@ -80,6 +80,9 @@ _TCP = [
                                        "beyond the loss probes and 0.1% of the segments sent)"),
     _c(TCP, "TCPLossProbes", PROBE, "tail loss probes: a segment sent again because its ACK was late (2 RTT), "
                                     "which a loaded host's healthy link also does (TcpExt, /proc/net/netstat)"),
+    _c(TCP, "TCPDSACKRecvSegs", PROBE, "segments the receiver reported getting twice (D-SACK): retransmissions "
+                                       "nothing lost, sent because an ACK was late or segments came reordered "
+                                       "(TcpExt, Linux 5.5+)"),
     _c(TCP, "InErrs", ERROR, "TCP segments received with errors"),
     _c(TCP, "InCsumErrors", ERROR, "TCP segments received with a bad checksum"),
 ]
@@ -227,10 +230,13 @@ RETRANS_NOISE = 0.001  # TCP retransmissions below this share of the segments se
 
 
 def trouble(moved: list[Moved]) -> list[Moved]:
-    """The trouble counters among `moved`. TCP's retransmissions only where they exceed the tail
-    loss probes sent meanwhile and 0.1% of the segments sent: a late ACK (a loaded host, a stall of
-    a few ms) makes TCP probe with a retransmission on a link that lost nothing."""
+    """The trouble counters among `moved`. TCP's retransmissions only where they exceed what the
+    stack itself shows was not loss, plus 0.1% of the segments sent: a late ACK (a loaded host, a
+    stall of a few ms) makes TCP retransmit on a link that lost nothing, as a tail loss probe or,
+    after a stall past the RTO, a whole window the receiver then reports as duplicates (D-SACK).
+    The larger of the two is taken, not their sum: a needless probe is D-SACKed as well."""
     tcp = {m.name: m.delta for m in moved if m.source == TCP}
-    floor = tcp.get("TCPLossProbes", 0) + RETRANS_NOISE * tcp.get("OutSegs", 0)
+    needless = max(tcp.get("TCPLossProbes", 0), tcp.get("TCPDSACKRecvSegs", 0))
+    floor = needless + RETRANS_NOISE * tcp.get("OutSegs", 0)
     return [m for m in moved if m.kind in TROUBLE and not (m.source == TCP and m.name == "RetransSegs"
                                                              and m.delta <= floor)]

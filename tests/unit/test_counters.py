@@ -228,15 +228,21 @@ def test_causes_are_named_before_their_symptoms():
 
 
 def test_tcp_retransmissions_are_trouble_only_beyond_probes_and_noise():
-    def moved(out_segs, retrans, probes):
+    def moved(out_segs, retrans, probes, dsacked=0):
         return [ct.Moved(ct.TCP, "tcp", "OutSegs", out_segs, ct.TRAFFIC),
                 ct.Moved(ct.TCP, "tcp", "RetransSegs", retrans, ct.RETRANSMIT),
-                ct.Moved(ct.TCP, "tcp", "TCPLossProbes", probes, ct.PROBE)]
+                ct.Moved(ct.TCP, "tcp", "TCPLossProbes", probes, ct.PROBE),
+                ct.Moved(ct.TCP, "tcp", "TCPDSACKRecvSegs", dsacked, ct.PROBE)]
 
     # measured on a clean lab under CI load: 5 retransmissions among ~12,000 segments of one point
     assert ct.trouble(moved(12000, 5, 0)) == []
     assert ct.trouble(moved(1000, 40, 40)) == []  # every retransmission a loss probe
     assert ct.trouble(moved(1000, 40, 30)) != []  # ten beyond the probes: above 0.1% of 1000
+    # a clean lab on a loaded host (CI, stop 29): a window of 45 sent again after a stall, every one
+    # of them reported back by the receiver as a duplicate; the same 45 without D-SACKs is loss
+    assert ct.trouble(moved(2251, 45, 0, dsacked=45)) == []
+    assert [m.name for m in ct.trouble(moved(2251, 45, 0))] == ["RetransSegs"]
+    assert ct.trouble(moved(1000, 40, 30, dsacked=30)) != []  # a needless probe is D-SACKed too: not counted twice
     lossy = ct.trouble(moved(36000, 2736, 120))  # a 40 kB tbf queue on the lab
     assert [(m.name, m.delta) for m in lossy] == [("RetransSegs", 2736)]
     # other sources are not thinned
