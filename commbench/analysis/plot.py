@@ -124,6 +124,18 @@ def collective_colors(names: Iterable[str]) -> dict[str, str]:
     return colors
 
 
+def line_name(key: dict, show_dtype: bool, show_place: bool, show_settings: bool) -> str:
+    """A line's legend name: its collective, then only the parts that differ between the lines."""
+    parts = [key["collective"]]
+    if show_dtype:
+        parts.append(key["dtype"])
+    if show_place:
+        parts.append(placement_name(key["in_place"]))
+    if show_settings:
+        parts.append(setting_name(key["settings"]))
+    return " ".join(map(str, parts))
+
+
 def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> None:
     """Legend names that show only what differs between lines; colours by collective
     (by variant when there is one collective); line style and marker by variant."""
@@ -149,16 +161,9 @@ def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> N
     colors = collective_colors(collectives)
     variants: dict[str, list] = {}
     for ln in lines:
-        parts = [ln.key["collective"]]
-        if show_dtype:
-            parts.append(ln.key["dtype"])
-        if show_place:
-            parts.append(placement_name(ln.key["in_place"]))
-        if show_settings:
-            parts.append(setting_name(ln.key["settings"]))
+        ln.name = line_name(ln.key, show_dtype, show_place, show_settings)
         if show_run:
-            parts.append(f"[{labels[ln.key['run_id']]}]")
-        ln.name = " ".join(str(p) for p in parts)
+            ln.name += f" [{labels[ln.key['run_id']]}]"
         variant = (ln.key["dtype"], ln.key["in_place"], ln.key["run_id"], ln.key["settings"])
         order = variants.setdefault(ln.key["collective"], [])
         if variant not in order:
@@ -431,14 +436,7 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
 
     def style(lines, dash):
         for ln in lines:
-            parts = [ln.key["collective"]]
-            if show_dtype:
-                parts.append(ln.key["dtype"])
-            if show_place:
-                parts.append(placement_name(ln.key["in_place"]))
-            if show_settings:
-                parts.append(setting_name(ln.key["settings"]))
-            ln.name = " ".join(map(str, parts)) + f" [{ln.key['run_id']}]"
+            ln.name = line_name(ln.key, show_dtype, show_place, show_settings) + f" [{ln.key['run_id']}]"
             v = variants.index((ln.key["dtype"], ln.key["in_place"], ln.key["settings"]))
             # one collective under several settings: the settings apart by colour too
             by_variant = show_settings and len(colors) == 1

@@ -136,11 +136,11 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, env_axes, nproc
     n_params = units.parse_count(params, "--params") if params is not None else None
     size = n_params * dt.itemsize if n_params else units.parse_size(grad_bytes or "64M", "--grad-bytes")
     sizes = units.parse_count_list(bucket_size, "--bucket-size", most=100)
-    from commbench.workloads.buckets import OPS, BucketPlan, BucketWorkload  # torch: after the text is checked
-
     entry = vocab.resolve(op)
-    if len(entry) != 1 or entry[0].name not in OPS:
+    if len(entry) != 1 or entry[0].name not in vocab.BUCKET_OPS:
         raise BadInput(f"--op {op} is not a gradient reduction: use all_reduce or reduce_scatter")
+    from commbench.workloads.buckets import BucketPlan, BucketWorkload  # torch: after the text is checked
+
     fields = run_fields(nproc=nproc, workload="buckets", **run)
     fields["axes"] = settings_axes(env_axes, fields["backend"], run.get("iface"))
     plan = BucketPlan(grad_bytes=size, bucket_elems=sizes, dtype=dt.name, op=entry[0].name, overlap=overlap,
@@ -248,7 +248,6 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
          validate_schedule, grad_accum, overlap, curve, env_axes, nproc, **run) -> int:
     """One training step's ZeRO communication schedule per stage, run with real collectives."""
     from commbench.core.vocab import get_dtype
-    from commbench.workloads.zero import ZeroPlan, ZeroWorkload
 
     dt = get_dtype(dtype)
     shape, name = model_shape(model, layers, hidden, vocab)
@@ -286,6 +285,8 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
                           dtype=dt.name, scale=1.0, ds_config=ds_config, steps=steps,
                           validate_schedule=validate_schedule, **buckets, **fields)
         return launch_workload(EngineWorkload(plan), nproc)
+    from commbench.workloads.zero import ZeroPlan, ZeroWorkload  # torch: once the flags are checked
+
     plan = ZeroPlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, dtype=dt.name,
                     scale=factor, ds_config=ds_config, reduce_bucket_sizes=bucket_grid, **buckets, **fields)
     return launch_workload(ZeroWorkload(plan), nproc)
@@ -299,7 +300,7 @@ def _zero_config_overlap(cfg) -> bool | None:
 
 def _zero_axes(grad_accum: str | None, overlap: str | None, curve: tuple, engine: str) -> dict:
     """The plan fields of --grad-accum, --overlap and --curve, checked."""
-    from commbench.workloads.zero import MAX_GRAD_ACCUM
+    from commbench.workloads.zeroschedule import MAX_GRAD_ACCUM
 
     out: dict = {}
     if grad_accum is not None:
@@ -350,7 +351,7 @@ SCALE = Number(float, 0, 1, low_open=True, rule="must be in (0, 1]", example="0.
 
 def _zero_scale(scale: str, backend: str, shape: tuple, itemsize: int) -> float:
     """--scale as a factor; auto: 1 on GPU, the model fitted in DEFAULT_CPU_STEP_BYTES on CPU."""
-    from commbench.workloads.zero import DEFAULT_CPU_STEP_BYTES, param_count
+    from commbench.workloads.zeroschedule import DEFAULT_CPU_STEP_BYTES, param_count
 
     if scale == "auto":
         params_bytes = param_count(*shape) * itemsize
@@ -364,7 +365,7 @@ def _engine_fits(shape: tuple, stages: list[int], backend: str, nproc: int | Non
 
     from commbench.core import launch
     from commbench.harness.memory import check_need
-    from commbench.workloads.zero import engine_bytes_per_rank, param_count
+    from commbench.workloads.zeroschedule import engine_bytes_per_rank, param_count
 
     env = launch.detect()
     ranks_here = env.local_world_size if env is not None else (nproc or 2)

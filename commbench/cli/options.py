@@ -338,7 +338,7 @@ def model_shape_options(command):
 
 def model_shape(model: str, layers: int | None, hidden: int | None, vocab: int | None) -> tuple[tuple, str]:
     """(layers, hidden, vocab) and the shape's name, from --model or --layers/--hidden/--vocab."""
-    from commbench.workloads.zero import MODELS
+    from commbench.workloads.zeroschedule import MODELS
 
     if (layers is None) != (hidden is None):
         raise BadInput("--layers and --hidden go together: pass both for a custom shape, or --model")

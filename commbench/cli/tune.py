@@ -50,7 +50,7 @@ def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, re
     shape, name = model_shape(model, layers, hidden, vocab)
     target = Path(run["out"]) / f"{Path(ds_config).stem}.tuned.json"
     outputs.check_new(target, "tune", "--out", inputs=[ds_config], force=force)
-    from commbench.workloads import tune as work  # torch: after the text is checked
+    from commbench.workloads import tune as work
 
     if work.launched():
         raise BadInput("tune starts the ranks of its runs itself (--launcher local or lab): run it outside "
@@ -158,7 +158,7 @@ def _stage(text):
 
 
 def _accum(text):
-    from commbench.workloads.zero import MAX_GRAD_ACCUM
+    from commbench.workloads.zeroschedule import MAX_GRAD_ACCUM
 
     if not text.isdigit() or not 1 <= int(text) <= MAX_GRAD_ACCUM:
         raise BadInput(f"--grad-accum {text[:20]!r}: gradient_accumulation_steps are whole numbers from 1 to "

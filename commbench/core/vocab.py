@@ -23,6 +23,9 @@ from commbench.core.errors import BadInput
 # many elements (all_gather.cu, reduce_scatter.cu, alltoall.cu: #define ALIGN 4).
 ALIGN = 4
 
+# What DeepSpeed reduces a gradient bucket with (`buckets --op`): all-reduce, or reduce-scatter at ZeRO-3.
+BUCKET_OPS = ("all_reduce", "reduce_scatter")
+
 
 @dataclass(frozen=True)
 class Layout:

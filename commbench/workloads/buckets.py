@@ -31,8 +31,6 @@ from commbench.harness.runner import Session
 from commbench.core import wire
 from commbench.core.units import format_size
 
-OPS = ("all_reduce", "reduce_scatter")
-
 
 @dataclass
 class BucketPlan(RunOptions):

@@ -1,6 +1,6 @@
 """The real DeepSpeed engine, per ZeRO stage: step times and DeepSpeed's own comms-logger
 breakdown as rows (workload "deepspeed"), and with --validate a check of commbench's ZeRO
-schedule (workloads/zero.py) against what the engine really issued, op type by op type."""
+schedule (workloads/zeroschedule.py) against what the engine really issued, op type by op type."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.harness.runner import Measurement, Session
 from commbench.core.vocab import volume_factor
-from commbench.workloads.zero import (PAPER_VOLUME, REDUCTIONS, ZeroPlan, curve_comms, module_sizes,
-                                      step_schedule)
+from commbench.workloads.zero import ZeroPlan
+from commbench.workloads.zeroschedule import PAPER_VOLUME, REDUCTIONS, curve_comms, module_sizes, step_schedule
 
 # A model DeepSpeed trains in seconds on two CPU ranks (the 1.3B shape cannot run here).
 SMALL_SHAPE = {"layers": 2, "hidden": 64, "vocab": 256, "seq": 32}

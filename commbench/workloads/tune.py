@@ -31,8 +31,9 @@ from commbench.core.errors import BadInput, CommbenchError, RuntimeFailure
 from commbench.core.results import read_results
 from commbench.core.units import format_size
 from commbench.core.vocab import get_dtype
-from commbench.workloads.zero import (DEFAULT_CPU_STEP_BYTES, MAX_STEP_COLLECTIVES, curve_comms, module_sizes,
-                                      param_count, scaled, step_collectives, step_schedule)
+from commbench.workloads.zeroschedule import (DEFAULT_CPU_STEP_BYTES, MAX_STEP_COLLECTIVES, curve_comms,
+                                              module_sizes, param_count, scaled, step_collectives,
+                                              step_schedule)
 
 BUCKET_FACTORS = (0.1, 1.0, 10.0)  # reduce_bucket_size grid around the user's value
 GRAD_ACCUM_FACTORS = (1, 2, 4)  # gradient_accumulation_steps grid: the user's value times these

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from commbench.analysis.predict import load_curve
-from commbench.workloads.zero import ZeroPlan, ZeroWorkload, curve_comms
+from commbench.workloads.zero import ZeroPlan, ZeroWorkload
+from commbench.workloads.zeroschedule import curve_comms
 
 pytestmark = pytest.mark.integration
 DATA = Path(__file__).parent.parent / "data" / "ds_config"

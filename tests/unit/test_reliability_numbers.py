@@ -28,6 +28,7 @@ from commbench.core import units
 from commbench.core.errors import BadInput
 from commbench.harness import plan as planning
 from commbench.workloads import zero as zeroing
+from commbench.workloads import zeroschedule
 from commbench.workloads.buckets import BucketPlan, BucketWorkload
 from unit.synthetic import make_rows, write  # tests/ is on sys.path (rootdir-relative imports)
 
@@ -343,13 +344,13 @@ def test_a_billion_point_grid_is_refused_at_once():
 
 @pytest.mark.parametrize("layers, hidden, vocab", [(2, 64, 256), (3, 40, 1000), (12, 768, 50257)])
 def test_zero_counts_match_the_schedule_it_would_build(layers, hidden, vocab):
-    modules = zeroing.module_sizes(layers, hidden, vocab)
-    params = zeroing.param_count(layers, hidden, vocab)
+    modules = zeroschedule.module_sizes(layers, hidden, vocab)
+    params = zeroschedule.param_count(layers, hidden, vocab)
     assert params == sum(modules)
     for stage in (0, 1, 2, 3):
         for bucket, g in ((10**4, 1), (3 * 10**5, 3)):
-            built = len(zeroing.step_schedule(stage, modules, bucket, 5 * 10**4, micro_batches=g))
-            counted = zeroing.step_collectives(stage, layers, params, bucket, g)
+            built = len(zeroschedule.step_schedule(stage, modules, bucket, 5 * 10**4, micro_batches=g))
+            counted = zeroschedule.step_collectives(stage, layers, params, bucket, g)
             assert counted == built if stage < 3 else counted >= built
 
 
@@ -359,8 +360,8 @@ def test_a_zero_shape_with_billions_of_collectives_is_refused_before_any_list():
     with pytest.raises(BadInput, match="ZeRO-0 of custom .* collectives per step; the most is 100,000"):
         zeroing.ZeroWorkload(plan).validate(2)
     assert time.monotonic() - start < 1
-    assert zeroing.engine_bytes_per_rank(2, 64, 256, [0]) == 16 * zeroing.param_count(2, 64, 256)
-    assert zeroing.engine_bytes_per_rank(2, 64, 256, [3]) == 4 * zeroing.param_count(2, 64, 256)
+    assert zeroschedule.engine_bytes_per_rank(2, 64, 256, [0]) == 16 * zeroschedule.param_count(2, 64, 256)
+    assert zeroschedule.engine_bytes_per_rank(2, 64, 256, [3]) == 4 * zeroschedule.param_count(2, 64, 256)
 
 
 def test_buckets_are_counted_before_the_layout_is_built():

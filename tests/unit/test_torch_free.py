@@ -61,3 +61,18 @@ def test_analysis_commands_leave_torch_unloaded(tmp_path):
     assert out["loaded"] == []
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert (tmp_path / "imported.parquet").stat().st_size > 0
+
+
+def test_measuring_commands_refuse_bad_flags_before_loading_torch(tmp_path):
+    """A typo costs a fraction of a second, not torch's import: zero and tune check their flags
+    with the torch-free schedule arithmetic (workloads/zeroschedule.py) before any workload loads."""
+    ds = str(ROOT / "tests" / "data" / "ds_config" / "zero2_bucket5e8_fp16.json")
+    out = _run([["zero", "--model", "gpt9"],
+                ["zero", "--grad-accum", "0"],
+                ["zero", "--scale", "2"],
+                ["tune", "--ds-config", ds, "--model", "7x"],
+                ["tune", "--ds-config", ds, "--grad-accum", "0"],
+                ["sweep", "--collective", "nope"],
+                ["buckets", "--op", "all_gather"]], tmp_path)
+    assert out["codes"] == [2] * 7
+    assert out["loaded"] == []

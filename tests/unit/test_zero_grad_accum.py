@@ -16,14 +16,15 @@ from commbench.core.errors import BadInput
 from commbench.core.results import SCHEMA, SCHEMA_VERSION
 from commbench.workloads import zero as zeroing
 from commbench.workloads.engine import reduction_sizes
-from commbench.workloads.zero import ZeroPlan, ZeroWorkload, curve_comms, in_flight, step_schedule
+from commbench.workloads.zero import ZeroPlan, ZeroWorkload
+from commbench.workloads.zeroschedule import Comm, curve_comms, in_flight, module_sizes, param_count, step_schedule
 
 SHAPE = dict(layers=2, hidden=64, vocab=256)  # P = 132 480 elements, the engine's small model
-P = zeroing.param_count(2, 64, 256)
+P = param_count(2, 64, 256)
 
 
 def reductions(stage, g, bucket=10**9, multi_rank=True, world=2):
-    sched = step_schedule(stage, zeroing.module_sizes(2, 64, 256), bucket, 5 * 10**7, g, multi_rank)
+    sched = step_schedule(stage, module_sizes(2, 64, 256), bucket, 5 * 10**7, g, multi_rank)
     return {op: Counter(sizes) for op, sizes in reduction_sizes(curve_comms(sched, 2, world)).items()}
 
 
@@ -85,7 +86,7 @@ def test_overlap_keeps_that_many_reductions_in_flight_and_gathers_wait_for_them(
 
     monkeypatch.setattr(zeroing.dist, "all_reduce", launch("all_reduce"))
     monkeypatch.setattr(zeroing, "all_gather_flat", launch("all_gather"))
-    sched = [zeroing.Comm("all_reduce", 8, "backward")] * 5 + [zeroing.Comm("all_gather", 8, "step")]
+    sched = [Comm("all_reduce", 8, "backward")] * 5 + [Comm("all_gather", 8, "step")]
     zeroing._bind(sched, zeroing.torch.float32, "cpu", 2, depth=2)()
     pending, most = 0, 0
     for what, name in log:

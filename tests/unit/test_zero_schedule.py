@@ -4,7 +4,7 @@ import pytest
 
 from commbench.cli.app import main
 from commbench.core.vocab import volume_factor
-from commbench.workloads.zero import MODELS, PAPER_VOLUME, module_sizes, scaled, step_schedule
+from commbench.workloads.zeroschedule import MODELS, PAPER_VOLUME, module_sizes, scaled, step_schedule
 
 
 def volume(schedule, world):
