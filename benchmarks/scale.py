@@ -425,9 +425,13 @@ def expected_stragglers(n_hosts: int) -> list[int]:
     return sorted([p["rank"], *p["host_ranks"]])
 
 
+def expected_slow_host(n_hosts: int) -> str:
+    return host_names(n_hosts)[straggler_plant(n_hosts)["host_ranks"][0] // RANKS_PER_HOST]
+
+
 def analyse_stragglers(path: Path) -> dict:
     from commbench.core.results import read_results
-    from commbench.harness.stragglers import find, straggler_warnings
+    from commbench.harness.stragglers import find, find_hosts, straggler_warnings
 
     t0 = time.perf_counter()
     df = read_results([path], columns=["rank_skew_us", "time_us", "iters", "hosts", "ranks_per_node"])
@@ -436,9 +440,11 @@ def analyse_stragglers(path: Path) -> dict:
     rows = df.to_dict("records")
     t0 = time.perf_counter()
     found = find(rows, hosts)
+    slow = find_hosts(rows, hosts)
     lines = straggler_warnings(rows, hosts)
     analyse_s = time.perf_counter() - t0
-    return {"stragglers": [s.rank for s in found], "hosts": sorted({s.host for s in found}), "warnings": lines[:3],
+    return {"stragglers": [s.rank for s in found], "hosts": sorted({s.host for s in found}),
+            "slow_hosts": [h.host for h in slow], "warnings": lines[:3],
             "warning_count": len(lines), "points": found[0].points if found else 0,
             "times_s": {"read_s": round(read_s, 2), "find_and_warn_s": round(analyse_s, 2)}}
 
@@ -623,6 +629,7 @@ def checks(folder: Path, n_hosts: int, results: dict) -> list[dict]:
           sorted(want["slow_hosts"] + [n.split(" ")[1] for n in want["named"] if n.startswith("host")]), named_cli)
     s = load("analyse-stragglers")
     check("stragglers: exactly the planted ranks", expected_stragglers(n_hosts), s.get("stragglers"))
+    check("stragglers: the planted slow host named as a host", [expected_slow_host(n_hosts)], s.get("slow_hosts"))
     if (folder / "compare.json").exists():
         check("compare: exactly the planted regression", expected_regressions(), compare_regressions(folder / "compare.json"))
     if (folder / "gate.json").exists():

@@ -3,7 +3,8 @@
     COMMBENCH_TEST_FAULT=corrupt:R     rank R corrupts one element of its checked output
     COMMBENCH_TEST_FAULT=delay:R:MS    rank R sleeps MS milliseconds before each timed call of the
                                        collective, as a straggler would: the other ranks wait for
-                                       it inside their timed calls (tests/integration/test_stragglers.py)
+                                       it inside their timed calls (tests/integration/test_stragglers.py);
+                                       R+R+...: several ranks, e.g. all ranks of one host (a slow host)
 
 Several switches: comma-separated, e.g. corrupt:1,delay:2:20.
 """
@@ -34,18 +35,19 @@ def corrupts_output(rank: int) -> bool:
 
 
 def delay_s(rank: int) -> float:
-    """Seconds `rank` sleeps before each timed call (delay:R:MS); 0.0 for every other rank."""
+    """Seconds `rank` sleeps before each timed call (delay:R:MS or delay:R+R:MS); 0.0 for every other rank."""
     arg = _parse().get("delay")
     if arg is None:
         return 0.0
     who, _, ms = arg.partition(":")
     try:
-        target, seconds = int(who), float(ms) / 1e3
+        targets, seconds = [int(r) for r in who.split("+")], float(ms) / 1e3
     except ValueError:
-        target, seconds = -1, -1.0
-    if target < 0 or not seconds >= 0:
-        raise BadInput(f"COMMBENCH_TEST_FAULT delay:{arg} is not delay:RANK:MILLISECONDS: e.g. delay:2:20")
-    return seconds if target == rank else 0.0
+        targets, seconds = [-1], -1.0
+    if min(targets) < 0 or not seconds >= 0:
+        raise BadInput(f"COMMBENCH_TEST_FAULT delay:{arg} is not delay:RANK:MILLISECONDS: e.g. delay:2:20, "
+                       "or delay:2+3:20 for two ranks")
+    return seconds if rank in targets else 0.0
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Stragglers: ranks that reach the collectives late, found from the per-rank columns of a run.
+"""Stragglers: ranks and hosts that reach the collectives late, found from the per-rank columns of a run.
 
 Every point stores each rank's median arrival skew (`rank_skew_us`, docs/RESULTS.md: how far the
 rank entered behind the first rank to enter, from the time it spends inside a collective that all
@@ -11,6 +11,9 @@ ranks leave together). At one point a rank is late when its skew stands out from
   normal-scaled) of at least Z_MIN. With 2 ranks the MAD cannot single one out (the z of either
   of two values is always 0.67) and with 3 it is zero as soon as two ranks agree, so small worlds
   rely on the comparison with the other ranks' median alone.
+
+A host of 2 or more ranks is named instead of its ranks when all of them are late together (the
+slow-host section below): with 2 hosts that is half of the ranks, which the rank rule cannot see.
 
 A rank is a straggler when it is late at MIN_SHARE of the points or more and at MIN_LATE_POINTS at
 least: a real straggler is late again and again, a noisy moment hits a point or two (one point
@@ -130,33 +133,100 @@ def format_us(us: float) -> str:
     return f"{us:.0f} us"
 
 
-def find(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[Straggler]:
-    """Stragglers over result rows (dicts or DataFrame records) with `rank_skew_us` and `time_us`;
-    `hosts[r]` is rank r's host. Rows without per-rank skews (broadcast, reduce, sendrecv, old
-    files, nccl-tests imports) and rows of fewer than MIN_ITERS iterations are left out."""
-    late: dict[int, list[Late]] = {}
-    points = 0
+def usable_points(rows: Iterable[Mapping], world: int) -> list[tuple[np.ndarray, float]]:
+    """(per-rank skews, time_us) of every row that counts: rows without per-rank skews
+    (broadcast, reduce, sendrecv, old files, nccl-tests imports) or of another world size, and rows
+    of fewer than MIN_ITERS iterations, are left out."""
+    points = []
     for row in rows:
         skew = row.get("rank_skew_us")
-        if skew is None or (isinstance(skew, float) and math.isnan(skew)) or len(skew) != len(hosts):
+        if skew is None or (isinstance(skew, float) and math.isnan(skew)) or len(skew) != world:
             continue
         iters = row.get("iters")
         if iters is not None and not (isinstance(iters, float) and math.isnan(iters)) and iters < MIN_ITERS:
             continue
-        points += 1
-        for hit in late_at_point(list(skew), float(row["time_us"])):
+        points.append((np.asarray(skew, dtype=float), float(row["time_us"])))
+    return points
+
+
+def late_again(points: list[tuple[np.ndarray, float]]) -> dict[int, list[Late]]:
+    """Per index (a rank, or a host in host_skews' order), its Late hits where it was late at
+    enough of the points (MIN_SHARE of them, MIN_LATE_POINTS at least)."""
+    late: dict[int, list[Late]] = {}
+    for values, time_us in points:
+        for hit in late_at_point(values, time_us):
             late.setdefault(hit.rank, []).append(hit)
-    needed = max(MIN_LATE_POINTS, math.ceil(MIN_SHARE * points))
-    found = []
-    for rank, hits in sorted(late.items()):
-        if len(hits) < needed:
-            continue
-        zs = [h.z for h in hits if h.z is not None]
-        found.append(Straggler(rank, hosts[rank], len(hits), points, float(np.median([h.excess_us for h in hits])),
-                               float(np.median(zs)) if zs else None))
-    return found
+    needed = max(MIN_LATE_POINTS, math.ceil(MIN_SHARE * len(points)))
+    return {i: hits for i, hits in sorted(late.items()) if len(hits) >= needed}
+
+
+def _effect(hits: list[Late]) -> tuple[float, float | None]:
+    zs = [h.z for h in hits if h.z is not None]
+    return float(np.median([h.excess_us for h in hits])), float(np.median(zs)) if zs else None
+
+
+def find(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[Straggler]:
+    """Stragglers over result rows (dicts or DataFrame records) with `rank_skew_us` and `time_us`;
+    `hosts[r]` is rank r's host."""
+    points = usable_points(rows, len(hosts))
+    return [Straggler(rank, hosts[rank], len(hits), len(points), *_effect(hits))
+            for rank, hits in late_again(points).items()]
+
+
+# ----------------------------------------------------------------------------- slow hosts
+# A slow host makes all of its ranks late together. With 2 hosts that is half of the ranks, which
+# the rank rule cannot single out (the others' median is itself late, the MAD spans both groups),
+# so hosts are compared too: a host's lateness is the least skew of its ranks (every rank of it
+# entered at least that late), judged against the other hosts' by the same floors, z and rule over
+# points. Only hosts of 2 or more ranks are named this way: a host of one rank is that rank.
+
+
+@dataclass(frozen=True)
+class SlowHost:
+    host: str
+    ranks: tuple[int, ...]
+    late_points: int
+    points: int
+    excess_us: float  # its least rank skew over the other hosts' median, median over the late points
+    z: float | None  # over hosts; None below MIN_WORLD_FOR_Z hosts
+
+    def message(self) -> str:
+        import hostlist
+
+        if self.z is not None:
+            why = f"robust z {self.z:.1f} over the hosts"
+        else:
+            why = f"robust z needs {MIN_WORLD_FOR_Z} hosts or more: compared with the other hosts' median"
+        ranks = hostlist.collect_hostlist([str(r) for r in self.ranks]).strip("[]")
+        return (f"commbench: warning: straggler: host {self.host} arrives late: all {len(self.ranks)} of its "
+                f"ranks ({ranks}) at least +{format_us(self.excess_us)} behind the other hosts' ranks "
+                f"(median arrival skew) at {self.late_points} of {self.points} points ({why})")
+
+
+def host_groups(hosts: Sequence[str]) -> dict[str, list[int]]:
+    """host -> its ranks, hosts in order of their first rank."""
+    groups: dict[str, list[int]] = {}
+    for rank, host in enumerate(hosts):
+        groups.setdefault(host, []).append(rank)
+    return groups
+
+
+def find_hosts(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[SlowHost]:
+    """Hosts of 2 or more ranks whose ranks all arrive late (see the comment above)."""
+    groups = host_groups(hosts)
+    if len(groups) < 2 or all(len(ranks) == 1 for ranks in groups.values()):
+        return []
+    order = np.concatenate([np.asarray(ranks) for ranks in groups.values()])  # the ranks host by host
+    starts = np.cumsum([0] + [len(ranks) for ranks in groups.values()])[:-1]
+    points = [(np.minimum.reduceat(skew[order], starts), time_us) for skew, time_us in usable_points(rows, len(hosts))]
+    names = list(groups)
+    return [SlowHost(names[i], tuple(groups[names[i]]), len(hits), len(points), *_effect(hits))
+            for i, hits in late_again(points).items() if len(groups[names[i]]) >= 2]
 
 
 def straggler_warnings(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[str]:
-    """One stderr line per straggler (none on a quiet run)."""
-    return [s.message() for s in find(rows, hosts)]
+    """One stderr line per slow host, then per straggler rank on another host (none on a quiet run)."""
+    rows = list(rows)
+    slow = find_hosts(rows, hosts)
+    named = {h.host for h in slow}
+    return [h.message() for h in slow] + [s.message() for s in find(rows, hosts) if s.host not in named]

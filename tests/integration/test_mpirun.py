@@ -1,7 +1,8 @@
 """Open MPI for real (Debian's openmpi-bin, mpirun 4.1): `commbench sweep` on 2 and 3 local ranks,
 its output redirected to a file, and a 2-host job across the lab with mpirun's remote agent pointed
-at `commbench lab rsh`, the way mpirun starts ranks on a cluster over ssh; `nccl-tests run
---launcher mpirun` the same way with a stand-in binary.
+at `commbench lab rsh`, the way mpirun starts ranks on a cluster over ssh (one rank a host, and 2 a
+host with one host's ranks late: the slow-host warning); `nccl-tests run --launcher mpirun` the same
+way with a stand-in binary.
 
 Open MPI hands its ranks a pseudo-terminal even when mpirun's output goes to a file: before
 core/progress.py, rank 0 drew its live bar into the log (escape sequences around every line). The
@@ -126,6 +127,39 @@ def test_two_lab_hosts_through_mpiruns_remote_agent(tmp_path):
     assert C10D_HOSTNAME not in proc.stderr  # before the lab's nsswitch.conf: one line per peer
     df = check_rows(out, 2, {tuple(HOSTS)})
     assert set(df.nnodes) == {2} and set(df.iface) == {"eth0"}
+
+
+def two_by_two(out: Path, *x: str) -> subprocess.CompletedProcess:
+    """4 ranks, 2 on each lab host (ranks 0-1 on the first, 2-3 on the second), as a 2-node job
+    with 2 GPUs a node would run."""
+    hosts = ",".join(f"{h}:2" for h in HOSTS)
+    return on_first_host(MPIRUN, *ROOT_OK, "--mca", "plm_rsh_agent", AGENT, "--host", hosts, "-np", "4",
+                         "-x", f"MASTER_ADDR={FIRST_ADDR}", "-x", f"MASTER_PORT={free_port()}", "-x", "PATH",
+                         "-x", "GLOO_SOCKET_IFNAME=eth0", *x, sys.executable, "-m", "commbench", "sweep",
+                         "--collective", "all_reduce,all_gather", "--sizes", "4K,64K", "-n", "10", "-w", "2",
+                         "--out", str(out))
+
+
+@needs_lab
+def test_a_slow_host_is_named_once_with_its_ranks_and_a_quiet_one_is_not(tmp_path):
+    """Both ranks of the second host reach every collective 20 ms late (the test-only delay): half
+    of the ranks, which no rank-by-rank rule can single out. The warning names the host."""
+    proc = two_by_two(tmp_path / "slow.parquet", "-x", "COMMBENCH_TEST_FAULT=delay:2+3:20")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "straggler" in ln]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"commbench: warning: straggler: host {HOSTS[1]} arrives late: all 2 of its "
+                               "ranks (2-3) at least +")
+    assert "at 6 of 6 points" in lines[0]  # all_reduce 2 sizes, all_gather 2 sizes x 2 placements
+    effect_ms = float(lines[0].split("at least +", 1)[1].split(" ms", 1)[0])
+    assert effect_ms >= 16
+    df = pd.read_parquet(tmp_path / "slow.parquet")
+    for skew in df.rank_skew_us:
+        assert min(skew[2], skew[3]) >= 16_000 > max(skew[0], skew[1])
+
+    quiet = two_by_two(tmp_path / "quiet.parquet")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert "straggler" not in quiet.stdout + quiet.stderr
 
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "nccl-tests" / "all_gather_v2.19.6_2node_roce.txt"

@@ -82,9 +82,11 @@ def test_the_straggler_analysis_names_exactly_the_planted_ranks(scale, tmp_path)
     assert made["ranks"] == HOSTS * 8
     assert got["stragglers"] == scale.expected_stragglers(HOSTS)
     assert plant["decoy"] not in got["stragglers"]  # late at 40% of the points: under MIN_SHARE
-    assert got["warning_count"] == 9
     host = scale.host_names(HOSTS)[plant["host_ranks"][0] // 8]
     assert host in got["hosts"]
+    assert got["slow_hosts"] == [host] == [scale.expected_slow_host(HOSTS)]
+    assert got["warning_count"] == 2  # the slow host once (not its 8 ranks one by one), the late rank
+    assert got["warnings"][0].startswith(f"commbench: warning: straggler: host {host} arrives late: all 8 of its ranks")
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 64, 257])

@@ -147,6 +147,54 @@ def test_a_quiet_run_gives_no_warning():
     assert straggler_warnings(rows, HOSTS3) == []
 
 
+# --- slow hosts: all ranks of one host late together ------------------------------------------------
+
+HOSTS2x2 = ["a", "a", "b", "b"]
+
+
+def test_a_slow_host_of_two_is_named_where_the_rank_rule_sees_half_the_ranks_late():
+    rows = rows_with([[10.0, 30.0, 20_100.0, 20_200.0]] * 4)
+    assert find(rows, HOSTS2x2) == []  # half the ranks late: none stands out among the ranks
+    (slow,) = stragglers.find_hosts(rows, HOSTS2x2)
+    assert slow == stragglers.SlowHost(host="b", ranks=(2, 3), late_points=4, points=4,
+                                       excess_us=pytest.approx(20_090.0), z=None)
+    assert straggler_warnings(rows, HOSTS2x2) == [
+        "commbench: warning: straggler: host b arrives late: all 2 of its ranks (2-3) at least +20.1 ms behind "
+        "the other hosts' ranks (median arrival skew) at 4 of 4 points (robust z needs 4 hosts or more: "
+        "compared with the other hosts' median)"]
+
+
+def test_one_late_rank_on_a_host_names_the_rank_not_the_host():
+    rows = rows_with([[10.0, 20.0, 30.0, 20_000.0]] * 4)  # rank 3 late, rank 2 on the same host is not
+    assert stragglers.find_hosts(rows, HOSTS2x2) == []
+    (line,) = straggler_warnings(rows, HOSTS2x2)
+    assert line.startswith("commbench: warning: straggler: rank 3 on host b arrives late: +20.0 ms")
+
+
+def test_with_many_hosts_one_slow_host_is_one_line_with_its_z():
+    hosts = [f"n{h}" for h in range(8) for _ in range(2)]  # 8 hosts x 2 ranks
+    skew = [10.0 + 3 * r for r in range(16)]
+    skew[6] = skew[7] = 15_000.0  # host n3
+    rows = rows_with([skew] * 5, time_us=20_000.0)
+    assert {s.rank for s in find(rows, hosts)} == {6, 7}  # the rank rule names both ranks...
+    (line,) = straggler_warnings(rows, hosts)  # ...the warning names their host once
+    assert line.startswith("commbench: warning: straggler: host n3 arrives late: all 2 of its ranks (6-7) at least +")
+    assert "at 5 of 5 points (robust z " in line and "over the hosts)" in line
+
+
+def test_hosts_of_one_rank_are_left_to_the_rank_rule():
+    rows = rows_with([[10.0, 20.0, 20_300.0]] * 4)
+    assert stragglers.find_hosts(rows, HOSTS3) == []  # node02 holds rank 2 alone
+    assert stragglers.find_hosts(rows, ["x", "y", "z"]) == []
+    assert stragglers.find_hosts(rows_with([[10.0, 20.0, 20_000.0, 20_000.0]] * 4), ["a"] * 4) == []
+
+
+def test_quiet_hosts_are_not_named():
+    rng = np.random.default_rng(11)
+    rows = rows_with([list(rng.exponential(50.0, size=4)) for _ in range(30)], time_us=400.0)
+    assert straggler_warnings(rows, HOSTS2x2) == []
+
+
 def test_durations_read_in_their_unit():
     assert [stragglers.format_us(v) for v in (850.0, 20_300.0, 2_500_000.0)] == ["850 us", "20.3 ms", "2.50 s"]
 
@@ -176,9 +224,12 @@ def test_no_fault_keeps_the_timer_itself(monkeypatch):
     monkeypatch.setenv("COMMBENCH_TEST_FAULT", "delay:2:20")
     assert faults.late_timer(timer, 1) is timer  # another rank is the late one
     assert faults.delay_s(2) == 0.02
+    monkeypatch.setenv("COMMBENCH_TEST_FAULT", "delay:2+3:20")  # two ranks: one host's, say
+    assert [faults.delay_s(r) for r in range(4)] == [0.0, 0.0, 0.02, 0.02]
 
 
-@pytest.mark.parametrize("spec", ["delay:2", "delay:x:20", "delay:2:abc", "delay:-1:20", "delay:1:-5", "delay:1:nan"])
+@pytest.mark.parametrize("spec", ["delay:2", "delay:x:20", "delay:2:abc", "delay:-1:20", "delay:1:-5", "delay:1:nan",
+                                  "delay:2+:20", "delay:2+-1:20"])
 def test_a_malformed_delay_is_bad_input(monkeypatch, spec):
     monkeypatch.setenv("COMMBENCH_TEST_FAULT", spec)
     with pytest.raises(BadInput, match="delay:RANK:MILLISECONDS"):
