@@ -68,6 +68,10 @@ CASES = [
      ["names a file"]),
     ("tune-curve-missing", ["tune", "--ds-config", DS, "--layers", "2", "--hidden", "64", "--curve",
                             "{d}/nope.parquet", "--backend", "gloo", "--out", "{d}/o"], ["nope.parquet"]),
+    ("tune-srun-outside-a-job", ["tune", "--ds-config", DS, "--launcher", "srun", "--backend", "gloo", "--out", "{d}/o"],
+     ["--launcher srun runs each measurement as an srun step of this job", "sbatch"]),
+    ("tune-srun-with-nproc", ["tune", "--ds-config", DS, "--launcher", "srun", "--nproc", "2", "--backend", "gloo",
+                              "--out", "{d}/o"], ["--launcher srun", "drop --nproc"]),
     # ------------------------------------------------------------------ result files (compare, plot, report)
     ("compare-empty-folder", ["compare", "{d}/emptydir", "{d}/good.parquet"], ["no .parquet result files found"]),
     ("compare-broken-file-in-a-folder", ["compare", "{d}/mixed", "{d}/good.parquet"],
@@ -222,6 +226,7 @@ def test_bad_input_is_exit_2_with_one_line(case, d, capsys, monkeypatch, tmp_pat
         if "lab-state" in needs:
             _write_lab_state(lab)
     monkeypatch.chdir(tmp_path)  # a default --out (results/) would land here: it must stay empty
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)  # the tests may run inside a Slurm job themselves
     before = sorted(p.name for p in d.rglob("*"))
     with pytest.raises(SystemExit) as exit_info:
         cli.main([a.format(d=d) for a in argv])

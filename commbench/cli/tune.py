@@ -37,8 +37,9 @@ from commbench.core.errors import BadInput
               show_default=True,
               help="Percent: a candidate that changes more of your config must be this much faster to win.")
 @click.option("--force", is_flag=True, help="Replace an existing tuned config in --out.")
-@click.option("--launcher", type=click.Choice(["local", "lab"]), default="local", show_default=True,
-              help="Where the curve and the zero runs get their ranks: local (--nproc) or one on every lab host.")
+@click.option("--launcher", type=click.Choice(["local", "lab", "srun"]), default="local", show_default=True,
+              help="Where the curve and the zero runs get their ranks: local (--nproc), one on every lab host, "
+                   "or srun steps on every task of the Slurm job tune runs in.")
 @run_options
 def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, reduce_buckets, allgather_buckets,
          grad_accum, dtypes, scale, min_gain, force, launcher, nproc, **run) -> int:
@@ -53,19 +54,16 @@ def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, re
     from commbench.workloads import tune as work
 
     if work.launched():
-        raise BadInput("tune starts the ranks of its runs itself (--launcher local or lab): run it outside "
-                       "torchrun/srun/mpirun/lab run")
-    if launcher == "lab" and (nproc is not None or run.get("iface")):
-        raise BadInput(f"--launcher lab runs one rank on every lab host over its lab link: drop "
-                       f"{'--nproc' if nproc is not None else '--iface'}")
+        raise BadInput("tune starts the ranks of its runs itself (--launcher local, lab or srun): run it outside "
+                       "torchrun/srun/mpirun/lab run; in a Slurm job, in the batch script with --launcher srun")
     fields = run_fields(nproc=nproc, workload="tune", **run)
-    world = _lab_hosts() if launcher == "lab" else work.world_size(nproc, fields["backend"])
+    world, per_node = _ranks(launcher, nproc, run.get("iface"), fields["backend"])
     gas = cfg.gradient_accumulation_steps or 1
     user = work.Row(cfg.zero_stage, cfg.reduce_bucket_size, cfg.allgather_bucket_size, gas, cfg.dtype_name, 0.0)
     dts = _list(dtypes, "--dtypes", lambda t: _dtype(t)) or _default_dtypes(cfg.dtype_name)
     itemsize = max(_dtype(d, size=True) for d in dts)
     params = work.param_count(*shape)
-    budget = units.parse_size(memory, "--memory-per-rank") if memory else work.memory_budget(fields["backend"], world)
+    budget = units.parse_size(memory, "--memory-per-rank") if memory else work.memory_budget(fields["backend"], per_node)
     wanted = _list(stages, "--stages", _stage) or [0, 1, 2, 3]
     plan = work.TunePlan(
         layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, ds_config=ds_config, world=world,
@@ -121,12 +119,25 @@ def _report(plan, rows, notes, user, cfg, target, force, ds_config, min_gain) ->
     click.echo(f"# wrote {target} (the tuned config) and {summary} (every candidate, machine-readable)")
 
 
-def _lab_hosts() -> int:
-    """--launcher lab: one rank on every host of the lab that is up."""
+def _ranks(launcher: str, nproc: int | None, iface: str | None, backend: str) -> tuple[int, int]:
+    """(ranks of every child run, ranks sharing one machine's memory) for --launcher."""
+    from commbench.workloads import tune as work
+
+    if launcher == "local":
+        world = work.world_size(nproc, backend)
+        return world, world
+    if nproc is not None:
+        where = "one rank on every lab host" if launcher == "lab" else "one rank on every task of the job"
+        raise BadInput(f"--launcher {launcher} runs {where}: drop --nproc")
+    if launcher == "srun":
+        return work.srun_world()
+    if iface:
+        raise BadInput("--launcher lab runs one rank on every lab host over its lab link: drop --iface")
     from commbench.lab import state as labstate
 
     labstate.require_root()
-    return len(labstate.require_state().nodes)
+    hosts = len(labstate.require_state().nodes)
+    return hosts, hosts
 
 
 def _list(text, flag, convert) -> list:

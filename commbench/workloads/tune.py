@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -61,7 +62,9 @@ class TunePlan:
     out: str
     run_id: str
     child_args: list[str] = field(default_factory=list)  # shared run flags passed to each child run
-    launcher: str = "local"  # how child runs get their ranks: "local" (--nproc) or "lab" (`lab run`, a rank a host)
+    # how child runs get their ranks: "local" (--nproc), "lab" (`lab run`, a rank a host) or "srun"
+    # (a step of the Slurm job tune runs in, on all of its tasks)
+    launcher: str = "local"
 
     @property
     def params(self) -> int:
@@ -163,10 +166,30 @@ def quick_sizes(plan: TunePlan, rows: list[Row], dtype: str) -> dict[str, set[in
 
 
 def child_command(argv: list[str], launcher: str) -> list[str]:
-    """The argv of one child run: local ranks of its own (--nproc), or one rank on every lab host
-    through `commbench lab run` (tune itself stays on the machine that owns the lab)."""
+    """The argv of one child run: local ranks of its own (--nproc), one rank on every lab host
+    through `commbench lab run` (tune itself stays on the machine that owns the lab), or an srun
+    step on the job's tasks (tune runs in the batch script; the same Python on every node, as the
+    job's environment gives it)."""
     own = [sys.executable, "-m", "commbench", *argv]
+    if launcher == "srun":
+        return ["srun", "--kill-on-bad-exit=1", *own]
     return own if launcher == "local" else [sys.executable, "-m", "commbench", "lab", "run", "--", *own]
+
+
+def srun_world(environ: dict | None = None) -> tuple[int, int]:
+    """(ranks, ranks on the busiest node) of the Slurm job tune runs in (--launcher srun): every
+    srun step of the job starts one rank per task."""
+    env = os.environ if environ is None else environ
+    if not env.get("SLURM_JOB_ID"):
+        raise BadInput("--launcher srun runs each measurement as an srun step of this job: run tune inside "
+                       "an sbatch script or an salloc allocation")
+    if shutil.which("srun", path=env.get("PATH")) is None:
+        raise BadInput("--launcher srun: srun is not on PATH: load the Slurm module (or add Slurm's bin folder)")
+    tasks, nodes = env.get("SLURM_NTASKS", ""), env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1"
+    if not tasks.isdigit() or int(tasks) < 2 or not nodes.isdigit() or int(nodes) < 1:
+        raise BadInput(f"--launcher srun needs a job of 2 or more tasks (SLURM_NTASKS={tasks or 'unset'}): submit it "
+                       "with --ntasks or --ntasks-per-node, e.g. sbatch --nodes 2 --ntasks-per-node 8")
+    return int(tasks), -(-int(tasks) // int(nodes))
 
 
 def child(argv: list[str], what: str, launcher: str = "local") -> None:

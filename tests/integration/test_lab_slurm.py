@@ -168,6 +168,44 @@ def test_template_runs_unchanged_on_two_nodes(slurm_lab, tmp_path):
     assert env_snapshot["MASTER_ADDR"] == HOSTS[0]
 
 
+TUNE_JOB = """#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --output=slurm-%j.out
+set -eu
+export GLOO_SOCKET_IFNAME=eth0
+{python} -m commbench tune --launcher srun --ds-config ds.json --layers 2 --hidden 256 --vocab 6000 --stages 2 \
+    --reduce-buckets 5e4,1e6 --grad-accum 1 --dtypes fp16 --top 2 --backend gloo -w 1 -n 5 --no-wire --out tuned
+"""
+
+
+def test_tune_in_a_batch_script_measures_on_every_task_of_the_job(slurm_lab, tmp_path):
+    """tune runs in the batch script; its quick curve and each measured candidate are srun steps
+    of the job, one rank on each of the 2 nodes, over the lab link."""
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000}, "fp16": {"enabled": True},
+        "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}))
+    script = tmp_path / "tune.sbatch"
+    script.write_text(TUNE_JOB.format(python=sys.executable))
+    res = cb("lab", "slurm", "submit", "--wait", "--timeout", "240", str(script), timeout=260, cwd=tmp_path)
+    job = next(line.split()[-1] for line in res.stdout.splitlines() if line.startswith("Submitted batch job"))
+    log = (tmp_path / f"slurm-{job}.out").read_text()
+    assert res.returncode == 0 and f"job {job} COMPLETED" in res.stdout, f"{res.stdout}\n{res.stderr}\n{log}"
+
+    assert "# tune: custom-2x256 (0.00465B parameters) on 2 ranks, 2 candidates" in log
+    assert "# winner: ZeRO-2, reduce_bucket_size" in log
+    runs = sorted((tmp_path / "tuned").glob("*.parquet"))
+    kinds = sorted(p.name.split(".")[1].split("-")[0] for p in runs)
+    assert kinds == ["curve", "zero", "zero"]  # the quick curve and both candidates (--top 2: yours among them)
+    for path in runs:
+        df = pd.read_parquet(path)
+        assert set(df["launcher"]) == {"slurm"} and set(df["world_size"]) == {2} and set(df["nnodes"]) == {2}
+        assert set(df["iface"]) == {"eth0"} and sorted(df["hosts"].iloc[0]) == HOSTS
+        assert json.loads(df["env"].iloc[0])["SLURM_JOB_ID"] == job
+    tuned = json.loads((tmp_path / "tuned" / "ds.tuned.json").read_text())
+    assert tuned["zero_optimization"]["stage"] == 2
+
+
 def test_slurm_down_keeps_the_network_and_up_again(slurm_lab):
     down = cb("lab", "slurm", "down", check=True)
     assert "slurmctld" in down.stdout and "munged" in down.stdout
