@@ -14,7 +14,7 @@ a) pairs: `pairs --hosts-only` on 1024 hosts in sendrecv mode, one row per direc
    that hangs half way through (timeout from then on), one link unreachable both ways and one
    that times out in one direction.
 b) a sweep on 8,192 ranks: per point and rank 20 iterations of arrival and time, each rank's
-   (median time, median skew) by harness/stragglers.rank_summary, as the runner stores them
+   (median time, median skew) by core/stragglers.rank_summary, as the runner stores them
    (rank_time_us, rank_skew_us: 8,192 values a row). Planted: one slow rank, the 8 ranks of one
    host, a decoy late at 40% of the points (under MIN_SHARE) and one-point stalls everywhere.
 c) 30 nightly sweeps, one file a night (per-rank lists filled), the last with all_gather from
@@ -356,7 +356,7 @@ def _sweep_time_us(coll: str, size: int, world: int) -> float:
 def generate_stragglers(n_hosts: int, path: Path, repetitions: int = 2, seed: int = 3) -> dict:
     """One sweep on every rank: per point, each rank's 20 iterations of (own time, slowest time)
     and rank_summary's (median time, median skew) per rank, as each rank computes them."""
-    from commbench.harness.stragglers import rank_summary
+    from commbench.core.stragglers import rank_summary
 
     rng = np.random.default_rng(seed)
     plant = straggler_plant(n_hosts)
@@ -416,7 +416,11 @@ def _write_sweep(path: Path, n_hosts: int, points: list, time_us: np.ndarray, ti
              "time_us_p99": pa.array(time_us * 1.05), "algbw_GBps": pa.array(algbw),
              "busbw_GBps": pa.array(algbw * factor), "wrong": pa.array(np.zeros(n, np.int64)),
              "samples_us": _list(np.full(n, 1), time_us),
-             "rank_time_us": _list(per, np.concatenate(times)), "rank_skew_us": _list(per, np.concatenate(skews))}
+             "rank_time_us": _list(per, np.concatenate(times)), "rank_skew_us": _list(per, np.concatenate(skews)),
+             # rank r on host r // RANKS_PER_HOST, as the runner records it (an index into hosts)
+             "rank_host": pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * world),
+                                                   pa.array(np.tile(np.arange(world) // RANKS_PER_HOST, n),
+                                                            pa.int32()))}
     write(cols, path)
 
 
@@ -431,12 +435,12 @@ def expected_slow_host(n_hosts: int) -> str:
 
 def analyse_stragglers(path: Path) -> dict:
     from commbench.core.results import read_results
-    from commbench.harness.stragglers import find, find_hosts, straggler_warnings
+    from commbench.core.stragglers import find, find_hosts, rank_hosts, straggler_warnings
 
     t0 = time.perf_counter()
-    df = read_results([path], columns=["rank_skew_us", "time_us", "iters", "hosts", "ranks_per_node"])
+    df = read_results([path], columns=["rank_skew_us", "time_us", "iters", "hosts", "rank_host"])
     read_s = time.perf_counter() - t0
-    hosts = [h for h in df["hosts"].iloc[0] for _ in range(int(df["ranks_per_node"].iloc[0]))]  # rank r's host
+    hosts = rank_hosts(df.iloc[0])  # rank r's host, from the file's rank_host column
     rows = df.to_dict("records")
     t0 = time.perf_counter()
     found = find(rows, hosts)

@@ -33,7 +33,7 @@ from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.units import format_size
 
 FORMATS = ("html", "markdown")
-UNUSED_COLUMNS = ("rank_time_us", "rank_skew_us")  # no section reads them; a section that starts to takes them out
+UNUSED_COLUMNS = ("rank_time_us",)  # no section reads them; a section that starts to takes them out
 
 CSS = """
 :root { --fg:#1d232a; --muted:#5b6672; --line:#d8dee4; --band:#f4f6f8; --bad:#b42318; --good:#067647;
@@ -619,8 +619,9 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     plot.check_new(target, "report", inputs=inputs, force=force)
     if fmt == "html" and (page := _large_html(paths, baseline, rate)) is not None:
         return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
-    # What no section reads stays on disk (most of a million rows' memory): the per-rank lists,
-    # the per-iteration samples unless a comparison tests them, the baseline's plan.
+    # What no section reads stays on disk (most of a million rows' memory): the per-rank times (the
+    # skews are read: the run facts judge late arrivals from them), the per-iteration samples unless
+    # a comparison tests them, the baseline's plan.
     df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline else ("samples_us",)))
     if len(df) == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")

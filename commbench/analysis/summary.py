@@ -178,7 +178,24 @@ def run_facts(row: dict, df) -> list[tuple[str, str]]:
     held = distinct(mine)
     if any(held):  # only a run with a settings axis: an older file's facts stay as they were
         facts.insert([k for k, _ in facts].index("link layer") + 1, ("settings", settings_text(held)))
+    late = late_arrivals(mine)
+    if late is not None:  # a file that records each rank's skew and host (not older ones, nor imports)
+        facts.append(("late arrivals", late))
     return [(k, "–" if missing(v) or v == "" else str(v)) for k, v in facts]
+
+
+def late_arrivals(mine) -> str | None:
+    """What the run's straggler warning said (core/stragglers.py), judged again from its rows."""
+    if "rank_skew_us" not in mine.columns or "rank_host" not in mine.columns:
+        return None
+    from commbench.core.stragglers import run_findings
+
+    wanted = [c for c in ("rank_skew_us", "rank_host", "hosts", "time_us", "iters") if c in mine.columns]
+    found = run_findings(mine[wanted].to_dict("records"))
+    if found is None:
+        return None
+    texts, points = found
+    return "; ".join(texts) if texts else f"none: no rank or host stood out ({points} points with per-rank timing)"
 
 
 def net_rows(net) -> list[list[str]]:

@@ -69,6 +69,8 @@ SCHEMA = pa.schema([
     ("rank_skew_us", pa.list_(pa.float64())),
     # per rank (index = rank): the CPUs it may run on, as a Linux cpulist ("0-3,8"); --bind decides
     ("rank_cpus", pa.list_(pa.string())),
+    # per rank (index = rank): its host, as an index into `hosts` (which rank ran where, exactly)
+    ("rank_host", pa.list_(pa.int32())),
     ("workload", pa.string()),
     ("bucket_bytes", pa.int64()),
     ("zero_stage", pa.int32()),

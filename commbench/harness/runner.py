@@ -42,7 +42,7 @@ from commbench.core.options import RunOptions
 from commbench.core.results import SCHEMA_VERSION, ResultWriter, resolve_out
 from commbench.core.settings import Setting
 from commbench.harness.settings import axis_interfaces, run_each, settings_of
-from commbench.harness.stragglers import rank_summary, straggler_warnings
+from commbench.core.stragglers import rank_summary, straggler_warnings
 from commbench.harness.wire import WireProbe, gather as gather_wire
 from commbench.core import wire as wirecols
 from commbench.harness.timing import GraphCaptureFailed, StopRule, Timer, adaptive_iters, timer_for
@@ -103,6 +103,7 @@ class RunContext:
     started_at: dt.datetime
     nccl_version: str | None
     rank_cpus: list[str] | None = None  # per rank, the CPUs it may run on (--bind)
+    rank_host: list[int] | None = None  # per rank, its host's index in `hosts`
 
     @functools.cached_property
     def net_json(self) -> str:
@@ -307,6 +308,7 @@ class Session:
             "time_us_p99": float(np.percentile(us, 99)),
             "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor, "wrong": m.wrong,
             "samples_us": us.tolist(), **_rank_columns(m.ranks), "rank_cpus": ctx.rank_cpus,
+            "rank_host": ctx.rank_host,
             "workload": plan.workload, "bucket_bytes": None, "zero_stage": None,
             "mtu": ctx.net.get("mtu"), "iface": ctx.net.get("iface"), "link_layer": ctx.net.get("link_layer"),
             "hosts": ctx.hosts, "commbench_version": commbench.__version__, "torch_version": torch.__version__,
@@ -462,7 +464,7 @@ def _run_context(plan, env: RankEnv, backend: str, device, device_name: str, ran
                     if k in ("iface", "mtu", "link_layer", "speed_mbps", "operstate", "host_net")} for h in hosts}
     return RunContext(plan, env, backend, device, device_name, hosts, len(hosts), max(per_host_counts),
                       {**ranks[0], "per_host": per_host}, dt.datetime.now(dt.timezone.utc), _nccl_version(backend),
-                      [r.get("cpus") for r in ranks])
+                      [r.get("cpus") for r in ranks], [hosts.index(r["host"]) for r in ranks])
 
 
 def _open_writer(plan, env: RankEnv, device) -> ResultWriter | None:

@@ -154,8 +154,14 @@ def test_a_slow_host_is_named_once_with_its_ranks_and_a_quiet_one_is_not(tmp_pat
     effect_ms = float(lines[0].split("at least +", 1)[1].split(" ms", 1)[0])
     assert effect_ms >= 16
     df = pd.read_parquet(tmp_path / "slow.parquet")
-    for skew in df.rank_skew_us:
+    for skew, where in zip(df.rank_skew_us, df.rank_host):
         assert min(skew[2], skew[3]) >= 16_000 > max(skew[0], skew[1])
+        assert list(where) == [0, 0, 1, 1]  # each rank's host, as an index into hosts
+    assert set(df.hosts.map(tuple)) == {tuple(HOSTS)}
+    # the report judges the file again: the same finding, as a fact of the run
+    report = run_commbench(LAB, "report", str(tmp_path / "slow.parquet"), "--out", str(tmp_path / "slow.html"))
+    assert report.returncode == 0, report.stderr
+    assert f"host {HOSTS[1]} arrives late: all 2 of its ranks (2-3)" in (tmp_path / "slow.html").read_text()
 
     quiet = two_by_two(tmp_path / "quiet.parquet")
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr

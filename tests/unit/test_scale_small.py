@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from commbench.harness.stragglers import late_at_point, median_of_others
+from commbench.core.stragglers import late_at_point, median_of_others
 
 HOSTS = 32
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"

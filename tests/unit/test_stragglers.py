@@ -13,14 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from commbench.harness import faults
-from commbench.harness import stragglers
+from commbench.core import stragglers
 from commbench.harness import timing
 from commbench.analysis.compare import compare_frames
 from commbench.core.errors import BadInput
 from commbench.analysis.report import write_report
 from commbench.core.results import SCHEMA, read_results
 from commbench.harness.runner import Measurement, RankTimes, Timing, _rank_columns
-from commbench.harness.stragglers import find, late_at_point, rank_summary, robust_z, straggler_warnings
+from commbench.core.stragglers import find, late_at_point, rank_summary, robust_z, straggler_warnings
 
 from .synthetic import make_rows, write
 
@@ -193,6 +193,59 @@ def test_quiet_hosts_are_not_named():
     rng = np.random.default_rng(11)
     rows = rows_with([list(rng.exponential(50.0, size=4)) for _ in range(30)], time_us=400.0)
     assert straggler_warnings(rows, HOSTS2x2) == []
+
+
+# --- from a results file: each rank's host (rank_host) and the report's fact -------------------------
+
+def test_rank_hosts_come_from_the_rank_host_index_into_hosts():
+    row = {"hosts": np.array(["n1", "n2"]), "rank_host": np.array([0, 1, 0, 1], dtype=np.int32)}
+    assert stragglers.rank_hosts(row) == ["n1", "n2", "n1", "n2"]  # round-robin placement, exactly
+    assert stragglers.rank_hosts({"hosts": ["n1"], "rank_host": None}) is None  # an older file
+    assert stragglers.rank_hosts({"hosts": ["n1"], "rank_host": float("nan")}) is None
+    assert stragglers.rank_hosts({"hosts": ["n1"], "rank_host": [0, 3]}) is None  # an index past hosts
+
+
+def slow_host_rows(skew, n=4):
+    return [{"rank_skew_us": skew, "rank_host": [0, 0, 1, 1], "hosts": ["a", "b"], "time_us": 22_000.0,
+             "iters": 20}] * n
+
+
+def test_a_runs_findings_are_judged_again_from_its_rows():
+    texts, points = stragglers.run_findings(slow_host_rows([10.0, 30.0, 20_100.0, 20_200.0]))
+    assert points == 4 and texts == [
+        "host b arrives late: all 2 of its ranks (2-3) at least +20.1 ms behind the other hosts' ranks (median "
+        "arrival skew) at 4 of 4 points (robust z needs 4 hosts or more: compared with the other hosts' median)"]
+    assert stragglers.run_findings(slow_host_rows([10.0, 30.0, 20.0, 15.0])) == ([], 4)
+    old = [{k: v for k, v in r.items() if k != "rank_host"} for r in slow_host_rows([0.0, 0.0, 9e3, 9e3])]
+    assert stragglers.run_findings(old) is None  # no rank_host: the file cannot say which rank ran where
+    assert stragglers.run_findings([{**r, "iters": 2} for r in slow_host_rows([0.0] * 4)]) is None  # no usable point
+
+
+def test_the_report_shows_a_runs_late_arrivals_from_the_file(tmp_path):
+    from commbench.analysis.summary import run_facts
+
+    rows = make_rows(hosts=("a", "b"), repetitions=1)
+    for r in rows:
+        r["rank_skew_us"] = [10.0, 30.0, 20_100.0, 20_200.0] if r["collective"] == "all_reduce" else None
+        r["rank_host"], r["world_size"], r["time_us"] = [0, 0, 1, 1], 4, 22_000.0
+    path = write(tmp_path / "late.parquet", rows)
+    df = read_results([path])
+    facts = dict(run_facts(df.iloc[0].to_dict(), df))
+    assert facts["late arrivals"].startswith("host b arrives late: all 2 of its ranks (2-3) at least +20.1 ms")
+    html = write_report([path], out=tmp_path / "r.html")[0].read_text()
+    assert "late arrivals" in html and "host b arrives late: all 2 of its ranks (2-3)" in html
+    md = write_report([path], out=tmp_path / "r.md")[0].read_text()
+    assert "| late arrivals | host b arrives late: all 2 of its ranks (2-3)" in md
+
+    for r in rows:
+        r["rank_skew_us"] = [10.0, 30.0, 20.0, 15.0] if r["collective"] == "all_reduce" else None
+    quiet = read_results([write(tmp_path / "quiet.parquet", rows)])
+    assert dict(run_facts(quiet.iloc[0].to_dict(), quiet))["late arrivals"] == (
+        "none: no rank or host stood out (10 points with per-rank timing)")
+    for r in rows:
+        del r["rank_host"]
+    older = read_results([write(tmp_path / "older.parquet", rows)])
+    assert "late arrivals" not in dict(run_facts(older.iloc[0].to_dict(), older))
 
 
 def test_durations_read_in_their_unit():

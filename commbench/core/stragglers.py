@@ -37,6 +37,7 @@ MIN_WORLD_FOR_Z = 4
 MIN_SHARE = 0.5
 MIN_LATE_POINTS = 2
 MIN_ITERS = 5
+WARNING = "commbench: warning: straggler: "  # the stderr line's start; the report shows the rest
 
 
 def rank_summary(own_s: Sequence[float], slowest_s: Sequence[float]) -> tuple[float, float]:
@@ -116,11 +117,14 @@ class Straggler:
     z: float | None  # median robust z over those points (inf: the others agree exactly); None below 4 ranks
 
     def message(self) -> str:
+        return WARNING + self.text()
+
+    def text(self) -> str:
         if self.z is not None:
             why = f"robust z {self.z:.1f}"
         else:
             why = f"robust z needs {MIN_WORLD_FOR_Z} ranks or more: compared with the other ranks' median"
-        return (f"commbench: warning: straggler: rank {self.rank} on host {self.host} arrives late: "
+        return (f"rank {self.rank} on host {self.host} arrives late: "
                 f"+{format_us(self.excess_us)} median arrival skew over the other ranks at "
                 f"{self.late_points} of {self.points} points ({why})")
 
@@ -150,7 +154,7 @@ def usable_points(rows: Iterable[Mapping], world: int) -> list[tuple[np.ndarray,
 
 
 def late_again(points: list[tuple[np.ndarray, float]]) -> dict[int, list[Late]]:
-    """Per index (a rank, or a host in host_skews' order), its Late hits where it was late at
+    """Per index (a rank, or a host in host_groups' order), its Late hits where it was late at
     enough of the points (MIN_SHARE of them, MIN_LATE_POINTS at least)."""
     late: dict[int, list[Late]] = {}
     for values, time_us in points:
@@ -191,6 +195,9 @@ class SlowHost:
     z: float | None  # over hosts; None below MIN_WORLD_FOR_Z hosts
 
     def message(self) -> str:
+        return WARNING + self.text()
+
+    def text(self) -> str:
         import hostlist
 
         if self.z is not None:
@@ -198,7 +205,7 @@ class SlowHost:
         else:
             why = f"robust z needs {MIN_WORLD_FOR_Z} hosts or more: compared with the other hosts' median"
         ranks = hostlist.collect_hostlist([str(r) for r in self.ranks]).strip("[]")
-        return (f"commbench: warning: straggler: host {self.host} arrives late: all {len(self.ranks)} of its "
+        return (f"host {self.host} arrives late: all {len(self.ranks)} of its "
                 f"ranks ({ranks}) at least +{format_us(self.excess_us)} behind the other hosts' ranks "
                 f"(median arrival skew) at {self.late_points} of {self.points} points ({why})")
 
@@ -224,9 +231,37 @@ def find_hosts(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[SlowHost]:
             for i, hits in late_again(points).items() if len(groups[names[i]]) >= 2]
 
 
-def straggler_warnings(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[str]:
-    """One stderr line per slow host, then per straggler rank on another host (none on a quiet run)."""
+def findings(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[SlowHost | Straggler]:
+    """The slow hosts, then the straggler ranks on other hosts (none on a quiet run)."""
     rows = list(rows)
     slow = find_hosts(rows, hosts)
     named = {h.host for h in slow}
-    return [h.message() for h in slow] + [s.message() for s in find(rows, hosts) if s.host not in named]
+    return [*slow, *(s for s in find(rows, hosts) if s.host not in named)]
+
+
+def straggler_warnings(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[str]:
+    """One stderr line per finding (none on a quiet run)."""
+    return [f.message() for f in findings(rows, hosts)]
+
+
+def rank_hosts(row: Mapping) -> list[str] | None:
+    """Rank r's host from a row's `hosts` and `rank_host` columns; None where the file does not say
+    (files older than the column, nccl-tests imports)."""
+    hosts, index = row.get("hosts"), row.get("rank_host")
+    if hosts is None or index is None or isinstance(index, float):
+        return None
+    hosts = [str(h) for h in hosts]
+    try:
+        return [hosts[int(i)] for i in index]
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
+def run_findings(rows: Sequence[Mapping]) -> tuple[list[str], int] | None:
+    """One run's findings as text (no warning prefix) and the points they were judged on, from its
+    rows as a results file holds them; None where the rows cannot say (no per-rank skews or hosts)."""
+    hosts = next((h for h in map(rank_hosts, rows) if h is not None), None)
+    if hosts is None:
+        return None
+    points = len(usable_points(rows, len(hosts)))
+    return ([f.text() for f in findings(rows, hosts)], points) if points else None
