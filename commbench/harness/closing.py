@@ -9,14 +9,17 @@ from typing import Mapping, Sequence
 from commbench.core import runsummary
 from commbench.core.options import RunOptions
 from commbench.core.vocab import get_dtype
-from commbench.harness.console import MEDIAN_CELL, format_median_row, placement_header
+from commbench.harness.console import MEDIAN_CELL, format_median_row, placement_header, point_median_lines
+
+# The workloads whose -R ends with a median-over-repetitions table (pairs has its own matrix).
+_MEDIAN_TABLES = frozenset({"sweep", "buckets", "zero"})
 
 
 def closing_lines(rows: Sequence[Mapping], plan: RunOptions) -> list[str]:
     """Everything rank 0 prints between the last table and '# Results:'."""
     medians = runsummary.point_medians(rows)
     series = runsummary.series_of(medians)
-    lines = median_table(series, plan.repetitions) if plan.workload == "sweep" else []
+    lines = median_table(series, plan.repetitions) if plan.workload in _MEDIAN_TABLES else []
     lines += _out_of_bounds(rows)
     lines += runsummary.bandwidth_lines(series)
     fields = {"iters": plan.iters, "precision": plan.precision, "time_budget": plan.time_budget,
@@ -37,26 +40,41 @@ def _out_of_bounds(rows: Sequence[Mapping]) -> list[str]:
 
 def median_table(series: Sequence[runsummary.Series], repetitions: int) -> list[str]:
     """After -R N (N > 1): one table per collective of each point's median over the repetitions,
-    with the range of the repetitions' times, in the live table's shape."""
+    with the range of the repetitions' times: a sweep's in the live table's shape, a buckets or
+    zero run's a line per bucket (and stage)."""
     if repetitions <= 1:
         return []
     lines = []
     for s in series:
-        placements = tuple(sorted({bool(p.first.get("in_place")) for p in s.points}))
-        lines += [f"# Median over {repetitions} repetitions: {s.label}",
-                  *placement_header(placements, MEDIAN_CELL).splitlines()]
-        by_size: dict[int, dict[bool, runsummary.PointMedian]] = {}
-        for p in s.points:
-            by_size.setdefault(int(p.first.get("size_bytes") or 0), {})[bool(p.first.get("in_place"))] = p
-        for size, cells in by_size.items():
-            first = next(iter(cells.values())).first
-            root = first.get("root")
-            lines.append(format_median_row(
-                size, int(first.get("count") or 0), get_dtype(str(first.get("dtype"))).nccl_name,
-                str(first.get("op") or "none"),
-                -1 if root is None else int(root),
-                {ip: (p.time_us, *p.spread, p.algbw, p.busbw) for ip, p in cells.items()}, placements))
+        lines.append(f"# Median over {repetitions} repetitions: {s.label}")
+        lines += _size_rows(s) if s.workload in ("sweep", "") else _point_rows(s)
     return lines
+
+
+def _size_rows(s: runsummary.Series) -> list[str]:
+    placements = tuple(sorted({bool(p.first.get("in_place")) for p in s.points}))
+    lines = placement_header(placements, MEDIAN_CELL).splitlines()
+    by_size: dict[int, dict[bool, runsummary.PointMedian]] = {}
+    for p in s.points:
+        by_size.setdefault(int(p.first.get("size_bytes") or 0), {})[bool(p.first.get("in_place"))] = p
+    for size, cells in by_size.items():
+        first = next(iter(cells.values())).first
+        root = first.get("root")
+        lines.append(format_median_row(
+            size, int(first.get("count") or 0), get_dtype(str(first.get("dtype"))).nccl_name,
+            str(first.get("op") or "none"),
+            -1 if root is None else int(root),
+            {ip: (p.time_us, *p.spread, p.algbw, p.busbw) for ip, p in cells.items()}, placements))
+    return lines
+
+
+def _point_rows(s: runsummary.Series) -> list[str]:
+    """A line per point named as the closing lines name it (ZeRO-2, buckets of 953.7 MiB), with
+    its gradient accumulation where the run measured more than one."""
+    accums = {p.first.get("grad_accum") for p in s.points}
+    labels = [runsummary.point_where(p.first) + (f", GAS {p.first.get('grad_accum')}" if len(accums) > 1 else "")
+              for p in s.points]
+    return point_median_lines(labels, [(p.time_us, *p.spread, p.algbw, p.busbw) for p in s.points])
 
 
 def gap_lines(medians: Sequence[runsummary.PointMedian], backend: str | None) -> list[str]:

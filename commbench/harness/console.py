@@ -104,6 +104,18 @@ def format_median_row(size: int, count: int, type_name: str, redop: str, root: i
     return _head(size, count, type_name, redop, root) + "".join(f" {c}" for c in parts)
 
 
+def point_median_lines(labels: list[str], cells: list[tuple]) -> list[str]:
+    """The median table of a workload whose points are named rather than sized (buckets, zero):
+    a header and a line per point; cells: (time, lo, hi, algbw, busbw) per label."""
+    width = max([len("point"), *map(len, labels)])
+    head = [f"#  {'point':<{width}s} " + _columns(_MEDIAN_CELL, 0), f"#  {'':<{width}s} " + _columns(_MEDIAN_CELL, 1)]
+    lines = [h.rstrip() for h in head]
+    for label, (time_us, lo, hi, algbw, busbw) in zip(labels, cells):
+        spread = f"{_time(lo).strip()}..{_time(hi).strip()}"
+        lines.append(f"   {label:<{width}s} {_time(time_us)}  {spread:>15s}  {bw(algbw)}  {bw(busbw)}")
+    return lines
+
+
 class Reporter:
     """Prints on rank 0 only; other ranks get a Reporter with enabled=False."""
 

@@ -48,3 +48,22 @@ def test_a_corrupted_bucket_is_wrong_and_fails_the_run(tmp_path):
     proc, df = run(tmp_path, "--grad-bytes", "64K", "--bucket-size", "1e3", env={"COMMBENCH_TEST_FAULT": "corrupt:1"})
     assert proc.returncode == 1 and (df.wrong > 0).all()
     assert "wrong" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_repetitions_end_with_a_median_line_per_bucket(tmp_path):
+    proc, df = run(tmp_path, "--grad-bytes", "256K", "-d", "float32", "--bucket-size", "1e3,1e5", "-R", "3")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    i = lines.index("# Median over 3 repetitions: all_reduce (buckets)")
+    assert lines[i + 1].split()[:3] == ["#", "point", "time"]
+    for line, bucket in zip(lines[i + 3:i + 5], (4_000, 262_144)):
+        label, _, rest = line.strip().partition("   ")
+        assert label.startswith("buckets of "), line
+        time_text, spread, _, busbw = rest.split()
+        g = df[df.bucket_bytes == bucket]
+        assert len(g) == 3
+        assert float(time_text) == pytest.approx(g.time_us.median(), rel=5e-3, abs=0.1)
+        lo, hi = map(float, spread.split(".."))
+        assert (lo, hi) == (pytest.approx(g.time_us.min(), rel=5e-3, abs=0.1),
+                            pytest.approx(g.time_us.max(), rel=5e-3, abs=0.1))
+        assert float(busbw) == pytest.approx(g.busbw_GBps.median(), rel=5e-3)
