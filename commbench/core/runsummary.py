@@ -131,11 +131,12 @@ def precision_lines(rows: Sequence[Mapping], plan: Mapping) -> list[str]:
 
 def point_where(row: Mapping) -> str:
     """What tells a point from its neighbours: its size (a sweep), its bucket (buckets, with its
-    ZeRO stage in zero)."""
-    bucket, stage = row.get("bucket_bytes"), row.get("zero_stage")
+    ZeRO stage in zero, and its gradient accumulation where that is more than 1)."""
+    bucket, stage, accum = row.get("bucket_bytes"), row.get("zero_stage"), row.get("grad_accum")
     if _finite(bucket) or _finite(stage):
         parts = [f"ZeRO-{int(stage)}" if _finite(stage) else "",
-                 f"buckets of {format_size(int(bucket))}" if _finite(bucket) else ""]
+                 f"buckets of {format_size(int(bucket))}" if _finite(bucket) else "",
+                 f"GAS {int(accum)}" if _finite(accum) and accum > 1 else ""]
         return ", ".join(p for p in parts if p)
     return format_size(int(row.get("size_bytes") or 0))
 

@@ -69,12 +69,9 @@ def _size_rows(s: runsummary.Series) -> list[str]:
 
 
 def _point_rows(s: runsummary.Series) -> list[str]:
-    """A line per point named as the closing lines name it (ZeRO-2, buckets of 953.7 MiB), with
-    its gradient accumulation where the run measured more than one."""
-    accums = {p.first.get("grad_accum") for p in s.points}
-    labels = [runsummary.point_where(p.first) + (f", GAS {p.first.get('grad_accum')}" if len(accums) > 1 else "")
-              for p in s.points]
-    return point_median_lines(labels, [(p.time_us, *p.spread, p.algbw, p.busbw) for p in s.points])
+    """A line per point, named as the closing lines name it (ZeRO-2, buckets of 953.7 MiB, GAS 4)."""
+    return point_median_lines([runsummary.point_where(p.first) for p in s.points],
+                              [(p.time_us, *p.spread, p.algbw, p.busbw) for p in s.points])
 
 
 def gap_lines(medians: Sequence[runsummary.PointMedian], backend: str | None) -> list[str]:
