@@ -78,6 +78,8 @@ pre { background: var(--band); padding: 10px; overflow-x: auto; font-size: 12.5p
       word-break: break-word; }
 ul.where { margin: 4px 0 10px; padding-left: 18px; }
 .runs { display: flex; flex-wrap: wrap; gap: 6px 28px; }
+.runs table { max-width: 44em; }
+.runs td { white-space: normal; overflow-wrap: break-word; }
 footer { margin-top: 40px; color: var(--muted); font-size: 13px; }
 """
 

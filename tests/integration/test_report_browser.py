@@ -117,6 +117,27 @@ def test_report_renders_in_a_browser_with_figures_and_tables(real_results, tmp_p
     assert "<script" not in dom
 
 
+def test_a_long_run_fact_wraps_inside_the_page(tmp_path):
+    """A run fact of a few hundred characters (a label here; a late-arrivals finding, a host list)
+    wraps in its cell: the page gets no horizontal scroll bar."""
+    label = "after the leaf switch firmware upgrade on rack 12, MTU 9000 on every port, " * 4
+    results = commbench("sweep", "--sizes", "1K", "--time-budget", "0.01", "--label", label.strip(),
+                        "--out", str(tmp_path / "long.parquet"))
+    assert results.returncode == 0, results.stderr[-2000:]
+    page = tmp_path / "long.html"
+    proc = commbench("report", str(tmp_path / "long.parquet"), "--out", str(page))
+    assert proc.returncode == 0, proc.stderr
+    # the report carries no script: a copy gets one that writes the page's widths into the DOM
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace(
+        "</body>", '<script>document.body.dataset.widths = document.documentElement.scrollWidth + "/" + '
+                   "document.documentElement.clientWidth</script></body>"))
+    dom = browse(probe, tmp_path, "--dump-dom").stdout
+    scroll, client = map(int, re.search(r'data-widths="(\d+)/(\d+)"', dom).groups())
+    assert "rack 12, MTU 9000" in dom
+    assert scroll <= client, f"the page is {scroll} px wide in a {client} px window: a run fact does not wrap"
+
+
 def test_markdown_report_on_real_results(real_results, tmp_path):
     before, after = real_results
     out = tmp_path / "ticket.md"
