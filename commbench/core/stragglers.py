@@ -107,8 +107,25 @@ def median_of_others(x: np.ndarray) -> np.ndarray:
     return (left(m // 2 - 1) + left(m // 2)) / 2
 
 
+class Finding:
+    """A late rank or host: text() says it; message() is the warning line the run prints."""
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def message(self) -> str:
+        return WARNING + self.text()
+
+
+def why_text(z: float | None, peers: str, over: str = "") -> str:
+    """The closing parenthesis of a finding: its robust z, or why there is none (too few peers)."""
+    if z is not None:
+        return f"robust z {z:.1f}{over}"
+    return f"robust z needs {MIN_WORLD_FOR_Z} {peers} or more: compared with the other {peers}' median"
+
+
 @dataclass(frozen=True)
-class Straggler:
+class Straggler(Finding):
     rank: int
     host: str
     late_points: int
@@ -116,17 +133,10 @@ class Straggler:
     excess_us: float  # median over the points where it was late
     z: float | None  # median robust z over those points (inf: the others agree exactly); None below 4 ranks
 
-    def message(self) -> str:
-        return WARNING + self.text()
-
     def text(self) -> str:
-        if self.z is not None:
-            why = f"robust z {self.z:.1f}"
-        else:
-            why = f"robust z needs {MIN_WORLD_FOR_Z} ranks or more: compared with the other ranks' median"
         return (f"rank {self.rank} on host {self.host} arrives late: "
                 f"+{format_us(self.excess_us)} median arrival skew over the other ranks at "
-                f"{self.late_points} of {self.points} points ({why})")
+                f"{self.late_points} of {self.points} points ({why_text(self.z, 'ranks')})")
 
 
 def format_us(us: float) -> str:
@@ -186,7 +196,7 @@ def find(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[Straggler]:
 
 
 @dataclass(frozen=True)
-class SlowHost:
+class SlowHost(Finding):
     host: str
     ranks: tuple[int, ...]
     late_points: int
@@ -194,20 +204,14 @@ class SlowHost:
     excess_us: float  # its least rank skew over the other hosts' median, median over the late points
     z: float | None  # over hosts; None below MIN_WORLD_FOR_Z hosts
 
-    def message(self) -> str:
-        return WARNING + self.text()
-
     def text(self) -> str:
         import hostlist
 
-        if self.z is not None:
-            why = f"robust z {self.z:.1f} over the hosts"
-        else:
-            why = f"robust z needs {MIN_WORLD_FOR_Z} hosts or more: compared with the other hosts' median"
         ranks = hostlist.collect_hostlist([str(r) for r in self.ranks]).strip("[]")
         return (f"host {self.host} arrives late: all {len(self.ranks)} of its "
                 f"ranks ({ranks}) at least +{format_us(self.excess_us)} behind the other hosts' ranks "
-                f"(median arrival skew) at {self.late_points} of {self.points} points ({why})")
+                f"(median arrival skew) at {self.late_points} of {self.points} points "
+                f"({why_text(self.z, 'hosts', ' over the hosts')})")
 
 
 def host_groups(hosts: Sequence[str]) -> dict[str, list[int]]:
