@@ -10,6 +10,7 @@ repetitions).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -50,7 +51,12 @@ def test_suggested_bands_describe_the_run(lab_runs):
         assert (e["collective"], e["ranks"], e["nnodes"], e["dtype"]) == ("all_reduce", 2, 2, "float32")
         # 1gbit carries at most 0.125 GB/s; TCP over MTU 1500 about 0.119 of it
         assert 0.10 < e["busbw_GBps"] < 0.125
-        assert e.get("lower", doc["defaults"]["lower"]) < 0.15  # a steady link keeps a tight band
+        # a steady link: its repetitions agree within 5%, and the band follows from that spread
+        # (3 repetitions: Student's t for 2 degrees of freedom, so sd 3.4% already gives 15%)
+        sd = float(re.search(r"sd ([0-9.]+)%", e["basis"]).group(1)) / 100
+        assert e["basis"].startswith(f"-{e.get('lower', doc['defaults']['lower']):.1%} from 3 repetitions")
+        assert sd < 0.05 and e.get("lower", doc["defaults"]["lower"]) <= 0.15, e
+    assert min(e.get("lower", doc["defaults"]["lower"]) for e in entries.values()) < 0.15  # one band is tight
 
 
 def test_a_second_run_on_the_same_lab_passes(lab_runs):
