@@ -20,11 +20,12 @@ EXIT_USAGE = 2
 # (id, extra argv, substrings the one stderr line must contain)
 CASES = [
     ("unknown-collective", ["--collective", "allreduc"],
-     ["unknown collective 'allreduc'", "use one of all_reduce"]),
+     ["unknown collective 'allreduc' (did you mean all_reduce?)", "use one of all_reduce"]),
     ("empty-collective", ["--collective", ","], ["--collective is empty"]),
     ("cuda-graph-on-gloo", ["--cuda-graph", "--backend", "gloo"],
      ["--cuda-graph captures NCCL calls on GPUs and this run uses gloo", "drop --cuda-graph"]),
     ("unknown-dtype", ["-d", "float7"], ["unknown dtype 'float7'", "use one of float32"]),
+    ("misspelt-dtype", ["-d", "flaot16"], ["unknown dtype 'flaot16' (did you mean float16?)"]),
     ("min-above-max", ["-b", "1M", "-e", "1K"],
      ["--min-bytes 1048576 is larger than --max-bytes 1024", "swap them"]),
     ("zero-size", ["-b", "0"], ["--min-bytes '0' must be at least 1 byte"]),
@@ -37,7 +38,8 @@ CASES = [
     ("nproc-not-a-number", ["--nproc", "two"], ["'--nproc'", "'two' is not a valid integer"]),
     ("op-gloo-cannot-do", ["--op", "avg"],
      ["the gloo backend cannot reduce with op avg", "use --op one of max, min, prod, sum"]),
-    ("unknown-op", ["--op", "median"], ["unknown reduction op 'median'", "use one of sum"]),
+    ("unknown-op", ["--op", "median"], ["unknown reduction op 'median': use one of sum"]),  # no guess: not mean
+    ("misspelt-op", ["--op", "summ"], ["unknown reduction op 'summ' (did you mean sum?)"]),
     ("placement-out-allreduce", ["--collective", "allreduce", "--placement", "out"],
      ["torch offers all_reduce in place only", "use --placement in or both"]),
     ("placement-unknown", ["--placement", "sideways"], ["'sideways' is not one of"]),

@@ -247,7 +247,8 @@ def _collective(value: Any, where: str) -> str:
     try:
         return collectives.resolve(value)[0].name
     except BadInput:
-        raise BadInput(f"{where}: unknown collective {printable(value)!r}: use one of {names} "
+        hint = collectives.did_you_mean(value, collectives.collective_spellings())
+        raise BadInput(f"{where}: unknown collective {printable(value)!r}{hint}: use one of {names} "
                        "(nccl-tests spellings like allreduce work too)") from None
 
 

@@ -14,8 +14,9 @@ reduce_scatter, the whole send buffer for all_to_all), and algbw = S / t for eve
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from commbench.core.errors import BadInput
 
@@ -118,6 +119,19 @@ def _key(text: str) -> str:
     return text.strip().lower().replace("-", "").replace("_", "").removesuffix("perf")
 
 
+def did_you_mean(text: str, spellings: Iterable[tuple[str, str]], key: Callable[[str], str] = _key) -> str:
+    """' (did you mean all_reduce?)' when text is a near miss of one of the spellings (spelling,
+    canonical name), compared as `key` normalises them; '' otherwise."""
+    names = {key(spelling): name for spelling, name in spellings}
+    close = difflib.get_close_matches(key(text), list(names), n=1, cutoff=0.75)
+    return f" (did you mean {names[close[0]]}?)" if close else ""
+
+
+def collective_spellings() -> list[tuple[str, str]]:
+    """Every accepted spelling of a measured collective, with its canonical name."""
+    return [(spelling, c.name) for c in COLLECTIVES for spelling in (c.name, *c.aliases)]
+
+
 def resolve(names: str) -> list[CollectiveSpec]:
     """'allreduce,all-gather' or 'all' -> the table entries, in table order, no duplicates."""
     wanted = [n for n in names.split(",") if n.strip()]
@@ -131,7 +145,8 @@ def resolve(names: str) -> list[CollectiveSpec]:
         match = [c for c in COLLECTIVES if _key(name) in {_key(c.name), *(_key(a) for a in c.aliases)}]
         if not match:
             choices = ", ".join(c.name for c in COLLECTIVES)
-            raise BadInput(f"unknown collective {name!r}: use one of {choices}, or all")
+            raise BadInput(f"unknown collective {name!r}{did_you_mean(name, collective_spellings())}: "
+                           f"use one of {choices}, or all")
         picked.append(match[0])
     return [c for c in COLLECTIVES if c in picked]
 
@@ -216,14 +231,16 @@ def get_dtype(text: str) -> DTypeSpec:
         if wanted in {_dkey(d.name), _dkey(d.nccl_name), *(_dkey(a) for a in d.aliases)}:
             return d
     names = ", ".join(d.name for d in DTYPES)
-    raise BadInput(f"unknown dtype {text!r}: use one of {names} (nccl-tests names like float, half work too)")
+    hint = did_you_mean(text, [(a, d.name) for d in DTYPES for a in (d.name, d.nccl_name, *d.aliases)], _dkey)
+    raise BadInput(f"unknown dtype {text!r}{hint}: use one of {names} (nccl-tests names like float, half work too)")
 
 
 def get_op(text: str) -> str:
     wanted = text.strip().lower()
     wanted = _OP_ALIASES.get(wanted, wanted)
     if wanted not in OPS:
-        raise BadInput(f"unknown reduction op {text!r}: use one of {', '.join(OPS)}")
+        hint = did_you_mean(text, [(o, o) for o in OPS], str.lower)  # not the aliases: median is not mean
+        raise BadInput(f"unknown reduction op {text!r}{hint}: use one of {', '.join(OPS)}")
     return wanted
 
 

@@ -50,6 +50,17 @@ def test_resolve_lists_are_deduplicated_in_table_order():
     assert [c.name for c in resolve("a2a,,alltoall,")] == ["all_to_all"]
 
 
+@pytest.mark.parametrize("text, guess", [("allreduse", "all_reduce"), ("reducescater", "reduce_scatter"),
+                                         ("all-gahter", "all_gather"), ("sendrecieve", "sendrecv"),
+                                         ("alltoal_perf", "all_to_all"), ("bogus", None), ("perf", None)])
+def test_a_near_miss_names_the_collective_meant(text, guess):
+    with pytest.raises(BadInput) as err:
+        resolve(text)
+    message = str(err.value)
+    hint = f"unknown collective {text!r} (did you mean {guess}?): use one of"
+    assert (hint in message) if guess else ("did you mean" not in message and f"{text!r}: use one of" in message)
+
+
 @pytest.mark.parametrize("names", ["allreduse", "all_reduce,scatter", "perf", "gather"])
 def test_resolve_rejects_unknown_names_listing_the_choices(names):
     with pytest.raises(BadInput) as err:

@@ -266,7 +266,7 @@ BAD_FILES = {
     "top key": (f"version: 1\nsytem: x\nentries:\n  - {ENTRY}\n", "unknown top-level key 'sytem'"),
     "duplicate key": (f"version: 1\nversion: 1\nentries:\n  - {ENTRY}\n", "key 'version' is given twice"),
     "collective": ("version: 1\nentries:\n  - {collective: allreduc, size: 64M, ranks: 2, busbw_GBps: 1}\n",
-                   "entry 1: unknown collective 'allreduc': use one of all_reduce"),
+                   "entry 1: unknown collective 'allreduc' (did you mean all_reduce?): use one of all_reduce"),
     "size": ("version: 1\nentries:\n  - " + ENTRY + "\n  - {collective: all_gather, size: 64X, ranks: 2, "
              "busbw_GBps: 1}\n", "entry 2 (all_gather): size '64X' is not a size"),
     "no busbw": ("version: 1\nentries:\n  - {collective: all_reduce, size: 64M, ranks: 2}\n",
