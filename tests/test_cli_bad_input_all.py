@@ -42,6 +42,8 @@ CASES = [
     ("buckets-timeout-zero", ["buckets", "--timeout", "0"], ["--timeout 0", "must be more than 0"]),
     # ------------------------------------------------------------------ zero and ds_config files
     ("zero-unknown-model", ["zero", "--model", "gpt9"], ["unknown --model 'gpt9'"]),
+    ("zero-misspelt-model", ["zero", "--model", "gpt2-125"],
+     ["unknown --model 'gpt2-125' (did you mean gpt2-125m?): use one of"]),
     ("zero-layers-without-hidden", ["zero", "--layers", "4"], ["--layers and --hidden go together"]),
     ("zero-stage-5", ["zero", "--stages", "5"], ["--stages '5': ZeRO stages are 0, 1, 2 and 3"]),
     ("zero-stages-not-numbers", ["zero", "--stages", "a,b"], ["--stages 'a,b' is not a list of stages"]),

@@ -345,6 +345,9 @@ def model_shape(model: str, layers: int | None, hidden: int | None, vocab: int |
     if layers is not None:
         return (layers, hidden, vocab or 50257), f"custom-{layers}x{hidden}"
     if model.lower() not in MODELS:
-        raise BadInput(f"unknown --model {model!r}: use one of {', '.join(MODELS)}, or --layers/--hidden")
+        from commbench.core.vocab import did_you_mean
+
+        hint = did_you_mean(model, [(m, m) for m in MODELS], str.lower)
+        raise BadInput(f"unknown --model {model!r}{hint}: use one of {', '.join(MODELS)}, or --layers/--hidden")
     shape = MODELS[model.lower()]
     return (shape[0], shape[1], vocab if vocab is not None else shape[2]), model.lower()
