@@ -9,8 +9,8 @@ import sys
 import click
 
 from commbench.cli.launcher import launch_workload, launcher_checked
-from commbench.cli.options import (Number, check_number, env_option, fraction, model_shape, model_shape_options,
-                                   run_fields,
+from commbench.cli.options import (Number, check_number, complete_bucket_ops, complete_collectives, complete_dtypes,
+                                   complete_ops, env_option, fraction, model_shape, model_shape_options, run_fields,
                                    run_options, settings_axes)
 from commbench.core.errors import BadInput
 from commbench.core.options import GRAPH_OPS
@@ -21,6 +21,7 @@ GPU_MAX_BYTES = "1G"
 
 @click.command()
 @click.option("--collective", "collective", default="all_reduce", show_default=True,
+              shell_complete=complete_collectives,
               help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce, sendrecv, "
                    "a comma-separated list, or all. nccl-tests spellings work (allreduce, all-reduce).")
 @click.option("-b", "--min-bytes", default="8", show_default=True, help="Smallest size (binary units: 8, 4K, 1M).")
@@ -29,8 +30,10 @@ GPU_MAX_BYTES = "1G"
               help="Multiply the size by this.")
 @click.option("-i", "--step-bytes", default=None, help="Add this many bytes per step (with -f 1).")
 @click.option("--sizes", default=None, help="Explicit sizes instead of -b/-e/-f, e.g. 1K,64K,4M.")
-@click.option("-d", "--dtype", default="float32", show_default=True, help="float32, float16, bfloat16, int8, ... or nccl-tests names (float, half).")
-@click.option("-o", "--op", default="sum", show_default=True, help="Reduction: sum, prod, max, min, avg (nccl only).")
+@click.option("-d", "--dtype", default="float32", show_default=True, shell_complete=complete_dtypes,
+              help="float32, float16, bfloat16, int8, ... or nccl-tests names (float, half).")
+@click.option("-o", "--op", default="sum", show_default=True, shell_complete=complete_ops,
+              help="Reduction: sum, prod, max, min, avg (nccl only).")
 @click.option("-r", "--root", type=Number(int, 0, 2**31 - 1, example="0"), default=0, show_default=True,
               help="Root rank of broadcast and reduce.")
 @click.option("--placement", type=click.Choice(["out", "in", "both"]), default="both", show_default=True,
@@ -115,10 +118,11 @@ def _mtu_axis(text: str | None, iface: str | None) -> list[int]:
 @click.command()
 @click.option("--params", default=None, help="Model parameters whose gradients are reduced, e.g. 125M, 1.3B.")
 @click.option("--grad-bytes", default=None, help="Or gradient bytes per step directly, e.g. 2G [default: 64M].")
-@click.option("-d", "--dtype", default="bfloat16", show_default=True, help="Gradient dtype (bf16, fp16, float32).")
+@click.option("-d", "--dtype", default="bfloat16", show_default=True, shell_complete=complete_dtypes,
+              help="Gradient dtype (bf16, fp16, float32).")
 @click.option("--bucket-size", default="1e5,1e6,1e7,5e7,5e8", show_default=True,
               help="Bucket sizes in ELEMENTS, as DeepSpeed's reduce_bucket_size counts them.")
-@click.option("--op", "op", default="all_reduce", show_default=True,
+@click.option("--op", "op", default="all_reduce", show_default=True, shell_complete=complete_bucket_ops,
               help="all_reduce (ZeRO 1/2, DDP) or reduce_scatter (ZeRO 3) per bucket.")
 @click.option("--overlap", type=Number(int, 1, 10_000, example="2"), default=1, show_default=True,
               help="Buckets in flight at once (async collectives, each waited on).")
@@ -223,7 +227,8 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, npr
 @click.option("--bucket-size", "bucket_size", default=None,
               help="reduce_bucket_size in ELEMENTS, or a list (e.g. 1e6,5e7,5e8) for a stage x bucket grid "
                    "[default: the config's, else 5e8].")
-@click.option("-d", "--dtype", default="bfloat16", show_default=True, help="Communication dtype.")
+@click.option("-d", "--dtype", default="bfloat16", show_default=True, shell_complete=complete_dtypes,
+              help="Communication dtype.")
 @click.option("--scale", default="auto", show_default=True,
               help="Multiply every message by this (auto: fit the model in 32 MiB on CPU, 1 on GPU).")
 @click.option("--engine", type=click.Choice(["schedule", "deepspeed"]), default="schedule", show_default=True,

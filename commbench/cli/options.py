@@ -324,7 +324,8 @@ def _check_interfaces(axis) -> None:
 def model_shape_options(command):
     """--model or --layers/--hidden/--vocab: the transformer whose step zero and tune schedule."""
     for opt in reversed([
-        click.option("--model", default="1.3b", show_default=True, help="Model shape: gpt2-125m, 1.3b, 7b."),
+        click.option("--model", default="1.3b", show_default=True, shell_complete=complete_models,
+                     help="Model shape: gpt2-125m, 1.3b, 7b."),
         click.option("--layers", type=Number(int, 1, 10_000, example="24"), default=None,
                      help="Custom shape: transformer layers (with --hidden)."),
         click.option("--hidden", type=Number(int, 1, 1_000_000, example="2048"), default=None,
@@ -334,6 +335,47 @@ def model_shape_options(command):
     ]):
         command = opt(command)
     return command
+
+
+# ----------------------------------------------------------------------------- shell completion
+# click completes commands and flags itself (README, "Shell completion"); these give the values of
+# the flags that take a name. A comma list completes its last item.
+
+
+def _names(names, incomplete: str, lists: bool = False) -> list[str]:
+    head, _, last = incomplete.rpartition(",") if lists else ("", "", incomplete)
+    prefix = head + "," if head else ""
+    return [prefix + n for n in names if n.startswith(last.lower())]
+
+
+def complete_collectives(ctx, param, incomplete: str) -> list[str]:
+    from commbench.core.vocab import ORDER
+
+    return _names((*ORDER, *(("all",) if "," not in incomplete else ())), incomplete, lists=True)
+
+
+def complete_dtypes(ctx, param, incomplete: str) -> list[str]:
+    from commbench.core.vocab import DTYPES
+
+    return _names([d.name for d in DTYPES], incomplete)
+
+
+def complete_ops(ctx, param, incomplete: str) -> list[str]:
+    from commbench.core.vocab import OPS
+
+    return _names(OPS, incomplete)
+
+
+def complete_bucket_ops(ctx, param, incomplete: str) -> list[str]:
+    from commbench.core.vocab import BUCKET_OPS
+
+    return _names(BUCKET_OPS, incomplete)
+
+
+def complete_models(ctx, param, incomplete: str) -> list[str]:
+    from commbench.workloads.zeroschedule import MODELS
+
+    return _names(MODELS, incomplete)
 
 
 def model_shape(model: str, layers: int | None, hidden: int | None, vocab: int | None) -> tuple[tuple, str]:

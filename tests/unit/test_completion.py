@@ -1,0 +1,52 @@
+"""Shell completion (README, "Shell completion"): click completes commands and flags; commbench
+adds the values of the flags that take a name, and a comma list completes its last item."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from click.shell_completion import BashComplete
+
+from commbench.cli.app import cli
+from commbench.core.vocab import DTYPES, ORDER
+
+
+def complete(*words: str) -> list[str]:
+    *args, incomplete = words
+    return [c.value for c in BashComplete(cli, {}, "commbench", "_COMMBENCH_COMPLETE").get_completions(args, incomplete)]
+
+
+@pytest.mark.parametrize("words, expected", [
+    (("sweep", "--collective", ""), [*ORDER, "all"]),
+    (("sweep", "--collective", "all_"), ["all_reduce", "all_gather", "all_to_all"]),
+    (("sweep", "--collective", "all_reduce,re"), ["all_reduce,reduce_scatter", "all_reduce,reduce"]),
+    (("sweep", "--collective", "all_reduce,al"), ["all_reduce,all_reduce", "all_reduce,all_gather",
+                                                   "all_reduce,all_to_all"]),  # 'all' only alone
+    (("sweep", "-d", ""), [d.name for d in DTYPES]),
+    (("sweep", "-d", "bf"), ["bfloat16"]),
+    (("sweep", "--op", "m"), ["max", "min"]),
+    (("buckets", "--op", ""), ["all_reduce", "reduce_scatter"]),
+    (("zero", "--model", ""), ["gpt2-125m", "1.3b", "7b"]),
+    (("tune", "--model", "7"), ["7b"]),
+    (("zero", "-d", "float1"), ["float16"]),
+    (("sweep", "--collective", "nope"), []),
+])
+def test_flag_values_complete(words, expected):
+    assert complete(*words) == expected
+
+
+def test_commands_and_flags_complete_as_click_does():
+    assert complete("sw") == ["sweep"]
+    assert "--collective" in complete("sweep", "--coll")
+
+
+def test_the_shell_script_and_a_completion_through_the_real_command():
+    env = {**os.environ, "_COMMBENCH_COMPLETE": "bash_source"}
+    script = subprocess.run([sys.executable, "-m", "commbench"], env=env, capture_output=True, text=True, timeout=60)
+    assert script.returncode == 0 and "complete -o nosort -F _commbench_completion commbench" in script.stdout
+    env.update(_COMMBENCH_COMPLETE="bash_complete", COMP_WORDS="commbench sweep --collective reduce_s", COMP_CWORD="3")
+    got = subprocess.run([sys.executable, "-m", "commbench"], env=env, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0 and got.stdout.split() == ["plain,reduce_scatter"], got.stdout + got.stderr
