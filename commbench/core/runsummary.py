@@ -247,7 +247,7 @@ def size_range(sizes: Iterable[int]) -> str:
 
 
 def _extent(points: Sequence[PointMedian]) -> str:
-    """What a series covers: its sizes, or its ZeRO stages and buckets."""
+    """What a series covers: its sizes, or its ZeRO stages, buckets and accumulations."""
     stages = [p.first.get("zero_stage") for p in points]
     buckets = [p.first.get("bucket_bytes") for p in points]
     parts = []
@@ -256,6 +256,9 @@ def _extent(points: Sequence[PointMedian]) -> str:
         parts.append(f"ZeRO-{lo}" if lo == hi else f"ZeRO-{lo}..{hi}")
     if all(_finite(v) for v in buckets):
         parts.append(f"buckets of {size_range(int(v) for v in buckets)}")
+    accums = {int(v) for v in (p.first.get("grad_accum") for p in points) if _finite(v)}
+    if parts and len(accums) > 1:
+        parts.append(f"GAS {min(accums)}..{max(accums)}")
     return ", ".join(parts) or size_range(int(p.first.get("size_bytes") or 0) for p in points)
 
 

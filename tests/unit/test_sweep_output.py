@@ -186,7 +186,7 @@ def test_a_zero_run_s_median_table_names_each_stage_and_accumulation_above_1():
         "ZeRO-1, buckets of 1 GiB, GAS 4", "ZeRO-3, buckets of 1 GiB, GAS 4"]
     assert body[3].split()[-4:] == ["1600.0", "800.0..2400.0", "2.50", "2.50"]  # median, range, busbw
     peak = next(l for l in lines if "avg bus bandwidth" in l)
-    assert "peak 5.00 GB/s at ZeRO-1, buckets of 1 GiB (" in peak  # GAS 1 goes without saying
+    assert "peak 5.00 GB/s at ZeRO-1, buckets of 1 GiB (ZeRO-1..3, buckets of 1 GiB, GAS 1..4: 4 points)" in peak
     assert not any(l.startswith("# Median over") for l in closing_lines(rows, RunOptions(workload="pairs", iters=20)))
 
 
