@@ -127,7 +127,7 @@ CASES = [
     ("lab-exec-no-command", ["lab", "exec", "zqnode1"], ["lab exec needs a command after --"], "lab-state"),
     ("lab-exec-unknown-host", ["lab", "exec", "zqnode9", "--", "true"], ["no lab host 'zqnode9'"], "lab-state"),
     ("lab-run-no-command", ["lab", "run"], ["lab run needs a command after --"], "lab-state"),
-    ("lab-unknown-subcommand", ["lab", "explode"], ["No such command 'explode'", "see 'commbench lab --help'"]),
+    ("lab-unknown-subcommand", ["lab", "explode"], ["no such command 'explode': see 'commbench lab --help'"]),
     # ------------------------------------------------------------------ nccl-tests import
     ("nccl-import-truncated-header", ["nccl-tests", "import", "{d}/cut_header.log", "--out", "{d}/imp"],
      ["cut_header.log", "no nccl-tests result rows"], "nccl-tests"),
@@ -150,7 +150,9 @@ CASES = [
     ("nccl-side-by-side-missing", ["nccl-tests", "side-by-side", "{d}/nope.parquet", "{d}/good.parquet"],
      ["nope.parquet"]),
     # ------------------------------------------------------------------ the program itself
-    ("unknown-command", ["sweeep"], ["No such command 'sweeep'", "see 'commbench --help'"]),
+    ("unknown-command", ["sweeep"], ["no such command 'sweeep' (did you mean sweep?): see 'commbench --help'"]),
+    ("unknown-nccl-tests-command", ["nccl-tests", "imprt"],
+     ["no such command 'imprt' (did you mean import?): see 'commbench nccl-tests --help'"]),
 ]
 
 

@@ -41,6 +41,12 @@ def _interrupted(code: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="commbench", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `commbench` or `commbench lab` alone asks for its help
+        click.echo(exc.ctx.get_help(), color=exc.ctx.color)
+        sys.exit(0)
+    except click.exceptions.NoSuchCommand as exc:
+        hint = f" (did you mean {exc.possibilities[0]}?)" if exc.possibilities else ""
+        _fail(f"no such command {exc.command_name!r}{hint}: see '{_help(exc)}'", EXIT_USAGE)
     except click.exceptions.NoSuchOption as exc:
         hint = f" (did you mean {exc.possibilities[0]}?)" if exc.possibilities else ""
         _fail(f"no such option {exc.option_name}{hint}: see '{_help(exc)}'", EXIT_USAGE)
