@@ -4,6 +4,7 @@ rule and --progress are core/progress.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -137,11 +138,38 @@ class Reporter:
     def line(self, text: str = "") -> None:
         if not self.enabled:
             return
-        if self.progress is not None:
-            for part in text.split("\n"):
-                self.progress.console.print(part, markup=False, highlight=False, soft_wrap=True)
+        try:
+            if self.progress is not None:
+                for part in text.split("\n"):
+                    self.progress.console.print(part, markup=False, highlight=False, soft_wrap=True)
+            else:
+                print(text, file=self.stream, flush=True)
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def last_line(self, text: str) -> None:
+        """The run's last line (where its results are): on stderr once the reader of stdout is gone."""
+        if self.reader_gone:
+            print(f"commbench: {text.removeprefix('# ')}", file=sys.stderr, flush=True)
         else:
-            print(text, file=self.stream, flush=True)
+            self.line(text)
+
+    reader_gone = False
+
+    def _reader_gone(self) -> None:
+        """stdout's reader went away (`commbench sweep | head`): the measurement is the product and
+        the table only a view of it, so the run goes on, writing every point, without the table.
+        stdout is pointed at /dev/null so that no later write (or the final flush) fails again."""
+        self.enabled, self.reader_gone, self.progress = False, True, None
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self.stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):  # not a file descriptor: nothing to keep writing to
+            pass
+        print("commbench: stdout was closed (its reader went away): the run goes on without its table and "
+              "writes every point to its results file; Ctrl-C stops it and keeps what was measured",
+              file=sys.stderr, flush=True)
 
     def advance(self, description: str, steps: int = 1) -> None:
         if self.progress is not None:

@@ -503,7 +503,7 @@ def _summarise(writer: ResultWriter, backend: str, env: RankEnv, ranks: list[dic
         _say(env, f"commbench: warning: {note}")
     for line in closing_lines(writer.rows, plan):
         reporter.line(line)
-    reporter.line(f"# Results: {writer.path} ({len(writer.rows)} rows)")
+    reporter.last_line(f"# Results: {writer.path} ({len(writer.rows)} rows)")
 
 
 def _stopped_by(exc: BaseException, env: RankEnv, writer: ResultWriter | None, ranks: list[dict],

@@ -8,11 +8,13 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 
-from tests.integration.test_sweep_ranks import IN_PLACE, cells, commbench, table_rows
+from tests.integration.test_sweep_ranks import IN_PLACE, cells, clean_env, commbench, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +91,22 @@ def test_the_gap_to_all_reduce_is_stated_in_the_sweep_and_the_report(run, tmp_pa
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "r.html").read_text()
     assert f"reduce_scatter busbw is {m.group(1)}x all_reduce&#x27;s" in page
+
+
+def test_a_reader_that_goes_away_leaves_the_run_measuring(tmp_path):
+    """`commbench sweep | head -1`: the reader closes stdout after one line. The run goes on without
+    its table and writes every point; it says so, and where the results are, on stderr (before,
+    rank 0 died of BrokenPipeError, rank 1 blamed a lost rank 0 and nothing was kept)."""
+    out = tmp_path / "piped.parquet"
+    proc = subprocess.Popen([sys.executable, "-m", "commbench", "sweep", "--sizes", "1K,64K,1M", "-w", "1",
+                             "--time-budget", "0.01", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as head -1 does, long before the first point is printed
+    _, err = proc.communicate(timeout=120)
+    assert first.startswith("# commbench ")
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "lost rank" not in err, err
+    assert "commbench: stdout was closed (its reader went away): the run goes on without its table" in err
+    assert f"commbench: Results: {out} (3 rows)" in err
+    assert sorted(pd.read_parquet(out).size_bytes) == [1024, 65536, 1 << 20]

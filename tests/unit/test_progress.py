@@ -138,3 +138,22 @@ def test_doctor_writes_plain_text_under_a_launcher(monkeypatch, env, styled):
                         file=out)
     assert "node01" in out.getvalue()
     assert ("\x1b" in out.getvalue()) is styled  # before: bold and colour codes in mpirun's log
+
+
+def test_a_closed_pipe_stops_the_table_not_the_reporter(capsys):
+    """stdout's reader gone: the first failed line says so on stderr once, later lines go nowhere
+    (the descriptor now points at /dev/null), and the last line (where the results are) moves to stderr."""
+    read_end, write_end = os.pipe()
+    stream = os.fdopen(write_end, "w")
+    os.close(read_end)  # the reader went away
+    reporter = Reporter(True, 3, stream=stream, progress="off")
+    reporter.line("# Collective test starting: all_reduce")
+    reporter.line("        1024  ...")
+    reporter.last_line("# Results: results/x.parquet (3 rows)")
+    stream.write("late write\n")
+    stream.flush()  # no BrokenPipeError: /dev/null
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["commbench: stdout was closed (its reader went away): the run goes on without its table and "
+                   "writes every point to its results file; Ctrl-C stops it and keeps what was measured",
+                   "commbench: Results: results/x.parquet (3 rows)"]
+    stream.close()
