@@ -23,7 +23,8 @@ METRIC_COLUMNS = {"busbw": "busbw_GBps", "algbw": "algbw_GBps", "time": "time_us
 
 @dataclass
 class ZeroGrid:
-    """One run's grid: rows are stages, columns reduce bucket sizes (NaN where not measured)."""
+    """One run's grid (at one setting and accumulation): rows are stages, columns reduce bucket
+    sizes (NaN where not measured)."""
 
     run_id: str
     label: str
@@ -36,10 +37,11 @@ class ZeroGrid:
     algbw: np.ndarray
     collectives: np.ndarray
     reps: np.ndarray
+    part: str = ""  # which setting and accumulation of the run, where it measured several
 
     @property
     def name(self) -> str:
-        return self.label or self.run_id
+        return (self.label or self.run_id) + (f" [{self.part}]" if self.part else "")
 
     def values(self, metric: str) -> np.ndarray:
         return {"busbw": self.busbw, "algbw": self.algbw, "time": self.time_ms}[metric]
@@ -66,39 +68,64 @@ def has_grid(df) -> bool:
     return rows is not None and len(rows) > 0
 
 
+# What else a zero run can vary besides stage and bucket: a grid is one run at one value of each
+# (`--env` settings, `--grad-accum`), so that no cell's median mixes two of them.
+_SPLITS = ("settings", "grad_accum")
+
+
 def grids(df) -> list[ZeroGrid]:
-    """One grid per run (run_id) in the order the runs appear."""
+    """One grid per run (run_id), and per setting and gradient accumulation where the run measured
+    more than one, in the order the runs appear."""
     rows = zero_rows(df)
     if rows is None or len(rows) == 0:
         raise BadInput("the results hold no `commbench zero` rows: run e.g. "
                        "`commbench zero --bucket-size 1e6,5e7,5e8` for a stage x bucket grid")
     out = []
-    for run_id, g in rows.groupby("run_id", sort=False):
-        dtype = str(g["dtype"].iloc[0])
-        try:
-            itemsize = get_dtype(dtype).itemsize
-        except BadInput:
-            itemsize = 1  # an unknown dtype name from a foreign file: show bytes as elements
-        stages = sorted(int(s) for s in g["zero_stage"].unique())
-        buckets = sorted(int(b) for b in g["bucket_bytes"].unique())
-        shape = (len(stages), len(buckets))
-        cells = {name: np.full(shape, np.nan) for name in ("time_ms", "busbw", "algbw", "collectives", "reps")}
-        med = g.groupby(["zero_stage", "bucket_bytes"]).agg(
-            time=("time_us", "median"), busbw=("busbw_GBps", "median"), algbw=("algbw_GBps", "median"),
-            n=("n_collectives", "median") if "n_collectives" in g.columns else ("time_us", "size"),
-            reps=("time_us", "size"))
-        for (stage, bucket), r in med.iterrows():
-            i, j = stages.index(int(stage)), buckets.index(int(bucket))
-            cells["time_ms"][i, j] = r["time"] / 1e3
-            cells["busbw"][i, j] = r["busbw"]
-            cells["algbw"][i, j] = r["algbw"]
-            cells["collectives"][i, j] = r["n"]
-            cells["reps"][i, j] = r["reps"]
-        label = g["label"].iloc[0] if "label" in g.columns else ""
-        out.append(ZeroGrid(run_id=str(run_id), label=str(label) if isinstance(label, str) else "", dtype=dtype,
-                            stages=stages, bucket_elems=[b // itemsize for b in buckets], bucket_bytes=buckets,
-                            **cells))
+    for run_id, run in rows.groupby("run_id", sort=False):
+        splits = [c for c in _SPLITS if c in run.columns and run[c].nunique(dropna=False) > 1]
+        if not splits:
+            out.append(_grid(str(run_id), run, ""))
+            continue
+        for key, g in run.groupby(splits, sort=False, dropna=False):
+            values = dict(zip(splits, key if isinstance(key, tuple) else (key,)))
+            out.append(_grid(str(run_id), g, _part_name(values)))
     return out
+
+
+def _part_name(values: dict) -> str:
+    parts = []
+    if "settings" in values:
+        parts.append(str(values["settings"]) if isinstance(values["settings"], str) else "no setting")
+    if "grad_accum" in values:
+        parts.append(f"GAS {int(values['grad_accum'])}" if np.isfinite(values["grad_accum"]) else "GAS ?")
+    return ", ".join(parts)
+
+
+def _grid(run_id: str, g, part: str) -> ZeroGrid:
+    """One grid from the rows of one run (one setting, one accumulation): medians over repetitions."""
+    dtype = str(g["dtype"].iloc[0])
+    try:
+        itemsize = get_dtype(dtype).itemsize
+    except BadInput:
+        itemsize = 1  # an unknown dtype name from a foreign file: show bytes as elements
+    stages = sorted(int(s) for s in g["zero_stage"].unique())
+    buckets = sorted(int(b) for b in g["bucket_bytes"].unique())
+    shape = (len(stages), len(buckets))
+    cells = {name: np.full(shape, np.nan) for name in ("time_ms", "busbw", "algbw", "collectives", "reps")}
+    med = g.groupby(["zero_stage", "bucket_bytes"]).agg(
+        time=("time_us", "median"), busbw=("busbw_GBps", "median"), algbw=("algbw_GBps", "median"),
+        n=("n_collectives", "median") if "n_collectives" in g.columns else ("time_us", "size"),
+        reps=("time_us", "size"))
+    for (stage, bucket), r in med.iterrows():
+        i, j = stages.index(int(stage)), buckets.index(int(bucket))
+        cells["time_ms"][i, j] = r["time"] / 1e3
+        cells["busbw"][i, j] = r["busbw"]
+        cells["algbw"][i, j] = r["algbw"]
+        cells["collectives"][i, j] = r["n"]
+        cells["reps"][i, j] = r["reps"]
+    label = g["label"].iloc[0] if "label" in g.columns else ""
+    return ZeroGrid(run_id=run_id, label=str(label) if isinstance(label, str) else "", dtype=dtype, stages=stages,
+                    bucket_elems=[b // itemsize for b in buckets], bucket_bytes=buckets, part=part, **cells)
 
 
 def bucket_text(elems: int) -> str:

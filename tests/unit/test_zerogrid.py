@@ -56,6 +56,21 @@ def test_grid_holds_medians_per_stage_and_bucket(tmp_path):
     assert g.best_bucket() == {0: 5 * 10**8, 1: 5 * 10**8, 3: 5 * 10**7}
 
 
+def test_a_run_of_several_accumulations_or_settings_has_a_grid_for_each(tmp_path):
+    """--grad-accum 1,4 (and --env axes): a cell's median never mixes two of them (it did: 4
+    repetitions of a mix were one cell)."""
+    rows = [{**r, "grad_accum": g, "time_us": r["time_us"] * g} for g in (1, 4) for r in zero_rows()]
+    one, four = zerogrid.grids(frame(rows, tmp_path))
+    assert (one.name, four.name) == ("zero-grid [GAS 1]", "zero-grid [GAS 4]")
+    assert one.reps.tolist() == four.reps.tolist() == [[2, 2, 2]] * 3
+    assert one.time_ms[1, 0] == pytest.approx(240 * 1.01) and four.time_ms[1, 0] == pytest.approx(4 * 240 * 1.01)
+    settings = [{**r, "settings": s} for s in ("NCCL_ALGO=Ring", "NCCL_ALGO=Tree") for r in zero_rows()]
+    assert [g.name for g in zerogrid.grids(frame(settings, tmp_path / "s"))] == [
+        "zero-grid [NCCL_ALGO=Ring]", "zero-grid [NCCL_ALGO=Tree]"]
+    [plain] = zerogrid.grids(frame([{**r, "grad_accum": 1} for r in zero_rows()], tmp_path / "p"))
+    assert plain.name == "zero-grid"  # one accumulation: nothing to tell apart
+
+
 def test_a_cell_not_measured_is_nan_and_never_best(tmp_path):
     [g] = zerogrid.grids(frame(zero_rows(skip={(3, BUCKETS[1])}), tmp_path))
     assert np.isnan(g.time_ms[2, 1])
