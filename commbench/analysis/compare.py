@@ -548,8 +548,9 @@ def _extra_columns(keys: Iterable[dict]) -> list[str]:
     extra = []
     if any(k.get("workload") not in (None, "sweep") for k in keys):
         extra.append("workload")
-    for name in ("bucket_bytes", "zero_stage", "rail", "settings"):
-        if any(k.get(name) not in (None, "") for k in keys):
+    for name in ("bucket_bytes", "zero_stage", "grad_accum", "rail", "settings"):
+        plain = (None, "", 1) if name == "grad_accum" else (None, "")  # an accumulation of 1 goes without saying
+        if any(k.get(name) not in plain for k in keys):
             extra.append(name)
     return extra
 

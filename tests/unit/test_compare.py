@@ -214,6 +214,23 @@ def test_points_on_one_side_only_are_listed_never_dropped():
     assert "1 before only, 1 after only" in table
 
 
+def test_a_grad_accum_grid_shows_its_accumulation_column():
+    """Points that differ only in grad_accum are told apart in the table (before, two identical-looking
+    rows); a run of GAS 1 only gets no such column."""
+    def side(seed):
+        one, four = make_frame(seed=seed, sizes=(16 << 20,), grad_accum=1), make_frame(seed=seed, sizes=(16 << 20,),
+                                                                                      grad_accum=4)
+        return pd.concat([one, four], ignore_index=True)
+
+    table = cmp.render_table(cmp.compare_frames(side(1), side(2)))
+    header, _, *rows = table.splitlines()
+    assert "grad_accum" in header.split()
+    at = header.index("grad_accum")  # the table's columns are aligned
+    assert sorted(r[at:at + 10].strip() for r in rows[:2]) == ["1", "4"]
+    plain = cmp.render_table(cmp.compare_frames(make_frame(seed=1, grad_accum=1), make_frame(seed=2, grad_accum=1)))
+    assert "grad_accum" not in plain
+
+
 def test_nothing_comparable_is_exit_3():
     c = cmp.compare_frames(make_frame(seed=1), make_frame(seed=2, workload="buckets"))
     assert c.verdict == "nothing comparable" and c.exit_code() == 3
