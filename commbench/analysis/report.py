@@ -30,7 +30,7 @@ from commbench.analysis.markdown import build_markdown
 from commbench.analysis.runs import describe_run, placement_name, run_rows
 from commbench.core import outputs
 from commbench.core.errors import BadInput, RuntimeFailure
-from commbench.core.units import format_size
+from commbench.core.units import counted, format_size
 
 FORMATS = ("html", "markdown")
 UNUSED_COLUMNS = ("rank_time_us",)  # no section reads them; a section that starts to takes them out
@@ -303,7 +303,7 @@ def comparison_html(c, figure_html: str = "") -> str:
     counts: dict[str, int] = {}
     for p in points:
         counts[str(getattr(p, "verdict", "?"))] = counts.get(str(getattr(p, "verdict", "?")), 0) + 1
-    summary.append(f"{len(points)} points compared" + (
+    summary.append(f"{counted(len(points), 'point')} compared" + (
         ": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])) if counts else ""))
     parts.append(" &nbsp;" + esc(" · ".join(summary)) + "</p>")
     needed = g("repetitions_needed")
@@ -352,7 +352,7 @@ def comparison_html(c, figure_html: str = "") -> str:
         keys = _items(g(name))
         if keys:
             cols, _ = _split_key_columns(keys)
-            parts.append(f"<h3>{esc(title)}: {len(keys)} points, not compared</h3>")
+            parts.append(f"<h3>{esc(title)}: {counted(len(keys), 'point')}, not compared</h3>")
             body = (_table([_KEY_TITLES.get(c, c) for c in cols], [[_key_text(k, col) for col in cols] for k in keys])
                     if cols else "<ul>" + "".join(f"<li>{esc(k)}</li>" for k in keys) + "</ul>")
             if len(keys) > 8:
@@ -575,7 +575,7 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
     if curves is not None:
         points = point_rows(curves)
         out.append('<section id="points"><h2>All points</h2><details><summary>'
-                   f"{len(points)} points (median over repetitions)</summary>")
+                   f"{counted(len(points), 'point')} (median over repetitions)</summary>")
         out.append(points_table_html(points))
         out.append("</details></section>")
     out.append(f"<footer>Generated {esc(now)} by commbench {esc(__version__)} from "

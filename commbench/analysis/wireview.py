@@ -18,7 +18,7 @@ import pandas as pd
 
 from commbench.analysis.frames import column, is_true, present
 from commbench.core import wire
-from commbench.core.units import format_size
+from commbench.core.units import counted, format_size
 from commbench.core.vocab import order_key
 
 CLEAN, TROUBLE = "clean", "trouble"
@@ -141,12 +141,12 @@ def section(df: pd.DataFrame, run_names: dict[str, str] | None = None) -> WireSe
     if n == 0:
         return WireSection(NOT_READ_TEXT, "")
     read_line = (f"Counters were read during {n} of {points} points." if n < points
-                 else f"Counters were read during all {n} points.")
+                 else f"Counters were read during {'all ' if n > 1 else ''}{counted(n, 'point')}.")
     rows = []
     if trouble.any():
         for t, moved in troubles_at(df, np.flatnonzero(trouble)):
             rows.append([t.host, t.where, t.counter, t.kind, f"+{t.delta:,}", f"{moved} of {n}"])
-    sentence = None if rows else f"No {KINDS_TEXT} counter moved during {n} points."
+    sentence = None if rows else f"No {KINDS_TEXT} counter moved during {counted(n, 'point')}."
     return WireSection(sentence, read_line, rows, payload_rows(df, run_names))
 
 

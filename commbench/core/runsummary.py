@@ -19,7 +19,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from commbench.core.stats import median_ci_halfwidth, median_ci_ranks
-from commbench.core.units import format_size
+from commbench.core.units import counted, format_size
 
 # Workloads whose samples_us are the maxima the stop rule judged (Session.time_call); pairs' rows
 # hold one end's own times (Session.time_each), so their precision is not the rule's.
@@ -153,7 +153,7 @@ _BOTH = frozenset({"all_gather", "reduce_scatter"})  # the collectives that have
 
 
 POINT_KEYS = ("settings", "collective", "dtype", "op", "root", "size_bytes", "in_place", "bucket_bytes",
-              "zero_stage", "grad_accum", "src_host", "dst_host", "rail", "confirm")
+              "zero_stage", "grad_accum", "src_host", "dst_host", "src_rank", "dst_rank", "rail", "confirm")
 
 
 @dataclass
@@ -274,7 +274,7 @@ def bandwidth_lines(series: Sequence[Series]) -> list[str]:
         both = len({p.first.get("in_place") for p in s.points}) > 1
         where = (f" {'in place' if peak.first.get('in_place') else 'out of place'}" if both else "")
         lines.append(f"# {s.label:<{width}}  avg bus bandwidth {gbps(s.avg)} GB/s, peak {gbps(peak.busbw)} GB/s "
-                     f"at {point_where(peak.first)}{where} ({_extent(s.points)}: {len(s.points)} points)")
+                     f"at {point_where(peak.first)}{where} ({_extent(s.points)}: {counted(len(s.points), 'point')})")
     if len(series) == 1:
         lines.append(f"# Avg bus bandwidth    : {series[0].avg:.4f} GB/s")
     return lines

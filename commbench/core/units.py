@@ -64,6 +64,11 @@ def parse_count_list(text: str, what: str, most: int = MAX_LIST) -> list[int]:
     return [parse_count(p, what) for p in _items(text, what, most, "element counts, e.g. 1e6,5e7,5e8")]
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 point', '3 points': a count with its noun (regular plurals only)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def format_size(nbytes: int | float) -> str:
     """Human label with binary units: 8 B, 4 KiB, 1.5 MiB, 16 GiB."""
     n = float(nbytes)

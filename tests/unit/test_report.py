@@ -185,7 +185,7 @@ def test_comparison_html_renders_verdict_points_warnings_differences_and_one_sid
     assert second["size"] == "8 B" and second["placement"] == "out-of-place" and second["Holm p"] == "1"
     assert EVIL not in text and "&lt;script&gt;" in text
     assert "backend differs" in text and "mtu: before 1500, after 9000" in text
-    assert "Only in the baseline (before): 1 points" in text and "broadcast" in text
+    assert "Only in the baseline (before): 1 point, not compared" in text and "broadcast" in text
 
 
 @pytest.mark.parametrize("verdict, cls", [("improvement", "good"), ("no change", "neutral"),

@@ -190,6 +190,16 @@ def test_a_zero_run_s_median_table_names_each_stage_and_accumulation_above_1():
     assert not any(l.startswith("# Median over") for l in closing_lines(rows, RunOptions(workload="pairs", iters=20)))
 
 
+def test_links_between_ranks_of_one_host_are_points_of_their_own():
+    """pairs on one host (local ranks): each direction is its own point, not one median of both."""
+    rows = [_row("sendrecv", 64 << 20, False, 0, time_us=t, busbw=b, workload="pairs", src_host="vm", dst_host="vm",
+                 src_rank=s, dst_rank=d) for s, d, t, b in ((0, 1, 100.0, 2.88), (1, 0, 110.0, 2.58))]
+    line = next(l for l in closing_lines(rows, RunOptions(workload="pairs", iters=20)) if "avg bus bandwidth" in l)
+    assert "avg bus bandwidth 2.73 GB/s, peak 2.88 GB/s at 64 MiB (64 MiB: 2 points)" in line
+    one = next(l for l in closing_lines(rows[:1], RunOptions(workload="pairs", iters=20)) if "avg bus" in l)
+    assert one.endswith("(64 MiB: 1 point)")
+
+
 def test_out_of_bounds_counts_what_the_check_found():
     lines = closing_lines([_row(wrong=3), _row(size=2048, wrong=0)], RunOptions(iters=20))
     assert "# Out of bounds values : 3 FAILED" in lines
