@@ -11,7 +11,7 @@ from commbench.core.options import RunOptions
 from commbench.core.vocab import get_dtype
 from commbench.harness.console import MEDIAN_CELL, format_median_row, placement_header, point_median_lines
 
-# The workloads whose -R ends with a median-over-repetitions table (pairs has its own matrix).
+# The workloads whose -R ends with a median-over-repetitions table (pairs ranks its links instead).
 _MEDIAN_TABLES = frozenset({"sweep", "buckets", "zero"})
 
 

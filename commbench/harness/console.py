@@ -122,6 +122,7 @@ class Reporter:
 
     def __init__(self, enabled: bool, total_points: int, stream=None, progress: str = "auto"):
         self.enabled = enabled
+        self.reader_gone = False  # stdout's reader went away: see _reader_gone
         self.stream = stream or sys.stdout
         self.progress = None
         self.task = None
@@ -153,8 +154,6 @@ class Reporter:
             print(f"commbench: {text.removeprefix('# ')}", file=sys.stderr, flush=True)
         else:
             self.line(text)
-
-    reader_gone = False
 
     def _reader_gone(self) -> None:
         """stdout's reader went away (`commbench sweep | head`): the measurement is the product and
