@@ -97,7 +97,9 @@ def _part_name(values: dict) -> str:
     if "settings" in values:
         parts.append(str(values["settings"]) if isinstance(values["settings"], str) else "no setting")
     if "grad_accum" in values:
-        parts.append(f"GAS {int(values['grad_accum'])}" if np.isfinite(values["grad_accum"]) else "GAS ?")
+        accum = values["grad_accum"]
+        known = isinstance(accum, (int, float, np.integer, np.floating)) and np.isfinite(accum)
+        parts.append(f"GAS {int(accum)}" if known else "GAS ?")
     return ", ".join(parts)
 
 
