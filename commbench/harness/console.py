@@ -117,6 +117,11 @@ def point_median_lines(labels: list[str], cells: list[tuple]) -> list[str]:
     return lines
 
 
+def repetition_text(repetition: int, repetitions: int) -> str:
+    """'repetition 2/3' where the run repeats its grid (-R), '' otherwise: a table's passes told apart."""
+    return f"repetition {repetition + 1}/{repetitions}" if repetitions > 1 else ""
+
+
 class Reporter:
     """Prints on rank 0 only; other ranks get a Reporter with enabled=False."""
 
@@ -147,6 +152,11 @@ class Reporter:
                 print(text, file=self.stream, flush=True)
         except BrokenPipeError:
             self._reader_gone()
+
+    def repetition(self, repetition: int, repetitions: int) -> None:
+        """A line that starts a repetition's rows in a table of one row per point (buckets, zero)."""
+        if repetitions > 1:
+            self.line(f"# {repetition_text(repetition, repetitions)}")
 
     def last_line(self, text: str) -> None:
         """The run's last line (where its results are): on stderr once the reader of stdout is gone."""

@@ -133,6 +133,7 @@ class BucketWorkload:
         reporter.line("#  bucket (elements)   bucket (B)  collectives   time/step (us)   algbw   busbw  #wrong")
         any_wrong = False
         for repetition in repetitions:
+            reporter.repetition(repetition, session.ctx.plan.repetitions)
             for lay in self.layouts(world):
                 call = self._bind(lay, grads, out, world, session.group)
                 grads.copy_(input_pattern(rank, grads.numel(), dtype, "sum", grads.device))

@@ -10,7 +10,7 @@ import torch
 from commbench.harness import faults
 from commbench.core.vocab import Layout, check_backend_support
 from commbench.harness.collectives import CallArgs, Collective
-from commbench.harness.console import Cell, format_row, placement_header, precision_mark
+from commbench.harness.console import Cell, format_row, placement_header, precision_mark, repetition_text
 from commbench.harness.data import allocate, count_wrong, fill
 from commbench.harness.dtypes import DType, get_dtype
 from commbench.core.launch import RankEnv
@@ -72,7 +72,7 @@ class SweepWorkload:
                 root = plan.root if collective.rooted else -1
                 args = CallArgs(rank, world, plan.root, op, session.group)
                 reporter.line(f"# Collective test starting: {collective.name}"
-                              + (f"  (repetition {repetition + 1}/{plan.repetitions})" if plan.repetitions > 1 else ""))
+                              + (f"  ({repetition_text(repetition, plan.repetitions)})" if plan.repetitions > 1 else ""))
                 placements = tuple(plan.placements_for(collective))  # one half where torch has one
                 reporter.line(placement_header(placements))
                 for layout, points in grid:

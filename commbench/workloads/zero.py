@@ -141,6 +141,7 @@ class ZeroWorkload:
                       "bytes/rank/step   " + ("full model   " if scaled_run else "")
                       + "paper (xP)   ratio   time/step (us)   busbw" + (self._predicted_header() if plan.curve else ""))
         for repetition in repetitions:
+            reporter.repetition(repetition, session.ctx.plan.repetitions)
             for g, bucket, stage in self.settings():
                 self._point(session, dtype, repetition, stage, bucket, g)
                 reporter.advance(f"stage {stage}")
