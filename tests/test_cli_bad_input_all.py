@@ -142,7 +142,8 @@ CASES = [
     ("nccl-import-json-cut-short", ["nccl-tests", "import", "{d}/cut.json", "--out", "{d}/imp"],
      ["cut.json", "not valid JSON"], "nccl-tests"),
     ("nccl-import-unknown-collective", ["nccl-tests", "import", str(NCCL_LOG), "--collective", "allreduc",
-                                        "--out", "{d}/imp"], ["unknown --collective 'allreduc'"], "nccl-tests"),
+                                        "--out", "{d}/imp"],
+     ["unknown --collective 'allreduc' (did you mean all_reduce?)"], "nccl-tests"),
     ("nccl-import-no-files", ["nccl-tests", "import"], ["Missing argument 'FILES...'"], "nccl-tests"),
     # ------------------------------------------------------------------ nccl-tests side-by-side
     ("nccl-side-by-side-no-nccl-tests-rows", ["nccl-tests", "side-by-side", "{d}/good.parquet", "{d}/good.parquet"],

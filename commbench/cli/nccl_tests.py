@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from commbench.cli.options import WEEK_S, Number, Text
+from commbench.cli.options import WEEK_S, Number, Text, complete_nccl_tests_collective
 
 
 @click.group("nccl-tests")
@@ -18,7 +18,7 @@ def nccl_tests() -> None:
 @click.option("--out", default="results", show_default=True,
               help="Folder (one <run_id>.parquet per log) or one .parquet file for all of them.")
 @click.option("--label", type=Text(), default="", help="Free text stored with every row.")
-@click.option("--collective", default=None,
+@click.option("--collective", default=None, shell_complete=complete_nccl_tests_collective,
               help="The collective measured, when neither the log nor its file name says it.")
 def import_(files, out, label, collective) -> int:
     """Read nccl-tests logs (text in any shape nccl-tests prints, or -J JSON) into commbench results.
@@ -42,7 +42,8 @@ def import_(files, out, label, collective) -> int:
               help="Seconds before the whole run is killed (exit 3).")
 @click.option("--out", default="results", show_default=True, help="Folder for <run_id>.parquet, or a .parquet file.")
 @click.option("--label", type=Text(), default="", help="Free text stored with every row.")
-@click.option("--collective", default=None, help="The collective measured, if the binary's name does not say it.")
+@click.option("--collective", default=None, shell_complete=complete_nccl_tests_collective,
+              help="The collective measured, if the binary's name does not say it.")
 @click.option("--no-json", is_flag=True, help="Do not ask for -J JSON output; parse the text only.")
 @click.argument("binary")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

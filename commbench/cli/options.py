@@ -354,6 +354,13 @@ def complete_collectives(ctx, param, incomplete: str) -> list[str]:
     return _names((*ORDER, *(("all",) if "," not in incomplete else ())), incomplete, lists=True)
 
 
+def complete_nccl_tests_collective(ctx, param, incomplete: str) -> list[str]:
+    """One collective, measured by commbench or only by nccl-tests (hypercube, ...)."""
+    from commbench.core.vocab import NCCL_TESTS_ONLY, ORDER
+
+    return _names((*ORDER, *(c.name for c in NCCL_TESTS_ONLY)), incomplete)
+
+
 def complete_dtypes(ctx, param, incomplete: str) -> list[str]:
     from commbench.core.vocab import DTYPES
 

@@ -127,9 +127,11 @@ def did_you_mean(text: str, spellings: Iterable[tuple[str, str]], key: Callable[
     return f" (did you mean {names[close[0]]}?)" if close else ""
 
 
-def collective_spellings() -> list[tuple[str, str]]:
-    """Every accepted spelling of a measured collective, with its canonical name."""
-    return [(spelling, c.name) for c in COLLECTIVES for spelling in (c.name, *c.aliases)]
+def collective_spellings(nccl_tests: bool = False) -> list[tuple[str, str]]:
+    """Every accepted spelling of a measured collective (and with nccl_tests, of nccl-tests' others
+    too), with its canonical name."""
+    table = COLLECTIVES + (NCCL_TESTS_ONLY if nccl_tests else ())
+    return [(spelling, c.name) for c in table for spelling in (c.name, *c.aliases)]
 
 
 def resolve(names: str) -> list[CollectiveSpec]:

@@ -4,10 +4,10 @@ rule and --progress are core/progress.py)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 
+from commbench.core import stdout
 from commbench.core.progress import draw_bar, is_terminal
 from commbench.core.runsummary import MISSED_MARK, gbps, halfwidth_text, precision_of
 
@@ -150,8 +150,11 @@ class Reporter:
                     self.progress.console.print(part, markup=False, highlight=False, soft_wrap=True)
             else:
                 print(text, file=self.stream, flush=True)
-        except BrokenPipeError:
+        except BrokenPipeError:  # a plain stdout (a spawned rank's)
             self._reader_gone()
+        else:
+            if stdout.reader_gone(self.stream):  # the entry point's guard (core/stdout.py) saw it
+                self._reader_gone()
 
     def repetition(self, repetition: int, repetitions: int) -> None:
         """A line that starts a repetition's rows in a table of one row per point (buckets, zero)."""
@@ -170,12 +173,7 @@ class Reporter:
         the table only a view of it, so the run goes on, writing every point, without the table.
         stdout is pointed at /dev/null so that no later write (or the final flush) fails again."""
         self.enabled, self.reader_gone, self.progress = False, True, None
-        try:
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, self.stream.fileno())
-            os.close(null)
-        except (OSError, ValueError, AttributeError):  # not a file descriptor: nothing to keep writing to
-            pass
+        stdout.silence(self.stream)
         print("commbench: stdout was closed (its reader went away): the run goes on without its table and "
               "writes every point to its results file; Ctrl-C stops it and keeps what was measured",
               file=sys.stderr, flush=True)

@@ -456,6 +456,26 @@ def test_cli_exit_codes_on_real_files(files):
     assert inc.returncode == 3 and "-R 5" in inc.stdout, inc.stderr
 
 
+
+def test_a_closed_stdout_keeps_the_verdicts_exit_code(files):
+    """`commbench compare a b | true` in a CI job: the reader is gone before the report is written.
+    Before, click turned the BrokenPipeError into exit 1, which reads as "a regression"."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    b = str(files["before"])
+    for after, code, verdict in ((files["same"], 0, "unchanged"), (files["few_a"], 3, "inconclusive")):
+        before = str(files["few_b"]) if code == 3 else b
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader left before the first line
+        try:
+            proc = subprocess.run([sys.executable, "-m", "commbench", "compare", before, str(after)], stdout=write_end,
+                                  stderr=subprocess.PIPE, text=True, cwd=files["dir"], env=env, timeout=120)
+        finally:
+            os.close(write_end)
+        assert proc.returncode == code, proc.stderr
+        assert proc.stderr == (f"commbench: compare: verdict: {verdict} (exit {code}); stdout was closed before the "
+                               "report was read\n"), proc.stderr
+
+
 def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
     """cli.main as the console script runs it, without the cost of a new interpreter."""
     from commbench.cli.app import main

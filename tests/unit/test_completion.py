@@ -33,6 +33,9 @@ def complete(*words: str) -> list[str]:
     (("tune", "--model", "7"), ["7b"]),
     (("zero", "-d", "float1"), ["float16"]),
     (("sweep", "--collective", "nope"), []),
+    (("nccl-tests", "import", "--collective", "h"), ["hypercube"]),  # nccl-tests' own names too
+    (("nccl-tests", "run", "--collective", "all_"), ["all_reduce", "all_gather", "all_to_all"]),
+    (("nccl-tests", "run", "--collective", "all_reduce,"), []),  # one collective, not a list
 ])
 def test_flag_values_complete(words, expected):
     assert complete(*words) == expected

@@ -7,6 +7,8 @@ reader); bands files are written as text, the way people write them.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -325,6 +327,25 @@ def test_cli_suggest_then_gate(files, tmp_path, capsys):
     assert failed and err.strip() == data["summary"] and "#" + str(failed[0]["entry"]["index"]) in err
     code, stdout, _ = run(capsys, "gate", str(files["slow"]), "--expect", str(out), "--format", "markdown")
     assert code == 1 and "### commbench gate: **FAIL**" in stdout and "| # | entry |" in stdout
+
+
+
+def test_a_closed_stdout_keeps_the_gates_exit_code_and_puts_its_verdict_on_stderr(files, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """`commbench gate ... | true`: the table is lost with its reader, the verdict is not."""
+    bands = tmp_path / "bands.yaml"
+    assert run(capsys, "gate", "--suggest", str(files["good"]), "--out", str(bands))[0] == 0
+    for results, code, verdict in ((files["good"], 0, "gate: PASS"), (files["slow"], 1, "gate: FAIL")):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        monkeypatch.setattr(sys, "stdout", os.fdopen(write_end, "w"))
+        with pytest.raises(SystemExit) as info:
+            from commbench.cli.app import main
+
+            main(["gate", str(results), "--expect", str(bands)])
+        sys.stdout.close()
+        assert info.value.code == code
+        assert capsys.readouterr().err.startswith(verdict)
 
 
 def test_cli_suggest_prints_yaml_and_never_overwrites(files, tmp_path, capsys):

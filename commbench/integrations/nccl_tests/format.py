@@ -72,7 +72,8 @@ def canonical(name: str) -> str | None:
 
 
 def fail_collective(name: str) -> str:
-    raise BadInput(f"unknown --collective {name!r}: use a commbench or nccl-tests name, e.g. all_reduce, "
+    hint = vocab.did_you_mean(name, vocab.collective_spellings(nccl_tests=True))
+    raise BadInput(f"unknown --collective {name!r}{hint}: use a commbench or nccl-tests name, e.g. all_reduce, "
                    "all_gather, alltoall, broadcast")
 
 
