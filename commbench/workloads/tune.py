@@ -32,7 +32,7 @@ from commbench.core.errors import BadInput, CommbenchError, RuntimeFailure
 from commbench.core.results import read_results
 from commbench.core.units import format_size
 from commbench.core.vocab import get_dtype
-from commbench.workloads.zeroschedule import (DEFAULT_CPU_STEP_BYTES, MAX_STEP_COLLECTIVES, curve_comms,
+from commbench.workloads.zeroschedule import (DEFAULT_CPU_STEP_BYTES, MAX_STEP_COLLECTIVES, MODELS, curve_comms,
                                               module_sizes, param_count, scaled, step_collectives,
                                               step_schedule)
 
@@ -225,8 +225,7 @@ def measure(plan: TunePlan, row: Row, index: int) -> str:
     path = Path(plan.out) / f"{plan.run_id}.zero-{index}.parquet"
     print(f"# tune: measuring candidate {index}: ZeRO-{row.stage}, reduce_bucket_size {row.reduce_bucket:.3g}, "
           f"gradient_accumulation_steps {row.grad_accum}, {row.dtype} -> {path}", flush=True)
-    child(["zero", "--ds-config", plan.ds_config, "--layers", str(plan.layers), "--hidden", str(plan.hidden),
-           "--vocab", str(plan.vocab), "--stages", str(row.stage), "--bucket-size", str(row.reduce_bucket),
+    child(["zero", "--ds-config", plan.ds_config, *shape_args(plan), "--vocab", str(plan.vocab), "--stages", str(row.stage), "--bucket-size", str(row.reduce_bucket),
            "--grad-accum", str(row.grad_accum), "-d", row.dtype, "--scale", repr(plan.scale), "--overlap", "off",
            "--out", str(path), *plan.child_args], f"candidate {index}'s zero run", plan.launcher)
     frame = read_results([str(path)], columns=["time_us", "zero_stage"])
@@ -235,6 +234,14 @@ def measure(plan: TunePlan, row: Row, index: int) -> str:
         raise RuntimeFailure(f"{path} holds no zero_step row: the zero run measured nothing; rerun tune")
     row.measured_us = float(statistics.median(times))
     return str(path)
+
+
+def shape_args(plan: TunePlan) -> list[str]:
+    """The model's flags for a child zero run: its name where it has one, so that the run's header
+    and rows say '1.3b' as the user asked, not 'custom-24x2048'."""
+    if plan.model in MODELS:
+        return ["--model", plan.model]
+    return ["--layers", str(plan.layers), "--hidden", str(plan.hidden)]
 
 
 def cpu_scale(params: int, itemsize: int, backend: str) -> float:

@@ -7,7 +7,7 @@ import pytest
 
 from commbench.analysis import tuneview
 from commbench.analysis.tuneview import Row
-from commbench.core.errors import BadInput
+from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.integrations.deepspeed import config as dsconfig
 from commbench.workloads import tune as work
 
@@ -124,3 +124,23 @@ def test_scaled_prediction_terms_shrink():
     full, half = work.comms(plan, row, 1), work.comms(plan, row, 0.5)
     assert sum(s * n for _, s, n in half) < sum(s * n for _, s, n in full)
     assert [op for op, _, _ in half] == [op for op, _, _ in full]
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("1.3b", ["--model", "1.3b", "--vocab", "1000"]),  # named as the user asked, not custom-2x64
+    ("custom-2x64", ["--layers", "2", "--hidden", "64", "--vocab", "1000"]),
+])
+def test_a_candidates_zero_run_names_the_model_as_the_user_did(model, expected, monkeypatch, tmp_path):
+    seen = []
+
+    def child(args, what, launcher):
+        seen.append(args)
+        raise RuntimeFailure("stop here")  # the run itself is test_tune.py's (integration)
+
+    monkeypatch.setattr(work, "child", child)
+    with pytest.raises(RuntimeFailure):
+        work.measure(_plan(model=model, out=str(tmp_path)), Row(2, 20_000, 500_000_000, 1, "bfloat16", 0.0), 1)
+    args = seen[0]
+    start = args.index("--ds-config") + 2
+    assert args[start:start + len(expected)] == expected
+    assert ("--layers" in args) is model.startswith("custom")
