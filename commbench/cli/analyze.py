@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from commbench.cli.options import Text, fraction
-from commbench.core import outputs, stdout
+from commbench.core import outputs, streams
 from commbench.core.errors import BadInput
 
 
@@ -94,7 +94,7 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
     if out is None:
         sys.stdout.write(text)
         sys.stdout.flush()
-        if stdout.reader_gone():  # `| true`: the verdict stays visible in a CI log
+        if streams.reader_gone():  # `| true`: the verdict stays visible in a CI log
             print(f"commbench: compare: verdict: {comparison.verdict} (exit {comparison.exit_code()}); stdout "
                   "was closed before the report was read", file=sys.stderr)
     else:
@@ -190,7 +190,7 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
         sys.stdout.flush()
     else:
         outputs.write_file(out, text.encode("utf-8"), who, "--out", inputs, force)
-    if out is not None or fmt != "table" or stdout.reader_gone():
+    if out is not None or fmt != "table" or streams.reader_gone():
         print(report.summary(), file=sys.stderr)  # the verdict stays visible in a CI log
     return report.exit_code()
 

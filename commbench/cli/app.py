@@ -11,7 +11,7 @@ from commbench import __version__
 from commbench.cli import analyze, doctor, measure, tune
 from commbench.cli.lab import lab
 from commbench.cli.nccl_tests import nccl_tests
-from commbench.core import stdout
+from commbench.core import streams
 from commbench.core.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, CommbenchError
 from commbench.core.signals import Terminated, ignore_signals_until_exit
 
@@ -40,7 +40,7 @@ def _interrupted(code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    stdout.guard()  # a reader that leaves (`| head`) costs the output, never the exit code
+    streams.guard()  # a reader that leaves (`| head`) costs the output, never the exit code
     try:
         code = cli.main(args=argv, prog_name="commbench", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:  # `commbench` or `commbench lab` alone asks for its help

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from commbench.core import streams
 from commbench.core.binding import pinned
 from commbench.core.signals import Terminated, ignore_signals_until_exit, stop_once, stopping
 from commbench.core.errors import EXIT_RUNTIME, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, BadInput
@@ -308,6 +309,7 @@ def run_as_rank(target: Callable[[RankEnv], int], env: RankEnv) -> int:
 
 def _child(rank: int, world: int, port: int, target: Callable[[RankEnv], int], quiet_others: bool) -> None:
     code = EXIT_SIGINT  # a Ctrl-C before the rank's handlers are in place
+    streams.guard()  # a spawned rank's own streams: a reader that leaves must not end the rank
     try:
         if rank != 0 and quiet_others:
             sys.stdout = open(os.devnull, "w")

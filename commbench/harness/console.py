@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from commbench.core import stdout
+from commbench.core import streams
 from commbench.core.progress import draw_bar, is_terminal
 from commbench.core.runsummary import MISSED_MARK, gbps, halfwidth_text, precision_of
 
@@ -153,7 +153,7 @@ class Reporter:
         except BrokenPipeError:  # a plain stdout (a spawned rank's)
             self._reader_gone()
         else:
-            if stdout.reader_gone(self.stream):  # the entry point's guard (core/stdout.py) saw it
+            if streams.reader_gone(self.stream):  # the entry point's guard (core/streams.py) saw it
                 self._reader_gone()
 
     def repetition(self, repetition: int, repetitions: int) -> None:
@@ -173,7 +173,7 @@ class Reporter:
         the table only a view of it, so the run goes on, writing every point, without the table.
         stdout is pointed at /dev/null so that no later write (or the final flush) fails again."""
         self.enabled, self.reader_gone, self.progress = False, True, None
-        stdout.silence(self.stream)
+        streams.silence(self.stream)
         print("commbench: stdout was closed (its reader went away): the run goes on without its table and "
               "writes every point to its results file; Ctrl-C stops it and keeps what was measured",
               file=sys.stderr, flush=True)

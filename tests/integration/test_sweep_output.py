@@ -110,3 +110,19 @@ def test_a_reader_that_goes_away_leaves_the_run_measuring(tmp_path):
     assert "commbench: stdout was closed (its reader went away): the run goes on without its table" in err
     assert f"commbench: Results: {out} (3 rows)" in err
     assert sorted(pd.read_parquet(out).size_bytes) == [1024, 65536, 1 << 20]
+
+
+def test_a_reader_of_both_streams_that_goes_away_leaves_the_run_measuring(tmp_path):
+    """`commbench sweep 2>&1 | head -1`: stdout and stderr are one pipe, closed after one line. The
+    notice that the reader left then has nowhere to go either; before, writing it raised
+    BrokenPipeError in rank 0 and the run ended with exit 1 and one row of three."""
+    out = tmp_path / "both.parquet"
+    proc = subprocess.Popen([sys.executable, "-m", "commbench", "sweep", "--sizes", "1K,64K,1M", "-w", "1",
+                             "--time-budget", "0.01", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    proc.wait(timeout=120)
+    assert first.startswith("# commbench ")
+    assert proc.returncode == 0
+    assert sorted(pd.read_parquet(out).size_bytes) == [1024, 65536, 1 << 20]

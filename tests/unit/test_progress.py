@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli.app import cli
-from commbench.core import stdout
+from commbench.core import streams
 from commbench.core.errors import BadInput
 from commbench.core.launch import started_by
 from commbench.core.progress import ci_set, draw_bar
@@ -161,18 +161,18 @@ def test_a_closed_pipe_stops_the_table_not_the_reporter(capsys):
 
 
 def test_a_guarded_stdout_tells_the_reporter(capsys):
-    """In the entry point's process stdout is a GuardedStdout (core/stdout.py) that swallows the
+    """In the entry point's process stdout is a GuardedStream (core/streams.py) that swallows the
     BrokenPipeError itself: the reporter still notices, says so once and moves its last line to stderr."""
     read_end, write_end = os.pipe()
     raw = os.fdopen(write_end, "w")
     os.close(read_end)
-    guarded = stdout.GuardedStdout(raw)
+    guarded = streams.GuardedStream(raw)
     reporter = Reporter(True, 3, stream=guarded, progress="off")
     reporter.line("# Collective test starting: all_reduce")
     reporter.line("        1024  ...")
     reporter.last_line("# Results: results/x.parquet (3 rows)")
     err = capsys.readouterr().err.splitlines()
-    assert guarded.reader_gone and stdout.reader_gone(guarded)
+    assert guarded.reader_gone and streams.reader_gone(guarded)
     assert len(err) == 2 and err[0].startswith("commbench: stdout was closed") and \
         err[1] == "commbench: Results: results/x.parquet (3 rows)"
     raw.close()
@@ -181,10 +181,10 @@ def test_a_guarded_stdout_tells_the_reporter(capsys):
 def test_a_guarded_stdout_writes_through_until_its_reader_goes():
     read_end, write_end = os.pipe()
     raw = os.fdopen(write_end, "w")
-    guarded = stdout.GuardedStdout(raw)
+    guarded = streams.GuardedStream(raw)
     assert guarded.write("first\n") == 6 and guarded.fileno() == write_end  # the stream's own attributes
     guarded.flush()
-    assert os.read(read_end, 100) == b"first\n" and not stdout.reader_gone(guarded)
+    assert os.read(read_end, 100) == b"first\n" and not streams.reader_gone(guarded)
     os.close(read_end)
     assert guarded.write("x" * 100_000) == 100_000  # more than a pipe holds: the write finds the reader gone
     guarded.flush()
@@ -193,4 +193,4 @@ def test_a_guarded_stdout_writes_through_until_its_reader_goes():
     raw.write("straight to the descriptor\n")
     raw.flush()  # fd 1's stand-in now points at /dev/null: no BrokenPipeError
     raw.close()
-    assert not stdout.reader_gone(io.StringIO())  # a plain stream never reports a gone reader
+    assert not streams.reader_gone(io.StringIO())  # a plain stream never reports a gone reader

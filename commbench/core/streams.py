@@ -1,15 +1,16 @@
-"""stdout whose reader may go away (`commbench compare a b | head -3`, `commbench sweep | head`).
+"""stdout and stderr whose reader may go away (`commbench compare a b | head -3`,
+`commbench sweep 2>&1 | head`).
 
 A closed pipe is the reader's choice, not a failure of the command: what a command measured or
 decided (a run's points, compare's and gate's verdict in the exit code) must not be lost to it.
-Without this, the first write raises BrokenPipeError and click ends the command with exit 1,
-which a CI job reads as compare's "a regression".
+Without this, the first write raises BrokenPipeError: click ends the command with exit 1 (which a
+CI job reads as compare's "a regression"), and a run's rank 0 dies with the rest of its points.
 
-`guard()` (called once by the entry point) makes sys.stdout a `GuardedStdout`: the first write
-that finds the reader gone points file descriptor 1 at /dev/null (so that no later write, nor the
-interpreter's final flush, fails again) and the command goes on with its exit code. A rank
-process that was started fresh (spawn) has a plain stdout again; the live table catches
-BrokenPipeError itself and calls `silence` (harness/console.py)."""
+`guard()` (called by the entry point and by every local rank as it starts) makes sys.stdout and
+sys.stderr `GuardedStream`s: the first write that finds the reader gone points the stream's file
+descriptor at /dev/null (so that no later write, nor the interpreter's final flush, fails again)
+and the command goes on with its exit code. The live table tells the user once that its reader
+left (harness/console.py), on stderr where that still has one."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def silence(stream) -> None:
         pass
 
 
-class GuardedStdout:
+class GuardedStream:
     """A text stream that forwards to `stream` until its reader is gone, then writes nowhere."""
 
     def __init__(self, stream):
@@ -61,11 +62,12 @@ class GuardedStdout:
         return getattr(self._stream, name)
 
 
-def guard() -> GuardedStdout:
-    """Make sys.stdout a GuardedStdout (once; a second call keeps the first guard)."""
-    if not isinstance(sys.stdout, GuardedStdout):
-        sys.stdout = GuardedStdout(sys.stdout)
-    return sys.stdout
+def guard() -> None:
+    """Make sys.stdout and sys.stderr GuardedStreams (a stream guarded already keeps its guard)."""
+    if sys.stdout is not None and not isinstance(sys.stdout, GuardedStream):
+        sys.stdout = GuardedStream(sys.stdout)
+    if sys.stderr is not None and not isinstance(sys.stderr, GuardedStream):
+        sys.stderr = GuardedStream(sys.stderr)
 
 
 def reader_gone(stream=None) -> bool:
