@@ -11,19 +11,21 @@ from commbench import __version__
 from commbench.cli import analyze, doctor, measure, tune
 from commbench.cli.lab import lab
 from commbench.cli.nccl_tests import nccl_tests
+from commbench.cli.options import InOrder
 from commbench.core import streams
 from commbench.core.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, CommbenchError
 from commbench.core.signals import Terminated, ignore_signals_until_exit
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=InOrder, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="commbench")
 def cli() -> None:
     """Communication benchmarks for distributed deep learning (NCCL, gloo)."""
 
 
-for _command in (measure.sweep, measure.buckets, measure.pairs, measure.zero, analyze.compare, analyze.gate,
-                 analyze.plot, analyze.report, doctor.doctor, lab, nccl_tests, tune.tune):
+for _command in (measure.sweep, measure.buckets, measure.zero, measure.pairs, tune.tune,  # measure
+                 analyze.compare, analyze.gate, analyze.plot, analyze.report,  # judge and look
+                 doctor.doctor, nccl_tests, lab):  # diagnose, nccl-tests, the emulated cluster
     cli.add_command(_command)
 
 

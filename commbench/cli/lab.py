@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from commbench.cli.options import DAY_S, WEEK_S, Number
+from commbench.cli.options import DAY_S, WEEK_S, InOrder, Number
 from commbench.lab import network as labmod
 from commbench.lab import state as labstate
 
@@ -12,7 +12,7 @@ from commbench.lab import state as labstate
 MTU = Number(int, 576, 65535, rule="is outside 576..65535", example="1500")
 
 
-@click.group()
+@click.group(cls=InOrder)
 def lab() -> None:
     """An emulated cluster on this machine (root): hosts are network namespaces on one bridge,
     links have a tbf rate and an MTU, and a real Slurm can run on them."""
@@ -135,7 +135,7 @@ def down() -> None:
     click.echo("lab down: " + (", ".join(removed) if removed else "no lab was up"))
 
 
-@lab.group()
+@lab.group(cls=InOrder)
 def slurm() -> None:
     """A real Slurm on the lab: munged, slurmctld on the first host, one slurmd per host
     (Debian/Ubuntu: apt-get install slurm-wlm munge)."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import click
 
-from commbench.cli.options import WEEK_S, Number, Text, complete_nccl_tests_collective
+from commbench.cli.options import WEEK_S, InOrder, Number, Text, complete_nccl_tests_collective
 
 
-@click.group("nccl-tests")
+@click.group("nccl-tests", cls=InOrder)
 def nccl_tests() -> None:
     """Run NVIDIA nccl-tests binaries, or import their logs, into commbench results."""
 

@@ -30,6 +30,14 @@ RANKS_PER_CORE = 4  # local ranks beyond this many per usable core only wait for
 RANK_BYTES = 256 << 20  # what one local rank holds before its buffers (interpreter, torch, gloo)
 
 
+class InOrder(click.Group):
+    """A command group whose help lists its commands in the order they were added (a user's order:
+    measure, then judge, then diagnose; lab up before lab down), not click's alphabetical one."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
 def _show(value) -> str:
     """3.0 as 3.0 (as the value reads back), 0.25 and 1e+30 as %g."""
     if isinstance(value, float) and math.isfinite(value) and (value != int(value) or abs(value) >= 1e16):

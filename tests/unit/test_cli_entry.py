@@ -26,3 +26,20 @@ def test_an_unknown_command_is_one_line_with_a_guess():
     proc = commbench("swep")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "commbench: no such command 'swep' (did you mean sweep?): see 'commbench --help'\n"
+
+
+@pytest.mark.parametrize("group, order", [
+    ((), ["sweep", "buckets", "zero", "pairs", "tune", "compare", "gate", "plot", "report", "doctor", "nccl-tests",
+          "lab"]),
+    (("lab",), ["up", "status", "set", "exec", "rsh", "run", "down", "slurm"]),
+    (("lab", "slurm"), ["up", "status", "down", "submit"]),
+])
+def test_help_lists_commands_in_a_users_order_not_alphabetically(group, order):
+    """The main job first (sweep), then judging and looking, then diagnosis; a lab from up to down."""
+    from click.testing import CliRunner
+
+    from commbench.cli.app import cli
+
+    out = CliRunner().invoke(cli, [*group, "--help"]).output
+    listed = [line.split()[0] for line in out.split("Commands:\n", 1)[1].splitlines() if line.startswith("  ")]
+    assert listed == order
