@@ -23,7 +23,7 @@ from commbench.core.vocab import order_key
 
 CLEAN, TROUBLE = "clean", "trouble"
 CAUSE_LIMIT = 4  # counters a likely cause names; the rest are counted
-KINDS_TEXT = "error, drop, retransmit, pause or congestion"
+KINDS_TEXT = "link, error, drop, retransmit, pause or congestion"
 NOT_READ_TEXT = "No counters were read (results from before counters, or --no-wire)."
 WIRE_NOTE = ("NIC, port and TCP counters read on every host before and after each point (docs/RESULTS.md): "
              "the trouble counters that moved, summed over the points they moved in, and the bytes each "

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from commbench.core.inputs import MAX_NESTING, nests_deeper
 
 WIRE_FORMAT = 1
-# The order trouble is named in: what breaks or fills first, then what follows from it (a drop
-# makes TCP retransmit; the retransmissions are the symptom, the drop the cause).
-CAUSE_ORDER = ("error", "drop", "pause", "congestion", "retransmit")
+# The order trouble is named in: what breaks or fills first, then what follows from it (a link
+# that went down drops what it was sending; a drop makes TCP retransmit; the retransmissions are
+# the symptom, the drop the cause). The kinds are net/counters.py's.
+CAUSE_ORDER = ("link", "error", "drop", "pause", "congestion", "retransmit")
 
 
 @dataclass(frozen=True)

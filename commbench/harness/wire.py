@@ -5,6 +5,11 @@ changes in one gather after the loop's own. The row's `wire` columns come from c
 What is read on a host: the traffic interface, every RDMA port and the RoCE netdevs behind them,
 and the namespace's TCP MIB (net/wiresource.py). A host where nothing can be read sends nothing;
 the point is measured all the same.
+
+A link that went down (the `link` kind: carrier_down_count) is counted from the previous point's
+end, not from this point's start: a flap that fell between two points (while the check ran or the
+row was written) is still the run's, and the next point is the first to cross the link after it.
+Everything else keeps the point's own window, so that the bytes are the collective's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class WireProbe:
     sampler: LiveSampler | None  # None: this rank is not its host's reader
     host_of: list[str] = field(default_factory=list)  # index = rank
     before: dict | None = None
+    links_seen: dict | None = None  # the reading the link counters were last counted from
     cost_s: float = 0.0
     errors: list[str] = field(default_factory=list)
 
@@ -51,6 +57,8 @@ class WireProbe:
             start = time.perf_counter()
             self.before = self._read()
             self.cost_s = time.perf_counter() - start
+            if self.links_seen is None:
+                self.links_seen = self.before
 
     def end(self) -> bytes:
         """This host's entry (JSON bytes) since begin(); b"" from a rank that does not read."""
@@ -62,7 +70,10 @@ class WireProbe:
         before, self.before = self.before, None
         if after is None or before is None:
             return b""
-        return json.dumps(entry(ct.deltas(before, after), self.ranks_on_host, cost)).encode()
+        moved = [m for m in ct.deltas(before, after) if m.kind != ct.LINK]
+        moved += [m for m in ct.deltas(self.links_seen or before, after) if m.kind == ct.LINK]
+        self.links_seen = after
+        return json.dumps(entry(moved, self.ranks_on_host, cost)).encode()
 
     def _read(self):
         try:

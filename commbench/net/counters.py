@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass
 
 # What a counter says, coarsely. The trouble kinds are the ones a healthy point leaves at zero.
-TRAFFIC, ERROR, DROP, RETRANSMIT, PAUSE, CONGESTION, QUEUE, PROBE = (
-    "traffic", "error", "drop", "retransmit", "pause", "congestion", "queue", "probe")
-TROUBLE = (ERROR, DROP, RETRANSMIT, PAUSE, CONGESTION)
+TRAFFIC, LINK, ERROR, DROP, RETRANSMIT, PAUSE, CONGESTION, QUEUE, PROBE = (
+    "traffic", "link", "error", "drop", "retransmit", "pause", "congestion", "queue", "probe")
+TROUBLE = (LINK, ERROR, DROP, RETRANSMIT, PAUSE, CONGESTION)
 
 # The sources, in the order a snapshot reads them.
-NETDEV = "netdev"  # the interface's rtnl_link_stats64 (= /sys/class/net/IF/statistics/*)
+NETDEV = "netdev"  # the interface's rtnl_link_stats64 (= /sys/class/net/IF/statistics/*) and carrier count
 QDISC = "qdisc"  # the interface's root queueing discipline (`tc -s qdisc`)
 ETHTOOL = "ethtool"  # the driver's own statistics (`ethtool -S`)
 TCP = "tcp"  # the network namespace's TCP MIB (/proc/net/snmp)
@@ -62,6 +62,8 @@ _NETDEV = [
     _c(NETDEV, "rx_over_errors", DROP, "receive ring overruns"),
     _c(NETDEV, "rx_fifo_errors", DROP, "receive FIFO overruns"),
     _c(NETDEV, "rx_missed_errors", DROP, "frames the host was too slow to take off the NIC"),
+    _c(NETDEV, "carrier_down_count", LINK, "times the link lost its carrier (went down): a flapping cable, optic, "
+                                           "NIC or switch port (/sys/class/net/IF/carrier_down_count, Linux 4.16+)"),
     _c(NETDEV, "tx_carrier_errors", ERROR, "carrier lost while sending: the link flapped"),
     _c(NETDEV, "tx_aborted_errors", ERROR, "sends aborted by the NIC"),
     _c(NETDEV, "tx_fifo_errors", ERROR, "transmit FIFO underruns"),

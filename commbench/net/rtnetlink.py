@@ -1,5 +1,6 @@
 """The two rtnetlink requests a counter snapshot makes, by hand: one interface's link statistics
-(RTM_GETLINK, IFLA_STATS64: the numbers of /sys/class/net/IF/statistics) and its root qdisc's
+(RTM_GETLINK, IFLA_STATS64: the numbers of /sys/class/net/IF/statistics, and
+IFLA_CARRIER_DOWN_COUNT: /sys/class/net/IF/carrier_down_count) and its root qdisc's
 queue statistics (RTM_GETQDISC, TCA_STATS2/TCA_STATS_QUEUE: what `tc -s qdisc` prints). And, for
 doctor's rails, the rate a root shaper caps each interface at (`root_shapers`: a tbf's rate, an
 htb's root classes' ceilings; what `tc qdisc show` / `tc class show` print).
@@ -20,7 +21,7 @@ NETLINK_ROUTE = 0
 RTM_GETLINK, RTM_GETQDISC, RTM_GETTCLASS = 18, 38, 42
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-IFLA_STATS64 = 23
+IFLA_STATS64, IFLA_CARRIER_DOWN_COUNT = 23, 48  # the second a __u32 (Linux 4.16+)
 TCA_STATS2, TCA_STATS_QUEUE = 7, 3
 TC_H_ROOT = 0xFFFFFFFF
 TCA_KIND, TCA_OPTIONS = 1, 2
@@ -92,13 +93,16 @@ class Rtnl:
                 return out
 
     def link_stats(self, index: int) -> dict[str, int]:
-        """The interface's rtnl_link_stats64 ({} if the kernel sends none)."""
+        """The interface's rtnl_link_stats64 and carrier_down_count (what the kernel sends of them)."""
+        out: dict[str, int] = {}
         for payload in self._request(RTM_GETLINK, 0, struct.pack("=BxHiII", socket.AF_UNSPEC, 0, index, 0, 0)):
             for kind, value in _attrs(payload, 16):  # after struct ifinfomsg
                 if kind == IFLA_STATS64:
                     n = min(len(value) // 8, len(LINK_STATS64))
-                    return dict(zip(LINK_STATS64, struct.unpack_from(f"={n}Q", value)))
-        return {}
+                    out.update(zip(LINK_STATS64, struct.unpack_from(f"={n}Q", value)))
+                elif kind == IFLA_CARRIER_DOWN_COUNT and len(value) >= 4:
+                    out["carrier_down_count"] = struct.unpack_from("=I", value)[0]
+        return out
 
     def root_qdisc_stats(self, index: int) -> dict[str, int]:
         """The root qdisc's gnet_stats_queue ({} without one)."""

@@ -168,7 +168,7 @@ def recorded_reading(root: Path) -> Reading:
     root = Path(root)
     out: Reading = {}
     for iface in sorted((root / "class" / "net").glob("*")):
-        values = _int_files(iface / "statistics", ct.NETDEV)
+        values = {**_int_files(iface / "statistics", ct.NETDEV), **_int_files(iface, ct.NETDEV)}  # carrier_down_count
         if values:
             out[(ct.NETDEV, iface.name)] = values
     out.update({k: v for k, v in read_ib(ib_ports(root / "class" / "infiniband"), root / "class" / "infiniband").items()

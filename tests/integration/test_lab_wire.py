@@ -13,6 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
+from commbench.core import wire
 from labkit import NEEDS_LAB, lab_env, run_commbench
 
 pytestmark = NEEDS_LAB
@@ -134,3 +135,39 @@ def test_compare_names_the_new_drops_as_the_likely_cause(lab, tmp_path):
               "--out", str(report)).returncode == 0
     text = report.read_text()
     assert "## Wire" in text and f"{PREFIX}node2" in text and "drops" in text
+
+
+def test_a_link_that_flaps_mid_run_is_named_and_the_run_goes_on(lab, tmp_path):
+    """host 2's switch port taken down for a second and up again while a sweep runs, as a loose
+    cable or a flapping switch port does: TCP carries the run over the gap (exit 0, every point
+    kept), and the point it fell in names the link that lost its carrier, before what followed."""
+    out = tmp_path / "flap.parquet"
+    run = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m", "commbench",
+                            "sweep", "--sizes", "1M", "-n", "5", "-w", "1", "-R", "12", "--timeout", "120",
+                            "--progress", "off", "--out", str(out)], env=ENV, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    port = f"{PREFIX}veth2"
+    try:
+        for line in run.stdout:  # the first measured point: the ranks are connected
+            if line.strip()[:1].isdigit():
+                break
+        subprocess.run(["ip", "link", "set", port, "down"], check=True, timeout=30)
+        subprocess.run(["sleep", "1"], check=True)
+        subprocess.run(["ip", "link", "set", port, "up"], check=True, timeout=30)
+        rest, err = run.communicate(timeout=300)
+    finally:
+        subprocess.run(["ip", "link", "set", port, "up"], timeout=30)
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, rest[-3000:] + err[-3000:]
+    df = pd.read_parquet(out)
+    assert len(df) == 12 and set(df.wrong) == {0}
+    named = [wire.troubles(v) for v in df.wire]  # causes first
+    hit = [t for t in named if any(x.counter == "carrier_down_count" for x in t)]
+    assert len(hit) == 1, named  # one flap, one point
+    first = hit[0][0]
+    assert (first.host, first.where, first.counter, first.delta, first.kind) == (
+        f"{PREFIX}node2", "eth0", "carrier_down_count", 1, "link")
+    assert f"! wire: {PREFIX}node2 eth0 carrier_down_count +1" in rest
+    assert f"commbench: wire: {PREFIX}node2 eth0 carrier_down_count +1 (link) during 1 of 12 point(s)" in err, err
+    assert "carrier_down_count" not in json.dumps([json.loads(v)["hosts"][f"{PREFIX}node1"] for v in df.wire])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from commbench.core import wire
-from commbench.harness.wire import entry
+from commbench.harness.wire import WireProbe, entry
 from commbench.net import counters as ct
 from commbench.net import doctorwire, wiresource
 
@@ -248,3 +248,92 @@ def test_tcp_retransmissions_are_trouble_only_beyond_probes_and_noise():
     # other sources are not thinned
     drops = [ct.Moved(ct.QDISC, "eth0", "drops", 1, ct.DROP)]
     assert ct.trouble(drops + moved(12000, 5, 0)) == drops
+
+
+def test_a_link_that_went_down_is_named_first():
+    """A flap is the cause of what follows it: the drops while it was down, TCP's retransmissions."""
+    host = entry([ct.Moved(ct.TCP, "tcp", "RetransSegs", 900, ct.RETRANSMIT),
+                  ct.Moved(ct.QDISC, "eth0", "drops", 12, ct.DROP),
+                  ct.Moved(ct.NETDEV, "eth0", "carrier_down_count", 1, ct.LINK)], ranks=1, cost_s=0)
+    value = wire.columns({"h": host}, None)["wire"]
+    assert [t.counter for t in wire.troubles(value)] == ["carrier_down_count", "drops", "RetransSegs"]
+    assert wire.mark(value).startswith("  ! wire: h eth0 carrier_down_count +1, h eth0 qdisc drops +12")
+
+
+def test_a_flap_is_a_problem_while_watching_but_not_as_it_stands(tmp_path):
+    """carrier_down_count since boot is not judged (a link that came up at boot has counted one);
+    one that rises while doctor --watch looks is a problem, with the flapping link's hint."""
+    tree = tmp_path / "host"
+    (tree / "class" / "net" / "eth0" / "statistics").mkdir(parents=True)
+    (tree / "class" / "net" / "eth0" / "statistics" / "rx_crc_errors").write_text("0\n")
+    (tree / "class" / "net" / "eth0" / "carrier_down_count").write_text("3\n")
+    reading = wiresource.recorded_reading(tree)
+    assert reading[(ct.NETDEV, "eth0")] == {"rx_crc_errors": 0, "carrier_down_count": 3}
+    assert doctorwire.standing(reading) == []
+    later = {(ct.NETDEV, "eth0"): {"rx_crc_errors": 0, "carrier_down_count": 4}}
+    made = doctorwire.findings("h", ct.trouble(ct.deltas(reading, later)), "rose in 5 s",
+                               lambda *a: a)
+    assert made == [("counters", "h", "h eth0: link counters rose in 5 s: carrier_down_count 1",
+                     doctorwire.HINTS[ct.LINK], "problem")]
+    assert "flapping cable" in doctorwire.HINTS[ct.LINK]
+
+
+@pytest.mark.skipif(not __import__("shutil").which("ip") or __import__("os").geteuid() != 0,
+                    reason="needs root and iproute2 (ip) to make a veth pair in a network namespace")
+def test_rtnetlink_counts_a_real_flap():
+    """A veth pair in a namespace of its own, one end taken down and up: both ends count one more
+    carrier loss over rtnetlink, as /sys/class/net/IF/carrier_down_count does."""
+    import os
+
+    ns = f"cbflap{os.getpid()}"
+    read = ("import json, socket; from commbench.net.rtnetlink import Rtnl; r = Rtnl(); "
+            "print(json.dumps({n: r.link_stats(socket.if_nametoindex(n)).get('carrier_down_count') "
+            "for n in ('fa', 'fb')}))")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def counts() -> dict:
+        out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", read], capture_output=True, text=True,
+                             env=env, timeout=60, check=True).stdout
+        return json.loads(out)
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", "-n", ns, *args], check=True, timeout=30)
+
+    subprocess.run(["ip", "netns", "add", ns], check=True, timeout=30)
+    try:
+        ip("link", "add", "fa", "type", "veth", "peer", "name", "fb")
+        ip("link", "set", "fa", "up")
+        ip("link", "set", "fb", "up")
+        before = counts()
+        ip("link", "set", "fb", "down")
+        ip("link", "set", "fb", "up")
+        after = counts()
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], timeout=30)
+    assert all(isinstance(v, int) for v in before.values()), before
+    assert {n: after[n] - before[n] for n in after} == {"fa": 1, "fb": 1}
+
+
+def test_a_flap_between_two_points_is_counted_at_the_next_point_and_bytes_keep_their_window():
+    """The link counter is counted from the previous point's end: a carrier lost while the check ran
+    or the row was written is the next point's (it is the first to cross the link after it); the
+    bytes stay the point's own, so that they match the collective's."""
+    def snap(down: int, sent: int) -> ct.Reading:
+        return {(ct.NETDEV, "eth0"): {"carrier_down_count": down, "tx_bytes": sent}}
+
+    readings = iter([snap(1, 0), snap(1, 100),      # point 1: nothing happens
+                     snap(2, 150), snap(2, 250),    # the link went down and up before point 2 began
+                     snap(2, 300), snap(3, 400)])   # point 3: it went down during the point
+
+    class Sampler:
+        def read(self):
+            return next(readings)
+
+    probe = WireProbe("h", 1, Sampler())
+    entries = []
+    for _ in range(3):
+        probe.begin()
+        entries.append(json.loads(probe.end()))
+    assert [e["trouble"] for e in entries] == [[], [["eth0", "carrier_down_count", 1, "link"]],
+                                               [["eth0", "carrier_down_count", 1, "link"]]]
+    assert [e["counters"]["eth0"]["tx_bytes"] for e in entries] == [100, 100, 100]

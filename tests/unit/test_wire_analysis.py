@@ -205,9 +205,9 @@ def test_report_wire_section_names_the_counters_that_moved(files, tmp_path):
 def test_report_says_when_nothing_moved_and_when_no_counters_were_read(files, tmp_path):
     clean = read_results([files[0]])
     page = report.build_html(clean, ["before.parquet"])
-    assert "No error, drop, retransmit, pause or congestion counter moved during 4 points." in page
+    assert "No link, error, drop, retransmit, pause or congestion counter moved during 4 points." in page
     assert "Trouble counters that moved" not in page and "Wire bytes per payload byte" in page
-    assert "No error, drop, retransmit, pause or congestion counter moved during 4 points." in (
+    assert "No link, error, drop, retransmit, pause or congestion counter moved during 4 points." in (
         markdown.build_markdown(clean, None))
     for df in (read_results([write(tmp_path / "nowire.parquet", rows_with_wire(read=False))]),
                read_results([strip_wire(write(tmp_path / "old.parquet", rows_with_wire()))])):
