@@ -6,10 +6,11 @@ What is read on a host: the traffic interface, every RDMA port and the RoCE netd
 and the namespace's TCP MIB (net/wiresource.py). A host where nothing can be read sends nothing;
 the point is measured all the same.
 
-A link that went down (the `link` kind: carrier_down_count) is counted from the previous point's
-end, not from this point's start: a flap that fell between two points (while the check ran or the
-row was written) is still the run's, and the next point is the first to cross the link after it.
-Everything else keeps the point's own window, so that the bytes are the collective's.
+A link that went down (the `link` kind: an interface's carrier_down_count, an RDMA port's
+link_downed) is counted from the previous point's end, not from this point's start: a flap that
+fell between two points (while the check ran or the row was written) is still the run's, and the
+next point is the first to cross the link after it. Everything else keeps the point's own window,
+so that the bytes are the collective's.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ _IB = [
     _c(IB, "symbol_error", ERROR, "bit errors on the physical link: reseat or replace the cable or optic",
        ib_name="SymbolErrorCounter", legacy="SymbolErrors", bits=16),
     _c(IB, "link_error_recovery", ERROR, "times the link retrained after errors", ib_name="LinkErrorRecoveryCounter", legacy="LinkRecovers", bits=8),
-    _c(IB, "link_downed", ERROR, "times the link went down", ib_name="LinkDownedCounter", legacy="LinkDowned", bits=8),
+    _c(IB, "link_downed", LINK, "times the link went down", ib_name="LinkDownedCounter", legacy="LinkDowned", bits=8),
     _c(IB, "port_rcv_errors", ERROR, "received packets with errors (bad CRC, malformed)", ib_name="PortRcvErrors", legacy="RcvErrors", bits=16),
     _c(IB, "port_rcv_remote_physical_errors", ERROR, "packets marked bad by a link upstream",
        ib_name="PortRcvRemotePhysicalErrors", legacy="RcvRemotePhysErrors", bits=16),

@@ -15,8 +15,8 @@ from collections import defaultdict
 from commbench.net import counters as ct
 
 HINTS = {
-    ct.LINK: "the link went down and up (lost its carrier): a flapping cable, optic, NIC or switch port; check "
-             "`ip -s link`, `ethtool IF`, the kernel log (dmesg) and the switch port's log",
+    ct.LINK: "the link went down (and up again): a flapping cable, optic, NIC or switch port; check `ip -s link` "
+             "and `ethtool IF` (Ethernet) or `ibstat` (InfiniBand), the kernel log (dmesg) and the switch port's log",
     ct.ERROR: "errors on the link: reseat or replace the cable or optic, check the port (ibstat, ethtool -m); "
               "clear the counters (perfquery -R) and watch whether they rise: commbench doctor --watch 60",
     ct.DROP: "packets dropped: a full buffer or queue (congestion, a slow receiver) or a port that went down",

@@ -156,8 +156,8 @@ def test_doctor_root_clean_port_and_saturated_counters():
     full = doctor("--root", str(DATA / "ib_saturated_cx7"), "--json")
     assert full.returncode == 1
     found = [f for f in json.loads(full.stdout)["findings"] if f["check"] == "counters"]
-    assert any("link_downed (LinkDownedCounter) 255 (saturated" in f["message"] and f["severity"] == "problem"
-               for f in found)
+    assert any(": link counters since they were last cleared: link_downed (LinkDownedCounter) 255 (saturated"
+               in f["message"] and f["severity"] == "problem" for f in found)
 
 
 def test_doctor_watch_rejects_bad_input():
