@@ -210,15 +210,22 @@ class Session:
             raise RuntimeFailure(f"--cuda-graph: torch could not capture {label} in a CUDA graph ({exc}): "
                                  "measure it without --cuda-graph") from None
 
-    def time_each(self, call: Callable[[], None], label: str = "a transfer") -> tuple[list[list[float]], int]:
+    def time_each(self, call: Callable[[], None], label: str = "a transfer") -> tuple[list[list[float]], int, dict]:
         """The same loop, but every rank's own per-iteration times (s), indexed by rank: for
         workloads where ranks run different operations at once (disjoint pairs, workloads/pairs.py)
-        and the max over all ranks would mix them."""
+        and the max over all ranks would mix them. Also this host's counters during the loop,
+        {host: entry} (harness/wire.py), where this rank reads them and is its host's only rank
+        (with more, another rank's transfer would be counted in); {} otherwise."""
+        own = self.wire is not None and self.wire.sampler is not None and self.wire.ranks_on_host == 1
         with self._point(label):
+            if own:
+                self.wire.begin()
             samples, iters = self._own_samples(call)
         mine = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
         everyone = self._ops().gather(mine)  # same count everywhere: equal shapes
-        return [t.cpu().tolist() for t in everyone], iters
+        entry = self.wire.end() if own else b""  # after the gather: the peer's bytes are through
+        wire = {self.wire.host: json.loads(entry)} if entry else {}
+        return [t.cpu().tolist() for t in everyone], iters, wire
 
     def _ops(self):
         """The group operations of the loop: the pair's own (ops), or those of `group`."""

@@ -23,11 +23,13 @@ import time
 
 import torch
 
+from commbench.core import wire
 from commbench.harness import faults
 from commbench.harness.control import PROBE_S, ControlPlane, probe
 from commbench.harness.pairgroup import PairGroup
 from commbench.harness.runner import Measurement, Session
 
+WIRE_WAIT_S = 2.0  # for the second end's counters, once the first end's outcome is in
 STEP_SLACK_S = 10.0  # beyond --timeout, for a barrier or a step's outcomes to arrive
 LINGER_S = 1.0  # after the end: a rank cut off from rank 0 may still read "done" from this one
 COLLECTIVE = {"sendrecv": "sendrecv", "bidir": "sendrecv_bidir"}
@@ -108,10 +110,11 @@ class LinkTester:
             call = lambda: group.recv(recv)  # noqa: E731
         src, dst = link
         pair_session = dataclasses.replace(self.session, ops=group)
-        per_end, iters = pair_session.time_each(call, f"the transfer {self.names[src]} -> {self.names[dst]}")
+        label = f"the transfer {self.names[src]} -> {self.names[dst]}"
+        per_end, iters, counters = pair_session.time_each(call, label)
         samples = [max(x, y) for x, y in zip(*per_end)]
         wrong = self._check(group, call, receives, peer)
-        return {"samples": samples, "iters": iters, "wrong": wrong}
+        return {"samples": samples, "iters": iters, "wrong": wrong, "wire": counters}
 
     def _check(self, group: PairGroup, call, receives: bool, peer: int) -> int | None:
         """One more transfer into a cleared buffer; the bytes that differ from what the peer sends,
@@ -201,6 +204,7 @@ class LinkTester:
         rows = []
         for src, dst in links:
             outcome = self._outcome(step, (src, dst), end)
+            outcome["wire"] = self._both_ends_wire(step, (src, dst), outcome)
             self._name_peer(outcome)
             rows.append(self._row(outcome, src, dst, repetition, number, confirm, rail))
         self.session.write(rows)
@@ -225,6 +229,22 @@ class LinkTester:
             return _failure(status, "neither end reported in time")
         return _failure(status, self._silent_text(silent[0], call), silent[0])
 
+    def _both_ends_wire(self, step: str, link: tuple[int, int], outcome: dict) -> dict | None:
+        """The counters of both ends' hosts during the transfer (each end reads its own host and
+        puts it with its outcome); None for a failed link, or where neither end read any."""
+        if outcome.get("status"):
+            return None
+        key, hosts = _key(step, link), {}
+        deadline = time.monotonic() + WIRE_WAIT_S  # the other end puts its outcome right after the same gather
+        for end_rank in link:
+            text = self.control.read(end_rank, key)
+            while text is None and time.monotonic() < deadline and self.control.answers(end_rank):
+                time.sleep(0.02)
+                text = self.control.read(end_rank, key)
+            if text is not None:
+                hosts.update(json.loads(text).get("wire") or {})
+        return hosts or None
+
     def _name_peer(self, outcome: dict) -> None:
         """A rank found hung, gone or unreachable is named on stderr while the run goes on, once."""
         peer = outcome.get("peer")
@@ -243,7 +263,7 @@ class LinkTester:
             self.any_wrong = True
         row = session.record(collective=COLLECTIVE[plan.mode], dtype="uint8", op=None, root=-1,
                              size_bytes=plan.size_bytes, count=plan.size_bytes, in_place=False, busbw_factor=1.0,
-                             m=Measurement(samples, int(outcome.get("iters") or 0), wrong),
+                             m=Measurement(samples, int(outcome.get("iters") or 0), wrong, wire=outcome.get("wire")),
                              repetition=repetition, src_host=self.hosts[src], dst_host=self.hosts[dst],
                              src_rank=src, dst_rank=dst, status=status, error=outcome.get("error"),
                              confirm=True if confirm else None, rail=rail)
@@ -261,7 +281,7 @@ class LinkTester:
             return
         bad = row["wrong"]
         self.session.reporter.line(f"   {where:>5}  {link:<40} {row['time_us']:12.1f} {row['busbw_GBps']:9.4f} "
-                                   f"{'N/A' if bad is None else bad:>7}")
+                                   f"{'N/A' if bad is None else bad:>7}" + wire.mark(row.get("wire")))
 
 
 def rail_token(rail: str) -> str:

@@ -171,3 +171,37 @@ def test_a_link_that_flaps_mid_run_is_named_and_the_run_goes_on(lab, tmp_path):
     assert f"! wire: {PREFIX}node2 eth0 carrier_down_count +1" in rest
     assert f"commbench: wire: {PREFIX}node2 eth0 carrier_down_count +1 (link) during 1 of 12 point(s)" in err, err
     assert "carrier_down_count" not in json.dumps([json.loads(v)["hosts"][f"{PREFIX}node1"] for v in df.wire])
+
+
+def test_a_link_that_flaps_during_pairs_is_named_on_the_transfer_it_hit(lab, tmp_path):
+    """pairs reads each host's counters around every transfer (a host of one rank: nothing else of
+    its own is on the wire meanwhile), each end its own host: the flap is named on the row of the
+    transfer that crossed it, with the host and interface."""
+    out = tmp_path / "pairs.parquet"
+    run = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m", "commbench",
+                            "pairs", "--size", "4M", "-n", "5", "-w", "1", "-R", "6", "--timeout", "60",
+                            "--progress", "off", "--out", str(out)], env=ENV, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    port = f"{PREFIX}veth2"
+    try:
+        for line in run.stdout:  # the first transfer's row
+            if line.strip()[:1].isdigit():
+                break
+        subprocess.run(["ip", "link", "set", port, "down"], check=True, timeout=30)
+        subprocess.run(["sleep", "1"], check=True)
+        subprocess.run(["ip", "link", "set", port, "up"], check=True, timeout=30)
+        rest, err = run.communicate(timeout=300)
+    finally:
+        subprocess.run(["ip", "link", "set", port, "up"], timeout=30)
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, rest[-3000:] + err[-3000:]
+    df = pd.read_parquet(out)
+    assert len(df) == 12 and df.status.isna().all() and df.wire.notna().all()
+    assert all(set(json.loads(v)["hosts"]) == {f"{PREFIX}node1", f"{PREFIX}node2"} for v in df.wire)
+    named = [wire.troubles(v) for v in df.wire]
+    hit = [t for t in named if any(x.counter == "carrier_down_count" for x in t)]
+    assert len(hit) == 1, named
+    assert (hit[0][0].host, hit[0][0].where, hit[0][0].counter) == (f"{PREFIX}node2", "eth0", "carrier_down_count")
+    assert f"! wire: {PREFIX}node2 eth0 carrier_down_count +1" in rest
+    assert f"commbench: wire: {PREFIX}node2 eth0 carrier_down_count +1 (link) during 1 of 12 point(s)" in err, err
