@@ -137,18 +137,16 @@ def test_compare_names_the_new_drops_as_the_likely_cause(lab, tmp_path):
     assert "## Wire" in text and f"{PREFIX}node2" in text and "drops" in text
 
 
-def test_a_link_that_flaps_mid_run_is_named_and_the_run_goes_on(lab, tmp_path):
-    """host 2's switch port taken down for a second and up again while a sweep runs, as a loose
-    cable or a flapping switch port does: TCP carries the run over the gap (exit 0, every point
-    kept), and the point it fell in names the link that lost its carrier, before what followed."""
-    out = tmp_path / "flap.parquet"
+def run_with_a_flap(*command: str) -> tuple[str, str]:
+    """A commbench command on every lab host (`lab run`); once its first row is printed (the ranks
+    are connected), host 2's switch port goes down for a second and up again. Its stdout after that
+    row and its stderr; it must end with exit 0."""
     run = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m", "commbench",
-                            "sweep", "--sizes", "1M", "-n", "5", "-w", "1", "-R", "12", "--timeout", "120",
-                            "--progress", "off", "--out", str(out)], env=ENV, stdout=subprocess.PIPE,
+                            *command, "--progress", "off"], env=ENV, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     port = f"{PREFIX}veth2"
     try:
-        for line in run.stdout:  # the first measured point: the ranks are connected
+        for line in run.stdout:
             if line.strip()[:1].isdigit():
                 break
         subprocess.run(["ip", "link", "set", port, "down"], check=True, timeout=30)
@@ -160,6 +158,16 @@ def test_a_link_that_flaps_mid_run_is_named_and_the_run_goes_on(lab, tmp_path):
         if run.poll() is None:
             run.kill()
     assert run.returncode == 0, rest[-3000:] + err[-3000:]
+    return rest, err
+
+
+def test_a_link_that_flaps_mid_run_is_named_and_the_run_goes_on(lab, tmp_path):
+    """host 2's switch port taken down for a second and up again while a sweep runs, as a loose
+    cable or a flapping switch port does: TCP carries the run over the gap (exit 0, every point
+    kept), and the point it fell in names the link that lost its carrier, before what followed."""
+    out = tmp_path / "flap.parquet"
+    rest, err = run_with_a_flap("sweep", "--sizes", "1M", "-n", "5", "-w", "1", "-R", "12", "--timeout", "120",
+                                "--out", str(out))
     df = pd.read_parquet(out)
     assert len(df) == 12 and set(df.wrong) == {0}
     named = [wire.troubles(v) for v in df.wire]  # causes first
@@ -178,24 +186,8 @@ def test_a_link_that_flaps_during_pairs_is_named_on_the_transfer_it_hit(lab, tmp
     its own is on the wire meanwhile), each end its own host: the flap is named on the row of the
     transfer that crossed it, with the host and interface."""
     out = tmp_path / "pairs.parquet"
-    run = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m", "commbench",
-                            "pairs", "--size", "4M", "-n", "5", "-w", "1", "-R", "6", "--timeout", "60",
-                            "--progress", "off", "--out", str(out)], env=ENV, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    port = f"{PREFIX}veth2"
-    try:
-        for line in run.stdout:  # the first transfer's row
-            if line.strip()[:1].isdigit():
-                break
-        subprocess.run(["ip", "link", "set", port, "down"], check=True, timeout=30)
-        subprocess.run(["sleep", "1"], check=True)
-        subprocess.run(["ip", "link", "set", port, "up"], check=True, timeout=30)
-        rest, err = run.communicate(timeout=300)
-    finally:
-        subprocess.run(["ip", "link", "set", port, "up"], timeout=30)
-        if run.poll() is None:
-            run.kill()
-    assert run.returncode == 0, rest[-3000:] + err[-3000:]
+    rest, err = run_with_a_flap("pairs", "--size", "4M", "-n", "5", "-w", "1", "-R", "6", "--timeout", "60",
+                                "--out", str(out))
     df = pd.read_parquet(out)
     assert len(df) == 12 and df.status.isna().all() and df.wire.notna().all()
     assert all(set(json.loads(v)["hosts"]) == {f"{PREFIX}node1", f"{PREFIX}node2"} for v in df.wire)
