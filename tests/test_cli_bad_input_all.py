@@ -144,7 +144,14 @@ CASES = [
     ("nccl-import-unknown-collective", ["nccl-tests", "import", str(NCCL_LOG), "--collective", "allreduc",
                                         "--out", "{d}/imp"],
      ["unknown --collective 'allreduc' (did you mean all_reduce?)"], "nccl-tests"),
-    ("nccl-import-no-files", ["nccl-tests", "import"], ["Missing argument 'FILES...'"], "nccl-tests"),
+    ("nccl-import-no-files", ["nccl-tests", "import"],
+     ["nccl-tests import needs FILES..., e.g. 'commbench nccl-tests import all_reduce_perf.log'"], "nccl-tests"),
+    ("compare-no-after", ["compare", "{d}/good.parquet"],
+     ["compare needs BEFORE AFTER (missing: AFTER), e.g. 'commbench compare results/before/ results/after/': "
+      "see 'commbench compare --help'"]),
+    ("compare-nothing", ["compare"], ["compare needs BEFORE AFTER, e.g."]),
+    ("side-by-side-nothing", ["nccl-tests", "side-by-side"],
+     ["side-by-side needs COMMBENCH_RESULTS NCCL_TESTS_RESULTS, e.g."], "nccl-tests"),
     # ------------------------------------------------------------------ nccl-tests side-by-side
     ("nccl-side-by-side-no-nccl-tests-rows", ["nccl-tests", "side-by-side", "{d}/good.parquet", "{d}/good.parquet"],
      ["good.parquet holds no nccl-tests rows", "nccl-tests run` or `nccl-tests import"]),

@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.NoSuchOption as exc:
         hint = f" (did you mean {exc.possibilities[0]}?)" if exc.possibilities else ""
         _fail(f"no such option {exc.option_name}{hint}: see '{_help(exc)}'", EXIT_USAGE)
+    except click.MissingParameter as exc:
+        _fail(_missing(exc), EXIT_USAGE)
     except click.UsageError as exc:
         _fail(f"{exc.format_message().rstrip('.')}: see '{_help(exc)}'", EXIT_USAGE)
     except click.exceptions.Exit as exc:
@@ -65,6 +67,34 @@ def main(argv: list[str] | None = None) -> None:
     except CommbenchError as exc:
         _fail(str(exc), exc.exit_code)
     sys.exit(code or 0)
+
+
+# What a first try of each command that takes arguments looks like: shown when one is missing.
+_EXAMPLES = {
+    "compare": "commbench compare results/before/ results/after/",
+    "gate": "commbench gate results/ --expect bands.yaml",
+    "plot": "commbench plot results/",
+    "report": "commbench report results/",
+    "nccl-tests import": "commbench nccl-tests import all_reduce_perf.log",
+    "nccl-tests run": "commbench nccl-tests run ./build/all_reduce_perf -- -b 8 -e 8G -f 2 -g 8",
+    "nccl-tests side-by-side": "commbench nccl-tests side-by-side results/sweep.parquet results/nccl/",
+    "lab exec": "commbench lab exec cbnode1 -- ip -s link",
+    "lab slurm submit": "commbench lab slurm submit slurm/commbench.sbatch --wait",
+}
+
+
+def _missing(exc: click.MissingParameter) -> str:
+    """'compare needs BEFORE AFTER (missing: AFTER), e.g. ...': the command's arguments and a first
+    try, not click's bare 'Missing argument', so that the one line says what to type."""
+    ctx, param = exc.ctx, exc.param
+    if ctx is None or not isinstance(param, click.Argument):
+        return f"{exc.format_message().rstrip('.')}: see '{_help(exc)}'"
+    arguments = [p for p in ctx.command.params if isinstance(p, click.Argument)]
+    wanted = " ".join(p.make_metavar(ctx) for p in arguments)
+    which = "" if param is arguments[0] else f" (missing: {param.make_metavar(ctx)})"  # some were given
+    example = _EXAMPLES.get(_sub(exc))
+    hint = f", e.g. '{example}'" if example else ""
+    return f"{_sub(exc)} needs {wanted}{which}{hint}: see '{_help(exc)}'"
 
 
 def _sub(exc: click.ClickException) -> str:

@@ -1,6 +1,8 @@
 """`commbench zero --engine deepspeed --validate` with 2 real gloo ranks and the users' configs:
 DeepSpeed's comms-logger rows are stored, and commbench's schedule matches what the engine
-issued within 10% per op type for every stage."""
+issued within 10% per op type for every stage. The other user config runs the same command at
+--grad-accum 4 in test_zero_grad_accum.py: each config is validated once, at one GAS each (the
+engine run costs about 18 s a config on a 2-core machine)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (pip install
 DATA = Path(__file__).parent.parent / "data" / "ds_config"
 
 
-@pytest.mark.parametrize("config", ["zero2_bucket5e8_fp16.json", "zero2_offload_fp16.json"])
+@pytest.mark.parametrize("config", ["zero2_bucket5e8_fp16.json"])
 def test_engine_rows_and_schedule_validation(tmp_path, config):
     out = tmp_path / "engine.parquet"
     proc = subprocess.run([sys.executable, "-m", "commbench", "zero", "--engine", "deepspeed", "--validate",

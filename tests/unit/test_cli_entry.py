@@ -43,3 +43,37 @@ def test_help_lists_commands_in_a_users_order_not_alphabetically(group, order):
     out = CliRunner().invoke(cli, [*group, "--help"]).output
     listed = [line.split()[0] for line in out.split("Commands:\n", 1)[1].splitlines() if line.startswith("  ")]
     assert listed == order
+
+
+def _commands_with_arguments(group, path=()):
+    import click
+
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands_with_arguments(command, (*path, name))
+        elif any(isinstance(p, click.Argument) and p.required for p in command.params):
+            yield (*path, name)
+
+
+def test_a_command_called_without_its_arguments_names_them_and_shows_a_first_try(capsys):
+    """Every command that takes arguments, called bare (outside the lab, which asks for a lab
+    first): one line naming the arguments, an example to type, its help; exit 2."""
+    from commbench.cli import app
+
+    paths = [p for p in _commands_with_arguments(app.cli) if p[0] != "lab"]
+    assert {("compare",), ("gate",), ("plot",), ("report",), ("nccl-tests", "import")} <= set(paths)
+    for path in paths:
+        with pytest.raises(SystemExit) as exit_info:
+            app.main(list(path))
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and len(err.splitlines()) == 1, (path, err)
+        assert err.startswith(f"commbench: {' '.join(path)} needs "), err
+        assert f", e.g. 'commbench {' '.join(path)} " in err and f"see 'commbench {' '.join(path)} --help'" in err
+
+
+def test_the_missing_one_is_named_when_some_were_given(capsys):
+    from commbench.cli import app
+
+    with pytest.raises(SystemExit):
+        app.main(["compare", "before.parquet"])
+    assert capsys.readouterr().err.startswith("commbench: compare needs BEFORE AFTER (missing: AFTER), e.g. ")
