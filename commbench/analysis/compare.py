@@ -620,12 +620,50 @@ def _summary_lines(c: Comparison) -> list[str]:
     return lines
 
 
+_SIZE_CELL = _KEY_HEADERS.index("size")
+
+
 def _one_sided_lines(c: Comparison) -> list[str]:
+    """One line per point key but its size: 'before only: all_reduce float32 sum 8 B..512 KiB
+    (17 sizes), 32 MiB in 2 (1x2)'. A run of sizes is one with none of the group's other sizes (either
+    side's) between them, so a range never hides a size that was compared."""
+    grids: dict[tuple, set] = {}
+    for k in [p.key for p in c.points] + c.only_before + c.only_after:
+        grids.setdefault(_without_size(k), set()).add(k.get("size_bytes"))
     out = []
     for title, keys in (("before only", c.only_before), ("after only", c.only_after)):
+        groups: dict[tuple, list[dict]] = {}
         for k in keys:
-            out.append(f"{title}: " + " ".join(_key_cells(k, _extra_columns([k]))))
+            groups.setdefault(_without_size(k), []).append(k)
+        for group, members in groups.items():
+            cells = _key_cells(members[0], _extra_columns([members[0]]))
+            sizes = [k.get("size_bytes") for k in members]
+            cells[_SIZE_CELL] = _size_runs(sizes, grids[group]) if len(sizes) > 1 else cells[_SIZE_CELL]
+            out.append(f"{title}: " + " ".join(cells))
     return out
+
+
+def _without_size(key: dict) -> tuple:
+    return tuple((name, printable(str(v))) for name, v in key.items() if name != "size_bytes")
+
+
+def _size_runs(sizes: list, grid: set) -> str:
+    """'8 B..512 KiB (17 sizes), 32 MiB, 64 MiB': runs of 3 or more neighbours in the grid as a range."""
+    order = sorted(x for x in grid if x is not None)
+    ranked = sorted((order.index(x), x) for x in sizes if x is not None)
+    runs: list[list] = []
+    for i, x in ranked:
+        if runs and i == runs[-1][-1][0] + 1:
+            runs[-1].append((i, x))
+        else:
+            runs.append([(i, x)])
+    parts = []
+    for run in runs:
+        if len(run) >= 3:
+            parts.append(f"{_size(run[0][1])}..{_size(run[-1][1])} ({len(run)} sizes)")
+        else:
+            parts += [_size(x) for _, x in run]
+    return printable(", ".join(parts + ["-"] * sum(x is None for x in sizes)))
 
 
 def render_table(c: Comparison) -> str:

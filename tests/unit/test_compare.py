@@ -214,6 +214,23 @@ def test_points_on_one_side_only_are_listed_never_dropped():
     assert "1 before only, 1 after only" in table
 
 
+def test_one_sided_sizes_of_a_point_fold_into_one_line_whose_ranges_hide_no_compared_size():
+    """A short after-run against a full sweep: one line per point but its size, a run of three or more
+    neighbouring sizes as a range (the count in brackets), and a compared size splits a run."""
+    full = tuple(1 << k for k in range(3, 27))  # 8 B .. 64 MiB, as the default sweep
+    before = make_frame(sizes=full, seed=1)
+    after = make_frame(sizes=(1 << 10, 1 << 20, 2 << 20, 4 << 20), seed=2)
+    c = cmp.compare_frames(before, after)
+    assert len(c.only_before) == 20 and not c.only_after
+    lines = [ln for ln in cmp.render_table(c).splitlines() if ln.startswith("before only")]
+    assert lines == ["before only: all_reduce float32 sum 8 B..512 B (7 sizes), 2 KiB..512 KiB (9 sizes), "
+                     "8 MiB..64 MiB (4 sizes) in 16 (2x8)"], lines
+    two = cmp.compare_frames(make_frame(sizes=(1024, 4096, 1 << 20), seed=1), make_frame(sizes=(1 << 20,), seed=2))
+    assert [ln for ln in cmp.render_table(two).splitlines() if ln.startswith("before only")] == [
+        "before only: all_reduce float32 sum 1 KiB, 4 KiB in 16 (2x8)"]
+    assert "- before only: all_reduce float32 sum 8 B..512 B (7 sizes)" in cmp.render_markdown(c)
+
+
 def test_a_grad_accum_grid_shows_its_accumulation_column():
     """Points that differ only in grad_accum are told apart in the table (before, two identical-looking
     rows); a run of GAS 1 only gets no such column."""
@@ -617,7 +634,7 @@ def test_settings_on_one_side_only_is_nothing_comparable_with_a_warning_that_say
     assert any(w.startswith("the before results have settings GLOO_SOCKET_IFNAME=eth0|eth1 and the after "
                             "results none: compare runs made with the same --env") for w in c.warnings), c.warnings
     table = cmp.render_table(c)
-    assert f"before only: all_reduce float32 sum 1 MiB in 16 (2x8) {ETH1}" in table
+    assert f"before only: all_reduce float32 sum 1 MiB, 16 MiB in 16 (2x8) {ETH1}" in table
     assert "warning: the before results have settings" in table
     swapped = cmp.compare_frames(after, before)
     assert any("the before results have settings none and the after results GLOO_SOCKET_IFNAME=eth0|eth1"
