@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from commbench.analysis import linkrank, railrank
 from commbench.analysis.linkrank import FAILED, PAIRS_COLLECTIVES, column, endpoint_names, pairs_rows
+from commbench.core import wire
 
 
 # --------------------------------------------------------------------------- the pairs --from report
@@ -104,6 +105,7 @@ class Culprit:
     worked_before: int = 0
     via: str | None = None
     rail: str | None = None  # pairs --per-rail: the rail it failed on
+    lossy: bool = False  # its transfers timed out while the wire lost packets: named Lossy, not Hung
 
     @property
     def label(self) -> str:
@@ -140,6 +142,7 @@ class _Row(NamedTuple):
     confirm: bool
     bidir: bool
     seq: int = 0  # its place in the run's rows: the order the links were measured
+    wire: str | None = None  # a failed row's counters during the attempt (kept for failed rows only)
 
     @property
     def failed(self) -> bool:
@@ -211,14 +214,14 @@ def _meshes(df) -> tuple[_Mesh | None, _Mesh | None]:
     main, conf = _Mesh(), _Mesh()
     ends = [_end_names(rows, side, names) for side in ("src", "dst")]
     bidir = [PAIRS_COLLECTIVES.get(c, False) for c in column(rows, "collective")]
-    status, error, confirm = (column(rows, c) for c in ("status", "error", "confirm"))
+    status, error, confirm, wires = (column(rows, c) for c in ("status", "error", "confirm", "wire"))
     where = {n: (str(h), int(r)) for (h, r), n in names.items()}
     for mesh in (main, conf):  # every endpoint's rank for the keys; kept below for those with rows
         mesh.rank = {n: r for n, (_, r) in where.items()}
     # one pass over the rows, the columns read once each (not a pandas lookup a row)
-    for seq, (a, b, st, err, conf_row, bi) in enumerate(zip(*ends, status, error, confirm, bidir)):
+    for seq, (a, b, st, err, conf_row, bi, w) in enumerate(zip(*ends, status, error, confirm, bidir, wires)):
         err = None if err is None else " ".join(str(err).split())
-        (conf if conf_row else main).add(_Row(a, b, st, err, bool(conf_row), bi, seq))
+        (conf if conf_row else main).add(_Row(a, b, st, err, bool(conf_row), bi, seq, w if st in FAILED else None))
     for mesh in (main, conf):
         mesh.rank = {e: where[e][1] for e in mesh.by_end}
         mesh.host = {e: where[e][0] for e in mesh.by_end}
@@ -244,9 +247,31 @@ def _dominant(rows: list[_Row]) -> str:
 
 
 def _reason(rows: list[_Row]) -> list[str]:
-    """The most common error message of the failed rows, as an evidence line (none without one)."""
+    """The most common error message of the failed rows, and what the wire did during them, as
+    evidence lines (none without either)."""
     errors = Counter(r.error for r in rows if r.failed and r.error)
-    return [f"error: {errors.most_common(1)[0][0]}"] if errors else []
+    return ([f"error: {errors.most_common(1)[0][0]}"] if errors else []) + _wire_lines(rows)
+
+
+def _wire_lines(rows: list[_Row], shown: int = 4) -> list[str]:
+    """The trouble counters that moved during the failed attempts, summed (causes first): packets
+    lost on the way while a transfer timed out say that the data path starved it, not a hung process."""
+    moved = sorted(wire.totals(r.wire for r in rows if r.failed and r.wire), key=lambda t: t[0].cause_rank())
+    if not moved:
+        return []
+    more = f", +{len(moved) - shown} more" if len(moved) > shown else ""
+    return ["wire during the failed transfers: " + ", ".join(t.text() for t, _ in moved[:shown]) + more
+            + (f" ({LOSSY_TEXT})" if _lossy(rows) else "")]
+
+
+LOSSY_KINDS = frozenset({"link", "drop", "retransmit"})
+LOSSY_TEXT = "packets were lost on the data path: a sick link, NIC or queue, not a hung process"
+
+
+def _lossy(rows: list[_Row]) -> bool:
+    """Timed-out attempts during which the wire lost packets (drops, retransmissions, a flap)."""
+    return any(t.kind in LOSSY_KINDS for r in rows if r.status == "timeout" and r.wire
+               for t in wire.troubles(r.wire))
 
 
 def _listed(names: list[str], shown: int = 8) -> str:
@@ -317,7 +342,7 @@ def _dead_host(mesh: _Mesh, e: str, works: set[str], what: str) -> Culprit | Non
     return Culprit("host", e, status, (
         f"{len(links)} of {len(links)} links failed ({status}): " + _listed([_pair_text(mesh, k, e) for k in links]),
         f"{_listed(witnesses)} {'each work' if len(witnesses) > 1 else 'works'} with other {what}",
-        *_reason(rows)))
+        *_reason(rows)), lossy=_lossy(rows))
 
 
 def _since_failure(mesh: _Mesh, e: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
@@ -362,7 +387,7 @@ def _failed_during(mesh: _Mesh, ends: list[str], works: set[str], what: str) -> 
             + f"; it worked before ({len(before)} link{'s' if len(before) > 1 else ''}: "
             + _listed([f"{e} <-> {_peer(k, e)}" for k in before]) + ")",
             f"{_listed(witnesses)} {'each work' if len(witnesses) > 1 else 'works'} with other {what}",
-            *_reason(rows)), worked_before=len(before)))
+            *_reason(rows)), worked_before=len(before), lossy=_lossy(rows)))
     return hosts, unsure
 
 
@@ -370,7 +395,8 @@ def _culprit(mesh: _Mesh, kind: str, k: tuple[str, str], why: list[str]) -> Culp
     rows = mesh.pairs[k]
     status = _dominant(rows)
     return Culprit(kind, f"{k[0]} <-> {k[1]}", status,
-                   (f"link failed ({status}): {_pair_text(mesh, k)}", *why, *_flapping(rows), *_reason(rows)))
+                   (f"link failed ({status}): {_pair_text(mesh, k)}", *why, *_flapping(rows), *_reason(rows)),
+                   lossy=_lossy(rows))
 
 
 def _flapping(rows: list[_Row]) -> list[str]:
@@ -600,7 +626,7 @@ def _headline(c: Culprit, v: FaultVerdict) -> str:
                 peer = f["dst"] if f["src"] == c.name else f["src"]
                 if what == "host" or peer.rsplit("/r", 1)[0] != c.name.rsplit("/r", 1)[0]:
                     peers["confirm" if f["confirm"] else "main"].add(peer)
-        label = f"{_LABEL.get(c.status, 'Failed')} {what}: {c.label}"
+        label = f"{'Lossy' if c.lossy else _LABEL.get(c.status, 'Failed')} {what}: {c.label}"
         if c.via:
             other = _peer(tuple(c.via.split(" <-> ")), c.name)
             good = ", ".join(sorted(peers["confirm"] - {other}))

@@ -59,12 +59,21 @@ def _print_status(state) -> None:
     from rich.table import Table
 
 
-    table = Table("host", "iface", "address", "state", "MTU", "rate")
+    table = Table("host", "iface", "address", "state", "MTU", "rate", "queue")
     for f in labmod.live_facts(state):
-        table.add_row(f["host"], f["iface"], f["addr"], str(f["state"]), str(f["mtu"]), _rate(f["rate_bits"]))
+        table.add_row(f["host"], f["iface"], f["addr"], str(f["state"]), str(f["mtu"]), _rate(f["rate_bits"]),
+                      _queue(f))
     Console().print(table)
     for d in state.daemons:
         click.echo(f"daemon {d['name']} pid {d['pid']}")
+
+
+def _queue(facts: dict) -> str:
+    """'40000 B' for a queue `lab set --queue` set (full, it drops), '100 ms' for the lab's default
+    (that much traffic at the rate), '-' for an unshaped link; the figures are the kernel's."""
+    if facts["queue"] and facts["queue_bytes"]:
+        return f"{facts['queue_bytes']} B"
+    return f"{facts['queue_latency_us'] / 1000:g} ms" if facts["queue_latency_us"] else "-"
 
 
 def _rate(bits: float | None) -> str:
@@ -81,8 +90,9 @@ def _rate(bits: float | None) -> str:
 @click.option("--rail", default=None, help="One rail of the hosts, eth1 or 1 (default: every rail).")
 @click.option("--mtu", type=MTU, default=None)
 @click.option("--rate", default=None)
-@click.option("--queue", type=Number(int, 0, 1 << 30, example="4000"), default=None,
-              help="tbf's queue in bytes: a tiny one (e.g. 4000) drops like a shallow switch buffer; 0 restores it.")
+@click.option("--queue", type=Number(int, 0, 1 << 30, example="40000"), default=None,
+              help="tbf's queue in bytes: a short one (e.g. 40000) drops like a shallow switch buffer; one of a few "
+                   "frames (4000) starves TCP (16 MiB outlasted a 300 s timeout at 1gbit); 0 restores it.")
 @click.option("--frames/--no-frames", default=None, help="Count frames on eth0 as a NIC does (tbf splits GSO packets).")
 def set_cmd(node, rail, mtu, rate, queue, frames) -> None:
     """Change MTU, rate or queue live, for every host or one, every rail or one."""

@@ -87,6 +87,16 @@ class Measurement:
     wire: dict | None = None  # every host's counters during the point (core/wire.py); None: not read
 
 
+class TransferFailed(RuntimeError):
+    """A transfer of Session.time_each failed: the backend's error (same text) and the counters of
+    this rank's host from the transfer's start to the failure ({} where it reads none), which say
+    whether the wire dropped, retransmitted or flapped meanwhile."""
+
+    def __init__(self, cause: RuntimeError, wire: dict):
+        super().__init__(str(cause))
+        self.wire = wire
+
+
 @dataclass
 class RunContext:
     """Facts about the run that every record repeats."""
@@ -217,15 +227,22 @@ class Session:
         {host: entry} (harness/wire.py), where this rank reads them and is its host's only rank
         (with more, another rank's transfer would be counted in); {} otherwise."""
         own = self.wire is not None and self.wire.sampler is not None and self.wire.ranks_on_host == 1
-        with self._point(label):
-            if own:
-                self.wire.begin()
-            samples, iters = self._own_samples(call)
-        mine = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
-        everyone = self._ops().gather(mine)  # same count everywhere: equal shapes
-        entry = self.wire.end() if own else b""  # after the gather: the peer's bytes are through
-        wire = {self.wire.host: json.loads(entry)} if entry else {}
-        return [t.cpu().tolist() for t in everyone], iters, wire
+        try:
+            with self._point(label):
+                if own:
+                    self.wire.begin()
+                samples, iters = self._own_samples(call)
+            mine = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
+            everyone = self._ops().gather(mine)  # same count everywhere: equal shapes
+        except RuntimeError as exc:  # gloo's timeouts and closed connections: what the wire did meanwhile
+            raise TransferFailed(exc, self._own_wire(own)) from exc
+        return [t.cpu().tolist() for t in everyone], iters, self._own_wire(own)
+
+    def _own_wire(self, own: bool) -> dict:
+        """{host: entry} of this host's counters since wire.begin(); after the gather, so that the
+        peer's bytes are through. {} where this rank does not read them."""
+        entry = self.wire.end() if own else b""
+        return {self.wire.host: json.loads(entry)} if entry else {}
 
     def _ops(self):
         """The group operations of the loop: the pair's own (ops), or those of `group`."""
@@ -323,7 +340,8 @@ class Session:
             "net": ctx.net_json, "plan": plan.to_json(),
             "schema_version": SCHEMA_VERSION,
             # the bytes one rank sends between the snapshots: every warm-up and timed call
-            **wirecols.columns(m.wire, size_bytes * busbw_factor * (warmup + m.iters)),
+            # (unknown for a transfer that failed before its timed calls: the row has no ratio)
+            **wirecols.columns(m.wire, size_bytes * busbw_factor * (warmup + m.iters) if m.iters else None),
         }
         if self.setting is not None:
             row["settings"] = self.setting.label

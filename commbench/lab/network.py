@@ -270,7 +270,7 @@ def set_link(node: str | None = None, mtu: int | None = None, rate: str | None =
     if rate is not None:
         parse_rate(rate)
     if queue is not None and queue != 0 and not 1600 <= queue <= 1 << 30:
-        raise BadInput(f"--queue {queue} must be 0 (the default queue) or 1600..1073741824 bytes: e.g. 4000")
+        raise BadInput(f"--queue {queue} must be 0 (the default queue) or 1600..1073741824 bytes: e.g. 40000")
     rails = [rail_index(state, rail)] if rail is not None else list(range(state.rails))
     targets = [state.node(node)] if node else state.nodes
     for n in targets:
@@ -293,12 +293,23 @@ def live_facts(state: LabState) -> list[dict]:
         for r, link in enumerate(n.links()):
             kernel = links.get(link.iface, {})
             tbf = next((q for q in qdiscs if q.get("kind") == "tbf" and q.get("dev") == link.iface), {})
-            rate_bps = tbf.get("options", {}).get("rate")
+            options = tbf.get("options", {})
+            rate_bps = options.get("rate")
             out.append({"host": n.name, "rail": r, "addr": link.addr, "iface": link.iface, "mtu": kernel.get("mtu"),
                         "state": kernel.get("operstate"),
                         "rate_bits": rate_bps * 8 if isinstance(rate_bps, (int, float)) else None,
-                        "rate": link.rate})
+                        "rate": link.rate, "queue": link.queue, **_tbf_queue(options)})
     return out
+
+
+def _tbf_queue(options: dict) -> dict:
+    """tbf's queue as `tc -j` shows it: `limit` in bytes when the queue holds less than a burst,
+    else `lat`, the microseconds a full queue adds beyond the burst (limit / rate - burst / rate)."""
+    rate, burst, lat = options.get("rate"), options.get("burst"), options.get("lat")
+    limit = options.get("limit")
+    if limit is None and None not in (rate, burst, lat):
+        limit = round(lat * rate / 1e6 + burst)
+    return {"queue_bytes": limit, "queue_latency_us": lat}
 
 
 def down() -> list[str]:

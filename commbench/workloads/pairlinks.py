@@ -27,7 +27,7 @@ from commbench.core import wire
 from commbench.harness import faults
 from commbench.harness.control import PROBE_S, ControlPlane, probe
 from commbench.harness.pairgroup import PairGroup
-from commbench.harness.runner import Measurement, Session
+from commbench.harness.runner import Measurement, Session, TransferFailed
 
 WIRE_WAIT_S = 2.0  # for the second end's counters, once the first end's outcome is in
 STEP_SLACK_S = 10.0  # beyond --timeout, for a barrier or a step's outcomes to arrive
@@ -139,11 +139,12 @@ class LinkTester:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         call = self.control.roll_call([peer])
         status = call.status(peer)
+        counters = exc.wire if isinstance(exc, TransferFailed) else {}
         if status is None:  # the peer answers: the link, or the transfer itself, failed
             status = "timeout" if "timed out" in text.lower() or "timeout" in text.lower() else "error"
             return _failure(status, f"the transfer failed while rank {peer} on {self.hosts[peer]} answers the "
-                                    f"control plane: {text}")
-        return _failure(status, f"{self._silent_text(peer, call)}: {text}", peer)
+                                    f"control plane: {text}", wire=counters)
+        return _failure(status, f"{self._silent_text(peer, call)}: {text}", peer, counters)
 
     def _silent_text(self, peer: int, call) -> str:
         return self.control.describe(call).split("; ranks ")[0] if call.silent else \
@@ -231,12 +232,11 @@ class LinkTester:
 
     def _both_ends_wire(self, step: str, link: tuple[int, int], outcome: dict) -> dict | None:
         """The counters of both ends' hosts during the transfer (each end reads its own host and
-        puts it with its outcome); None for a failed link, or where neither end read any."""
-        if outcome.get("status"):
-            return None
+        puts it with its outcome; an end whose transfer failed, up to the failure: drops or
+        retransmissions there say the wire starved it); None where neither end read any."""
         key, hosts = _key(step, link), {}
         deadline = time.monotonic() + WIRE_WAIT_S  # the other end puts its outcome right after the same gather
-        for end_rank in link:
+        for end_rank in (r for r in link if r != outcome.get("peer")):  # a silent end would cost a read timeout
             text = self.control.read(end_rank, key)
             while text is None and time.monotonic() < deadline and self.control.answers(end_rank):
                 time.sleep(0.02)
@@ -277,7 +277,8 @@ class LinkTester:
         link = f"{self.names[src]} {arrow} {self.names[dst]}" + (f" ({row['rail']})" if row.get("rail") else "")
         where = f"{'c' if confirm else ''}{number}"
         if row["status"] in ("unreachable", "timeout", "error"):
-            self.session.reporter.line(f"   {where:>5}  {link:<40} {'FAILED':>12} {row['status']:>9}  {row['error']}")
+            self.session.reporter.line(f"   {where:>5}  {link:<40} {'FAILED':>12} {row['status']:>9}  {row['error']}"
+                                       + wire.mark(row.get("wire")))
             return
         bad = row["wrong"]
         self.session.reporter.line(f"   {where:>5}  {link:<40} {row['time_us']:12.1f} {row['busbw_GBps']:9.4f} "
@@ -294,9 +295,10 @@ def _key(step: str, link: tuple[int, int]) -> str:
     return f"res/{step}/{link[0]}-{link[1]}"
 
 
-def _failure(status: str, error: str, peer: int | None = None) -> dict:
-    """A link that could not be measured; `peer`: the rank found silent, when one was."""
-    return {"status": status, "error": error, "peer": peer}
+def _failure(status: str, error: str, peer: int | None = None, wire: dict | None = None) -> dict:
+    """A link that could not be measured; `peer`: the rank found silent, when one was; `wire`: this
+    end's host counters during the failed transfer, when it read them."""
+    return {"status": status, "error": error, "peer": peer, "wire": wire or {}}
 
 
 def _disjoint(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:

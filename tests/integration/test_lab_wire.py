@@ -77,9 +77,14 @@ def test_eth0_bytes_are_the_collective_bytes_in_frames(lab, tmp_path):
 def test_tiny_queue_names_host_interface_and_counter(lab, tmp_path):
     assert cb("lab", "set", "--node", f"{PREFIX}node2", "--queue", "40000").returncode == 0
     try:
+        status = cb("lab", "status")  # the planted queue is shown, as the kernel has it
         res, df = sweep(tmp_path / "drops.parquet", "--collective", "allreduce", "-b", "512K", "-e", "1M")
     finally:
         cb("lab", "set", "--queue", "0", "--no-frames")
+    queues = {line.split()[1]: line.split("│")[-2].strip() for line in status.stdout.splitlines() if PREFIX in line}
+    assert queues == {f"{PREFIX}node1": "100 ms", f"{PREFIX}node2": "40000 B"}, status.stdout
+    restored = json.loads(cb("lab", "status", "--json").stdout)["hosts"]
+    assert [(h["queue"], h["queue_latency_us"]) for h in restored] == [(None, 100000)] * 2
     sick = f"{PREFIX}node2 eth0 qdisc drops +"
     assert df.wire_trouble.all(), df[["size_bytes", "wire_trouble"]]
     table = [line for line in res.stdout.splitlines() if line.strip()[:1].isdigit()]
@@ -197,3 +202,28 @@ def test_a_link_that_flaps_during_pairs_is_named_on_the_transfer_it_hit(lab, tmp
     assert (hit[0][0].host, hit[0][0].where, hit[0][0].counter) == (f"{PREFIX}node2", "eth0", "carrier_down_count")
     assert f"! wire: {PREFIX}node2 eth0 carrier_down_count +1" in rest
     assert f"commbench: wire: {PREFIX}node2 eth0 carrier_down_count +1 (link) during 1 of 12 point(s)" in err, err
+
+
+def test_transfers_a_starving_queue_times_out_carry_the_wire_and_the_verdict_says_packets_were_lost(lab, tmp_path):
+    """A tbf queue of a few frames (4000 B) on host 2: TCP starves (16 MiB outlasted a 300 s timeout),
+    so each 64 MiB transfer times out at --timeout 5 while both ranks answer the control plane. The
+    failed rows keep what the wire did until then (the drops at host 2's queue, the retransmissions),
+    and the verdict says packets were lost on the data path rather than naming a hung process."""
+    out = tmp_path / "starved.parquet"
+    assert cb("lab", "set", "--node", f"{PREFIX}node2", "--queue", "4000").returncode == 0
+    try:
+        res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "pairs", "--size", "64M", "-w", "1", "-n", "3",
+                 "--timeout", "5", "--out", str(out))
+    finally:
+        cb("lab", "set", "--queue", "0")
+    assert res.returncode == 3, res.stdout + res.stderr  # two hosts: either end may be to blame
+    df = pd.read_parquet(out)
+    failed = df[df.status == "timeout"]
+    assert len(failed) >= 2 and failed.wire.notna().all(), df[["src_host", "dst_host", "status"]]
+    lost = [t for v in failed.wire for t in wire.troubles(v) if t.kind in ("drop", "retransmit")]
+    assert any(t.host == f"{PREFIX}node2" and t.counter == "drops" for t in lost), lost
+    rows = [line for line in res.stdout.splitlines() if "FAILED" in line]
+    assert rows and all("! wire:" in line for line in rows), res.stdout
+    assert (f"wire during the failed transfers: {PREFIX}node2 eth0 qdisc drops +" in res.stdout
+            and "packets were lost on the data path: a sick link, NIC or queue, not a hung process" in res.stdout), \
+        res.stdout

@@ -151,6 +151,42 @@ def test_a_hung_host_is_named_with_status_timeout():
     assert linkfaults.render_faults(v)[0] == "# Hung host: n4 (every link failed: 3 of 3, timeout)"
 
 
+def _wire_of(host, *trouble):
+    """A row's wire value as harness/wire.py writes it: one host's entry with its trouble counters."""
+    from commbench.core import wire
+
+    return wire.columns({host: {"ranks": 1, "trouble": [list(t) for t in trouble]}}, None)["wire"]
+
+
+def test_timeouts_while_the_wire_lost_packets_name_a_lossy_host_not_a_hung_one():
+    """n4's transfers timed out while its queue dropped and its peers retransmitted (the lab: a tbf
+    queue of 4000 B): the verdict says Lossy, with the counters summed over the failed attempts."""
+    rows = mesh_rows(fail=dead(3, status="timeout"))
+    for r in rows:
+        if r["status"] == "timeout":
+            sender = r["src_host"]
+            r["wire"] = (_wire_of("n4", ("eth0 qdisc", "drops", 35, "drop")) if sender == "n4" else
+                         _wire_of(sender, ("tcp", "RetransSegs", 200, "retransmit")))
+    v = linkfaults.faults(df_of(rows))
+    [c] = v.named
+    assert (c.kind, c.name, c.status, c.lossy) == ("host", "n4", "timeout", True)
+    lines = linkfaults.render_faults(v)
+    assert lines[0] == "# Lossy host: n4 (every link failed: 3 of 3, timeout)"
+    assert ("#   wire during the failed transfers: n4 eth0 qdisc drops +105, n1 tcp RetransSegs +200, "
+            "n2 tcp RetransSegs +200, n3 tcp RetransSegs +200 (packets were lost on the data path: a sick link, NIC or queue, "
+            "not a hung process)") in lines
+
+
+def test_counters_that_moved_without_loss_keep_a_hung_host_hung():
+    """Pause frames or queue overlimits during a timeout are shown, but lose no packet: still Hung."""
+    rows = mesh_rows(fail=dead(3, status="timeout"))
+    for r in rows:
+        if r["status"] == "timeout":
+            r["wire"] = _wire_of(r["src_host"], ("eth0 qdisc", "overlimits", 9, "queue"))
+    [c] = linkfaults.faults(df_of(rows)).named
+    assert not c.lossy and linkfaults.render_faults(linkfaults.faults(df_of(rows)))[0].startswith("# Hung host: n4")
+
+
 def test_two_dead_hosts_of_four_are_both_named():
     v = linkfaults.faults(df_of(mesh_rows(fail=dead(1, 3))))
     assert [(c.kind, c.name) for c in v.named] == [("host", "n2"), ("host", "n4")]
