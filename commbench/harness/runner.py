@@ -227,15 +227,17 @@ class Session:
         {host: entry} (harness/wire.py), where this rank reads them and is its host's only rank
         (with more, another rank's transfer would be counted in); {} otherwise."""
         own = self.wire is not None and self.wire.sampler is not None and self.wire.ranks_on_host == 1
+        begun = False
         try:
             with self._point(label):
                 if own:
                     self.wire.begin()
+                    begun = True
                 samples, iters = self._own_samples(call)
             mine = torch.tensor(samples, dtype=torch.float64, device=self.ctx.device)
             everyone = self._ops().gather(mine)  # same count everywhere: equal shapes
         except RuntimeError as exc:  # gloo's timeouts and closed connections: what the wire did meanwhile
-            raise TransferFailed(exc, self._own_wire(own)) from exc
+            raise TransferFailed(exc, self._own_wire(begun)) from exc
         return [t.cpu().tolist() for t in everyone], iters, self._own_wire(own)
 
     def _own_wire(self, own: bool) -> dict:
