@@ -649,8 +649,8 @@ def _without_size(key: dict) -> tuple:
 
 def _size_runs(sizes: list, grid: set) -> str:
     """'8 B..512 KiB (17 sizes), 32 MiB, 64 MiB': runs of 3 or more neighbours in the grid as a range."""
-    order = sorted(x for x in grid if x is not None)
-    ranked = sorted((order.index(x), x) for x in sizes if x is not None)
+    position = {x: i for i, x in enumerate(sorted(x for x in grid if x is not None))}
+    ranked = sorted((position[x], x) for x in sizes if x is not None)
     runs: list[list] = []
     for i, x in ranked:
         if runs and i == runs[-1][-1][0] + 1:
