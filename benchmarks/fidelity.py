@@ -79,7 +79,7 @@ class FidelityWorkload:
         last_iters: dict[int, int] = {}
         for rnd in range(self.rounds):
             for i, size in enumerate(plan.sizes):
-                layout = collective.layout(size // dtype.itemsize, world, rank)
+                layout = collective.for_size(size, dtype.itemsize, world, rank)
                 point = Point(collective.name, size, layout.size_bytes(dtype.itemsize), layout.count, in_place)
                 commbench_first = (rnd + i) % 2 == 0 or size not in last_iters
                 if commbench_first:

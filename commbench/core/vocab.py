@@ -1,11 +1,12 @@
 """The vocabulary: collective, dtype and reduction-op names and the facts about them, without torch.
 
 Every fact about a collective lives here once: its canonical name and aliases, how many
-elements each rank sends and receives for a requested size (nccl-tests' getCollByteCount,
-including its rounding), its bus-bandwidth factor (nccl-tests' getBw), which placements torch
-can express, the ZeRO paper's volume multiplier and the display order. The harness binds torch
-calls to these entries (harness/collectives.py); analysis and the nccl-tests reader use them as
-they are, so `compare`, `plot`, `report`, `gate` and `nccl-tests import` never import torch.
+elements each rank sends and receives for a requested size and element size (nccl-tests'
+setupArgs and getCollByteCount, including its 16-byte rounding), its bus-bandwidth factor
+(nccl-tests' getBw), which placements torch can express, the ZeRO paper's volume multiplier and
+the display order. The harness binds torch calls to these entries (harness/collectives.py);
+analysis and the nccl-tests reader use them as they are, so `compare`, `plot`, `report`, `gate`
+and `nccl-tests import` never import torch.
 
 Sizes follow nccl-tests: S, the size printed and stored, is the larger of the send and receive
 buffers of one rank (the total gathered output for all_gather, the total input for
@@ -20,9 +21,11 @@ from typing import Callable, Iterable
 
 from commbench.core.errors import BadInput
 
-# nccl-tests rounds per-rank chunks of the gather/scatter family down to a multiple of this
-# many elements (all_gather.cu, reduce_scatter.cu, alltoall.cu: #define ALIGN 4).
-ALIGN = 4
+# nccl-tests (since 2.13.12) rounds a rank's chunk in the gather/scatter family and all-to-all down
+# to a multiple of 16 bytes, whatever the element size: `(count/nranks) & ~(16/eltSize - 1)` in
+# GetCollByteCount (vendored 2.19.6, src/all_gather.cu AllGatherGetCollByteCount, likewise
+# reduce_scatter.cu, alltoall.cu, gather.cu, scatter.cu, hypercube.cu).
+CHUNK_BYTES = 16
 
 # What DeepSpeed reduces a gradient bucket with (`buckets --op`): all-reduce, or reduce-scatter at ZeRO-3.
 BUCKET_OPS = ("all_reduce", "reduce_scatter")
@@ -43,23 +46,52 @@ class Layout:
         return max(self.send_numel, self.recv_numel) * itemsize
 
 
-def _full(count: int, world: int, rank: int) -> Layout:
+def chunk_elements(itemsize: int) -> int:
+    """How many elements of `itemsize` bytes a rank's chunk is a multiple of (CHUNK_BYTES' worth:
+    16 // itemsize; every dtype's item size divides 16)."""
+    return CHUNK_BYTES // itemsize
+
+
+def _chunk(count: int, itemsize: int, world: int) -> int:
+    """nccl-tests' per-rank chunk `(count/nranks) & ~(16/eltSize - 1)`, bit for bit (an element
+    over 16 bytes would give 0, as there)."""
+    return (count // world) & ~(chunk_elements(itemsize) - 1)
+
+
+# Each layout is one nccl-tests GetCollByteCount (vendored 2.19.6, src/<name>.cu): (count, eltSize,
+# nranks) plus the rank, whose in-place views sit at rank x the offset nccl-tests returns.
+
+def _full(count: int, itemsize: int, world: int, rank: int) -> Layout:
+    """all_reduce.cu AllReduceGetCollByteCount, broadcast.cu BroadcastGetCollByteCount, reduce.cu
+    ReduceGetCollByteCount, sendrecv.cu SendRecvGetCollByteCount: count as it is, no rounding."""
     return Layout(count, count, count)
 
 
-def _gather_family(count: int, world: int, rank: int) -> Layout:
-    base = (count // (ALIGN * world)) * ALIGN
+def _gather_family(count: int, itemsize: int, world: int, rank: int) -> Layout:
+    """all_gather.cu AllGatherGetCollByteCount (also gather.cu GatherGetCollByteCount, hypercube.cu
+    HyperCubeGetCollByteCount): send a chunk, receive world chunks."""
+    base = _chunk(count, itemsize, world)
     return Layout(base, base * world, base, send_inplace_offset=rank * base)
 
 
-def _scatter_family(count: int, world: int, rank: int) -> Layout:
-    base = (count // (ALIGN * world)) * ALIGN
+def _scatter_family(count: int, itemsize: int, world: int, rank: int) -> Layout:
+    """reduce_scatter.cu ReduceScatterGetCollByteCount (also scatter.cu ScatterGetCollByteCount):
+    send world chunks, receive one."""
+    base = _chunk(count, itemsize, world)
     return Layout(base * world, base, base, recv_inplace_offset=rank * base)
 
 
-def _alltoall(count: int, world: int, rank: int) -> Layout:
-    base = (count // (ALIGN * world)) * ALIGN
+def _alltoall(count: int, itemsize: int, world: int, rank: int) -> Layout:
+    """alltoall.cu AlltoAllGetCollByteCount: world chunks each way, no in-place offsets."""
+    base = _chunk(count, itemsize, world)
     return Layout(base * world, base * world, base)
+
+
+def _alltoallv(count: int, itemsize: int, world: int, rank: int) -> Layout:
+    """alltoallv.cu AlltoAllvGetCollByteCount sizes each peer's share from a pattern (a file, or one
+    generated at run time): not a function of these arguments, so not modelled."""
+    raise ValueError("alltoallv's counts follow its run-time pattern (nccl-tests src/alltoallv.cu); "
+                     "commbench reads its results but has no layout for it")
 
 
 def ring_factor(world: int) -> float:
@@ -70,7 +102,7 @@ def ring_factor(world: int) -> float:
 class CollectiveSpec:
     name: str  # canonical, nccl-tests' name without _perf
     aliases: tuple[str, ...]
-    layout: Callable[[int, int, int], Layout]  # (count, world, rank) -> Layout
+    layout: Callable[[int, int, int, int], Layout]  # (count, itemsize, world, rank) -> Layout
     busbw_factor: Callable[[int], float]  # world -> busbw / algbw
     reduces: bool = False  # takes --op
     rooted: bool = False  # takes --root
@@ -86,6 +118,11 @@ class CollectiveSpec:
 
     def supports(self, placement: str) -> bool:
         return placement in self.placements
+
+    def for_size(self, size: int, itemsize: int, world: int, rank: int = 0) -> Layout:
+        """The layout of a requested size in bytes, as nccl-tests' setupArgs (src/common.cu) builds
+        it: `count = size / wordSize(type)`, then getCollByteCount(count, eltSize, nranks)."""
+        return self.layout(size // itemsize, itemsize, world, rank)
 
 
 # The collectives commbench measures, in display order (nccl-tests' order of its binaries).
@@ -106,8 +143,9 @@ COLLECTIVES: tuple[CollectiveSpec, ...] = (
 # nccl-tests binaries commbench does not run: their results are read under their own names,
 # with nccl-tests' bus factors.
 NCCL_TESTS_ONLY: tuple[CollectiveSpec, ...] = tuple(
-    CollectiveSpec(name, (), _full, ring_factor, rooted=name in ("gather", "scatter"))
-    for name in ("gather", "scatter", "hypercube", "alltoallv"))
+    CollectiveSpec(name, (), layout, ring_factor, rooted=name in ("gather", "scatter"))
+    for name, layout in (("gather", _gather_family), ("scatter", _scatter_family), ("hypercube", _gather_family),
+                         ("alltoallv", _alltoallv)))
 
 BY_NAME = {c.name: c for c in COLLECTIVES}
 ORDER = tuple(c.name for c in COLLECTIVES)

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from commbench.core.vocab import ALIGN, Layout, get_dtype
+from commbench.core.vocab import Layout, chunk_elements, get_dtype
 from commbench.core.errors import BadInput
 from commbench.core.options import RunOptions
 from commbench.core.settings import combinations, from_plan
@@ -91,7 +91,7 @@ class SweepPlan(RunOptions):
         return [p == "in" for p in wanted if collective.supports(p)]
 
     def points(self, collective: Collective, world: int, rank: int = 0) -> list[tuple[Layout, list[Point]]]:
-        """Every size of the grid, rounded as nccl-tests rounds it for `world` ranks.
+        """Every size of the grid, rounded as nccl-tests rounds it for `world` ranks and the plan's dtype.
 
         Sizes that round to zero elements, or to a size already in the list, are dropped so
         that each stored point is unique.
@@ -100,7 +100,7 @@ class SweepPlan(RunOptions):
         seen: set[int] = set()
         out = []
         for requested in self.sizes:
-            layout = collective.layout(requested // itemsize, world, rank)
+            layout = collective.for_size(requested, itemsize, world, rank)
             size = layout.size_bytes(itemsize)
             if layout.send_numel == 0 or layout.recv_numel == 0 or size in seen:
                 continue
@@ -129,8 +129,8 @@ def validate(plan: SweepPlan, world: int) -> None:
             raise BadInput(f"{collective.name} cannot run with placement {plan.placement!r}: "
                            f"use --placement {collective.placements[0]} or both")
         if not plan.points(collective, world):
-            smallest = next(count * itemsize for count in range(1, ALIGN * world + 1)
-                            if collective.layout(count, world, 0).recv_numel > 0
-                            and collective.layout(count, world, 0).send_numel > 0)
+            smallest = next(count * itemsize for count in range(1, chunk_elements(itemsize) * world + 1)
+                            if collective.layout(count, itemsize, world, 0).recv_numel > 0
+                            and collective.layout(count, itemsize, world, 0).send_numel > 0)
             raise BadInput(f"every size rounds to 0 elements for {collective.name} on {world} ranks: "
                            f"raise --max-bytes to at least {smallest}")

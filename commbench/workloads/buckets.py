@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from commbench.harness import faults
-from commbench.core.vocab import ALIGN, check_backend_support
+from commbench.core.vocab import check_backend_support, chunk_elements
 from commbench.harness.collectives import BY_NAME, CallArgs, reduce_scatter_flat
 from commbench.harness.data import check_bytes, count_mismatches, input_pattern, reducer
 from commbench.harness.dtypes import get_dtype, torch_op
@@ -65,13 +65,13 @@ MAX_BUCKETS = 100_000  # per step: each bucket is a view and a collective of its
 
 def _cut(plan: BucketPlan, bucket_elems: int, world: int) -> tuple[int, int]:
     """(elements reduced, elements per bucket). reduce_scatter needs every bucket to split evenly
-    over the ranks: sizes are rounded down to a multiple of ALIGN x world elements, as nccl-tests
-    rounds its reduce_scatter."""
+    over the ranks: sizes are rounded down to a multiple of world chunks of 16 bytes
+    (vocab.chunk_elements), as nccl-tests rounds its reduce_scatter."""
     itemsize = get_dtype(plan.dtype).itemsize
     total = plan.grad_bytes // itemsize
     bucket = max(1, min(bucket_elems, total))
     if plan.op == "reduce_scatter":
-        unit = ALIGN * world
+        unit = chunk_elements(itemsize) * world
         total, bucket = (total // unit) * unit, max(unit, (bucket // unit) * unit)
     return total, bucket
 
@@ -102,7 +102,8 @@ class BucketWorkload:
                                f"{-(-total // bucket):,} buckets per step; the most is {MAX_BUCKETS:,}: raise "
                                "--bucket-size or lower --grad-bytes (or --params)")
         if not self.layouts(world):
-            unit = get_dtype(self.plan.dtype).itemsize * (ALIGN * world if self.plan.op == "reduce_scatter" else 1)
+            itemsize = get_dtype(self.plan.dtype).itemsize
+            unit = itemsize * (chunk_elements(itemsize) * world if self.plan.op == "reduce_scatter" else 1)
             raise BadInput(f"--grad-bytes {self.plan.grad_bytes} holds no whole bucket on {world} ranks: "
                            f"raise it to at least {unit}")
 

@@ -104,10 +104,10 @@ def full_schedule(plan: TunePlan, row: Row):
 
 def comms(plan: TunePlan, row: Row, scale: float) -> list[tuple[str, int, int]]:
     """The prediction's terms: full scale (scale 1) or as the zero workload runs at `scale`."""
-    sched = full_schedule(plan, row)
+    sched, itemsize = full_schedule(plan, row), get_dtype(row.dtype).itemsize
     if scale != 1:
-        sched = scaled(sched, scale, plan.world)
-    return curve_comms(sched, get_dtype(row.dtype).itemsize, plan.world)
+        sched = scaled(sched, scale, itemsize, plan.world)
+    return curve_comms(sched, itemsize, plan.world)
 
 
 def candidates(plan: TunePlan, user: Row) -> list[Row]:

@@ -75,7 +75,8 @@ class ZeroWorkload:
 
     def schedule(self, stage: int, world: int, reduce_bucket: int | None = None,
                  grad_accum: int | None = None) -> list[Comm]:
-        return scaled(self.full_schedule(stage, reduce_bucket, grad_accum), self.plan.scale, world)
+        return scaled(self.full_schedule(stage, reduce_bucket, grad_accum), self.plan.scale,
+                      get_dtype(self.plan.dtype).itemsize, world)
 
     def predict(self, world: int) -> None:
         """Each setting's communication time per step at full scale from the --curve sweep, into

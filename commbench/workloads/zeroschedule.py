@@ -48,7 +48,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from commbench.core.errors import BadInput
-from commbench.core.vocab import ALIGN
+from commbench.core.vocab import chunk_elements
 
 # name -> (layers, hidden, vocab): GPT-2 small, GPT-3 XL (1.3B), LLaMA-7B-like
 MODELS = {"gpt2-125m": (12, 768, 50257), "1.3b": (24, 2048, 50257), "7b": (32, 4096, 32000)}
@@ -161,7 +161,8 @@ def curve_comms(schedule: list[Comm], itemsize: int, world: int) -> list[tuple[s
     return [(op, size, n) for (op, size), n in sorted(calls.items())]
 
 
-def scaled(schedule: list[Comm], scale: float, world: int) -> list[Comm]:
-    """Every message times `scale`, rounded to a whole chunk per rank (ALIGN x world elements)."""
-    unit = ALIGN * world
+def scaled(schedule: list[Comm], scale: float, itemsize: int, world: int) -> list[Comm]:
+    """Every message times `scale`, rounded to a whole chunk per rank (world chunks of 16 bytes:
+    vocab.chunk_elements(itemsize) x world elements)."""
+    unit = chunk_elements(itemsize) * world
     return [Comm(c.op, max(unit, int(c.numel * scale) // unit * unit), c.phase) for c in schedule]

@@ -30,7 +30,7 @@ def test_all_reduce_buckets_cover_the_gradients_exactly():
 def test_reduce_scatter_buckets_split_evenly_over_ranks():
     plan = BucketPlan(grad_bytes=1000 * 4, dtype="float32", op="reduce_scatter")
     lay = layout_for(plan, 300, world=3)
-    # multiples of ALIGN x world = 12 elements, as nccl-tests rounds reduce_scatter
+    # multiples of world x 16 bytes = 12 float32 elements, as nccl-tests rounds reduce_scatter
     assert lay.total == 996 and lay.bucket == 300
     assert all((b - a) % 12 == 0 for a, b in lay.bounds())
     assert sum(b - a for a, b in lay.bounds()) == lay.total

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.core.vocab import ALIGN, busbw
+from commbench.core.vocab import busbw, chunk_elements
 from commbench.harness.collectives import BY_NAME, COLLECTIVES, resolve
 from commbench.core.errors import BadInput
 
@@ -84,7 +84,7 @@ def test_all_reduce_layout_matches_nccl_tests_8_ranks():
     coll = BY_NAME["all_reduce"]
     for size, count, _ in rows:
         for rank in (0, 7):
-            lay = coll.layout(size // 4, 8, rank)
+            lay = coll.for_size(size, 4, 8, rank)
             assert (lay.count, lay.send_numel, lay.recv_numel) == (count, count, count)
             assert lay.size_bytes(4) == size
 
@@ -95,7 +95,7 @@ def test_all_gather_layout_matches_nccl_tests_2_ranks():
     coll = BY_NAME["all_gather"]
     for size, count, _ in rows:
         for rank in (0, 1):
-            lay = coll.layout(size // 4, 2, rank)
+            lay = coll.for_size(size, 4, 2, rank)
             assert lay.count == count  # elements per rank
             assert lay.send_numel == count and lay.recv_numel == 2 * count
             assert lay.send_inplace_offset == rank * count
@@ -107,22 +107,22 @@ def test_all_gather_layout_matches_nccl_tests_2_ranks_v2_18():
     rows = list(nccl_rows("all_gather_v2.18.0_2ranks_stderr_noise.txt"))
     assert len(rows) == 8
     for size, count, _ in rows:
-        lay = coll.layout(size // 4, 2, 0)
+        lay = coll.for_size(size, 4, 2, 0)
         assert (lay.count, lay.size_bytes(4)) == (count, size)
 
 
 def test_all_reduce_layout_matches_nccl_tests_16_ranks():
     coll = BY_NAME["all_reduce"]
     for size, count, _ in nccl_rows("all_reduce_2node_16xH100.txt"):
-        lay = coll.layout(size // 4, 16, 3)
+        lay = coll.for_size(size, 4, 16, 3)
         assert (lay.count, lay.size_bytes(4)) == (count, size)
 
 
 @pytest.mark.parametrize("name", ["all_gather", "reduce_scatter", "all_to_all"])
-def test_gather_scatter_family_rounds_like_nccl_tests_align_4(name):
-    # nccl-tests: count = 1000 // 4 = 250; base = (250 // (ALIGN * 3)) * ALIGN = 20 * 4 = 80.
-    assert ALIGN == 4
-    lay = BY_NAME[name].layout(1000 // 4, 3, 1)
+def test_gather_scatter_family_rounds_like_nccl_tests_16_bytes(name):
+    # nccl-tests: count = 1000 / 4 = 250; base = (250 / 3) & ~(16/4 - 1) = 83 & ~3 = 80.
+    assert chunk_elements(4) == 4
+    lay = BY_NAME[name].for_size(1000, 4, 3, 1)
     assert lay.count == 80
     assert lay.size_bytes(4) == 80 * 3 * 4 == 960
     per_rank, whole = 80, 240
@@ -131,18 +131,18 @@ def test_gather_scatter_family_rounds_like_nccl_tests_align_4(name):
 
 
 def test_in_place_offsets_follow_nccl_tests():
-    assert BY_NAME["all_gather"].layout(240, 3, 2).send_inplace_offset == 160
-    assert BY_NAME["all_gather"].layout(240, 3, 2).recv_inplace_offset == 0
-    assert BY_NAME["reduce_scatter"].layout(240, 3, 2).recv_inplace_offset == 160
-    assert BY_NAME["reduce_scatter"].layout(240, 3, 2).send_inplace_offset == 0
+    assert BY_NAME["all_gather"].layout(240, 4, 3, 2).send_inplace_offset == 160
+    assert BY_NAME["all_gather"].layout(240, 4, 3, 2).recv_inplace_offset == 0
+    assert BY_NAME["reduce_scatter"].layout(240, 4, 3, 2).recv_inplace_offset == 160
+    assert BY_NAME["reduce_scatter"].layout(240, 4, 3, 2).send_inplace_offset == 0
     for name in ("all_reduce", "broadcast", "reduce", "sendrecv", "all_to_all"):
-        lay = BY_NAME[name].layout(240, 3, 2)
+        lay = BY_NAME[name].layout(240, 4, 3, 2)
         assert (lay.send_inplace_offset, lay.recv_inplace_offset) == (0, 0)
 
 
 def test_tiny_sizes_round_to_zero_in_the_gather_family_only():
-    assert BY_NAME["all_gather"].layout(11, 3, 0).send_numel == 0
-    assert BY_NAME["all_reduce"].layout(1, 3, 0).send_numel == 1
+    assert BY_NAME["all_gather"].layout(11, 4, 3, 0).send_numel == 0
+    assert BY_NAME["all_reduce"].layout(1, 4, 3, 0).send_numel == 1
 
 
 # ---- bus bandwidth factors and algbw = S / t ----
@@ -178,9 +178,9 @@ def test_algbw_and_busbw_reproduce_nccl_tests_within_rounding(fixture, name, wor
     for size, count, cells in nccl_rows(fixture):
         if size == 0:
             continue
-        lay = coll.layout(size // 4, world, 0)
-        if lay.count != count:  # legacy logs predate ALIGN rounding; only their big sizes agree
-            assert "legacy" in fixture and size < 4 * ALIGN * world * 4
+        lay = coll.for_size(size, 4, world, 0)
+        if lay.count != count:  # legacy logs predate the 16-byte rounding; only their big sizes agree
+            assert "legacy" in fixture and size < 4 * chunk_elements(4) * world * 4
             continue
         S = lay.size_bytes(4)
         assert S == size
@@ -201,7 +201,7 @@ def test_all_reduce_8_ranks_example_row():
     size, count, cells = list(nccl_rows("all_reduce_v2.19.4_1node_8xA100.txt"))[-1]
     assert (size, count) == (134217728, 33554432)
     time_us, algbw, bus, _ = cells[0]
-    S = BY_NAME["all_reduce"].layout(count, 8, 0).size_bytes(4)
+    S = BY_NAME["all_reduce"].layout(count, 4, 8, 0).size_bytes(4)
     assert round(S / (time_us * 1e-6) / 1e9, 2) == algbw == 103.61
     assert round(busbw(BY_NAME["all_reduce"], S / (time_us * 1e-6) / 1e9, 8), 2) == bus == 181.32
 
@@ -209,6 +209,6 @@ def test_all_reduce_8_ranks_example_row():
 def test_all_gather_2_ranks_example_row():
     size, count, cells = list(nccl_rows("all_gather_v2.19.6_2node_roce.txt"))[0]
     time_us, algbw, bus, _ = cells[1]  # in place: 13778.0 us, 38.97, 19.48
-    S = BY_NAME["all_gather"].layout(size // 4, 2, 0).size_bytes(4)
+    S = BY_NAME["all_gather"].for_size(size, 4, 2, 0).size_bytes(4)
     assert round(S / (time_us * 1e-6) / 1e9, 2) == algbw == 38.97
     assert round(busbw(BY_NAME["all_gather"], S / (time_us * 1e-6) / 1e9, 2), 2) == bus == 19.48

@@ -76,11 +76,12 @@ CASES = [(c.name, w, d, op) for c in COLLECTIVES for w in WORLDS for d in DTYPES
 def test_check_counts_zero_on_the_simulated_result_and_one_per_corrupted_element(name, world, dtype, op):
     coll = BY_NAME[name]
     dt = get_dtype(dtype)
-    requested = 40 * world + 3  # elements; the gather/scatter family rounds it down to 40 per rank
+    # elements; the gather/scatter family rounds it down to 48 per rank (a multiple of 16 bytes for every dtype)
+    requested = 48 * world + 3
     for root in sorted({0, world - 1}) if coll.rooted else (0,):
         for rank in range(world):
-            lay = coll.layout(requested, world, rank)
-            assert lay.count == (40 if name in ("all_gather", "reduce_scatter", "all_to_all") else requested)
+            lay = coll.layout(requested, dt.itemsize, world, rank)
+            assert lay.count == (48 if name in ("all_gather", "reduce_scatter", "all_to_all") else requested)
             args = CallArgs(rank, world, root, op)
             want = simulate(name, lay.count, world, rank, root, op, dtype)
             for in_place in (False, True):
@@ -106,7 +107,7 @@ def test_check_counts_zero_on_the_simulated_result_and_one_per_corrupted_element
 def test_check_catches_a_missing_rank_and_a_wrong_rank():
     coll, dt = BY_NAME["all_reduce"], get_dtype("bfloat16")
     world, n = 5, 64
-    lay = coll.layout(n, world, 0)
+    lay = coll.layout(n, dt.itemsize, world, 0)
     args = CallArgs(0, world, 0, "sum")
     bufs = allocate(coll, lay, dt, True, CPU)
     # the sum without rank 4's contribution
@@ -130,7 +131,7 @@ def test_input_patterns_differ_between_ranks_and_fit_every_dtype():
 
 def test_out_of_place_buffers_are_separate_and_recv_is_zeroed():
     coll, dt = BY_NAME["all_gather"], get_dtype("float32")
-    lay = coll.layout(240, 3, 1)
+    lay = coll.layout(240, dt.itemsize, 3, 1)
     bufs = allocate(coll, lay, dt, False, CPU)
     assert (bufs.send.numel(), bufs.recv.numel()) == (80, 240)
     assert bufs.send.untyped_storage().data_ptr() != bufs.recv.untyped_storage().data_ptr()
@@ -146,7 +147,7 @@ def _offset(view: torch.Tensor, whole_ptr: int) -> int:
 def test_in_place_all_gather_sends_from_its_own_block_of_the_output(world):
     coll, dt = BY_NAME["all_gather"], get_dtype("float16")
     for rank in range(world):
-        lay = coll.layout(16 * world, world, rank)
+        lay = coll.layout(16 * world, dt.itemsize, world, rank)
         bufs = allocate(coll, lay, dt, True, CPU)
         assert bufs.send.untyped_storage().data_ptr() == bufs.recv.untyped_storage().data_ptr()
         assert _offset(bufs.recv, bufs.recv.data_ptr()) == 0 and bufs.recv.numel() == 16 * world
@@ -160,18 +161,18 @@ def test_in_place_all_gather_sends_from_its_own_block_of_the_output(world):
 def test_in_place_reduce_scatter_receives_into_its_own_block_of_the_input(world):
     coll, dt = BY_NAME["reduce_scatter"], get_dtype("int8")
     for rank in range(world):
-        lay = coll.layout(8 * world, world, rank)
+        lay = coll.layout(16 * world, dt.itemsize, world, rank)  # int8: 16 bytes per rank, one whole chunk
         bufs = allocate(coll, lay, dt, True, CPU)
         assert bufs.send.untyped_storage().data_ptr() == bufs.recv.untyped_storage().data_ptr()
-        assert bufs.send.numel() == 8 * world
-        assert _offset(bufs.recv, bufs.send.data_ptr()) == rank * lay.count == rank * 8
+        assert bufs.send.numel() == 16 * world
+        assert _offset(bufs.recv, bufs.send.data_ptr()) == rank * lay.count == rank * 16
         bufs.recv.fill_(-3)
-        assert (bufs.send[rank * 8:(rank + 1) * 8] == -3).all()
+        assert (bufs.send[rank * 16:(rank + 1) * 16] == -3).all()
 
 
 @pytest.mark.parametrize("name", ["all_reduce", "broadcast", "reduce"])
 def test_in_place_single_buffer_collectives_alias_send_and_recv(name):
     coll, dt = BY_NAME[name], get_dtype("bfloat16")
-    lay = coll.layout(33, 3, 2)
+    lay = coll.layout(33, dt.itemsize, 3, 2)
     bufs = allocate(coll, lay, dt, True, CPU)
     assert bufs.send.data_ptr() == bufs.recv.data_ptr() and bufs.send.numel() == bufs.recv.numel() == 33

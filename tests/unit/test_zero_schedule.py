@@ -61,7 +61,7 @@ def test_stage3_gathers_forward_and_backward_grouped_by_prefetch():
 
 def test_scaling_keeps_the_structure_and_splits_evenly():
     sched = step_schedule(3, module_sizes(2, 64, 256), 10**6, 5000)
-    small = scaled(sched, 0.1, world=3)
+    small = scaled(sched, 0.1, itemsize=4, world=3)
     assert [c.op for c in small] == [c.op for c in sched]
     assert all(c.numel % 12 == 0 and c.numel >= 12 for c in small)
 
