@@ -24,22 +24,22 @@ from commbench.analysis.frames import (REQUIRED_COLUMNS, check_frame, column, js
                                        scalar)
 from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point, group, split_failed
 from commbench.analysis.wireview import GROWTH, likely_causes
-from commbench.core import stats
+from commbench.core import columns, stats
+from commbench.core.columns import TOPOLOGY_COLUMNS
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.linkrate import net_rates
 
 # A collective's peak busbw is taken over the before side's points of the same collective on
 # the same topology under the same setting (a setting that quarters the bandwidth, a slow rail,
 # does not make its points latency-bound).
-PEAK_GROUP = ("collective", "world_size", "nnodes", "ranks_per_node", "settings")
+PEAK_GROUP = ("collective", *TOPOLOGY_COLUMNS, "settings")
 BANDWIDTH_BOUND_FRACTION = 0.5
 WITHIN_RUN_ALPHA_DIVISOR = 10
 
 # Should be the same on both sides: a difference makes the comparison suspect.
-WARN_COLUMNS = ("commbench_version", "torch_version", "nccl_version", "hosts", "world_size",
-                "ranks_per_node", "backend", "device_name")
-# Expected to differ (that is usually the point of the comparison): shown, not warned about.
-DIFFERENCE_COLUMNS = ("mtu", "link_layer", "iface", "label")
+# Should be the same on both sides (a difference makes the comparison suspect), and expected to
+# differ (usually the point of the comparison: shown, not warned about): core/columns.py's roles.
+WARN_COLUMNS, DIFFERENCE_COLUMNS = columns.WARN_COLUMNS, columns.DIFFERENCE_COLUMNS
 ENV_PREFIXES = ("NCCL_", "GLOO_")
 # Every column compare_frames reads: callers reading files for it read only these (results.read_results).
 READ_COLUMNS = tuple(dict.fromkeys(REQUIRED_COLUMNS + KEY_COLUMNS + WARN_COLUMNS + DIFFERENCE_COLUMNS + (
@@ -154,7 +154,7 @@ def compare_aggregates(before, after, threshold: float = 0.03, latency_threshold
     return _compare(before.side(), after.side(), b_lost, a_lost,
                     [same] * bool(same) + _warnings(before.context, after.context),
                     _differences(before.context, after.context), _settings_of(before.context, after.context),
-                    lambda common: {}, limits, allow_within_run)
+                    lambda common: before.likely_causes(after, common), limits, allow_within_run)
 
 
 def _limits(threshold: float, latency_threshold: float, alpha: float) -> dict:

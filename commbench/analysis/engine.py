@@ -8,8 +8,8 @@ the number of points and repetitions, not the columns of every row. Per-iteratio
 read only when a point needs the within-run test. The files are checked as read_results checks
 them (a readable parquet file, the required columns, a schema_version this commbench reads);
 rows that could not be measured (a failed pairs link) come back as rows, few as they are, for
-sides.split_failed. Results with wire counters (compare's likely cause reads them per row) stay
-on the pandas path: `suitable` says so.
+sides.split_failed. Wire counters (compare's likely cause, the report's Wire section) are read
+from the wire_trouble flag a row; the wire JSON only of the flagged rows, a batch at a time.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from commbench.analysis.frames import GROUP_KEYS
 from commbench.analysis.linkrank import FAILED
 from commbench.analysis.sides import KEY_COLUMNS, SAME_MEASUREMENT, Side, describe_point, summarise
+from commbench.core import filecheck
+from commbench.core.columns import BY_NAME, GATE_KEY, INT_KEYS, RUN_COLUMNS
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 
@@ -34,9 +37,7 @@ from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 # engine: at 1M rows it takes half the time and a third of the memory of pandas; below, DuckDB's
 # start costs more than it saves. benchmarks/analysis_scale.py measures both sides of the line.
 MIN_ROWS = int(os.environ.get("COMMBENCH_ENGINE_ROWS", "500000"))
-_INT_KEYS = ("size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage", "grad_accum",
-             "src_rank",
-             "dst_rank")
+_WIRE_BATCH = 10_000  # wire JSON values held at once while their trouble counters are summed
 _ROW_BITS = 40  # a row's global number: file index << 40 | its row in the file (the order read_results reads)
 
 
@@ -70,24 +71,17 @@ class Source:
 
 
 def open_source(paths: Iterable[str | os.PathLike]) -> Source:
-    """The files checked as read_results checks them, one line of BadInput for the first bad one."""
-    from commbench.core import results
-
+    """The files checked as read_results checks them (core/filecheck.py), one line of BadInput for
+    the first bad one; a known column's type is the registry's (DuckDB reads the files' own)."""
     files = result_files(paths)
     columns: dict[str, pa.DataType] = {}
     rows = 0
     for f in files:
-        try:
-            pf = pq.ParquetFile(f)
-            schema = pf.schema_arrow
-            versions = pf.read(columns=["schema_version"]).column("schema_version") \
-                if "schema_version" in schema.names else None
-        except Exception as exc:  # pyarrow raises several types for a foreign or broken file
-            raise results.unreadable(f, exc) from None
-        results.check_results_file(f, schema.names, lambda: versions)
-        for name in schema.names:
-            columns.setdefault(name, schema.field(name).type)
-        rows += pf.metadata.num_rows
+        checked = filecheck.check_file(f)
+        for field in checked.schema:
+            known = BY_NAME.get(field.name)
+            columns.setdefault(field.name, known.type if known is not None else field.type)
+        rows += checked.rows
     return Source(files, columns, rows)
 
 
@@ -105,9 +99,11 @@ class _Query:
 
         self.source, self.side = source, side
         self.con = duckdb.connect(config={"threads": max(1, min(4, os.cpu_count() or 1))})
-        self.con.register("_files", pa.table({"filename": [str(f) for f in source.files],
-                                              "fi": list(range(len(source.files)))}))
-        names = ", ".join("'" + str(f).replace("'", "''") + "'" for f in source.files)  # SQL string literals
+        # Each file by its descriptor (core/results.ResultFile): a name is never a glob pattern, and a
+        # live run's part read once stays readable for every later query of this connection.
+        paths = [os.fspath(f) for f in source.files]
+        self.con.register("_files", pa.table({"filename": paths, "fi": list(range(len(source.files)))}))
+        names = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)  # SQL string literals
         has = source.columns
         v = "busbw_GBps"
         if "algbw_GBps" in has:
@@ -126,6 +122,20 @@ class _Query:
 
         try:
             return self.con.sql(sql, params=list(params) or None).to_arrow_table()
+        except duckdb.OutOfMemoryException:
+            raise filecheck.unreadable(f"the {self.side} results", MemoryError()) from None
+        except duckdb.Error as exc:
+            first = str(exc).splitlines()[0][:200]
+            raise BadInput(f"the {self.side} results could not be read ({type(exc).__name__}: {first}): "
+                           "a damaged file; re-run the measurement or pass files written by commbench") from None
+
+    def batches(self, sql: str, rows: int = 10_000):
+        """The answer of `sql` a record batch at a time (memory follows the batch, not the answer)."""
+        import duckdb
+
+        try:
+            reader = self.con.sql(sql).to_arrow_reader(rows)
+            yield from reader
         except duckdb.Error as exc:
             first = str(exc).splitlines()[0][:200]
             raise BadInput(f"the {self.side} results could not be read ({type(exc).__name__}: {first}): "
@@ -136,11 +146,14 @@ class _Query:
         out = []
         for name in KEY_COLUMNS:
             if name not in self.source.columns:
-                out.append(f"NULL AS {_quote(name)}")
+                out.append(f"{_absent(name, self.source)} AS {_quote(name)}")
             elif not normal:
                 out.append(_quote(name))
-            elif name in _INT_KEYS:
-                out.append(f"TRY_CAST({_quote(name)} AS BIGINT) AS {_quote(name)}")
+            elif name in INT_KEYS:
+                value = f"TRY_CAST({_quote(name)} AS BIGINT)"
+                if BY_NAME[name].absent:  # a file of the side without the column: its rows as the registry says
+                    value = f"coalesce({value}, {_absent(name, self.source)})"
+                out.append(f"{value} AS {_quote(name)}")
             elif name == "in_place":
                 out.append("CAST(in_place AS BOOLEAN) AS in_place")
             elif name == "workload":
@@ -155,6 +168,13 @@ class _Query:
             return False
         got = self.run(f"SELECT count({_quote(name)}) AS n FROM rows")
         return bool(got.column("n")[0].as_py())
+
+
+def _absent(name: str, source: Source) -> str:
+    """A key column no file of the side holds, as SQL: what the registry says an older file's rows
+    meant without it (grad_accum 1 for zero), else NULL."""
+    cases = [f"WHEN workload = '{w}' THEN {v!r}" for w, v in BY_NAME[name].absent if "workload" in source.columns]
+    return f"CASE {' '.join(cases)} END" if cases else "NULL"
 
 
 @dataclass
@@ -178,10 +198,12 @@ class Aggregate:
         """This side as compare reads one (sides.Side): a point's rows are its values' positions."""
         return AggregateSide.of(self)
 
+    def likely_causes(self, after: "Aggregate", keys: Iterable[tuple]) -> dict[tuple, str]:
+        """compare's likely cause of each point of `keys`, this side before and `after` after."""
+        return likely_causes(self, after, keys)
 
-CONTEXT_COLUMNS = ("schema_version", "commbench_version", "torch_version", "nccl_version", "hosts", "world_size",
-                   "ranks_per_node", "backend", "device_name", "mtu", "link_layer", "iface", "label", "workload",
-                   "env", "settings", "net", "run_id")
+
+CONTEXT_COLUMNS = RUN_COLUMNS  # what describes a run (core/columns.py)
 
 
 def aggregate(paths: Iterable[str | os.PathLike], side: str, source: Source | None = None) -> Aggregate:
@@ -248,10 +270,88 @@ def _failed(q: _Query) -> pd.DataFrame:
                  "WHERE failed_row ORDER BY gi").to_pandas()
 
 
-def suitable(*sources: Source) -> bool:
-    """Whether the engine can stand in for pandas: no wire counters (read per row by compare's
-    likely cause) in any of the sides."""
-    return not any("wire" in s.columns and _Query(s, "input").has_any("wire") for s in sources)
+# ---- compare's likely cause: the wire counters of the points that need them ----
+
+
+def likely_causes(before: Aggregate, after: Aggregate, keys: Iterable[tuple]) -> dict[tuple, str]:
+    """wireview.likely_causes over two aggregated sides, with the same answers: per point, whether
+    counters were read and whether a trouble counter moved (from the wire_trouble flag, a bool a
+    row), then the wire JSON of only the flagged rows of the points whose cause is asked, a batch at
+    a time, summed per host, place and counter as core/wire.totals sums them."""
+    from commbench.analysis import wireview
+
+    if before.query is None or after.query is None or "wire" not in after.query.source.columns:
+        return {}
+    b_flags, a_flags = _wire_flags(before.query), _wire_flags(after.query)
+    wanted = [k for k in keys if b_flags.get(k, (False, False))[0] and a_flags.get(k, (False, False))[1]]
+    if not wanted:
+        return {}
+    b_totals, a_totals = _wire_totals(before.query, set(wanted)), _wire_totals(after.query, set(wanted))
+    b_count, a_count = (dict(zip(agg.keys, agg.counts.tolist())) for agg in (before, after))
+    out = {}
+    for k in wanted:
+        cause = wireview.cause_of(wireview.totals_of(b_totals.get(k, {})), b_count[k],
+                                  wireview.totals_of(a_totals.get(k, {})), a_count[k])
+        if cause:
+            out[k] = cause
+    return out
+
+
+def _wire_flags(q: _Query) -> dict[tuple, tuple[bool, bool]]:
+    """Per point (its key as aggregate gives it): (counters were read in a row, a trouble counter
+    moved in one), as wireview.row_flags reads the rows: the wire_trouble flag where a file has
+    it, the JSON where no file has it, nothing read where there is no wire column."""
+    keys = q.key_exprs()
+    if "wire_trouble" in q.source.columns:
+        got = q.run(f"SELECT {', '.join(keys)}, bool_or(wire_trouble IS NOT NULL) AS r, "
+                    "bool_or(coalesce(CAST(wire_trouble AS BOOLEAN), false)) AS t FROM rows WHERE NOT excluded "
+                    "GROUP BY ALL")
+        return dict(zip(zip(*[got.column(n).to_pylist() for n in KEY_COLUMNS]),
+                        zip(got.column("r").to_pylist(), got.column("t").to_pylist())))
+    if "wire" not in q.source.columns:
+        return {}
+    from commbench.core import wire
+
+    out: dict[tuple, tuple[bool, bool]] = {}
+    for key, value in _key_values(q, "wire", "wire IS NOT NULL"):
+        state = wire.is_clean(value)
+        read, trouble = out.get(key, (False, False))
+        out[key] = (read or state is not None, trouble or state is False)
+    return out
+
+
+def _wire_totals(q: _Query, wanted: set) -> dict[tuple, dict]:
+    """Per point of `wanted`: its trouble counters summed (wireview.merge_totals) over its flagged
+    rows (every row with counters where no file has the flag: a clean row adds nothing)."""
+    from commbench.analysis import wireview
+    from commbench.analysis.frames import present
+    from commbench.core import wire
+
+    flagged = ("coalesce(CAST(wire_trouble AS BOOLEAN), false)" if "wire_trouble" in q.source.columns
+               else "true")
+    out: dict[tuple, dict] = {}
+    pending: dict[tuple, list] = {}
+    held = 0
+    for key, value in _key_values(q, "wire", f"{flagged} AND wire IS NOT NULL"):
+        if key in wanted and isinstance(value, str) and present(value):
+            pending.setdefault(key, []).append(value)
+            held += 1
+        if held >= _WIRE_BATCH:  # summed so far: the JSON of a batch of rows held at a time, not of every row
+            for k, values in pending.items():
+                wireview.merge_totals(out.setdefault(k, {}), wire.totals(values))
+            pending, held = {}, 0
+    for k, values in pending.items():
+        wireview.merge_totals(out.setdefault(k, {}), wire.totals(values))
+    return out
+
+
+def _key_values(q: _Query, column: str, where: str):
+    """(point key, value of `column`) of the rows that pass `where`, in row order, a batch at a time."""
+    sql = (f"SELECT {', '.join(q.key_exprs())}, {_quote(column)} AS value FROM rows WHERE NOT excluded AND "
+           f"({where}) ORDER BY gi")
+    for batch in q.batches(sql):
+        keys = zip(*[batch.column(n).to_pylist() for n in KEY_COLUMNS])
+        yield from zip(keys, batch.column("value").to_pylist())
 
 
 def large(paths: Iterable[str | os.PathLike]) -> bool:
@@ -301,18 +401,16 @@ def _iterations(agg: Aggregate) -> list[np.ndarray]:
 def compare_paths(before: Sequence[str | os.PathLike], after: Sequence[str | os.PathLike], force: bool = False,
                   **limits):
     """compare.Comparison of two sides' files in the engine, or None where pandas should read them
-    (fewer than MIN_ROWS rows in all, unless `force`; wire counters in a side)."""
+    (fewer than MIN_ROWS rows in all, unless `force`)."""
     from commbench.analysis import compare
 
     if not force and not large([*before, *after]):
         return None
     b, a = open_source(before), open_source(after)
-    if not suitable(b, a):
-        return None
     return compare.compare_aggregates(aggregate(before, "before", b), aggregate(after, "after", a), **limits)
 
 
-GATE_KEYS = ("collective", "size_bytes", "world_size", "dtype", "op", "in_place", "nnodes", "workload", "settings")
+GATE_KEYS = GATE_KEY
 
 
 def gate_groups(paths: Iterable[str | os.PathLike], source: Source | None = None) -> dict:
@@ -385,7 +483,7 @@ def _line_keys(q: _Query) -> list[str]:
     has = q.source.columns
     fill = {"dtype": "'?'", "label": "''", "run_id": "'?'"}
     out = []
-    for name in ("collective", "dtype", "in_place", "label", "run_id"):
+    for name in GROUP_KEYS:
         if name not in has:
             out.append(f"{'false' if name == 'in_place' else repr('')} AS {name}")
         elif name == "in_place":
@@ -472,7 +570,7 @@ def _bounded(text):
 # wireview.py): per row, the line, the point and its numbers; per run, what its facts show.
 REPORT_COLUMNS = ("collective", "dtype", "op", "in_place", "label", "run_id", "settings", "size_bytes", "world_size",
                   "nnodes", "ranks_per_node", "busbw_GBps", "algbw_GBps", "time_us", "wrong", "repetition",
-                  "workload", "status", "wire", "wire_trouble", "started_at", "launcher", "backend", "device",
+                  "workload", "status", "wire", "wire_trouble", "wire_per_payload", "started_at", "launcher", "backend", "device",
                   "device_name", "iface", "mtu", "link_layer", "hosts", "commbench_version", "torch_version",
                   "nccl_version", "env", "net", "plan", "schema_version")
 
@@ -480,11 +578,14 @@ REPORT_COLUMNS = ("collective", "dtype", "op", "in_place", "label", "run_id", "s
 def report_frame(source: Source) -> pd.DataFrame:
     """The rows of `source` as the report's tables read them (summary.py, runs.py): REPORT_COLUMNS,
     each string column categorical (a code a row, not an object), hosts one shared list per
-    distinct value, env/net/plan bounded as read_results bounds them. Converted a column at a
-    time, so that the rows are held once and a column twice, not all of them twice."""
+    distinct value, env/net/plan bounded as read_results bounds them, the wire JSON only on the rows
+    whose wire_trouble flag is set (the Wire section reads no other: wireview.troubles_at). Converted
+    a column at a time, so that the rows are held once and a column twice, not all of them twice."""
     schemas = [pq.read_schema(f) for f in source.files]
     columns = {}
-    for name in (n for n in REPORT_COLUMNS if n != "hosts" and any(n in s.names for s in schemas)):
+    flagged_wire = "wire" in source.columns and "wire_trouble" in source.columns
+    for name in (n for n in REPORT_COLUMNS if n != "hosts" and any(n in s.names for s in schemas)
+                 and not (n == "wire" and flagged_wire)):
         parts = []
         for f, schema in zip(source.files, schemas):
             if name not in schema.names:
@@ -498,6 +599,9 @@ def report_frame(source: Source) -> pd.DataFrame:
         columns[name] = col.to_pandas()
         del col
         pa.default_memory_pool().release_unused()
+    if flagged_wire:
+        columns = {n: (_flagged_wire(source, len(next(iter(columns.values())))) if n == "wire" else columns[n])
+                   for n in REPORT_COLUMNS if n in columns or n == "wire"}
     frame = pd.DataFrame(columns)
     del columns
     for name in ("env", "net", "plan"):
@@ -515,6 +619,20 @@ def report_frame(source: Source) -> pd.DataFrame:
     if "hosts" in source.columns:
         frame["hosts"] = _run_hosts(source, frame)
     return frame
+
+
+def _flagged_wire(source: Source, rows: int) -> np.ndarray:
+    """The wire column with its JSON on the rows whose wire_trouble flag is set, None elsewhere,
+    read a batch at a time: every row's JSON, distinct a row, is most of a large run's bytes."""
+    out = np.full(rows, None, dtype=object)
+    starts = np.cumsum([0] + [pq.ParquetFile(f).metadata.num_rows for f in source.files])
+    q = _Query(source, "reported")
+    for batch in q.batches("SELECT gi, wire FROM rows WHERE coalesce(CAST(wire_trouble AS BOOLEAN), false) "
+                           "AND wire IS NOT NULL"):
+        gi = batch.column("gi").to_numpy()
+        out[starts[gi >> _ROW_BITS] + (gi & ((1 << _ROW_BITS) - 1))] = batch.column("wire").to_numpy(
+            zero_copy_only=False)
+    return out
 
 
 def _run_hosts(source: Source, frame: pd.DataFrame) -> np.ndarray:

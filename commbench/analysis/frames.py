@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from commbench.core.columns import LINE_KEY
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 from commbench.core.results import check_schema_versions
@@ -24,7 +25,7 @@ from commbench.core.safetext import printable  # text from the files on one line
 REQUIRED_COLUMNS = ("collective", "size_bytes", "busbw_GBps", "schema_version")
 
 # Line identity of a curve: everything that makes two rows different lines.
-GROUP_KEYS = ("collective", "dtype", "in_place", "label", "run_id")
+GROUP_KEYS = LINE_KEY  # core/columns.py
 # A buckets row is drawn as its collective with this suffix, at its bucket size.
 BUCKETS_SUFFIX = " in buckets"
 

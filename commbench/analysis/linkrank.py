@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from commbench.core.columns import LINK_KEY
+
 DEFAULT_THRESHOLD = 0.8
 
 
@@ -214,7 +216,7 @@ def _best_text(e: Endpoint, r: Ranking) -> str:
 
 PAIRS_COLLECTIVES = {"sendrecv": False, "sendrecv_bidir": True}
 FAILED = ("unreachable", "timeout", "error")  # statuses of a link that could not be measured
-LINK_ENDS = ("src_host", "dst_host", "src_rank", "dst_rank")
+LINK_ENDS = LINK_KEY  # core/columns.py
 
 
 def pairs_rows(df):

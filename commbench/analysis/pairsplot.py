@@ -34,12 +34,13 @@ from commbench.analysis import linkfaults, linkrank
 from commbench.analysis.figures import draw_heatmap, mpl_text, new_figure
 from commbench.analysis.frames import is_true, short
 from commbench.analysis.runs import describe_run, run_name
+from commbench.core.columns import LINK_KEY
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
 MAX_RUNS = 4
 MAX_ANNOTATED = 16  # endpoints per side up to which every cell shows its value
-LINK_COLUMNS = ("src_host", "dst_host", "src_rank", "dst_rank")
+LINK_COLUMNS = LINK_KEY  # core/columns.py
 PARTLY_FAILED_MARK = "!"
 MAX_BLAMED = 4  # culprits named in a title
 

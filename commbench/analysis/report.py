@@ -388,16 +388,16 @@ def _compare(before_df, after_df):
 
 
 def _large_html(paths, baseline, rate) -> str | None:
-    """The HTML page of large inputs (analysis/engine.py: MIN_ROWS rows or more, curves only, no wire
-    counters): the comparison and the figures aggregated over parquet, the tables from the rows'
-    light columns. None: pandas reads the inputs."""
+    """The HTML page of large inputs (analysis/engine.py: MIN_ROWS rows or more, curves only): the
+    comparison and the figures aggregated over parquet, the tables from the rows' light columns.
+    None: pandas reads the inputs."""
     from commbench.analysis import engine
 
     if not engine.large([*paths, *(baseline or ())]):
         return None
     after = engine.plot_source(paths, force=True)
     before = engine.plot_source(baseline, force=True) if baseline else None
-    if after is None or (baseline and before is None) or not engine.suitable(after.source):
+    if after is None or (baseline and before is None):
         return None
     comparison = engine.compare_paths(baseline, paths, force=True) if baseline else None
     if baseline and comparison is None:

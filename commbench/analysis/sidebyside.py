@@ -23,6 +23,7 @@ import pandas as pd
 from commbench.analysis.frames import scalar
 from commbench.analysis.markdown import md_table
 from commbench.analysis.runs import placement_name
+from commbench.core.columns import CURVE_POINT
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
@@ -35,7 +36,7 @@ TIME_GOAL = 0.05
 
 READ_COLUMNS = ("collective", "dtype", "size_bytes", "in_place", "world_size", "time_us", "busbw_GBps",
                 "workload", "device_name", "nccl_version", "transport", "plan", "backend")
-KEY = ["collective", "dtype", "size_bytes", "in_place"]
+KEY = list(CURVE_POINT)  # core/columns.py: collective, dtype, size_bytes, in_place
 
 
 @dataclass(frozen=True)

@@ -18,17 +18,13 @@ import pandas as pd
 
 from commbench.analysis.frames import column, is_true, printable, scalar, short
 from commbench.analysis.linkrank import FAILED
+from commbench.core.columns import INT_KEYS, POINT_KEY
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
-KEY_COLUMNS = ("collective", "dtype", "op", "size_bytes", "in_place", "world_size", "nnodes",
-               "ranks_per_node", "workload", "bucket_bytes", "zero_stage", "grad_accum",
-               "src_host", "dst_host", "src_rank", "dst_rank",  # pairs: one point per link
-               "rail",  # pairs --per-rail: one point per link and rail
-               "settings")  # --env/--mtu axes: one point per setting
+KEY_COLUMNS = POINT_KEY  # a point (core/columns.py: the registry's key columns)
 ERROR_CHARS = 200  # of a failed row's reason, in a note
-_INT_KEYS = {"size_bytes", "world_size", "nnodes", "ranks_per_node", "bucket_bytes", "zero_stage", "grad_accum", "src_rank",
-             "dst_rank"}
+_INT_KEYS = set(INT_KEYS)
 
 
 # Workloads that measure the same thing: an imported nccl-tests log and commbench's own sweep are

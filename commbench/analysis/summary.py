@@ -88,10 +88,11 @@ def peak_rows(df) -> list[dict]:
     for key, g in med.groupby(keys, sort=False):
         best = g.loc[g["busbw"].idxmax()]
         w = wrong.loc[key]
+        k = dict(zip(keys, key))
         out.append({
-            "collective": key[0], "dtype": key[1], "placement": placement_name(key[2]),
-            "run": names.get(str(key[4]), str(key[4])), "run_id": key[4], "settings": key[5],
-            "setting": setting_name(key[5]),
+            "collective": k["collective"], "dtype": k["dtype"], "placement": placement_name(k["in_place"]),
+            "run": names.get(str(k["run_id"]), str(k["run_id"])), "run_id": k["run_id"], "settings": k["settings"],
+            "setting": setting_name(k["settings"]),
             "peak_busbw": float(best["busbw"]), "size_bytes": int(best["size_bytes"]),
             "algbw": float(best["algbw"]), "time_us": float(best["time"]),
             "reps": int(g["reps"].max()), "sizes": len(g),

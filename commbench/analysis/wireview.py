@@ -107,12 +107,37 @@ def likely_causes(before: pd.DataFrame, before_rows: dict[tuple, np.ndarray], af
         b_idx, a_idx = before_rows[k], after_rows[k]
         if point_state(b_read, b_trouble, b_idx) is None or point_state(a_read, a_trouble, a_idx) != TROUBLE:
             continue
-        was = {_counter(t): t.delta for t, _ in troubles_at(before, b_idx)}
-        found = [(t, was.get(_counter(t))) for t, _ in troubles_at(after, a_idx[a_trouble[a_idx]])]
-        found = [(t, w) for t, w in found if w is None or t.delta * len(b_idx) >= GROWTH * w * len(a_idx)]
-        if found:
-            out[k] = cause_text(found)
+        cause = cause_of(troubles_at(before, b_idx), len(b_idx), troubles_at(after, a_idx[a_trouble[a_idx]]),
+                         len(a_idx))
+        if cause:
+            out[k] = cause
     return out
+
+
+def cause_of(before: list[tuple[wire.Trouble, int]], before_rows: int, after: list[tuple[wire.Trouble, int]],
+             after_rows: int) -> str | None:
+    """A point's likely cause from each side's summed trouble counters (troubles_at) and its row
+    counts: the counters that moved after and were 0 before, or moved GROWTH times more a row."""
+    was = {_counter(t): t.delta for t, _ in before}
+    found = [(t, was.get(_counter(t))) for t, _ in after]
+    found = [(t, w) for t, w in found if w is None or t.delta * before_rows >= GROWTH * w * after_rows]
+    return cause_text(found) if found else None
+
+
+def merge_totals(acc: dict[tuple, list], part: list[tuple[wire.Trouble, int]]) -> dict[tuple, list]:
+    """core/wire.totals of a point's rows built a part at a time (rows read in batches): `acc`
+    maps (host, place, counter, kind) to [summed delta, rows it moved in]; totals_of reads it back."""
+    for t, n in part:
+        got = acc.setdefault((t.host, t.where, t.counter, t.kind), [0, 0])
+        got[0] += t.delta
+        got[1] += n
+    return acc
+
+
+def totals_of(acc: dict[tuple, list]) -> list[tuple[wire.Trouble, int]]:
+    """merge_totals' sums as core/wire.totals returns them."""
+    rows = [(wire.Trouble(h, w, c, d, k), n) for (h, w, c, k), (d, n) in acc.items()]
+    return sorted(rows, key=lambda r: (r[0].host, r[0].where, -r[0].delta))
 
 
 def _counter(t: wire.Trouble) -> tuple:

@@ -17,7 +17,7 @@ import click
 
 from commbench.core.binding import MODES, check_mode
 from commbench.core.errors import BadInput
-from commbench.core.options import RunOptions
+from commbench.core.options import MAX_ITERATIONS, RunOptions
 from commbench.core.progress import MODES as PROGRESS_MODES
 
 DEFAULTS = RunOptions()
@@ -186,7 +186,7 @@ def fraction(text: str, flag: str, low_open: bool = False) -> float:
 
 
 # The ranges of the shared run options (seconds, iterations, ranks).
-ITERATIONS = 10_000_000
+ITERATIONS = MAX_ITERATIONS
 LOCAL_RANKS = 100_000  # a first bound; check_nproc holds --nproc to what this machine can run
 
 

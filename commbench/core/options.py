@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 # Calls in one captured CUDA graph (--cuda-graph): nccl-tests -G captures its -n iterations (20 by
 # default) and launches that graph; one replay of 20 calls hides the host's launch cost as its does.
 GRAPH_OPS = 20
+# The most timed iterations one point may take (-n, --min-iters, --max-iters): also the most
+# per-iteration samples a results row can hold (core/filecheck.py refuses files with more).
+MAX_ITERATIONS = 10_000_000
 
 
 @dataclass

@@ -23,6 +23,7 @@ import re
 import sys
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -30,93 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from commbench.core import filecheck
+from commbench.core.columns import BY_NAME, REQUIRED_COLUMNS, SCHEMA, SCHEMA_VERSION
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, check_regular, nests_deeper
 
-SCHEMA_VERSION = 1
-
-SCHEMA = pa.schema([
-    ("run_id", pa.string()),
-    ("label", pa.string()),
-    ("started_at", pa.timestamp("us", tz="UTC")),
-    ("collective", pa.string()),
-    ("dtype", pa.string()),
-    ("op", pa.string()),
-    ("root", pa.int32()),
-    ("size_bytes", pa.int64()),
-    ("count", pa.int64()),
-    ("in_place", pa.bool_()),
-    ("world_size", pa.int32()),
-    ("nnodes", pa.int32()),
-    ("ranks_per_node", pa.int32()),
-    ("backend", pa.string()),
-    ("device", pa.string()),
-    ("device_name", pa.string()),
-    ("launcher", pa.string()),
-    ("iters", pa.int32()),
-    ("warmup", pa.int32()),
-    ("repetition", pa.int32()),
-    ("time_us", pa.float64()),
-    ("time_us_min", pa.float64()),
-    ("time_us_max", pa.float64()),
-    ("time_us_p99", pa.float64()),
-    ("algbw_GBps", pa.float64()),
-    ("busbw_GBps", pa.float64()),
-    ("wrong", pa.int64()),
-    ("samples_us", pa.list_(pa.float64())),
-    # per rank (index = rank): its own median time and its median arrival skew (docs/RESULTS.md)
-    ("rank_time_us", pa.list_(pa.float64())),
-    ("rank_skew_us", pa.list_(pa.float64())),
-    # per rank (index = rank): the CPUs it may run on, as a Linux cpulist ("0-3,8"); --bind decides
-    ("rank_cpus", pa.list_(pa.string())),
-    # per rank (index = rank): its host, as an index into `hosts` (which rank ran where, exactly)
-    ("rank_host", pa.list_(pa.int32())),
-    ("workload", pa.string()),
-    ("bucket_bytes", pa.int64()),
-    ("zero_stage", pa.int32()),
-    # zero: the point's gradient_accumulation_steps (micro-batches per optimizer step, --grad-accum)
-    ("grad_accum", pa.int32()),
-    ("n_collectives", pa.int32()),
-    ("overlap", pa.int32()),
-    ("scale", pa.float64()),
-    ("bytes_per_rank", pa.int64()),
-    ("paper_bytes_per_rank", pa.int64()),
-    ("ops", pa.string()),
-    ("mtu", pa.int32()),
-    ("iface", pa.string()),
-    ("link_layer", pa.string()),
-    ("hosts", pa.list_(pa.string())),
-    ("commbench_version", pa.string()),
-    ("torch_version", pa.string()),
-    ("nccl_version", pa.string()),
-    ("env", pa.string()),
-    ("net", pa.string()),
-    ("plan", pa.string()),
-    ("check_error", pa.float64()),
-    ("transport", pa.string()),
-    # workload pairs: the link a row measured (src sends to dst; bidir: both ways at once)
-    ("src_host", pa.string()),
-    ("dst_host", pa.string()),
-    ("src_rank", pa.int32()),
-    ("dst_rank", pa.int32()),
-    # a point that could not be measured (pairs: a link whose transfer failed): why, and the message
-    ("status", pa.string()),
-    ("error", pa.string()),
-    ("confirm", pa.bool_()),  # pairs: a row of the confirmation round
-    # NIC, port and TCP counters during the point, per host (core/wire.py, docs/RESULTS.md)
-    ("wire", pa.string()),
-    ("wire_per_payload", pa.float64()),
-    ("wire_trouble", pa.bool_()),
-    # the run's settings axes (--env, --mtu): "NAME=value" per axis, joined by spaces; part of a point
-    ("settings", pa.string()),
-    # pairs --per-rail: the interface (rail) a row's transfer went over
-    ("rail", pa.string()),
-    # NCCL runs with --nccl-debug: the algorithm and protocol NCCL chose for the point's size
-    ("nccl_algo", pa.string()),
-    ("nccl_proto", pa.string()),
-    ("schema_version", pa.int32()),
-])
-
+# The schema, its version and the required columns are the column registry's (core/columns.py).
 COLUMNS = tuple(SCHEMA.names)
 
 
@@ -399,7 +319,6 @@ def _remove_parts(folder: Path, held: int) -> None:
         pass
 
 
-REQUIRED_COLUMNS = ("schema_version", "collective", "size_bytes", "busbw_GBps")
 # The schema versions this commbench reads and compares (docs/RESULTS.md).
 READABLE_SCHEMA_VERSIONS = range(1, SCHEMA_VERSION + 1)
 
@@ -444,7 +363,11 @@ def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | No
         for f in group:  # a results file, then its parts: one table, the rows in the order they were written
             table, names = _read_table(f, wanted, skipped, names)
             tables.append(table)
-        table = pa.concat_tables(tables, promote_options="default")
+        try:
+            table = pa.concat_tables(tables, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:  # a column the registry does not know, typed twice
+            raise BadInput(f"{filecheck.name(group[0])} and its parts hold a column in different types "
+                           f"({str(exc).splitlines()[0][:120]}): {filecheck.FIX}") from None
         del tables
         if len(group) > 1:  # one dictionary a column, not one a part: a string shared by every row stays one
             table = table.unify_dictionaries().combine_chunks()
@@ -457,46 +380,61 @@ def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | No
             if name in shared or name in lists:
                 convert = _shared_strings if name in shared else _shared_lists
                 frame.insert(table.column_names.index(name), name, convert(table.column(name)))
-        frames.append(frame)
+        frames.append(_every_column(frame, wanted, skipped))  # per file: an older one lacks what a newer has
         del table
         pa.default_memory_pool().release_unused()  # decoding buffers back to the system, not kept for later
     return pd.concat(frames, ignore_index=True)
 
 
+def _every_column(frame, wanted: set | None, skipped: set):
+    """The registry's columns a file lacks (an older or hand-made file holds any subset beyond the
+    required ones) as missing values, so that no reader meets a column that is not there."""
+    import numpy as np
+    import pandas as pd
+
+    for column in SCHEMA:
+        name = column.name
+        if name in frame.columns or name in skipped or (wanted is not None and name not in wanted):
+            continue
+        if pa.types.is_floating(column.type):
+            frame[name] = np.full(len(frame), np.nan)
+        else:
+            frame[name] = pd.Series([None] * len(frame), dtype=object, index=frame.index)
+        for workload, value in BY_NAME[name].absent:  # what an older file's rows meant without it
+            if "workload" in frame.columns:
+                frame.loc[(frame["workload"] == workload).to_numpy(dtype=bool), name] = value
+    return frame
+
+
 def _read_table(f: Path, wanted: set | None, skipped: set, names: list[str] | None) -> tuple[pa.Table, list[str]]:
-    """One checked parquet file as Arrow: the columns asked for (`names`: those of the results
-    file whose part this is), the JSON columns dictionary-encoded."""
+    """One parquet file through the door (core/filecheck.py) as Arrow: the columns asked for
+    (`names`: those of the results file whose part this is), the JSON columns dictionary-encoded,
+    the known columns in the registry's types."""
     try:
-        if names is None:  # a results file: the columns asked for, of those it holds
-            schema = pq.read_schema(f)
+        schema = filecheck.check_schema(f, pq.ParquetFile(f))
+        part = names is not None
+        if not part:  # a results file: the columns asked for, of those it holds
             names = [c for c in schema.names if (wanted is None or c in wanted) and c not in skipped]
-            shared = [c for c in SHARED_STRINGS if c in names and pa.types.is_string(schema.field(c).type)]
+        held = [c for c in names if c in schema.names]
+        shared = [c for c in SHARED_STRINGS if c in held and pa.types.is_string(schema.field(c).type)]
+        if not part:
             # A buffered stream rather than pre-buffered column chunks: on a local file it reads a
             # million rows in half the time, with less memory at the peak.
-            table = pq.read_table(f, columns=names, read_dictionary=shared, pre_buffer=False, buffer_size=1 << 20)
-        else:  # one of its parts (a few rows, our own schema): opened once, read plainly, 2x faster
-            part = pq.ParquetFile(f, read_dictionary=[c for c in SHARED_STRINGS if c in names])
-            held = set(part.schema_arrow.names)
-            table = part.read(columns=[c for c in names if c in held], use_threads=False)
+            table = pq.read_table(f, columns=held, read_dictionary=shared, pre_buffer=False, buffer_size=1 << 20)
+        else:  # one of its parts (a few rows, our own schema): read plainly, 2x faster
+            table = pq.ParquetFile(f, read_dictionary=shared).read(columns=held, use_threads=False)
+    except (BadInput, RuntimeFailure):
+        raise
     except Exception as exc:  # pyarrow raises several types for a foreign or broken file
         raise unreadable(f, exc) from None
-    check_results_file(f, table.column_names, lambda: table.column("schema_version"))
-    return table.replace_schema_metadata(None), names
+    filecheck.check_values(f, table)
+    filecheck.check_unread(f, schema, table.column_names)
+    return filecheck.conform(table, f).replace_schema_metadata(None), names
 
 
-def unreadable(f, exc: BaseException) -> BadInput:
-    """What a file pyarrow cannot read is, said once for every reader."""
-    return BadInput(f"{f} is not a readable parquet file ({type(exc).__name__}): pass a file written by commbench")
-
-
-def check_results_file(f, names, versions) -> None:
-    """A readable parquet file is a commbench results file when it holds the REQUIRED_COLUMNS and
-    no schema_version newer than this commbench reads; `versions()` gives its schema_version column."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in names]
-    if missing:
-        raise BadInput(f"{f} is not a commbench results file (no column {missing[0]}): "
-                       "pass a file written by commbench")
-    check_schema_versions([pc.max(versions()).as_py()], str(f))
+def unreadable(f, exc: BaseException) -> Exception:
+    """What a file pyarrow cannot read is, said once for every reader (core/filecheck.py)."""
+    return filecheck.unreadable(f, exc)
 
 
 NOT_A_FILE = ("results file {name} is {what}, not a regular file: pass a .parquet file written by commbench "
@@ -523,15 +461,53 @@ def _result_groups(paths: Iterable[str | os.PathLike]) -> list[list[Path]]:
         elif p.exists():
             files.append(p)
         else:
-            raise BadInput(f"results file {p} does not exist: pass a .parquet file or a folder of them")
+            raise BadInput(f"results file {filecheck.name(p)} does not exist: pass a .parquet file or a folder of them")
     if not files:
         raise BadInput("no .parquet result files found: pass files written by commbench sweep")
     for f in files:
         check_regular(f, NOT_A_FILE)
-    groups = [[f, *_live_parts(f)] for f in files]
-    for part in (part for group in groups for part in group[1:]):
-        check_regular(part, NOT_A_FILE)
-    return groups
+    return [_snapshot(f) for f in files]
+
+
+class ResultFile(type(Path())):  # type: ignore[misc]
+    """A results file or part opened when it was listed: its name is the path the user knows, and
+    every read goes through the open descriptor (os.fspath: /proc/self/fd/N), so that a part a live
+    run's compaction removes meanwhile still reads as it was, and a name is never a glob pattern
+    to a reader (DuckDB expands `run[1].parquet`). The descriptor closes with the object."""
+
+    fd: int | None = None
+
+    def __fspath__(self) -> str:
+        return f"/proc/self/fd/{self.fd}" if self.fd is not None else str(self)
+
+
+_BY_DESCRIPTOR = os.path.isdir("/proc/self/fd")  # Linux; elsewhere files are read by name
+
+
+def _opened(path: Path) -> Path:
+    """`path` open for reading, as a ResultFile (its own name where there is no /proc/self/fd)."""
+    if not _BY_DESCRIPTOR:
+        return path
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # non-blocking: a FIFO put in meanwhile
+    f = ResultFile(path)
+    f.fd = fd
+    weakref.finalize(f, os.close, fd)
+    check_regular(f, NOT_A_FILE)  # what was opened, not what the name points to now
+    return f
+
+
+def _snapshot(results: Path, tries: int = 5) -> list[Path]:
+    """A results file and its live parts, each opened: one consistent state of a running run. A
+    part that compaction or a merge removed between the listing and its open means the file (or a
+    merged part) now holds its rows: the listing is taken again."""
+    for _ in range(tries):
+        try:
+            f = _opened(results)
+            return [f, *(_opened(part) for part in _live_parts(f))]
+        except FileNotFoundError:
+            continue
+    raise RuntimeFailure(f"{filecheck.name(results)} changed {tries} times while it was read (a run compacting "
+                         "it?): try again once the run has ended")
 
 
 def _live_parts(results: Path) -> list[Path]:

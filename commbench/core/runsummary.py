@@ -18,6 +18,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from commbench.core.columns import RUN_POINT_KEY
 from commbench.core.stats import median_ci_halfwidth, median_ci_ranks
 from commbench.core.units import counted, format_size
 
@@ -152,8 +153,7 @@ _BOTH = frozenset({"all_gather", "reduce_scatter"})  # the collectives that have
 # --------------------------------------------------------------------------- medians, series
 
 
-POINT_KEYS = ("settings", "collective", "dtype", "op", "root", "size_bytes", "in_place", "bucket_bytes",
-              "zero_stage", "grad_accum", "src_host", "dst_host", "src_rank", "dst_rank", "rail", "confirm")
+POINT_KEYS = RUN_POINT_KEY  # a point of one run (core/columns.py)
 
 
 @dataclass

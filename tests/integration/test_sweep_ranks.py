@@ -21,7 +21,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from commbench.core.results import COLUMNS
+from commbench.core.results import COLUMNS, SCHEMA_VERSION
 
 pytestmark = pytest.mark.integration
 
@@ -154,7 +154,7 @@ def test_schema_columns_and_run_metadata(sweep_run):
     assert (df.backend == "gloo").all() and (df.device == "cpu").all()
     assert (df.iface == "lo").all() and (df.link_layer == "loopback").all()
     assert (df.mtu == int(Path("/sys/class/net/lo/mtu").read_text())).all()
-    assert (df.schema_version == 1).all() and (df.workload == "sweep").all()
+    assert (df.schema_version == SCHEMA_VERSION).all() and (df.workload == "sweep").all()
     assert all(list(h) == [socket.gethostname()] for h in df.hosts)
     assert (df.nnodes == 1).all() and (df.ranks_per_node == n).all()
     for column in ("nccl_version", "bucket_bytes", "zero_stage"):

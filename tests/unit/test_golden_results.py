@@ -196,16 +196,27 @@ def test_compare_other_workloads_across_versions(workload, keys):
     assert got == keys
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="an e826e56 zero file has no grad_accum column (read as null) while 8792b49 writes 1: "
-                          "compare keys them apart, 0 compared, 3 before only, 3 after only, 'nothing comparable' "
-                          "(exit 3); reported with issue #35 item 4")
 def test_compare_zero_across_versions_pairs_the_stages():
+    """An e826e56 zero file has no grad_accum (a step was one micro-batch): read as 1, as 8792b49 writes
+    (core/columns.py, the column's `absent`), so its stages pair with the newer file's."""
     code, out = invoke(["compare", golden(OLD, "zero"), golden(NEW, "zero"), "--format", "json"])
     data = json.loads(out)
     assert code == data["exit_code"] and code in (0, 1, 3)
     assert {p["key"]["zero_stage"] for p in data["points"]} == {1, 2, 3}
     assert data["only_before"] == [] and data["only_after"] == []
+    assert {p["key"]["grad_accum"] for p in data["points"]} == {1}
+
+
+def test_an_old_zero_file_beside_a_new_one_reads_its_grad_accum_as_1(tmp_path):
+    """One side of two files, the older without the column: each of its rows as its own file meant it."""
+    from commbench.analysis import engine
+
+    df = read_results([golden(OLD, "zero"), golden(NEW, "zero")])
+    assert list(df["grad_accum"]) == [1] * len(df)
+    source = engine.open_source([golden(OLD, "zero"), golden(NEW, "zero")])
+    agg = engine.aggregate([golden(OLD, "zero"), golden(NEW, "zero")], "before", source)
+    grad = [dict(zip(engine.KEY_COLUMNS, k))["grad_accum"] for k in agg.keys]
+    assert grad == [1, 1, 1] and list(agg.counts) == [4, 4, 4]
 
 
 @pytest.mark.parametrize("commit,workload", FILES)

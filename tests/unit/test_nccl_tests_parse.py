@@ -28,7 +28,7 @@ from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, bas
 from commbench.integrations.nccl_tests.run import _user_json_path, build_argv
 from commbench.integrations.nccl_tests.text import parse_text
 from commbench.core.errors import BadInput
-from commbench.core.results import _table
+from commbench.core.results import SCHEMA_VERSION, _table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 SAMPLES = sorted(p.name for p in DATA.glob("*.txt"))
@@ -114,7 +114,7 @@ def test_every_printed_row_of_every_sample_is_stored_as_printed(name):
             kept += 1
     assert kept == len(df)
     assert set(df.workload) == {"nccl-tests"} and set(df.backend) == {"nccl"} and set(df.device) == {"cuda"}
-    assert set(df.launcher) == {"nccl-tests"} and set(df.schema_version) == {1}
+    assert set(df.launcher) == {"nccl-tests"} and set(df.schema_version) == {SCHEMA_VERSION}
     assert set(df.dtype) == {"float32"}
 
 

@@ -1,0 +1,268 @@
+"""The column registry: every column of a results file, declared once.
+
+A column's Arrow type, unit, meaning, when it is filled, which workloads write it, the schema
+version that added it and the roles it plays in analysis live here and nowhere else. Derived from
+it: the parquet schema (core/results.py), every list of columns analysis reads by role (the point
+key, what describes a run, what gate matches on, the heavy per-row lists), the type check at the
+door (core/filecheck.py) and the column table of docs/RESULTS.md (tests/unit/test_columns.py
+fails when the two differ: regenerate with `python -m commbench.core.columns`).
+
+Schema versions: 1 is every file written before the registry (columns were added to it one by
+one, so a version-1 file may lack any but the required ones); 2 is the registry's first: every
+column typed as declared here. A column added later says so in `since`, and the version rises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 2
+
+# Roles: what analysis does with a column (names_with(role) gives them, in registry order).
+KEY = "key"  # identifies a point across runs: compare pairs points on it, gate's entries match on part of it
+IN_RUN = "in_run"  # tells points of one run apart besides the key (a run's own summary)
+GATE = "gate"  # a band entry (gate) matches on it
+LINE = "line"  # a curve's identity in plot and report
+TOPOLOGY = "topology"  # how many ranks on how many hosts
+LINK = "link"  # the two ends of a pairs link
+RUN = "run"  # describes a run (the same on every row of it): compare's warnings and differences
+WARN = "warn"  # should be the same on both sides of a comparison: a difference makes it suspect
+DIFFERS = "differs"  # expected to differ between sides (often the point of the comparison): shown
+HEAVY = "heavy"  # a list or a long JSON string a row: read only by what needs it
+REQUIRED = "required"  # a file without it is not a results file
+
+ALL_WORKLOADS = ("sweep", "buckets", "zero", "pairs", "nccl-tests")
+MEASURED = ("sweep", "buckets", "zero", "pairs")  # commbench's own ranks (not an imported log)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    unit: str  # "" when none
+    filled: str  # when it holds a value
+    meaning: str
+    roles: frozenset[str] = frozenset()
+    writers: tuple[str, ...] = ALL_WORKLOADS
+    since: int = 1
+    # What a file without the column meant, per workload (an older file's rows): read as this value.
+    absent: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def key(self) -> bool:
+        return KEY in self.roles
+
+
+def _c(name: str, type_: pa.DataType, unit: str, filled: str, meaning: str, roles: str = "",
+       writers: tuple[str, ...] = ALL_WORKLOADS, since: int = 1, absent: tuple = ()) -> Column:
+    return Column(name, type_, unit, filled, meaning, frozenset(roles.split()), writers, since, absent)
+
+
+_S, _I32, _I64, _F64, _B = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
+
+REGISTRY: tuple[Column, ...] = (
+    _c("run_id", _S, "", "always", "`YYYYMMDD-HHMMSS-xxxxxx`, one per run", "line run"),
+    _c("label", _S, "", 'always ("" if none)', "`--label`", "line run differs"),
+    _c("started_at", pa.timestamp("us", tz="UTC"), "", "always", "when the ranks were ready"),
+    _c("collective", _S, "", "always", "canonical name (`all_reduce`, ...)", "key gate line required"),
+    _c("dtype", _S, "", "always", "`float32`, `float16`, `bfloat16`, ...", "key gate line"),
+    _c("op", _S, "", "reductions", "`sum`, `prod`, `max`, `min`, `avg`; null for non-reducing collectives",
+       "key gate"),
+    _c("root", _I32, "rank", "always",
+       "root rank for broadcast/reduce, -1 otherwise (as nccl-tests prints); null in nccl-tests imports "
+       "that do not print it", "in_run"),
+    _c("size_bytes", _I64, "bytes", "always", "S, see above", "key gate required"),
+    _c("count", _I64, "elements", "always", "nccl-tests' count column"),
+    _c("in_place", _B, "", "always", "in-place (true) or out-of-place (false)", "key gate line"),
+    _c("world_size", _I32, "ranks", "always", "ranks", "key gate topology run warn"),
+    _c("nnodes", _I32, "hosts", "always", "distinct hosts", "key gate topology"),
+    _c("ranks_per_node", _I32, "ranks", "always", "most ranks on one host", "key topology run warn"),
+    _c("backend", _S, "", "always", "`gloo` or `nccl`", "run warn"),
+    _c("device", _S, "", "always", "`cpu` or `cuda`"),
+    _c("device_name", _S, "", "always", "GPU model, or `cpu`", "run warn"),
+    _c("launcher", _S, "", "always", "`local`, `torchrun`, `slurm`, `mpi`, `lab`"),
+    _c("iters", _I32, "iterations", "always", "timed iterations of this point"),
+    _c("warmup", _I32, "iterations", "always", "warm-up iterations of this point"),
+    _c("repetition", _I32, "", "always", "0-based pass over the grid"),
+    _c("time_us", _F64, "us", "always (NaN: a failed pairs link)",
+       "median over iterations of the per-iteration max over ranks"),
+    _c("time_us_min", _F64, "us", "always", "the fastest of the same samples"),
+    _c("time_us_max", _F64, "us", "always", "the slowest of the same samples"),
+    _c("time_us_p99", _F64, "us", "always", "the 99th percentile of the same samples"),
+    _c("algbw_GBps", _F64, "GB/s", "always", "S / `time_us`, see above"),
+    _c("busbw_GBps", _F64, "GB/s", "always", "algbw x the collective's bus factor, see above", "required"),
+    _c("wrong", _I64, "elements", "with `--check`", "elements wrong summed over ranks; null with `--no-check`"),
+    _c("samples_us", pa.list_(_F64), "us", "always", "every timed iteration (max over ranks), in order", "heavy"),
+    _c("rank_time_us", pa.list_(_F64), "us",
+       "`sweep`, `buckets`, `zero` (null in older files, `pairs`, the DeepSpeed engine, nccl-tests)",
+       "index = rank: that rank's own median time inside the call, see \"Per-rank timing and stragglers\"",
+       "heavy", writers=("sweep", "buckets", "zero")),
+    _c("rank_skew_us", pa.list_(_F64), "us", "as `rank_time_us`, and null for `broadcast`, `reduce`, `sendrecv`",
+       "index = rank: that rank's median arrival skew, how late it entered the collective behind the first rank "
+       "(0 = first); see below", "heavy", writers=("sweep", "buckets", "zero")),
+    _c("rank_cpus", pa.list_(_S), "", "runs since `--bind` (null in older files and nccl-tests)",
+       "per rank (index = rank): the CPUs it was allowed to run on, as a Linux cpulist (`0-3,8`, "
+       "os.sched_getaffinity); `--bind` decides (README, \"Running it\")", "heavy", writers=MEASURED),
+    _c("rank_host", pa.list_(_I32), "", "runs since per-rank hosts (null in older files and nccl-tests)",
+       "per rank (index = rank): its host, as an index into `hosts` (`hosts[rank_host[r]]`): which rank ran "
+       "where, whatever the launcher's placement; the straggler findings are judged again from it in the report",
+       "heavy", writers=MEASURED),
+    _c("workload", _S, "", "always",
+       "`sweep`, `buckets`, `zero`, `pairs`, `nccl-tests` (an imported log; paired with `sweep` by compare)",
+       "key gate run"),
+    _c("bucket_bytes", _I64, "bytes", "`buckets`, `zero`", "the gradient bucket size; null for `sweep`", "key",
+       writers=("buckets", "zero")),
+    _c("zero_stage", _I32, "", "`zero`", "the ZeRO stage (0-3); null otherwise", "key", writers=("zero",)),
+    _c("grad_accum", _I32, "micro-batches", "`zero`, the DeepSpeed engine",
+       "the point's gradient_accumulation_steps (micro-batches per optimizer step; `zero --grad-accum`); part of "
+       "a point in compare and gate; `zero` files written before it read as 1 (a step was one micro-batch)",
+       "key", writers=("zero",), absent=(("zero", 1),)),
+    _c("n_collectives", _I32, "", "`buckets`, `zero`", "collectives issued per timed iteration (the buckets of one step)",
+       writers=("buckets", "zero")),
+    _c("overlap", _I32, "", "`buckets`, `zero`",
+       "collectives in flight at once: `buckets --overlap N`; for `zero`, the gradient reductions in flight "
+       "(overlap_comm: 2 for stages 1/2, 3 for stage 3, else 1)", writers=("buckets", "zero")),
+    _c("scale", _F64, "", "`zero`", "the fraction of the model's parameters every message carries (`zero --scale`; 1 = the full model)",
+       writers=("zero",)),
+    _c("bytes_per_rank", _I64, "bytes", "`zero`", "bytes each rank moves in one optimizer step's collectives (the schedule's, at this scale)",
+       writers=("zero",)),
+    _c("paper_bytes_per_rank", _I64, "bytes", "`zero`",
+       "the ZeRO paper's volume per rank and step (2x the parameters' bytes at stages 0-2, 3x at stage 3, "
+       "times grad_accum where gradients are reduced every micro-batch, x (n-1)/n), to hold bytes_per_rank against", writers=("zero",)),
+    _c("ops", _S, "", "`zero`", "JSON: per collective of the step, its calls and bytes (`{\"all_reduce\": {\"count\": 3, \"bytes\": N}}`)",
+       writers=("zero",)),
+    _c("mtu", _I32, "bytes", "always (null if unknown)",
+       "with `--mtu`, the MTU of that pass; otherwise rank 0's traffic interface's", "run differs"),
+    _c("iface", _S, "", "always (null if unknown)",
+       "rank 0's traffic interface: `GLOO_SOCKET_IFNAME`/`NCCL_SOCKET_IFNAME`, else the route to MASTER_ADDR",
+       "run differs"),
+    _c("link_layer", _S, "", "always (null if unknown)", "from sysfs type (`ethernet`, `infiniband`, `loopback`)",
+       "run differs"),
+    _c("hosts", pa.list_(_S), "", "always", "distinct hosts in rank order", "run warn"),
+    _c("commbench_version", _S, "", "always", "", "run warn"),
+    _c("torch_version", _S, "", "always", "", "run warn"),
+    _c("nccl_version", _S, "", "NCCL runs", "null on gloo", "run warn"),
+    _c("env", _S, "JSON", "always",
+       "the environment's known settings (net/envinfo.py KNOWN_SETTINGS: NCCL's documented and source-read "
+       "variables, GLOO_*, UCX_*, FI_*, CUDA_*, TORCH_NCCL_* ones, MASTER_*, Slurm/Open MPI/torchrun ids) with "
+       "their values; other names under those prefixes as `<not recorded>` (set, value not kept); names that "
+       "look like credentials are dropped", "run heavy"),
+    _c("net", _S, "JSON", "always",
+       "per host: iface, mtu, link_layer, speed_mbps, operstate, and `host_net` (the interfaces of note, each "
+       "with a `shaper` {\"kind\": \"tbf\"\\|\"htb\", \"rate_bits\": N} where a root shaper caps it; RDMA ports; "
+       "NCCL/GLOO env). The plot subtitle, the report's network table and compare show the effective rate: "
+       "min(link speed, shaper rate)", "run heavy"),
+    _c("plan", _S, "JSON", "always",
+       "the whole SweepPlan of the run (`nccl-tests`: the source file or argv, program, nccl-tests version, line)",
+       "heavy"),
+    _c("check_error", _F64, "", "legacy nccl-tests logs",
+       "nccl-tests' old `error` column (max abs difference); null otherwise", writers=("nccl-tests",)),
+    _c("transport", _S, "", "NCCL runs with NCCL_DEBUG=INFO",
+       "what NCCL's connections used, sorted and joined: `NET/IB`, `NET/Socket`, `P2P/IPC`, `SHM`, ... "
+       "(`sweep --nccl-debug`, nccl-tests output; docs/NCCL_TESTS.md)"),
+    _c("src_host", _S, "", "`pairs`", "the link a row measured: src sends to dst (`sendrecv_bidir`: both ways at "
+       "once; src is the pair's first host); null otherwise (docs/PAIRS.md)", "key link", writers=("pairs",)),
+    _c("dst_host", _S, "", "`pairs`", "the host src sends to", "key link", writers=("pairs",)),
+    _c("src_rank", _I32, "rank", "`pairs`", "src_host's rank", "key link", writers=("pairs",)),
+    _c("dst_rank", _I32, "rank", "`pairs`", "dst_host's rank", "key link", writers=("pairs",)),
+    _c("status", _S, "", "`pairs`",
+       "null for a link measured with every byte right; `wrong` when it was measured but data arrived wrong "
+       "(the `wrong` column counts the bytes); otherwise why the link could not be measured: `unreachable` (the "
+       "peer's host did not answer: a link down, a blackhole route, a dead host), `timeout` (the peer's process "
+       "exists but did not answer within --timeout: hung, stopped), `error` (the transfer failed: the peer's "
+       "process is gone, or the backend raised). The time and bandwidth columns of a failed row are NaN",
+       writers=("pairs",)),
+    _c("error", _S, "", "`pairs`, a failed row", "the one-line reason", writers=("pairs",)),
+    _c("confirm", _B, "", "`pairs`",
+       "true for a row of the confirmation round (a suspect re-measured against hosts that passed), null "
+       "otherwise (docs/PAIRS.md)", "in_run", writers=("pairs",)),
+    _c("wire", _S, "JSON",
+       "`sweep`, `buckets`, `zero` and `pairs` (hosts of one rank) with `--wire` (the default); null with "
+       "`--no-wire`, in older files, `pairs` with several ranks a host, the DeepSpeed engine, nccl-tests",
+       "what every host's NIC, port and TCP counters did during the point: see \"The wire column\"", "heavy",
+       writers=MEASURED),
+    _c("wire_per_payload", _F64, "", "with `wire`, where every host has one rank",
+       "the largest host's bytes sent (its traffic interface and RDMA ports) per bus byte the collective had to "
+       "send: about (MTU+14)/(MTU-52) = 1.046 at MTU 1500 on a clean TCP link; more with retransmissions",
+       writers=MEASURED),
+    _c("wire_trouble", _B, "", "with `wire`",
+       "true when any link, error, drop, retransmit, pause or congestion counter moved on any host during the "
+       "point", writers=MEASURED),
+    _c("settings", _S, "", "with `--env` or `--mtu` (null otherwise)",
+       "the setting a row was measured under, one `NAME=value` per axis in the order given, joined by spaces: "
+       "`GLOO_SOCKET_IFNAME=eth1`, `NCCL_ALGO=Ring NCCL_PROTO=LL`, `MTU=9000`. Part of the point: compare, gate, "
+       "plot and report keep settings apart", "key gate run", writers=MEASURED),
+    _c("rail", _S, "", "`pairs --per-rail` (null otherwise)",
+       "the interface the row's transfer went over (the same name on every host of a rail-optimised fabric); "
+       "part of the point", "key", writers=("pairs",)),
+    _c("nccl_algo", _S, "", "NCCL runs with `--nccl-debug` where NCCL_DEBUG_SUBSYS output names them (null otherwise)",
+       "the algorithm (`Ring`, `Tree`, `NVLS`, `CollNetDirect`, ...) NCCL chose for the point's collective and "
+       "size (docs/NCCL_TESTS.md)"),
+    _c("nccl_proto", _S, "", "as `nccl_algo`", "the protocol (`LL`, `LL128`, `Simple`) NCCL chose"),
+    _c("schema_version", _I32, "", "always", "the version of this table a file follows (the registry's, now 2)",
+       "run required"),
+)
+
+BY_NAME: dict[str, Column] = {c.name: c for c in REGISTRY}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+SCHEMA = pa.schema([(c.name, c.type) for c in REGISTRY])
+
+
+def names_with(role: str) -> tuple[str, ...]:
+    """The columns playing `role`, in registry order."""
+    return tuple(c.name for c in REGISTRY if role in c.roles)
+
+
+POINT_KEY = names_with(KEY)  # a point across runs (compare, and the engine's GROUP BY)
+RUN_POINT_KEY = tuple(c.name for c in REGISTRY if KEY in c.roles or IN_RUN in c.roles)  # a point within a run
+REQUIRED_COLUMNS = names_with(REQUIRED)
+INT_KEYS = tuple(c for c in POINT_KEY if pa.types.is_integer(BY_NAME[c].type))
+HEAVY_COLUMNS = names_with(HEAVY)
+GATE_KEY = names_with(GATE)  # what a band entry matches on (analysis/gate.py)
+LINE_KEY = names_with(LINE)  # a curve's identity within its setting (analysis/frames.py)
+CURVE_POINT = tuple(c for c in POINT_KEY if c in LINE_KEY or c == "size_bytes")  # a size on a curve
+TOPOLOGY_COLUMNS = names_with(TOPOLOGY)
+LINK_KEY = names_with(LINK)  # a pairs link: src_host, dst_host, src_rank, dst_rank
+RUN_COLUMNS = names_with(RUN)
+WARN_COLUMNS = names_with(WARN)
+DIFFERENCE_COLUMNS = names_with(DIFFERS)
+
+
+def markdown_table() -> str:
+    """docs/RESULTS.md's column table, one row a column."""
+    lines = ["| column | type | unit | key | written by | filled | since | meaning |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in REGISTRY:
+        writers = "all" if c.writers == ALL_WORKLOADS else ", ".join(c.writers)
+        lines.append(f"| {c.name} | {_type_name(c.type)} | {c.unit} | {'key' if c.key else ''} | {writers} | "
+                     f"{c.filled} | {c.since} | {c.meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+def _type_name(t: pa.DataType) -> str:
+    if pa.types.is_timestamp(t):
+        return "timestamp (UTC)"
+    if pa.types.is_list(t):
+        return f"list<{_type_name(t.value_type)}>"
+    return {"string": "string", "bool": "bool"}.get(str(t), str(t))
+
+
+TABLE_BEGIN = "<!-- columns: generated from commbench/core/columns.py by `python -m commbench.core.columns` -->"
+TABLE_END = "<!-- end of columns -->"
+
+
+def with_table(doc: str) -> str:
+    """`doc` with the text between the markers replaced by markdown_table()."""
+    head, rest = doc.split(TABLE_BEGIN, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    return f"{head}{TABLE_BEGIN}\n{markdown_table()}{TABLE_END}{tail}"
+
+
+if __name__ == "__main__":  # python -m commbench.core.columns: rewrite docs/RESULTS.md's table
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "RESULTS.md"
+    doc.write_text(with_table(doc.read_text()))
+    print(f"wrote the column table of {doc}")
