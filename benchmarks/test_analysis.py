@@ -69,7 +69,7 @@ def test_compare_engine(benchmark, frames, analysis_sides):
     from commbench.analysis import engine
     from commbench.analysis.compare import compare_frames
 
-    c = benchmark(engine.compare_paths, [analysis_sides.before], [analysis_sides.after], force=True)
+    c = benchmark(engine.compare_paths, [analysis_sides.before], [analysis_sides.after])
     assert c is not None, "the engine declined the generated files"
     pandas = compare_frames(*frames)
     assert c.verdict == pandas.verdict and verdicts(c) == verdicts(pandas)

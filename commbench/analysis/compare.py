@@ -22,8 +22,8 @@ import pandas as pd
 from commbench.analysis import settingsview
 from commbench.analysis.frames import (REQUIRED_COLUMNS, check_frame, column, json_cell, jsonable, md_cell, printable,
                                        scalar)
-from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point, group, split_failed
-from commbench.analysis.wireview import GROWTH, likely_causes
+from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point
+from commbench.analysis.wireview import GROWTH
 from commbench.core import columns, stats
 from commbench.core.columns import TOPOLOGY_COLUMNS
 from commbench.core.errors import BadInput, RuntimeFailure
@@ -122,19 +122,16 @@ def _check_fraction(value: float, name: str, low_open: bool) -> float:
 def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float = 0.03,
                    latency_threshold: float = 0.10, alpha: float = 0.05,
                    allow_within_run: bool = False) -> Comparison:
-    """Compare two result tables (read_results output); see docs/COMPARE.md for the rules."""
+    """Compare two result tables (read_results output, or frames a caller built): the same
+    aggregation as files take (analysis/engine.py), over the rows in memory; docs/COMPARE.md."""
+    from commbench.analysis import engine
+
     limits = _limits(threshold, latency_threshold, alpha)
     check_frame(before, "before")
     check_frame(after, "after")
-    warnings = _warnings(before, after)
-    same = same_run_warning(_values(before, "run_id"), _values(after, "run_id"))
-    warnings[:0] = [same] if same else []
-    differences = _differences(before, after)
-    before, b_lost = split_failed(before)
-    after, a_lost = split_failed(after)
-    b, a = group(before, "before"), group(after, "after")
-    return _compare(b, a, b_lost, a_lost, warnings, differences, _settings_of(before, after),
-                    lambda common: likely_causes(before, b.rows, after, a.rows, common), limits, allow_within_run)
+    sides = [engine.aggregate((), name, engine.frame_source(frame, name))
+             for name, frame in (("before", before), ("after", after))]
+    return compare_aggregates(*sides, **limits, allow_within_run=allow_within_run)
 
 
 def compare_aggregates(before, after, threshold: float = 0.03, latency_threshold: float = 0.10,
@@ -148,8 +145,7 @@ def compare_aggregates(before, after, threshold: float = 0.03, latency_threshold
         if len(agg.context):
             check_schema_versions({scalar(v) for v in agg.context["schema_version"].unique()},
                                   f"the {agg.name} results", comparing=True)
-    b_lost = split_failed(before.failed)[1] if len(before.failed) else {}
-    a_lost = split_failed(after.failed)[1] if len(after.failed) else {}
+    b_lost, a_lost = before.lost, after.lost
     same = same_run_warning(_values(before.context, "run_id"), _values(after.context, "run_id"))
     return _compare(before.side(), after.side(), b_lost, a_lost,
                     [same] * bool(same) + _warnings(before.context, after.context),

@@ -27,9 +27,9 @@ import pyarrow.parquet as pq
 
 from commbench.analysis.frames import GROUP_KEYS
 from commbench.analysis.linkrank import FAILED
-from commbench.analysis.sides import KEY_COLUMNS, SAME_MEASUREMENT, Side, describe_point, summarise
+from commbench.analysis.sides import KEY_COLUMNS, SAME_MEASUREMENT, Lost, Side, describe_point, lost_points, summarise
 from commbench.core import filecheck
-from commbench.core.columns import BY_NAME, GATE_KEY, INT_KEYS, RUN_COLUMNS
+from commbench.core.columns import BY_NAME, GATE_KEY, INT_KEYS, REQUIRED_COLUMNS, RUN_COLUMNS
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 
@@ -63,11 +63,40 @@ def total_rows(files: Sequence[Path]) -> int:
 
 @dataclass
 class Source:
-    """The checked files of one side and the columns they hold between them."""
+    """The checked files of one side and the columns they hold between them, or rows already in
+    memory (`table`: a frame's, frame_source) that the same queries read instead."""
 
     files: list[Path]
     columns: dict[str, pa.DataType]  # name -> type, the first file's type where several hold it
     rows: int
+    table: pa.Table | None = None
+
+
+def frame_source(frame: pd.DataFrame, side: str) -> Source:
+    """A results table in memory (read_results' frame, or one a caller built) as a source of the
+    same aggregation as files: converted to Arrow once, through the door a file passes."""
+    from commbench.core.safetext import printable
+
+    if not isinstance(frame, pd.DataFrame):
+        raise BadInput(f"the {side} side is not a table of results")
+    try:
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
+        raise BadInput(f"the {side} results hold a column of mixed or unknown types "
+                       f"({printable(str(exc).splitlines()[0][:160])}): pass files written by commbench") from None
+    name = f"the {side} results"
+    for i, f in enumerate(table.schema):  # a column with nothing in it (pandas: all NaN) holds no type
+        if f.name in BY_NAME and table.num_rows and table.column(i).null_count == table.num_rows:
+            table = table.set_column(i, f.name, pa.nulls(table.num_rows, BY_NAME[f.name].type))
+    if table.num_rows:
+        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        if missing:
+            raise BadInput(f"{name} have no column {missing[0]}: pass files written by commbench")
+    filecheck.check_types(name, table.schema)
+    filecheck.check_values(name, table)
+    table = filecheck.conform(table, name).append_column("_gi", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    columns = {f.name: f.type for f in table.schema if f.name != "_gi"}
+    return Source([], columns, table.num_rows, table)
 
 
 def open_source(paths: Iterable[str | os.PathLike]) -> Source:
@@ -78,9 +107,9 @@ def open_source(paths: Iterable[str | os.PathLike]) -> Source:
     rows = 0
     for f in files:
         checked = filecheck.check_file(f)
-        for field in checked.schema:
-            known = BY_NAME.get(field.name)
-            columns.setdefault(field.name, known.type if known is not None else field.type)
+        for col in checked.schema:
+            known = BY_NAME.get(col.name)
+            columns.setdefault(col.name, known.type if known is not None else col.type)
         rows += checked.rows
     return Source(files, columns, rows)
 
@@ -99,23 +128,32 @@ class _Query:
 
         self.source, self.side = source, side
         self.con = duckdb.connect(config={"threads": max(1, min(4, os.cpu_count() or 1))})
+        if source.table is not None:
+            self.con.register("_table", source.table)
+            self.con.execute(f"CREATE TEMP VIEW rows AS SELECT * EXCLUDE (_gi), _gi AS gi, {self._derived()} FROM _table")
+            return
         # Each file by its descriptor (core/results.ResultFile): a name is never a glob pattern, and a
         # live run's part read once stays readable for every later query of this connection.
         paths = [os.fspath(f) for f in source.files]
         self.con.register("_files", pa.table({"filename": paths, "fi": list(range(len(source.files)))}))
         names = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)  # SQL string literals
-        has = source.columns
+        self.con.execute(
+            f"CREATE TEMP VIEW rows AS SELECT *, (fi::BIGINT << {_ROW_BITS}) + file_row_number AS gi, {self._derived()} "
+            f"FROM read_parquet([{names}], union_by_name = true, filename = true, file_row_number = true) "
+            "JOIN _files USING (filename)")
+
+    def _derived(self) -> str:
+        """The view's own columns: the value compared (v: busbw, algbw on one rank), whether a row
+        failed (a pairs link) and whether it is left out of the points (failed or a confirmation)."""
+        has = self.source.columns
         v = "busbw_GBps"
         if "algbw_GBps" in has:
             v = "CASE WHEN world_size = 1 THEN algbw_GBps ELSE busbw_GBps END" if "world_size" in has else v
         failed = ("coalesce(status IN (" + ", ".join(f"'{s}'" for s in FAILED) + "), false)"
                   if "status" in has else "false")
         confirm = "coalesce(CAST(confirm AS BOOLEAN), false)" if "confirm" in has else "false"
-        self.con.execute(
-            f"CREATE TEMP VIEW rows AS SELECT *, (fi::BIGINT << {_ROW_BITS}) + file_row_number AS gi, "
-            f"CAST({v} AS DOUBLE) AS v, ({failed} AND NOT {confirm}) AS failed_row, ({failed} OR {confirm}) AS excluded "
-            f"FROM read_parquet([{names}], union_by_name = true, filename = true, file_row_number = true) "
-            "JOIN _files USING (filename)")
+        return (f"CAST({v} AS DOUBLE) AS v, ({failed} AND NOT {confirm}) AS failed_row, "
+                f"({failed} OR {confirm}) AS excluded")
 
     def run(self, sql: str, params: Sequence = ()) -> pa.Table:
         import duckdb
@@ -190,7 +228,7 @@ class Aggregate:
     has_samples: np.ndarray  # per point: a row holds samples
     damaged: np.ndarray  # per point: a row's time or a sample is not a positive number
     context: pd.DataFrame  # distinct rows of the describing columns (compare's warnings and differences)
-    failed: pd.DataFrame  # the failed rows (and confirmation rows), as read_results reads them
+    lost: dict[tuple, Lost]  # point -> its repetitions that could not be measured (a failed pairs link)
     query: _Query | None = field(default=None, repr=False)
     rows: int = 0
 
@@ -232,7 +270,7 @@ def aggregate(paths: Iterable[str | os.PathLike], side: str, source: Source | No
                      counts=got.column("n").to_numpy().astype(np.int64), values=values,
                      has_samples=got.column("has").to_numpy(zero_copy_only=False).astype(bool),
                      damaged=got.column("damaged").to_numpy(zero_copy_only=False).astype(bool),
-                     context=_context(q), failed=_failed(q), query=q, rows=source.rows)
+                     context=_context(q), lost=_lost(q), query=q, rows=source.rows)
 
 
 def _check_values(q: _Query) -> None:
@@ -252,7 +290,10 @@ def _check_values(q: _Query) -> None:
 def _context(q: _Query) -> pd.DataFrame:
     """The distinct rows of the describing columns, env cells nested too deep read as UNREADABLE."""
     names = [c for c in CONTEXT_COLUMNS if c in q.source.columns]
-    frame = q.run(f"SELECT DISTINCT {', '.join(map(_quote, names))} FROM rows").to_pandas()
+    # In the order of their first row, as the rows themselves would list them (a setting's values in
+    # the order they were measured), never in the hash table's order.
+    frame = q.run(f"SELECT {', '.join(map(_quote, names))}, min(gi) AS _first FROM rows GROUP BY ALL "
+                  "ORDER BY _first").to_pandas().drop(columns="_first")
     if "env" in frame.columns:
         import json
 
@@ -261,13 +302,15 @@ def _context(q: _Query) -> pd.DataFrame:
     return frame
 
 
-def _failed(q: _Query) -> pd.DataFrame:
-    """The failed rows with their keys, status and error (few: links that could not be measured)."""
+def _lost(q: _Query) -> dict[tuple, Lost]:
+    """The failed rows' repetitions per point, with their statuses and errors (few: links that
+    could not be measured; a confirmation round's rows are evidence, not repetitions)."""
     if "status" not in q.source.columns:
-        return pd.DataFrame(columns=list(KEY_COLUMNS))
-    extra = [c for c in ("status", "error", "confirm") if c in q.source.columns]
-    return q.run(f"SELECT {', '.join(q.key_exprs(normal=False) + list(map(_quote, extra)))} FROM rows "
-                 "WHERE failed_row ORDER BY gi").to_pandas()
+        return {}
+    error = "error" if "error" in q.source.columns else "NULL AS error"
+    got = q.run(f"SELECT {', '.join(q.key_exprs())}, status, {error} FROM rows WHERE failed_row ORDER BY gi")
+    keys = list(zip(*[got.column(n).to_pylist() for n in KEY_COLUMNS])) if got.num_rows else []
+    return lost_points(keys, got.column("status").to_pylist(), got.column("error").to_pylist())
 
 
 # ---- compare's likely cause: the wire counters of the points that need them ----
@@ -377,7 +420,7 @@ class AggregateSide(Side):
         rows = {k: np.arange(s, e) for k, s, e in zip(agg.keys, starts.tolist(), ends.tolist())}
         summary = summarise(agg.keys, np.repeat(np.arange(len(agg.keys)), agg.counts), agg.values)
         side = cls(agg.name, rows, agg.values, summary, np.repeat(agg.has_samples, agg.counts),
-                   np.repeat(agg.damaged, agg.counts), np.zeros(1, dtype=np.int64), [], np.zeros(0))
+                   np.repeat(agg.damaged, agg.counts))
         side.aggregate, side.point_of, side.loaded = agg, np.repeat(np.arange(len(agg.keys)), agg.counts), None
         return side
 
@@ -398,14 +441,11 @@ def _iterations(agg: Aggregate) -> list[np.ndarray]:
     return [np.asarray(by_key.get(k) or [], dtype=float) for k in agg.keys]
 
 
-def compare_paths(before: Sequence[str | os.PathLike], after: Sequence[str | os.PathLike], force: bool = False,
-                  **limits):
-    """compare.Comparison of two sides' files in the engine, or None where pandas should read them
-    (fewer than MIN_ROWS rows in all, unless `force`)."""
+def compare_paths(before: Sequence[str | os.PathLike], after: Sequence[str | os.PathLike], **limits):
+    """compare.Comparison of two sides' files, aggregated where they lie (whatever their size:
+    compare_frames takes the same aggregation over rows already in memory)."""
     from commbench.analysis import compare
 
-    if not force and not large([*before, *after]):
-        return None
     b, a = open_source(before), open_source(after)
     return compare.compare_aggregates(aggregate(before, "before", b), aggregate(after, "after", a), **limits)
 

@@ -399,7 +399,7 @@ def _large_html(paths, baseline, rate) -> str | None:
     before = engine.plot_source(baseline, force=True) if baseline else None
     if after is None or (baseline and before is None):
         return None
-    comparison = engine.compare_paths(baseline, paths, force=True) if baseline else None
+    comparison = engine.compare_paths(baseline, paths) if baseline else None
     if baseline and comparison is None:
         return None
     # the figures before the rows are read: the engine's aggregations never share memory with them

@@ -2,8 +2,8 @@
 
 Per row: whether counters were read and whether a trouble counter (error, drop, retransmit, pause,
 congestion) moved, from the `wire_trouble` flag (the JSON is parsed only where a flag is missing
-or a trouble counter must be named). Per point: clean, trouble or not read; compare's likely cause
-for a point whose trouble counters were 0 (or GROWTH times smaller) before and moved after; and the
+or a trouble counter must be named). Compare's likely cause for a point whose trouble counters were
+0 (or GROWTH times smaller) before and moved after (cause_of; analysis/engine.py sums them); and the
 rows of the reports' "Wire" section. Files from before the counters lack the columns: everything reads as not read.
 Plain text only; the HTML page and the Markdown escape it.
 """
@@ -11,7 +11,6 @@ Plain text only; the HTML page and the Markdown escape it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -21,7 +20,6 @@ from commbench.core import wire
 from commbench.core.units import counted, format_size
 from commbench.core.vocab import order_key
 
-CLEAN, TROUBLE = "clean", "trouble"
 CAUSE_LIMIT = 4  # counters a likely cause names; the rest are counted
 KINDS_TEXT = "link, error, drop, retransmit, pause or congestion"
 NOT_READ_TEXT = "No counters were read (results from before counters, or --no-wire)."
@@ -66,14 +64,6 @@ def troubles_at(frame: pd.DataFrame, idx: np.ndarray | None = None) -> list[tupl
 # ---- per point (compare) ----
 
 
-def point_state(read: np.ndarray, trouble: np.ndarray, idx: np.ndarray) -> str | None:
-    """A point's rows (positions idx): TROUBLE when a trouble counter moved in any of them, CLEAN
-    when counters were read in some and moved in none, None when none was read."""
-    if trouble[idx].any():
-        return TROUBLE
-    return CLEAN if read[idx].any() else None
-
-
 GROWTH = 10  # a counter that moved before too is a lead when it moved this many times more a row after
 
 
@@ -86,32 +76,6 @@ def cause_text(found: list[tuple[wire.Trouble, int | None]], limit: int = CAUSE_
     new = [was is None for _, was in found]
     tail = " (trouble counters were 0 before)" if all(new) else " (the others were 0 before)" if any(new) else ""
     return f"{named}{more}{tail}"
-
-
-def likely_causes(before: pd.DataFrame, before_rows: dict[tuple, np.ndarray], after: pd.DataFrame,
-                  after_rows: dict[tuple, np.ndarray], keys: Iterable[tuple]) -> dict[tuple, str]:
-    """Per point of `keys` (compare's point keys; *_rows: each point's row positions in its frame)
-    whose counters were read on both sides: the trouble counters that moved after and were 0
-    before, or moved GROWTH times more a row (a few spurious retransmissions before, thousands
-    after), as cause_text names them. Points without such a counter are left out."""
-    if "wire" not in after.columns:
-        return {}
-    b_read, b_trouble = row_flags(before)
-    a_read, a_trouble = row_flags(after)
-    if not a_trouble.any() or not b_read.any():
-        return {}
-    out = {}
-    for k in keys:
-        if k not in before_rows or k not in after_rows:
-            continue
-        b_idx, a_idx = before_rows[k], after_rows[k]
-        if point_state(b_read, b_trouble, b_idx) is None or point_state(a_read, a_trouble, a_idx) != TROUBLE:
-            continue
-        cause = cause_of(troubles_at(before, b_idx), len(b_idx), troubles_at(after, a_idx[a_trouble[a_idx]]),
-                         len(a_idx))
-        if cause:
-            out[k] = cause
-    return out
 
 
 def cause_of(before: list[tuple[wire.Trouble, int]], before_rows: int, after: list[tuple[wire.Trouble, int]],

@@ -68,7 +68,7 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
         read = {"skip": [c for c in plotting.UNUSED_COLUMNS if c not in comparing.READ_COLUMNS]}
     comparison = None
     if plot_path is None and before_setting is None and after_setting is None:
-        from commbench.analysis import engine  # large inputs aggregated over parquet, not read into pandas
+        from commbench.analysis import engine  # the files aggregated where they lie, never read into pandas
 
         comparison = engine.compare_paths([before], [after], threshold=thr, latency_threshold=lat, alpha=a,
                                           allow_within_run=allow_within_run)
@@ -134,7 +134,8 @@ def _render(fmt: str, result, markdown, table) -> str:
 @click.option("--allow-wide", is_flag=True, help="With --suggest: write bands wider than --max-band anyway.")
 @click.option("--upper", default=None, help="With --suggest: upper tolerance (10% or 0.1) [default: none].")
 @click.option("--min-size", default=None, help="With --suggest: smallest size to band [default: 1M].")
-@click.option("--system", type=Text(200), default=None, help="With --suggest: the system's name in the file [default: the hosts].")
+@click.option("--system", type=Text(200), default=None,
+              help="With --suggest: the system's name in the file [default: the hosts].")
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
 @click.option("--out", default=None, help="Write the report (or, with --suggest, the bands) to this file.")
 @click.option("--force", is_flag=True, help="Replace an existing --out file (never RESULTS or the --expect file).")
@@ -199,7 +200,8 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
 @click.argument("results", nargs=-1, required=True, type=click.Path())
 @click.option("--metric", type=click.Choice(["busbw", "algbw", "time"]), default="busbw", show_default=True,
               help="What the top panel shows against message size.")
-@click.option("--out", default=None, help="Image file (.png or .svg) [default: next to the first result, as <name>.png].")
+@click.option("--out", default=None,
+              help="Image file (.png or .svg) [default: next to the first result, as <name>.png].")
 @click.option("--line-rate", default=None,
               help="Draw the link's rate as a reference line, e.g. 400Gbps, 1gbit (as lab --rate), 50GB/s.")
 @click.option("--force", is_flag=True, help="Replace existing image files (never one of RESULTS).")
@@ -229,5 +231,6 @@ def report(results, baseline, out, fmt, line_rate, force) -> int:
 
     written = reporting.write_report(list(results), list(baseline) or None, out=out, fmt=fmt, line_rate=line_rate,
                                      force=force)
-    print(f"report written to {written[0]}" + (f" (figures: {', '.join(map(str, written[1:]))})" if written[1:] else ""))
+    figures = f" (figures: {', '.join(map(str, written[1:]))})" if written[1:] else ""
+    print(f"report written to {written[0]}{figures}")
     return 0

@@ -43,7 +43,7 @@ def _pair(tmp_path, name, before_kw=None, after_kw=None):
 def test_compare_in_the_engine_equals_pandas_exactly(tmp_path, reps, within, kw):
     b, a = _pair(tmp_path, "c", dict(reps=reps, **kw), dict(reps=reps, **kw))
     by_pandas = compare.compare_frames(read_results([b]), read_results([a]), allow_within_run=within)
-    by_engine = engine.compare_paths([b], [a], force=True, allow_within_run=within)
+    by_engine = engine.compare_paths([b], [a], allow_within_run=within)
     assert by_engine is not None and by_pandas.points
     assert by_engine.to_dict() == by_pandas.to_dict()
     assert compare.render_table(by_engine) == compare.render_table(by_pandas)
@@ -54,7 +54,7 @@ def test_compare_setup_differences_and_points_on_one_side(tmp_path):
     a = write(tmp_path / "a.parquet", make_frame(seed=2, mtu=9000, sizes=(1 << 20, 16 << 20),
                                                  torch_version="2.14.0"))
     by_pandas = compare.compare_frames(read_results([b]), read_results([a]))
-    by_engine = engine.compare_paths([b], [a], force=True)
+    by_engine = engine.compare_paths([b], [a])
     assert by_engine.to_dict() == by_pandas.to_dict()
     assert by_engine.only_before and by_engine.only_after
     assert any("mtu" in d for d in by_engine.differences)
@@ -70,7 +70,7 @@ def test_several_files_a_side_keep_their_row_order(tmp_path):
                                                                busbw_of=curve(95.0)))
     b, a = [tmp_path / "b"], [tmp_path / "a"]
     by_pandas = compare.compare_frames(read_results(b), read_results(a), allow_within_run=True)
-    assert engine.compare_paths(b, a, force=True, allow_within_run=True).to_dict() == by_pandas.to_dict()
+    assert engine.compare_paths(b, a, allow_within_run=True).to_dict() == by_pandas.to_dict()
 
 
 def test_gate_in_the_engine_equals_pandas_exactly(tmp_path):
@@ -120,10 +120,10 @@ def test_report_page_equals_pandas_exactly(tmp_path, monkeypatch, with_baseline)
     assert ("Comparison with the baseline" in pages[0]) == with_baseline
 
 
-def test_small_inputs_stay_with_pandas(tmp_path):
+def test_small_inputs_compare_in_the_one_aggregation_and_plot_with_pandas(tmp_path):
     b, a = _pair(tmp_path, "s")
-    assert engine.compare_paths([b], [a]) is None  # fewer than MIN_ROWS rows
-    assert engine.plot_source([b, a]) is None
+    assert engine.compare_paths([b], [a]).points  # compare: one aggregation whatever the size
+    assert engine.plot_source([b, a]) is None  # the figures: fewer than MIN_ROWS rows read by pandas (for now)
 
 
 # ---- damaged input: refused with one line, as read_results refuses it ----
@@ -134,7 +134,7 @@ def test_a_file_that_is_not_parquet_is_refused(tmp_path):
     junk = tmp_path / "junk.parquet"
     junk.write_bytes(b"not parquet at all")
     with pytest.raises(BadInput, match="junk.parquet is not a readable parquet file"):
-        engine.compare_paths([b], [junk], force=True)
+        engine.compare_paths([b], [junk])
 
 
 def test_a_newer_schema_version_is_refused(tmp_path):
@@ -144,7 +144,7 @@ def test_a_newer_schema_version_is_refused(tmp_path):
                              pa.array([SCHEMA_VERSION + 1] * table.num_rows, pa.int32()))
     pq.write_table(newer, a)
     with pytest.raises(BadInput, match="newer than this commbench reads"):
-        engine.compare_paths([b], [a], force=True)
+        engine.compare_paths([b], [a])
 
 
 def test_a_damaged_value_is_refused_like_pandas(tmp_path):
@@ -155,7 +155,7 @@ def test_a_damaged_value_is_refused_like_pandas(tmp_path):
     with pytest.raises(BadInput) as by_pandas:
         compare.compare_frames(read_results([b]), read_results([a]))
     with pytest.raises(BadInput) as by_engine:
-        engine.compare_paths([b], [a], force=True)
+        engine.compare_paths([b], [a])
     assert str(by_engine.value) == str(by_pandas.value)
 
 
@@ -167,7 +167,7 @@ def test_damaged_samples_are_refused_like_pandas(tmp_path):
     with pytest.raises(BadInput) as by_pandas:
         compare.compare_frames(read_results([b]), read_results([a]), allow_within_run=True)
     with pytest.raises(BadInput) as by_engine:
-        engine.compare_paths([b], [a], force=True, allow_within_run=True)
+        engine.compare_paths([b], [a], allow_within_run=True)
     assert str(by_engine.value) == str(by_pandas.value)
     assert "\n" not in str(by_engine.value)
 
@@ -177,7 +177,7 @@ def test_a_path_with_a_quote_is_read(tmp_path):
     folder.mkdir()
     b, a = _pair(folder, "q")
     by_pandas = compare.compare_frames(read_results([b]), read_results([a]))
-    assert engine.compare_paths([b], [a], force=True).to_dict() == by_pandas.to_dict()
+    assert engine.compare_paths([b], [a]).to_dict() == by_pandas.to_dict()
 
 
 # ---- wire counters: compare's likely cause and the report's Wire section, in the engine too ----
@@ -209,7 +209,7 @@ def test_compare_likely_cause_in_the_engine_equals_pandas(tmp_path, case):
     b, a = _wire_pair(tmp_path, before_at, after_at, strip)
     by_pandas = compare.compare_frames(read_results([b], columns=compare.READ_COLUMNS),
                                        read_results([a], columns=compare.READ_COLUMNS))
-    by_engine = engine.compare_paths([b], [a], force=True)
+    by_engine = engine.compare_paths([b], [a])
     assert by_engine.to_dict() == by_pandas.to_dict()
     assert compare.render_table(by_engine) == compare.render_table(by_pandas)
     causes = [p.likely_cause for p in by_engine.points if p.likely_cause]
@@ -220,9 +220,9 @@ def test_likely_cause_sums_the_wire_a_batch_at_a_time(tmp_path, monkeypatch):
     from .test_wire_analysis import DROPS, RETRANS, at_size
 
     b, a = _wire_pair(tmp_path, at_size(1 << 20, RETRANS), at_size(1 << 20, DROPS, RETRANS, RETRANS))
-    whole = engine.compare_paths([b], [a], force=True)
+    whole = engine.compare_paths([b], [a])
     monkeypatch.setattr(engine, "_WIRE_BATCH", 1)  # each flagged row's counters summed on their own
-    assert engine.compare_paths([b], [a], force=True).to_dict() == whole.to_dict()
+    assert engine.compare_paths([b], [a]).to_dict() == whole.to_dict()
     assert whole.to_dict() == compare.compare_frames(read_results([b]), read_results([a])).to_dict()
 
 
