@@ -91,7 +91,7 @@ def test_gate_judge(benchmark, frames, bands):
 def test_gate_engine(benchmark, frames, bands, analysis_sides):
     from commbench.analysis import engine, gate
 
-    report = benchmark(engine.gate_paths, bands, [analysis_sides.after], force=True)
+    report = benchmark(engine.gate_paths, bands, [analysis_sides.after])
     pandas = gate.judge(bands, frames[1])
     assert [r.verdict for r in report.results] == [r.verdict for r in pandas.results]
 

@@ -487,13 +487,11 @@ def gate_groups(paths: Iterable[str | os.PathLike], source: Source | None = None
     return out
 
 
-def gate_paths(bands, paths: Sequence[str | os.PathLike], force: bool = False):
-    """gate.GateReport of the files judged in the engine, or None where pandas should read them
-    (fewer than MIN_ROWS rows, unless `force`)."""
+def gate_paths(bands, paths: Sequence[str | os.PathLike]):
+    """gate.GateReport of the files, grouped where they lie (whatever their size: gate.judge takes
+    the same aggregation over rows already in memory)."""
     from commbench.analysis import gate
 
-    if not force and not large(paths):
-        return None
     return gate.judge(bands, gate_groups(paths))
 
 
@@ -585,7 +583,7 @@ def run_firsts(q: _Query, column: str) -> pd.DataFrame:
     wanted = sorted(firsts.column("gi").to_pylist())
     names = [_quote(c) for c in q.source.columns if not pa.types.is_list(q.source.columns[c])
              and not pa.types.is_large_list(q.source.columns[c])] + (["hosts"] if "hosts" in q.source.columns else [])
-    frame = q.run(f"SELECT {', '.join(dict.fromkeys(names))} FROM rows WHERE gi IN ({', '.join(map(str, wanted))}) "
+    frame = q.run(f"SELECT {', '.join(dict.fromkeys(names))} FROM rows WHERE {_rows_at(wanted)} "
                   "ORDER BY gi").to_pandas()
     for name in ("env", "net", "plan"):
         if name in frame.columns:
@@ -595,6 +593,15 @@ def run_firsts(q: _Query, column: str) -> pd.DataFrame:
     if "label" in frame.columns:
         frame["label"] = frame["label"].fillna("")
     return frame
+
+
+def _rows_at(gis: Sequence[int]) -> str:
+    """The condition of the rows numbered `gis`: their row numbers within a file first, a filter
+    DuckDB applies while it reads the files (only the row groups that hold them are decoded;
+    `gi IN` alone reads every row of every column asked for, a large run's wire JSON included)."""
+    within = sorted({int(g) & ((1 << _ROW_BITS) - 1) for g in gis})
+    return (f"file_row_number IN ({', '.join(map(str, within))}) AND gi IN ({', '.join(str(int(g)) for g in gis)})"
+            if within else "gi IN ()")
 
 
 def _bounded(text):
@@ -686,7 +693,7 @@ def _run_hosts(source: Source, frame: pd.DataFrame) -> np.ndarray:
     starts = np.cumsum([0] + [pq.ParquetFile(f).metadata.num_rows for f in source.files])
     fi = np.searchsorted(starts, firsts, side="right") - 1
     gis = (fi.astype(np.int64) << _ROW_BITS) + (firsts - starts[fi])
-    got = _Query(source, "reported").run(f"SELECT gi, hosts FROM rows WHERE gi IN ({', '.join(map(str, gis))})")
+    got = _Query(source, "reported").run(f"SELECT gi, hosts FROM rows WHERE {_rows_at(gis.tolist())}")
     at = dict(zip(got.column("gi").to_pylist(), got.column("hosts").to_pylist()))
     for row, gi in zip(firsts.tolist(), gis.tolist()):
         out[row] = at.get(gi)

@@ -434,9 +434,15 @@ def _values(rows: _Rows, idx: list[int], what: str) -> np.ndarray:
 
 
 def judge(bands: Bands, frame: pd.DataFrame | dict) -> GateReport:
-    """Judge a run (read_results output, or engine.gate_groups' rows grouped) against the bands;
+    """Judge a run against the bands: its rows grouped by what an entry matches on, by the one
+    aggregation (engine.gate_groups, over files, or over a frame in memory: read_results output);
     see docs/GATE.md for the rules."""
-    rows = _Rows(**frame) if isinstance(frame, dict) else _rows(frame)
+    if not isinstance(frame, dict):
+        from commbench.analysis import engine
+
+        check_frame(frame, "gated")
+        frame = engine.gate_groups((), engine.frame_source(frame, "gated"))
+    rows = _Rows(**frame)
     return GateReport(system=bands.system, source=bands.source, results=[_judge(e, rows) for e in bands.entries])
 
 
@@ -451,8 +457,7 @@ def _judge(e: Entry, rows: _Rows) -> EntryResult:
         return EntryResult(entry=e, measured_GBps=None, n_rows=_count(rows, idx), wrong_rows=0, ratio=None, band=None,
                            verdict="FAIL", reason=f"rows of {len(held)} settings match ({'; '.join(held)}): name "
                                                   "one with 'settings:' in the entry (gate --suggest writes it)")
-    wrong = (sum(1 for i in idx if (rows.wrong[i] or 0) > 0) if rows.counts is None
-             else int(sum(rows.wrong[i] for i in idx)))
+    wrong = int(sum(rows.wrong[i] for i in idx))  # rows grouped: wrong[i] counts the group's wrong rows
     n = _count(rows, idx)
     measured = stats.median(_values(rows, idx, e.describe())) if idx else None
     base = dict(entry=e, measured_GBps=measured, n_rows=n, wrong_rows=wrong, ratio=None, band=None)
