@@ -72,9 +72,10 @@ class Source:
     table: pa.Table | None = None
 
 
-def frame_source(frame: pd.DataFrame, side: str) -> Source:
+def frame_source(frame: pd.DataFrame, side: str, require: Sequence[str] = REQUIRED_COLUMNS) -> Source:
     """A results table in memory (read_results' frame, or one a caller built) as a source of the
-    same aggregation as files: converted to Arrow once, through the door a file passes."""
+    same aggregation as files: converted to Arrow once, through the door a file passes (`require`:
+    the columns it must hold; a figure's rows, already chosen, need only theirs)."""
     from commbench.core.safetext import printable
 
     if not isinstance(frame, pd.DataFrame):
@@ -89,7 +90,7 @@ def frame_source(frame: pd.DataFrame, side: str) -> Source:
         if f.name in BY_NAME and table.num_rows and table.column(i).null_count == table.num_rows:
             table = table.set_column(i, f.name, pa.nulls(table.num_rows, BY_NAME[f.name].type))
     if table.num_rows:
-        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        missing = [c for c in require if c not in table.column_names]
         if missing:
             raise BadInput(f"{name} have no column {missing[0]}: pass files written by commbench")
     filecheck.check_types(name, table.schema)
@@ -146,8 +147,8 @@ class _Query:
         """The view's own columns: the value compared (v: busbw, algbw on one rank), whether a row
         failed (a pairs link) and whether it is left out of the points (failed or a confirmation)."""
         has = self.source.columns
-        v = "busbw_GBps"
-        if "algbw_GBps" in has:
+        v = "busbw_GBps" if "busbw_GBps" in has else "NULL"
+        if "algbw_GBps" in has and "busbw_GBps" in has:
             v = "CASE WHEN world_size = 1 THEN algbw_GBps ELSE busbw_GBps END" if "world_size" in has else v
         failed = ("coalesce(status IN (" + ", ".join(f"'{s}'" for s in FAILED) + "), false)"
                   if "status" in has else "false")
@@ -542,6 +543,11 @@ def _kept(q: _Query, column: str) -> str:
     return cond + (f" AND {_quote(column)} > 0" if column == "time_us" else "")
 
 
+def frame_lines(frame: pd.DataFrame, column: str) -> list:
+    """plot_lines over rows in memory (frames.prepare's, with their settings text)."""
+    return plot_lines(_Query(frame_source(frame, "plotted", require=()), "plotted"), column)
+
+
 def plot_lines(q: _Query, column: str, side: str | None = None) -> list:
     """plot.aggregate's lines of `column` over the files, in the same order with the same numbers,
     each the fields of a plot.Line; `side`: every run of the files as one, named so (the overlay)."""
@@ -622,16 +628,23 @@ REPORT_COLUMNS = ("collective", "dtype", "op", "in_place", "label", "run_id", "s
                   "nccl_version", "env", "net", "plan", "schema_version")
 
 
-def report_frame(source: Source) -> pd.DataFrame:
-    """The rows of `source` as the report's tables read them (summary.py, runs.py): REPORT_COLUMNS,
+# What the baseline's "Runs" section reads of its rows (report.runs_html): a run's facts and, per
+# run, its collectives, dtypes, sizes, repetitions, rows and settings; not the measured values.
+BASELINE_COLUMNS = tuple(c for c in REPORT_COLUMNS if c not in (
+    "op", "in_place", "busbw_GBps", "algbw_GBps", "time_us", "wrong", "status", "wire", "wire_trouble",
+    "wire_per_payload", "plan", "schema_version"))
+
+
+def report_frame(source: Source, wanted: Sequence[str] = REPORT_COLUMNS) -> pd.DataFrame:
+    """The rows of `source` as the report's tables read them (summary.py, runs.py): `wanted` of REPORT_COLUMNS,
     each string column categorical (a code a row, not an object), hosts one shared list per
     distinct value, env/net/plan bounded as read_results bounds them, the wire JSON only on the rows
     whose wire_trouble flag is set (the Wire section reads no other: wireview.troubles_at). Converted
     a column at a time, so that the rows are held once and a column twice, not all of them twice."""
     schemas = [pq.read_schema(f) for f in source.files]
     columns = {}
-    flagged_wire = "wire" in source.columns and "wire_trouble" in source.columns
-    for name in (n for n in REPORT_COLUMNS if n != "hosts" and any(n in s.names for s in schemas)
+    flagged_wire = "wire" in wanted and "wire" in source.columns and "wire_trouble" in source.columns
+    for name in (n for n in wanted if n != "hosts" and any(n in s.names for s in schemas)
                  and not (n == "wire" and flagged_wire)):
         parts = []
         for f, schema in zip(source.files, schemas):
@@ -648,7 +661,7 @@ def report_frame(source: Source) -> pd.DataFrame:
         pa.default_memory_pool().release_unused()
     if flagged_wire:
         columns = {n: (_flagged_wire(source, len(next(iter(columns.values())))) if n == "wire" else columns[n])
-                   for n in REPORT_COLUMNS if n in columns or n == "wire"}
+                   for n in wanted if n in columns or n == "wire"}
     frame = pd.DataFrame(columns)
     del columns
     for name in ("env", "net", "plan"):
@@ -663,7 +676,7 @@ def report_frame(source: Source) -> pd.DataFrame:
             fill = "" if name == "label" else "?"
             col = frame[name]
             frame[name] = (col.cat.add_categories([fill]) if fill not in col.cat.categories else col).fillna(fill)
-    if "hosts" in source.columns:
+    if "hosts" in source.columns and "hosts" in wanted:
         frame["hosts"] = _run_hosts(source, frame)
     return frame
 

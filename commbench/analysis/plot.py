@@ -92,25 +92,13 @@ class Line:
 
 def aggregate(df, column: str) -> list[Line]:
     """One Line per group (LINE_KEYS: two settings of a run are two lines): median, min and max
-    over repetitions at every size."""
+    over repetitions at every size. The rows a curve is drawn from are chosen here (frames.prepare:
+    buckets rows at their bucket size); grouping them is the one aggregation's (analysis/engine.py,
+    the same query the files of a large input take)."""
+    from commbench.analysis import engine
+
     d = with_settings(prepare(df, column))
-    keys = list(LINE_KEYS)
-    # One grouping by line and size over just the columns it needs (a million rows), then a
-    # small one by line over its result.
-    per = (d[keys + ["size_bytes", column]].assign(_wrong=(d["wrong"].fillna(0) > 0).astype(bool))
-           .groupby(keys + ["size_bytes"], sort=False, dropna=False)
-           .agg(median=(column, "median"), min=(column, "min"), max=(column, "max"), count=(column, "count"),
-                wrong=("_wrong", "any"))
-           .reset_index())
-    lines = []
-    for key, g in per.groupby(keys, sort=False, dropna=False):
-        g = g.sort_values("size_bytes", kind="stable")
-        sizes = g["size_bytes"].to_numpy(dtype=float)
-        lines.append(Line(
-            key=dict(zip(LINE_KEYS, key)), sizes=sizes, median=g["median"].to_numpy(float),
-            lo=g["min"].to_numpy(float), hi=g["max"].to_numpy(float), reps=g["count"].to_numpy(int),
-            wrong_sizes=sizes[g["wrong"].to_numpy(bool)]))
-    return lines
+    return [Line(**ln) for ln in engine.frame_lines(d[[*LINE_KEYS, "size_bytes", column, "wrong"]], column)]
 
 
 def collective_colors(names: Iterable[str]) -> dict[str, str]:
