@@ -1,15 +1,17 @@
-"""Large inputs aggregated out of core: result files read by DuckDB over parquet, column by column.
+"""The one aggregation from results to points: DuckDB over the parquet files, or over rows in memory.
 
-compare and gate need, of a million rows, only a few numbers a point: each point's repetition
-values (busbw, algbw on one rank), whether its rows hold damaged samples, and the distinct values
-of the columns that describe a run. pandas would hold every row (1.35 GB at 1M rows); here the
-engine groups the rows where they lie and hands back one small frame a point, so memory follows
-the number of points and repetitions, not the columns of every row. Per-iteration samples are
-read only when a point needs the within-run test. The files are checked as read_results checks
-them (a readable parquet file, the required columns, a schema_version this commbench reads);
-rows that could not be measured (a failed pairs link) come back as rows, few as they are, for
-sides.split_failed. Wire counters (compare's likely cause, the report's Wire section) are read
-from the wire_trouble flag a row; the wire JSON only of the flagged rows, a batch at a time.
+compare, gate and plot need, of a million rows, only a few numbers a point: each point's
+repetition values (busbw, algbw on one rank), whether its rows hold damaged samples, and the
+distinct values of the columns that describe a run. The same queries group every input, whatever
+its size: files where they lie (open_source: each through core/filecheck.py's door, read through
+descriptors, only the columns a query names), or a frame already in memory (frame_source:
+compare_frames, gate.judge and plot.aggregate of read_results' frames), so memory follows the
+number of points and repetitions, not the columns of every row, and no grouping is written twice.
+Per-iteration samples are read only when a point needs the within-run test; the failed
+repetitions of a point (a pairs link) come back counted per point. Wire counters (compare's likely
+cause, the report's Wire section) are read from the wire_trouble flag a row; the wire JSON only
+of the flagged rows, a batch at a time. MIN_ROWS decides only whether plot and report read the
+rows into pandas at all (their tables are drawn from rows), never how points are grouped.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from commbench.core.columns import BY_NAME, GATE_KEY, INT_KEYS, REQUIRED_COLUMNS
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 
-# From this many rows on (both sides together), compare, gate, plot and report aggregate in the
-# engine: at 1M rows it takes half the time and a third of the memory of pandas; below, DuckDB's
-# start costs more than it saves. benchmarks/analysis_scale.py measures both sides of the line.
+# From this many rows on (both sides together), plot and report never read the rows into pandas:
+# their figures come from the files by the engine and the report's tables from a few columns
+# (report_frame). compare and gate aggregate in the engine at every size.
 MIN_ROWS = int(os.environ.get("COMMBENCH_ENGINE_ROWS", "500000"))
 _WIRE_BATCH = 10_000  # wire JSON values held at once while their trouble counters are summed
 _ROW_BITS = 40  # a row's global number: file index << 40 | its row in the file (the order read_results reads)
