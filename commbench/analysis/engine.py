@@ -498,6 +498,33 @@ def gate_paths(bands, paths: Sequence[str | os.PathLike]):
     return gate.judge(bands, gate_groups(paths))
 
 
+# ---- predict: a sweep's median time per point ----
+
+
+def curve_points(source: Source, workloads: Sequence[str]) -> tuple[list[str], list[tuple]]:
+    """(the settings the rows hold, [(collective, world_size, dtype, in_place, size_bytes, median
+    time_us)]): the rows of `workloads` (or without one) measured (no failed status) at a positive
+    size and time, the median over every repetition and file of a point (predict's curve)."""
+    q = _Query(source, "curve")
+    has = source.columns
+    col = {n: (_quote(n) if n in has else "NULL") for n in ("workload", "status", "settings", "in_place", "dtype",
+                                                             "world_size")}
+    kept = " AND ".join([
+        f"({col['workload']} IS NULL OR {col['workload']} IN ({', '.join(repr(w) for w in workloads)}))",
+        f"({col['status']} IS NULL OR {col['status']} = 'ok')",
+        "coalesce(time_us > 0 AND size_bytes > 0, false)",
+        f"collective IS NOT NULL AND {col['world_size']} IS NOT NULL AND {col['dtype']} IS NOT NULL"])  # all three
+    if "time_us" not in has:
+        return [], []
+    settings = q.run(f"SELECT DISTINCT coalesce(CAST({col['settings']} AS VARCHAR), '') AS s FROM rows WHERE {kept}")
+    got = q.run(f"SELECT collective, {col['world_size']} AS world_size, {col['dtype']} AS dtype, "
+                f"coalesce(CAST({col['in_place']} AS BOOLEAN), false) AS in_place, size_bytes, "
+                f"median(CAST(time_us AS DOUBLE)) AS t FROM rows WHERE {kept} GROUP BY ALL")
+    points = list(zip(*[got.column(n).to_pylist() for n in ("collective", "world_size", "dtype", "in_place",
+                                                            "size_bytes", "t")])) if got.num_rows else []
+    return settings.column("s").to_pylist(), points
+
+
 # ---- plot: the curves' lines, median, min and max at every size ----
 
 PLOT_WORKLOADS = ("sweep", "nccl-tests")  # curves only; zero, buckets and pairs rows stay with pandas

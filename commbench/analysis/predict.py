@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import bisect
 import math
-import statistics
 from dataclasses import dataclass, field
 
 from commbench.core.errors import BadInput
-from commbench.core.results import read_results
 from commbench.core.units import format_size
 from commbench.core.vocab import get_dtype, resolve
 
 # Workloads whose rows are one collective per size (a sweep, or nccl-tests imported)
 CURVE_WORKLOADS = ("sweep", "nccl-tests")
-_COLUMNS = ("collective", "size_bytes", "world_size", "dtype", "in_place", "time_us", "workload", "status",
-            "settings")
 
 
 def _canonical(collective: str) -> str:
@@ -102,38 +98,44 @@ class Curve:
 
 
 def curve_from_frame(frame, sources: list[str]) -> Curve:
-    """Rows of sweeps -> a Curve: the median over repetitions and files per point, out-of-place
-    rows where a collective has them at that world size and dtype, else its in-place rows."""
-    d = frame
-    if "workload" in d.columns:
-        d = d[d["workload"].isin(CURVE_WORKLOADS) | d["workload"].isna()]
-    if "status" in d.columns:
-        d = d[d["status"].isna() | (d["status"] == "ok")]
-    d = d[d["time_us"].notna() & (d["time_us"] > 0) & (d["size_bytes"] > 0)]
-    named = ", ".join(sources)
-    if d.empty:
-        raise BadInput(f"{named} hold(s) no sweep rows: pass the results of `commbench sweep` "
-                       "(or `commbench nccl-tests import`) to --curve")
-    if "settings" in d.columns and d["settings"].fillna("").nunique() > 1:
-        raise BadInput(f"{named} hold(s) sweeps of several settings ({', '.join(sorted(d['settings'].fillna('').unique()))}): "
-                       "pass the sweep of one setting to --curve")
-    curve = Curve(sources=list(sources))
-    in_place = d["in_place"].fillna(False).astype(bool) if "in_place" in d.columns else None
-    for (coll, world, dtype), group in d.groupby(["collective", "world_size", "dtype"], sort=True):
-        if in_place is not None:
-            out = group[~in_place.loc[group.index]]
-            group = out if not out.empty else group
-        pts = [(int(size), float(statistics.median(g["time_us"]))) for size, g in group.groupby("size_bytes", sort=True)]
-        curve.points[(str(coll), int(world), str(dtype))] = pts
-    return curve
+    """Rows of sweeps in memory -> a Curve (load_curve's, over a frame)."""
+    from commbench.analysis import engine
+
+    return _curve(engine.frame_source(frame, "curve"), [str(s) for s in sources])
 
 
 def load_curve(paths: list[str]) -> Curve:
-    """The curve of one or more sweep results files (read through read_results)."""
+    """The curve of one or more sweep results files, aggregated where they lie."""
+    from commbench.analysis import engine
+
     if not paths:
         raise BadInput("--curve needs a results file: pass the output of `commbench sweep`")
-    frame = read_results(paths, columns=_COLUMNS)
-    return curve_from_frame(frame, [str(p) for p in paths])
+    return _curve(engine.open_source(paths), [str(p) for p in paths])
+
+
+def _curve(source, sources: list[str]) -> Curve:
+    """The median time over repetitions and files per point (analysis/engine.py, curve_points),
+    out-of-place rows where a collective has them at that world size and dtype, else its in-place
+    rows."""
+    from commbench.analysis import engine
+
+    named = ", ".join(sources)
+    settings, points = engine.curve_points(source, CURVE_WORKLOADS)
+    if not points:
+        raise BadInput(f"{named} hold(s) no sweep rows: pass the results of `commbench sweep` "
+                       "(or `commbench nccl-tests import`) to --curve")
+    if len(settings) > 1:
+        raise BadInput(f"{named} hold(s) sweeps of several settings ({', '.join(sorted(settings))}): "
+                       "pass the sweep of one setting to --curve")
+    by_line: dict[tuple, dict[bool, list[tuple[int, float]]]] = {}
+    for coll, world, dtype, in_place, size, time_us in points:
+        by_line.setdefault((str(coll), int(world), str(dtype)), {}).setdefault(bool(in_place), []).append(
+            (int(size), float(time_us)))
+    curve = Curve(sources=list(sources))
+    for key in sorted(by_line):
+        placed = by_line[key]
+        curve.points[key] = sorted(placed.get(False) or placed[True])
+    return curve
 
 
 def predict_us(curve: Curve, comms: list[tuple[str, int, int]], world: int, dtype: str) -> float:
