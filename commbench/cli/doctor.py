@@ -13,7 +13,8 @@ from commbench.cli.options import DAY_S, Number
               help="Check a recorded sysfs tree instead of this host (repeat for several hosts).")
 @click.option("--timeout", type=Number(float, 0, DAY_S, low_open=True, example="60"), default=60.0, show_default=True,
               help="Seconds to wait for the other hosts under a launcher.")
-@click.option("--watch", "watch_s", type=Number(float, 0, DAY_S, low_open=True, example="10"), default=None, metavar="S",
+@click.option("--watch", "watch_s", type=Number(float, 0, DAY_S, low_open=True, example="10"), default=None,
+              metavar="S",
               help="Also sample the NIC, port and TCP counters for S seconds and name what rose (errors, drops, "
                    "retransmissions, pause frames, congestion).")
 def doctor(as_json, roots, timeout, watch_s) -> int:

@@ -25,7 +25,8 @@ def lab() -> None:
 @click.option("--mtu", type=MTU, default=1500, show_default=True)
 @click.option("--subnet", default="10.231.0.0/24", show_default=True, help="Private range used only inside the lab.")
 @click.option("--frames", is_flag=True, help="Links count frames as a NIC does (tbf splits GSO packets; costs CPU).")
-@click.option("--rails", type=Number(int, 1, labstate.MAX_RAILS, rule=f"is outside 1..{labstate.MAX_RAILS}", example="2"),
+@click.option("--rails",
+              type=Number(int, 1, labstate.MAX_RAILS, rule=f"is outside 1..{labstate.MAX_RAILS}", example="2"),
               default=1, show_default=True,
               help="NICs per host (eth0..): rail R of every host on bridge R, its own subnet (--subnet shifted by R).")
 def up(nodes, rate, mtu, subnet, frames, rails) -> None:

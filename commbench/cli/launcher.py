@@ -93,7 +93,8 @@ def bind_plan(mode: str, backend: str, nranks: int, say: bool = True) -> list | 
 
     gpu = _gpu_affinity(nranks) if mode == "auto" and backend == "nccl" else None
     # a test points this at a tree without NUMA nodes; sysfs otherwise
-    nodes = binding.numa_nodes(os.environ.get("COMMBENCH_TEST_NODE_ROOT") or binding.NODE_ROOT) if mode == "numa" else None
+    node_root = os.environ.get("COMMBENCH_TEST_NODE_ROOT") or binding.NODE_ROOT
+    nodes = binding.numa_nodes(node_root) if mode == "numa" else None
     cpus, notes = binding.plan(mode, nranks, binding.allowed_cpus(), nodes=nodes, gpu_cpus=gpu)
     for note in notes if say else ():
         print(f"commbench: {note}", file=sys.stderr)

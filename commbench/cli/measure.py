@@ -25,7 +25,8 @@ GPU_MAX_BYTES = "1G"
               help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce, sendrecv, "
                    "a comma-separated list, or all. nccl-tests spellings work (allreduce, all-reduce).")
 @click.option("-b", "--min-bytes", default="8", show_default=True, help="Smallest size (binary units: 8, 4K, 1M).")
-@click.option("-e", "--max-bytes", default=None, help=f"Largest size [default: {CPU_MAX_BYTES} on CPU, {GPU_MAX_BYTES} on GPU].")
+@click.option("-e", "--max-bytes", default=None,
+              help=f"Largest size [default: {CPU_MAX_BYTES} on CPU, {GPU_MAX_BYTES} on GPU].")
 @click.option("-f", "--step-factor", type=Number(float, None, 1e6, example="2"), default=2.0, show_default=True,
               help="Multiply the size by this.")
 @click.option("-i", "--step-bytes", default=None, help="Add this many bytes per step (with -f 1).")
@@ -233,7 +234,8 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, npr
               help="Multiply every message by this (auto: fit the model in 32 MiB on CPU, 1 on GPU).")
 @click.option("--engine", type=click.Choice(["schedule", "deepspeed"]), default="schedule", show_default=True,
               help="schedule: commbench's collectives; deepspeed: the real DeepSpeed engine and its comms logger.")
-@click.option("--steps", type=Number(int, 1, 10_000, example="2"), default=2, show_default=True, help="Timed optimizer steps (--engine deepspeed).")
+@click.option("--steps", type=Number(int, 1, 10_000, example="2"), default=2, show_default=True,
+              help="Timed optimizer steps (--engine deepspeed).")
 @click.option("--validate", "validate_schedule", is_flag=True,
               help="With --engine deepspeed: compare the schedule's bytes per op type, and its gradient "
                    "reductions one by one, with the engine's.")

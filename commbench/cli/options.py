@@ -213,7 +213,8 @@ def run_options(command):
         click.option("-R", "--repetitions", type=Number(int, 1, 1000, example="5"), default=d.repetitions,
                      show_default=True,
                      help="Run the whole grid this many times (rows carry their repetition); with "
-                          "--env/--mtu settings each repetition measures every setting in turn, every other one reversed (A B, B A, ...)."),
+                          "--env/--mtu settings each repetition measures every setting in turn, every other one "
+                          "reversed (A B, B A, ...)."),
         click.option("--check/--no-check", default=d.check, show_default=True,
                      help="Check every output, like nccl-tests' #wrong."),
         click.option("--wire/--no-wire", default=d.wire, show_default=True,

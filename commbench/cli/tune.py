@@ -63,7 +63,8 @@ def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, re
     dts = _list(dtypes, "--dtypes", lambda t: _dtype(t)) or _default_dtypes(cfg.dtype_name)
     itemsize = max(_dtype(d, size=True) for d in dts)
     params = work.param_count(*shape)
-    budget = units.parse_size(memory, "--memory-per-rank") if memory else work.memory_budget(fields["backend"], per_node)
+    budget = (units.parse_size(memory, "--memory-per-rank") if memory
+              else work.memory_budget(fields["backend"], per_node))
     wanted = _list(stages, "--stages", _stage) or [0, 1, 2, 3]
     plan = work.TunePlan(
         layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, ds_config=ds_config, world=world,
@@ -92,7 +93,8 @@ def _report(plan, rows, notes, user, cfg, target, force, ds_config, min_gain) ->
     _, full = tuneview.ranked(rows)
     click.echo(f"# tune: {plan.model} ({plan.params / 1e9:.3g}B parameters) on {plan.world} ranks, "
                f"{len(rows)} candidates; ranked by predicted communication per micro-batch "
-               + ("at full scale" if full else f"at the measuring scale {plan.scale:g} (the curve does not reach full scale)"))
+               + ("at full scale" if full
+                  else f"at the measuring scale {plan.scale:g} (the curve does not reach full scale)"))
     click.echo(f"# predicted and measured: one optimizer step at scale {plan.scale:g} (every message x{plan.scale:g}), "
                "like for like; full-scale predicted: the same step at the model's real size, not measured")
     for line in tuneview.table(rows, full, plan.scale) + [f"# note: {n}" for n in notes]:

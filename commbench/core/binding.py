@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from commbench.core.errors import BadInput
 
@@ -55,7 +57,7 @@ def parse_cpulist(text: str) -> set[int]:
     return cpus
 
 
-def format_cpulist(cpus) -> str:
+def format_cpulist(cpus: Iterable[int]) -> str:
     """CPU numbers -> the kernel's cpulist form: sorted, runs as "a-b", joined by commas."""
     ordered = sorted(set(cpus))
     runs: list[str] = []
@@ -69,7 +71,7 @@ def format_cpulist(cpus) -> str:
     return ",".join(runs)
 
 
-def split_cores(cpus, nranks: int) -> tuple[list[set[int]], bool]:
+def split_cores(cpus: Iterable[int], nranks: int) -> tuple[list[set[int]], bool]:
     """`cpus` shared out among `nranks`: evenly and contiguously (the first ranks take one more where
     they do not divide), so a rank's threads share caches; with more ranks than CPUs each rank gets
     one CPU, round-robin, and the second value says they share."""
@@ -108,8 +110,8 @@ def numa_nodes(root: str | Path = NODE_ROOT) -> dict[int, set[int]]:
     return nodes
 
 
-def plan(mode: str, nranks: int, allowed, *, nodes: dict[int, set[int]] | None = None,
-         gpu_cpus: list | None = None) -> tuple[list[set[int]] | None, list[str]]:
+def plan(mode: str, nranks: int, allowed: Iterable[int], *, nodes: dict[int, set[int]] | None = None,
+         gpu_cpus: list[set[int] | None] | None = None) -> tuple[list[set[int]] | None, list[str]]:
     """Each local rank's CPUs under `mode` (None: leave them to the scheduler), and notes to print.
 
     allowed: the CPUs this process may use (os.sched_getaffinity); nodes: numa_nodes(); gpu_cpus:
@@ -154,7 +156,7 @@ def current_cpulist() -> str:
 
 
 @contextlib.contextmanager
-def pinned(cpus: set[int] | None):
+def pinned(cpus: set[int] | None) -> Iterator[None]:
     """The calling thread on `cpus` for the block, then back: a process started inside inherits
     the mask from its first instruction (before torch or OpenMP size their thread pools)."""
     if not cpus or not hasattr(os, "sched_setaffinity"):
@@ -178,8 +180,8 @@ def apply(cpus: set[int]) -> None:
             continue
 
 
-def gpu_cpus(topology: dict | None, nranks: int, visible: str | None = None,
-             gpus: list[dict] | None = None) -> list[set[int] | None] | None:
+def gpu_cpus(topology: dict[str, Any] | None, nranks: int, visible: str | None = None,
+             gpus: list[dict[str, Any]] | None = None) -> list[set[int] | None] | None:
     """Per local rank (rank r drives the r-th visible GPU), the CPUs of its GPU's NUMA node, from
     `nvidia-smi topo -m` as net/netinfo.py parse_topo_matrix reads it ("CPU Affinity" column);
     None for a rank whose GPU or affinity is unknown, None overall without a topology.

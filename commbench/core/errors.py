@@ -1,4 +1,4 @@
-"""Errors that map to the exit codes in docs/ARCHITECTURE.md.
+"""Exception types and the exit codes they map to (docs/ARCHITECTURE.md, "Exit codes").
 
 0 ok; 1 the measured answer is bad (wrong results, a regression); 2 bad input or usage;
 3 runtime failure (rank lost, timeout, backend error) with what was measured kept.

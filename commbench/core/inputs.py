@@ -89,7 +89,7 @@ def _too_big(messages: InputMessages, shown: str) -> BadInput:
     return BadInput(messages.too_big.format(name=shown, kind=messages.kind, limit=size_text(messages.limit)))
 
 
-def read_bytes(path: str | os.PathLike, messages: InputMessages, name: str | None = None) -> bytes:
+def read_bytes(path: str | os.PathLike[str], messages: InputMessages, name: str | None = None) -> bytes:
     """The file's bytes (at most messages.limit), or BadInput with the matching message. `name`:
     how to show the file (default: the path as given)."""
     shown = str(path) if name is None else name
@@ -124,7 +124,7 @@ def read_bytes(path: str | os.PathLike, messages: InputMessages, name: str | Non
         os.close(fd)
 
 
-def read_text(path: str | os.PathLike, messages: InputMessages, name: str | None = None,
+def read_text(path: str | os.PathLike[str], messages: InputMessages, name: str | None = None,
               encoding: str = "utf-8") -> str:
     """The file as text (a UTF-8 byte-order mark is dropped with encoding 'utf-8-sig')."""
     data = read_bytes(path, messages, name)
@@ -135,7 +135,7 @@ def read_text(path: str | os.PathLike, messages: InputMessages, name: str | None
         raise BadInput(messages.not_text.format(name=shown, byte=exc.start)) from None
 
 
-def check_regular(path: str | os.PathLike, message: str) -> None:
+def check_regular(path: str | os.PathLike[str], message: str) -> None:
     """Refuse a path that is there but is not a regular file (a FIFO, a device, a socket) before
     anything opens it; `message` takes {name} and {what}. A missing path or a folder is the
     caller's to judge."""

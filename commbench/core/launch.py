@@ -16,8 +16,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 from commbench.core import streams
 from commbench.core.binding import pinned
@@ -36,7 +37,7 @@ class RankEnv:
     master_port: int
 
 
-def _int(environ: dict, name: str) -> int:
+def _int(environ: Mapping[str, str], name: str) -> int:
     if name not in environ:
         raise BadInput(f"{name} is not set although other launcher variables are: fix the launcher's environment")
     try:
@@ -63,7 +64,7 @@ def _slurm_tasks_on_node(value: str, node_id: int) -> int:
     return runs[0][0] if runs else 1
 
 
-def detect(environ: dict | None = None, *, resolve: bool | None = None) -> RankEnv | None:
+def detect(environ: Mapping[str, str] | None = None, *, resolve: bool | None = None) -> RankEnv | None:
     """The launcher that started this process, or None when commbench runs on its own.
 
     An environment that contradicts itself (a rank outside the world, more tasks than Slurm's
@@ -82,8 +83,8 @@ def detect(environ: dict | None = None, *, resolve: bool | None = None) -> RankE
 class _Source:
     """Where a RankEnv's fields came from, as `NAME=value` labels for the messages; None where a
     default filled the field in (nothing to contradict)."""
-    rank: str
-    world: str
+    rank: str | None  # always set where a launcher was found
+    world: str | None
     local: str | None
     local_world: str | None
     addr: str | None
@@ -97,7 +98,7 @@ _SLURM_FIX = "fix the job's environment (srun sets these from -n/--ntasks, -N/--
 _MPI_FIX = "fix mpirun's environment (mpirun sets these from -n/-np and its host list)"
 
 
-def _label(env: dict, name: str) -> str | None:
+def _label(env: Mapping[str, str], name: str) -> str | None:
     """`NAME=value` for a message; a value that would not print as itself on one line is quoted."""
     if name not in env:
         return None
@@ -113,16 +114,16 @@ _MPI_VARS = (
 )
 
 
-def _torchrun_marked(env) -> bool:
+def _torchrun_marked(env: Mapping[str, str]) -> bool:
     return "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env)
 
 
-def _srun_step(env) -> bool:
+def _srun_step(env: Mapping[str, str]) -> bool:
     # Inside an sbatch script SLURM_PROCID is set too; only srun steps (SLURM_STEP_ID) hold ranks.
     return "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and "SLURM_NTASKS" in env
 
 
-def started_by(environ=None) -> str | None:
+def started_by(environ: Mapping[str, str] | None = None) -> str | None:
     """The launcher that started this process, by its marks alone: nothing is checked or looked up,
     and more marks count than detect() takes ranks from (torchrun's agent variables LOCAL_RANK and
     GROUP_RANK, a Slurm batch script, mpirun's PMIX_RANK and OMPI_COMM_WORLD_*). A launcher hands its
@@ -139,14 +140,15 @@ def started_by(environ=None) -> str | None:
     return None
 
 
-def _from_launcher(env: dict) -> tuple[RankEnv, _Source] | None:
+def _from_launcher(env: Mapping[str, str]) -> tuple[RankEnv, _Source] | None:
     if _torchrun_marked(env):
         world = _int(env, "WORLD_SIZE")
         # `commbench lab run` sets the torchrun variables and names itself
         found = RankEnv(env.get("COMMBENCH_LAUNCHER", "torchrun"), _int(env, "RANK"), world,
                         _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0,
                         _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world,
-                        env.get("MASTER_ADDR", "127.0.0.1"), _int(env, "MASTER_PORT") if "MASTER_PORT" in env else 29500)
+                        env.get("MASTER_ADDR", "127.0.0.1"),
+                        _int(env, "MASTER_PORT") if "MASTER_PORT" in env else 29500)
         return found, _Source(_label(env, "RANK"), _label(env, "WORLD_SIZE"), _label(env, "LOCAL_RANK"),
                               _label(env, "LOCAL_WORLD_SIZE") or _label(env, "WORLD_SIZE"), _label(env, "MASTER_ADDR"),
                               _label(env, "MASTER_PORT"), _TORCHRUN_FIX)
@@ -162,13 +164,14 @@ def _from_launcher(env: dict) -> tuple[RankEnv, _Source] | None:
                             _int(env, local_size_var) if local_size_var in env else 1,
                             env["MASTER_ADDR"], _int(env, "MASTER_PORT") if "MASTER_PORT" in env else 29500)
             both = local_var in env and local_size_var in env  # a default on one side contradicts nothing
-            return found, _Source(_label(env, rank_var), _label(env, size_var), _label(env, local_var) if both else None,
+            return found, _Source(_label(env, rank_var), _label(env, size_var),
+                                  _label(env, local_var) if both else None,
                                   _label(env, local_size_var) if both else None, _label(env, "MASTER_ADDR"),
                                   _label(env, "MASTER_PORT"), _MPI_FIX)
     return None
 
 
-def _from_slurm(env: dict) -> tuple[RankEnv, _Source]:
+def _from_slurm(env: Mapping[str, str]) -> tuple[RankEnv, _Source]:
     import hostlist
 
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")
@@ -186,7 +189,8 @@ def _from_slurm(env: dict) -> tuple[RankEnv, _Source]:
                     on_node, master, port)
     counted = bool(re.fullmatch(r"\d+(\(x\d+\))?(,\d+(\(x\d+\))?)*", env.get(per_node_var, "")))
     addr = _label(env, "MASTER_ADDR") if env.get("MASTER_ADDR") else (
-        f"MASTER_ADDR={master} (the first host of {'SLURM_STEP_NODELIST' if env.get('SLURM_STEP_NODELIST') else 'SLURM_JOB_NODELIST'})"
+        f"MASTER_ADDR={master} (the first host of "
+        f"{'SLURM_STEP_NODELIST' if env.get('SLURM_STEP_NODELIST') else 'SLURM_JOB_NODELIST'})"
         if hosts else None)
     return found, _Source(_label(env, "SLURM_PROCID"), _label(env, "SLURM_NTASKS"), _label(env, "SLURM_LOCALID"),
                           f"{per_node_var}={env[per_node_var]} ({on_node} on node {node_id})" if counted else None,
@@ -203,7 +207,7 @@ def check_port(port: int, label: str, example: str) -> None:
         raise BadInput(f"{label} is not a TCP port: give one from 1 to 65535, e.g. {example}")
 
 
-def check_rank_env(found: RankEnv, source: _Source, env: dict, resolve: bool = False) -> None:
+def check_rank_env(found: RankEnv, source: _Source, env: Mapping[str, str], resolve: bool = False) -> None:
     """Refuse a launcher environment that contradicts itself, naming the variables, their values and
     the fix; torch would wait its connect timeout for ranks that cannot exist, or a port or host that
     cannot be reached."""
@@ -228,7 +232,7 @@ def check_rank_env(found: RankEnv, source: _Source, env: dict, resolve: bool = F
         _check_master_addr(found.master_addr, source.addr, resolve)
 
 
-def _check_slurm_counts(env: dict) -> None:
+def _check_slurm_counts(env: Mapping[str, str]) -> None:
     """Slurm's node and task counts against each other, where the variables are plain numbers."""
     counts = {n: int(env[n]) for n in ("SLURM_NTASKS", "SLURM_NNODES", "SLURM_NODEID", "SLURM_NTASKS_PER_NODE")
               if re.fullmatch(r"\d+", str(env.get(n, "")).strip())}
@@ -269,7 +273,7 @@ def _check_master_addr(addr: str, label: str, resolve: bool) -> None:
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def install_rank_signal_handlers() -> None:
@@ -346,7 +350,7 @@ def spawn_local(nproc: int, target: Callable[[RankEnv], int], grace: float = 15.
     returns, so from then on it ignores both (a second Ctrl-C must not interrupt its exit).
     """
     port = free_port()
-    ctx = mp.get_context("fork" if fork and fork_safe() else "spawn")
+    ctx = mp.get_context("fork") if fork and fork_safe() else mp.get_context("spawn")
     procs = [ctx.Process(target=_child, args=(r, nproc, port, target, True), name=f"commbench-rank{r}")
              for r in range(nproc)]
     failed_at = interrupted = None
@@ -382,7 +386,7 @@ def fork_safe() -> bool:
     return torch is None or not torch.cuda.is_initialized()
 
 
-def _supervise(procs, grace: float, echo: Callable[[str], None]) -> float | None:
+def _supervise(procs: Sequence[Any], grace: float, echo: Callable[[str], None]) -> float | None:
     """Poll the ranks until all end; a failed rank stops the rest after `grace` seconds. Returns
     when a failure was seen. Ctrl-C or SIGTERM raise out of it (spawn_local forwards SIGINT)."""
     failed_at: float | None = None
@@ -410,7 +414,7 @@ def _run_code(codes: list[int | None]) -> int:
     return codes[0] if codes[0] is not None else EXIT_RUNTIME
 
 
-def _report_failure(procs, echo: Callable[[str], None], then: str) -> None:
+def _report_failure(procs: Sequence[Any], echo: Callable[[str], None], then: str) -> None:
     """Name the rank whose end explains a failed run: one killed by a signal first (the others then
     fail in their collectives), else one that reported a runtime failure."""
     failed = [(r, p) for r, p in enumerate(procs)
@@ -422,7 +426,7 @@ def _report_failure(procs, echo: Callable[[str], None], then: str) -> None:
     echo(f"commbench: rank {r} (pid {p.pid}) ended with {how}{then}")
 
 
-def _stop(procs, sig: int, wait: float) -> None:
+def _stop(procs: Sequence[Any], sig: int, wait: float) -> None:
     procs = [p for p in procs if p.pid is not None]  # a signal may have come before all were started
     for p in procs:
         if p.is_alive():

@@ -13,23 +13,27 @@ the traffic interface's shaper is found by its name among `host_net`'s interface
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 LINK_SPEED = "link speed"
 
 
-def effective_rate(iface: dict) -> tuple[float | None, str]:
+def effective_rate(iface: Mapping[str, Any]) -> tuple[float | None, str]:
     """(bits per second, where the cap comes from): min(link speed, root shaper's rate)."""
-    speed = iface.get("speed_mbps")
-    speed = float(speed) * 1e6 if _positive(speed) else None
-    shaper = iface.get("shaper") if isinstance(iface.get("shaper"), dict) else {}
+    link = iface.get("speed_mbps")
+    speed = float(link) * 1e6 if _positive(link) else None
+    shaper = iface.get("shaper")
+    if not isinstance(shaper, dict):
+        shaper = {}
     shaped = shaper.get("rate_bits")
     if _positive(shaped) and (speed is None or shaped < speed):
         return float(shaped), f"{shaper.get('kind') or 'tc'} shaper"
     return speed, LINK_SPEED
 
 
-def _positive(value) -> bool:
+def _positive(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and value == value
 
 
@@ -61,12 +65,16 @@ class LinkRate:
         return f"{rate_text(self.bits)} (shaped{link})"
 
 
-def host_rate(facts: dict) -> LinkRate:
+def host_rate(facts: Mapping[str, Any]) -> LinkRate:
     """The rate of one host's traffic interface, from its entry in a row's `net` column."""
     iface = dict(facts)
     if not isinstance(iface.get("shaper"), dict):
-        host_net = facts.get("host_net") if isinstance(facts.get("host_net"), dict) else {}
-        interfaces = host_net.get("interfaces") if isinstance(host_net.get("interfaces"), list) else []
+        host_net = facts.get("host_net")
+        if not isinstance(host_net, dict):
+            host_net = {}
+        interfaces = host_net.get("interfaces")
+        if not isinstance(interfaces, list):
+            interfaces = []
         same = [i for i in interfaces if isinstance(i, dict) and i.get("name") == facts.get("iface")]
         if same and isinstance(same[0].get("shaper"), dict):
             iface["shaper"] = same[0]["shaper"]
@@ -75,7 +83,7 @@ def host_rate(facts: dict) -> LinkRate:
     return LinkRate(bits, float(link) * 1e6 if _positive(link) else None, source)
 
 
-def net_rates(net) -> dict[str, LinkRate]:
+def net_rates(net: object) -> dict[str, LinkRate]:
     """{host: LinkRate} of a `net` cell's hosts (parsed JSON); {} for anything else."""
     if not isinstance(net, dict):
         return {}

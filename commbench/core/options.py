@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 # Calls in one captured CUDA graph (--cuda-graph): nccl-tests -G captures its -n iterations (20 by
 # default) and launches that graph; one replay of 20 calls hides the host's launch cost as its does.
@@ -45,12 +46,12 @@ class RunOptions:
     iface: str | None = None  # --iface: the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
     # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination and
     # repetition, the combinations in turn within each repetition (harness/settings.py)
-    axes: list = field(default_factory=list)
-    extra: dict = field(default_factory=dict)
+    axes: list[Any] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str):
+    def from_json(cls, text: str) -> RunOptions:
         return cls(**json.loads(text))

@@ -24,7 +24,7 @@ import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.signals import Terminated, sigterm_raises
@@ -53,8 +53,8 @@ def _same_file(a: Path, b: Path) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def check_new(path: str | os.PathLike, command: str, flag: str = "--out",
-              inputs: Iterable[str | os.PathLike | None] = (), force: bool = False) -> Path:
+def check_new(path: str | os.PathLike[str], command: str, flag: str = "--out",
+              inputs: Iterable[str | os.PathLike[str] | None] = (), force: bool = False) -> Path:
     """Refuse, before anything is read or drawn, a target that is an input, a folder, an existing
     file (unless `force`) or under a regular file. `command` is who never overwrites ("plot")."""
     path = Path(path)
@@ -77,13 +77,13 @@ def check_new(path: str | os.PathLike, command: str, flag: str = "--out",
     return path
 
 
-def write_file(path: str | os.PathLike, data: bytes, command: str, flag: str = "--out",
-               inputs: Iterable[str | os.PathLike | None] = (), force: bool = False) -> Path:
+def write_file(path: str | os.PathLike[str], data: bytes, command: str, flag: str = "--out",
+               inputs: Iterable[str | os.PathLike[str] | None] = (), force: bool = False) -> Path:
     """One file, atomically (see write_files)."""
     return write_files([Output(Path(path), data, flag)], command, inputs, force)[0]
 
 
-def write_files(outputs: Sequence[Output], command: str, inputs: Iterable[str | os.PathLike | None] = (),
+def write_files(outputs: Sequence[Output], command: str, inputs: Iterable[str | os.PathLike[str] | None] = (),
                 force: bool = False) -> list[Path]:
     """Write a group of files all or nothing; returns their paths in order. Raises BadInput for a
     taken or unusable name, RuntimeFailure for a failed write; SIGTERM mid-write ends the process
@@ -139,7 +139,7 @@ def _failure(exc: OSError, path: Path, flag: str) -> Exception:
     return RuntimeFailure(f"cannot write {path}: {reason}")
 
 
-def _remove(path: str | os.PathLike) -> None:
+def _remove(path: str | os.PathLike[str]) -> None:
     try:
         os.unlink(path)
     except OSError:

@@ -9,6 +9,8 @@ so "stdout is a terminal" alone does not say that a person watches it.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from commbench.core.errors import BadInput
 from commbench.core.launch import started_by
@@ -16,13 +18,13 @@ from commbench.core.launch import started_by
 MODES = ("auto", "on", "off")
 
 
-def ci_set(environ) -> bool:
+def ci_set(environ: Mapping[str, str]) -> bool:
     """CI=true, CI=1, CI=yes (GitHub, GitLab, Buildkite, ...): a CI job; empty, false and 0 say not."""
     value = str(environ.get("CI", "")).strip().lower()
     return value not in ("", "false", "0")
 
 
-def draw_bar(mode: str, is_terminal: bool, environ=None) -> bool:
+def draw_bar(mode: str, is_terminal: bool, environ: Mapping[str, str] | None = None) -> bool:
     """The one rule. off: never. on: whenever stdout is a terminal, also under a launcher. auto: when
     stdout is a terminal, no launcher started this process (core/launch.py started_by), TERM is not
     dumb and no CI is set."""
@@ -41,7 +43,7 @@ def check_mode(mode: str, flag: str = "--progress") -> str:
     return mode
 
 
-def is_terminal(stream) -> bool:
+def is_terminal(stream: Any) -> bool:
     """stream.isatty(), False for a stream without one or already closed."""
     try:
         return bool(stream.isatty())

@@ -26,7 +26,8 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 OUT, ERR = 1, 2  # which pipe a line came from
 READ_SIZE = 64 * 1024
@@ -38,7 +39,7 @@ TICK = 0.2
 LINGER = 2.0  # the child ended but something it left holds its pipes: stop reading after this
 
 
-def kill_group(proc: subprocess.Popen, grace: float) -> None:
+def kill_group(proc: subprocess.Popen[Any], grace: float) -> None:
     """SIGTERM to the process group, SIGKILL after `grace` seconds (straight SIGKILL when 0)."""
     try:
         pgid = os.getpgid(proc.pid)

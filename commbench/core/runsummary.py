@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -83,7 +84,7 @@ def halfwidths(samples: Sequence[Sequence[float] | None]) -> list[float]:
     return out
 
 
-def precision_of(row: Mapping, plan: Mapping, width: float | None = None) -> Precision | None:
+def precision_of(row: Mapping[str, Any], plan: Mapping[str, Any], width: float | None = None) -> Precision | None:
     """point_precision for a result row under its plan (RunOptions' fields: iters, precision,
     time_budget, max_iters); None for a fixed count, --precision 0 or a workload the rule did not judge."""
     if plan.get("iters") or row.get("workload", "sweep") not in JUDGED_BY_STOP_RULE:
@@ -100,7 +101,7 @@ def halfwidth_text(width: float) -> str:
     return "±?" if not math.isfinite(width) else f"±{width:.0%}" if width >= 0.095 else f"±{width:.1%}"
 
 
-def precision_lines(rows: Sequence[Mapping], plan: Mapping) -> list[str]:
+def precision_lines(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) -> list[str]:
     """'N of M points reached 3%' and, when some did not, why they stopped, the worst, and what
     the mark in the table means; [] where no target applied."""
     if plan.get("iters") or not float(plan.get("precision") or 0) > 0:
@@ -130,7 +131,7 @@ def precision_lines(rows: Sequence[Mapping], plan: Mapping) -> list[str]:
     return lines
 
 
-def point_where(row: Mapping) -> str:
+def point_where(row: Mapping[str, Any]) -> str:
     """What tells a point from its neighbours: its size (a sweep), its bucket (buckets, with its
     ZeRO stage in zero, and its gradient accumulation where that is more than 1)."""
     bucket, stage, accum = row.get("bucket_bytes"), row.get("zero_stage"), row.get("grad_accum")
@@ -142,7 +143,7 @@ def point_where(row: Mapping) -> str:
     return format_size(int(row.get("size_bytes") or 0))
 
 
-def point_name(row: Mapping) -> str:
+def point_name(row: Mapping[str, Any]) -> str:
     where = " in place" if row.get("in_place") and row.get("collective") in _BOTH else ""
     return f"{row.get('collective')} {point_where(row)}{where}"
 
@@ -160,7 +161,7 @@ POINT_KEYS = RUN_POINT_KEY  # a point of one run (core/columns.py)
 class PointMedian:
     """One point over its repetitions."""
 
-    first: Mapping  # the point's first row (its key columns, count, workload)
+    first: Mapping[str, Any]  # the point's first row (its key columns, count, workload)
     time_us: float
     algbw: float
     busbw: float
@@ -171,22 +172,22 @@ class PointMedian:
         return min(self.times_us), max(self.times_us)
 
 
-def _finite(value) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     try:
         return value is not None and math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
 
 
-def _cell(value):
+def _cell(value: Any) -> Any:
     """A key cell: NaN (pandas' missing value) as None, so that missing cells are one key."""
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def point_medians(rows: Iterable[Mapping]) -> list[PointMedian]:
+def point_medians(rows: Iterable[Mapping[str, Any]]) -> list[PointMedian]:
     """Per point (POINT_KEYS), medians over its repetitions of time, algbw and busbw, in the order
     the points were first measured; rows without a finite busbw (a failed link) are left out."""
-    groups: dict[tuple, list[Mapping]] = {}
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
         if _finite(r.get("busbw_GBps")) and _finite(r.get("time_us")):
             groups.setdefault(tuple(_cell(r.get(k)) for k in POINT_KEYS), []).append(r)
@@ -221,7 +222,7 @@ class Series:
 
 
 def series_of(medians: Iterable[PointMedian]) -> list[Series]:
-    out: dict[tuple, Series] = {}
+    out: dict[tuple[Any, ...], Series] = {}
     for p in medians:
         key = (_cell(p.first.get("settings")), p.first.get("collective"), p.first.get("workload") or "")
         if key not in out:
@@ -248,8 +249,8 @@ def size_range(sizes: Iterable[int]) -> str:
 
 def _extent(points: Sequence[PointMedian]) -> str:
     """What a series covers: its sizes, or its ZeRO stages, buckets and accumulations."""
-    stages = [p.first.get("zero_stage") for p in points]
-    buckets = [p.first.get("bucket_bytes") for p in points]
+    stages: list[Any] = [p.first.get("zero_stage") for p in points]
+    buckets: list[Any] = [p.first.get("bucket_bytes") for p in points]
     parts = []
     if all(_finite(v) for v in stages):
         lo, hi = min(int(v) for v in stages), max(int(v) for v in stages)
@@ -307,7 +308,7 @@ def _mean_ratio(pairs: Sequence[tuple[float, float]]) -> float:
     return math.exp(statistics.fmean(math.log(rs / ar) for rs, ar in pairs))
 
 
-def reduce_scatter_gap(points: Iterable[Mapping], label: str = "") -> Gap | None:
+def reduce_scatter_gap(points: Iterable[Mapping[str, Any]], label: str = "") -> Gap | None:
     """From points of one run (dicts: collective, size_bytes, busbw, backend; medians over
     repetitions, one placement each or both): the Gap, or None unless both collectives were
     measured. Sizes pair up within 5% (both round sizes to their ranks: nccl-tests' counts)."""

@@ -1,6 +1,8 @@
 """Text that came from outside (environment variables, files, results, sysfs) made safe to print on
 a terminal: no control character (an escape sequence could recolour, move the cursor, retitle the
-window or hide what follows), no line break, no bidirectional override. Two forms: `printable`
+window or hide what follows), no line break, no bidirectional override.
+
+Two forms: `printable`
 puts '?' in their place (report tables, labels), `escaped` shows them as Python-style escapes
 (`\\x1b`, `\\u202e`), so that doctor can say what a variable really holds.
 """
@@ -31,10 +33,10 @@ def _escape(ch: str) -> str:
 
 def escaped(text: Any) -> str:
     """str(text) on one line, every character that is not printable written as its escape."""
-    text = str(text)
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+    line = str(text)
+    if line.isprintable():
+        return line
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in line)
 
 
 def escaped_tree(value: Any, depth: int = 0) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from commbench.core.errors import BadInput
 
@@ -134,10 +135,10 @@ def check_backend(axes: list[Axis], backend: str) -> None:
                            f"such as {GLOO_PER_GROUP[0]}")
 
 
-def as_plan(axes: list[Axis]) -> list[list]:
+def as_plan(axes: list[Axis]) -> list[list[Any]]:
     """The axes as a plan stores them (JSON): [[name, [values]], ...]."""
     return [[a.name, list(a.values)] for a in axes]
 
 
-def from_plan(stored: list) -> list[Axis]:
+def from_plan(stored: list[Any]) -> list[Axis]:
     return [Axis(str(name), tuple(str(v) for v in values)) for name, values in stored]

@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from collections.abc import Iterator
+from types import FrameType
 
 
 class Terminated(BaseException):
     """Raised in the main thread on SIGTERM; a BaseException so that `except Exception` lets it by."""
 
 
-def raise_terminated(signum, frame) -> None:
+def raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated()
 
 
@@ -43,7 +44,7 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _stopping = False  # set by the first SIGINT / SIGTERM under stop_once(), or by stopping()
 
 
-def _first_signal_stops(signum, frame) -> None:
+def _first_signal_stops(signum: int, frame: FrameType | None) -> None:
     """The handler of stop_once(): the flag is set before the raise, so a signal that arrives while
     this one is handled (or the exception is being caught) finds it set and changes nothing."""
     global _stopping
@@ -69,10 +70,6 @@ def stopping() -> None:
     it kept."""
     global _stopping
     _stopping = True
-
-
-def is_stopping() -> bool:
-    return _stopping
 
 
 def ignore_signals_until_exit() -> None:

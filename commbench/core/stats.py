@@ -1,4 +1,6 @@
-"""Small, pure statistics for comparisons (docs/COMPARE.md).
+"""Small, pure statistics for comparisons (docs/COMPARE.md): medians and spreads, the median's
+distribution-free confidence interval, one-sided Mann-Whitney, Holm, Benjamini-Hochberg, the
+repetitions a test needs.
 
 Every function checks its input and raises ValueError on anything it cannot answer honestly
 (an empty sample, a NaN, a p-value outside [0, 1]): a comparison must never pass because the
@@ -10,12 +12,13 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 
-def _scipy():
+def _scipy() -> Any:
     """scipy.stats, loaded on first use: it costs a second at start-up, and commands that refuse a
     flag or read no samples never need it."""
     from scipy import stats
@@ -116,7 +119,7 @@ def mannwhitney_one_sided(x: Sequence[float], y: Sequence[float], alternative: s
     return max(p, min_p_one_sided(xa.size, ya.size))
 
 
-def mannwhitney_one_sided_many(x, y, alternatives: Sequence[str]) -> list[float]:
+def mannwhitney_one_sided_many(x: Any, y: Any, alternatives: Sequence[str]) -> list[float]:
     """mannwhitney_one_sided of row i of x against row i of y, for every row: the same p-values,
     far faster for thousands of points (scipy's per-call overhead is most of a small test).
 
@@ -129,7 +132,9 @@ def mannwhitney_one_sided_many(x, y, alternatives: Sequence[str]) -> list[float]
     if xa.ndim != 2 or ya.ndim != 2 or not len(xa) == len(ya) == len(alternatives):
         raise ValueError("x and y must be 2-D arrays with one row per alternative")
     n1, n2 = xa.shape[1], ya.shape[1]
-    one_by_one = lambda: [mannwhitney_one_sided(a, b, alt) for a, b, alt in zip(xa, ya, alternatives)]  # noqa: E731
+    def one_by_one() -> list[float]:
+        return [mannwhitney_one_sided(a, b, alt) for a, b, alt in zip(xa, ya, alternatives)]
+
     if (n1 <= 8 or n2 <= 8 or not (np.all(np.isfinite(xa)) and np.all(np.isfinite(ya)))
             or not set(alternatives) <= {"less", "greater"} or math.comb(n1 + n2, n1) <= EXACT_TIES_LIMIT):
         return one_by_one()
@@ -143,7 +148,8 @@ def mannwhitney_one_sided_many(x, y, alternatives: Sequence[str]) -> list[float]
     p[np.ptp(np.concatenate([xa, ya], axis=1), axis=1) == 0] = 1.0  # as the single test: no evidence
     if not np.all((p >= 0.0) & (p <= 1.0)):  # NaN included: let the single test name the error
         return one_by_one()
-    return np.maximum(p, min_p_one_sided(n1, n2)).tolist()
+    floored: list[float] = np.maximum(p, min_p_one_sided(n1, n2)).tolist()
+    return floored
 
 
 def _exact_with_ties(both: np.ndarray, n1: int, alternative: str) -> float:
@@ -180,7 +186,8 @@ def holm(pvalues: Sequence[float], m: int | None = None) -> list[float]:
     adjusted = np.minimum(1.0, np.maximum.accumulate(steps))
     out = np.empty_like(p)
     out[order] = adjusted
-    return out.tolist()
+    adjusted_p: list[float] = out.tolist()
+    return adjusted_p
 
 
 def bh_qvalues(pvalues: Sequence[float], m: int | None = None) -> list[float]:
@@ -197,7 +204,8 @@ def bh_qvalues(pvalues: Sequence[float], m: int | None = None) -> list[float]:
         ranked = padded[order] * family / np.arange(1, family + 1)
         q = np.empty_like(padded)
         q[order] = np.minimum(1.0, np.minimum.accumulate(ranked[::-1])[::-1])
-    return q[: p.size].tolist()
+    qvalues: list[float] = q[: p.size].tolist()
+    return qvalues
 
 
 def min_p_one_sided(n1: int, n2: int) -> float:

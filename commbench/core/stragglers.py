@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ def rank_summary(own_s: Sequence[float], slowest_s: Sequence[float]) -> tuple[fl
     return float(np.median(own)), float(np.median(np.asarray(slowest_s, dtype=float) - own))
 
 
-def robust_z(values: Sequence[float]) -> np.ndarray:
+def robust_z(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """(x - median) / MAD (normal-scaled); a MAD of zero gives +-inf for values off the median."""
     # scipy.stats here, not at the top: every rank imports this module through harness/runner.py,
     # and scipy.stats is about 0.7 s of a rank's start while only worlds of MIN_WORLD_FOR_Z reach this
@@ -60,7 +61,7 @@ def robust_z(values: Sequence[float]) -> np.ndarray:
     mad = median_abs_deviation(x, scale="normal")
     dev = x - np.median(x)
     if mad > 0:
-        return dev / mad
+        return np.asarray(dev / mad, dtype=float)
     return np.where(dev > 0, np.inf, np.where(dev < 0, -np.inf, 0.0))
 
 
@@ -73,7 +74,7 @@ class Late:
     z: float | None  # robust z over the ranks; None below MIN_WORLD_FOR_Z ranks
 
 
-def late_at_point(skew_us: Sequence[float], time_us: float) -> list[Late]:
+def late_at_point(skew_us: Sequence[float] | np.ndarray, time_us: float) -> list[Late]:
     """The ranks whose arrival skew stands out at one point (see the module's docstring)."""
     x = np.asarray(skew_us, dtype=float)
     n = x.size
@@ -99,12 +100,12 @@ def median_of_others(x: np.ndarray) -> np.ndarray:
     pos[order] = np.arange(n)
 
     def left(j: int) -> np.ndarray:  # the j-th smallest of the others: s[j] below r's place, else s[j + 1]
-        return np.where(j < pos, s[j], s[min(j + 1, n - 1)])
+        return np.asarray(np.where(j < pos, s[j], s[min(j + 1, n - 1)]), dtype=float)
 
     m = n - 1
     if m % 2:
         return left(m // 2)
-    return (left(m // 2 - 1) + left(m // 2)) / 2
+    return np.asarray((left(m // 2 - 1) + left(m // 2)) / 2, dtype=float)
 
 
 class Finding:
@@ -147,7 +148,7 @@ def format_us(us: float) -> str:
     return f"{us:.0f} us"
 
 
-def usable_points(rows: Iterable[Mapping], world: int) -> list[tuple[np.ndarray, float]]:
+def usable_points(rows: Iterable[Mapping[str, Any]], world: int) -> list[tuple[np.ndarray, float]]:
     """(per-rank skews, time_us) of every row that counts: rows without per-rank skews
     (broadcast, reduce, sendrecv, old files, nccl-tests imports) or of another world size, and rows
     of fewer than MIN_ITERS iterations, are left out."""
@@ -179,7 +180,7 @@ def _effect(hits: list[Late]) -> tuple[float, float | None]:
     return float(np.median([h.excess_us for h in hits])), float(np.median(zs)) if zs else None
 
 
-def find(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[Straggler]:
+def find(rows: Iterable[Mapping[str, Any]], hosts: Sequence[str]) -> list[Straggler]:
     """Stragglers over result rows (dicts or DataFrame records) with `rank_skew_us` and `time_us`;
     `hosts[r]` is rank r's host."""
     points = usable_points(rows, len(hosts))
@@ -222,7 +223,7 @@ def host_groups(hosts: Sequence[str]) -> dict[str, list[int]]:
     return groups
 
 
-def find_hosts(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[SlowHost]:
+def find_hosts(rows: Iterable[Mapping[str, Any]], hosts: Sequence[str]) -> list[SlowHost]:
     """Hosts of 2 or more ranks whose ranks all arrive late (see the comment above)."""
     groups = host_groups(hosts)
     if len(groups) < 2 or all(len(ranks) == 1 for ranks in groups.values()):
@@ -235,7 +236,7 @@ def find_hosts(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[SlowHost]:
             for i, hits in late_again(points).items() if len(groups[names[i]]) >= 2]
 
 
-def findings(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[SlowHost | Straggler]:
+def findings(rows: Iterable[Mapping[str, Any]], hosts: Sequence[str]) -> list[SlowHost | Straggler]:
     """The slow hosts, then the straggler ranks on other hosts (none on a quiet run)."""
     rows = list(rows)
     slow = find_hosts(rows, hosts)
@@ -243,12 +244,12 @@ def findings(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[SlowHost | S
     return [*slow, *(s for s in find(rows, hosts) if s.host not in named)]
 
 
-def straggler_warnings(rows: Iterable[Mapping], hosts: Sequence[str]) -> list[str]:
+def straggler_warnings(rows: Iterable[Mapping[str, Any]], hosts: Sequence[str]) -> list[str]:
     """One stderr line per finding (none on a quiet run)."""
     return [f.message() for f in findings(rows, hosts)]
 
 
-def rank_hosts(row: Mapping) -> list[str] | None:
+def rank_hosts(row: Mapping[str, Any]) -> list[str] | None:
     """Rank r's host from a row's `hosts` and `rank_host` columns; None where the file does not say
     (files older than the column, nccl-tests imports)."""
     hosts, index = row.get("hosts"), row.get("rank_host")
@@ -261,7 +262,7 @@ def rank_hosts(row: Mapping) -> list[str] | None:
         return None
 
 
-def run_findings(rows: Sequence[Mapping]) -> tuple[list[str], int] | None:
+def run_findings(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], int] | None:
     """One run's findings as text (no warning prefix) and the points they were judged on, from its
     rows as a results file holds them; None where the rows cannot say (no per-rank skews or hosts)."""
     hosts = next((h for h in map(rank_hosts, rows) if h is not None), None)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any, TextIO
 
 
-def silence(stream) -> None:
+def silence(stream: TextIO) -> None:
     """Point `stream`'s file descriptor at /dev/null: later writes and the final flush succeed."""
     try:
         null = os.open(os.devnull, os.O_WRONLY)
@@ -31,14 +32,14 @@ def silence(stream) -> None:
 class GuardedStream:
     """A text stream that forwards to `stream` until its reader is gone, then writes nowhere."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self.reader_gone = False
 
     def write(self, text: str) -> int:
         if not self.reader_gone:
             try:
-                return self._stream.write(text)
+                return int(self._stream.write(text))
             except BrokenPipeError:
                 self._gone()
         return len(text)
@@ -58,7 +59,7 @@ class GuardedStream:
         except (OSError, ValueError):
             pass
 
-    def __getattr__(self, name: str):  # fileno, isatty, encoding, buffer: the stream's own
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer: the stream's own
         return getattr(self._stream, name)
 
 
@@ -70,6 +71,6 @@ def guard() -> None:
         sys.stderr = GuardedStream(sys.stderr)
 
 
-def reader_gone(stream=None) -> bool:
+def reader_gone(stream: object = None) -> bool:
     """Whether `stream` (sys.stdout by default) is a guard whose reader went away."""
     return bool(getattr(sys.stdout if stream is None else stream, "reader_gone", False))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from commbench.core.errors import BadInput
 

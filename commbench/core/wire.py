@@ -12,7 +12,9 @@ where `where` names the place as a user reads it ("eth0", "eth0 qdisc", "mlx5_0/
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from commbench.core.inputs import MAX_NESTING, nests_deeper
 
@@ -34,12 +36,12 @@ class Trouble:
     def text(self) -> str:
         return f"{self.host} {self.where} {self.counter} +{self.delta:,}"
 
-    def cause_rank(self) -> tuple:
+    def cause_rank(self) -> tuple[int, int, str, str, str]:
         rank = CAUSE_ORDER.index(self.kind) if self.kind in CAUSE_ORDER else len(CAUSE_ORDER)
         return rank, -self.delta, self.host, self.where, self.counter
 
 
-def columns(per_host: dict[str, dict] | None, bus_bytes: float | None) -> dict:
+def columns(per_host: dict[str, dict[str, Any]] | None, bus_bytes: float | None) -> dict[str, Any]:
     """The row's wire columns from every host's entry. `bus_bytes`: the bytes one rank sends
     between the snapshots (size x bus factor x calls), or None where that is not known.
     wire_per_payload is the largest host's out_bytes / bus_bytes; only for hosts with one rank
@@ -58,7 +60,7 @@ def columns(per_host: dict[str, dict] | None, bus_bytes: float | None) -> dict:
             "wire_trouble": any_trouble}
 
 
-def hosts(value) -> dict[str, dict]:
+def hosts(value: Any) -> dict[str, dict[str, Any]]:
     """A row's `wire` value back to its entries per host ({} where there is none)."""
     if not isinstance(value, str) or not value:
         return {}
@@ -72,7 +74,7 @@ def hosts(value) -> dict[str, dict]:
     return found if isinstance(found, dict) else {}
 
 
-def troubles(value) -> list[Trouble]:
+def troubles(value: Any) -> list[Trouble]:
     """The trouble counters that moved during a row's point, causes first (CAUSE_ORDER), then largest."""
     out = []
     for host, entry in hosts(value).items():
@@ -85,7 +87,7 @@ def troubles(value) -> list[Trouble]:
     return sorted(out, key=Trouble.cause_rank)
 
 
-def mark(value, limit: int = 2) -> str:
+def mark(value: Any, limit: int = 2) -> str:
     """The live table's mark on a point whose trouble counters rose ("" on a clean point)."""
     found = troubles(value)
     if not found:
@@ -94,9 +96,9 @@ def mark(value, limit: int = 2) -> str:
     return "  ! wire: " + ", ".join(t.text() for t in found[:limit]) + more
 
 
-def totals(values) -> list[tuple[Trouble, int]]:
+def totals(values: Iterable[Any]) -> list[tuple[Trouble, int]]:
     """Over a run's rows: per host, place and counter, the summed delta and the points it moved in."""
-    summed: dict[tuple, list] = {}
+    summed: dict[tuple[Any, ...], list[Any]] = {}
     for value in values:
         for t in troubles(value):
             key = (t.host, t.where, t.counter, t.kind)
@@ -107,7 +109,7 @@ def totals(values) -> list[tuple[Trouble, int]]:
     return sorted(rows, key=lambda r: (r[0].host, r[0].where, -r[0].delta))
 
 
-def total_lines(values, points: int) -> list[str]:
+def total_lines(values: Iterable[Any], points: int) -> list[str]:
     """One line per host, place and counter that moved during the run."""
     return [f"commbench: wire: {t.host} {t.where} {t.counter} +{t.delta:,} ({t.kind}) during {n} of {points} "
             f"point(s)" for t, n in totals(values)]
@@ -116,7 +118,7 @@ def total_lines(values, points: int) -> list[str]:
 MISMATCH_MIN_BYTES = 1 << 20  # below this, control traffic (bootstrap, heartbeats) could explain it
 
 
-def transport_lines(transport: str | None, values) -> list[str]:
+def transport_lines(transport: str | None, values: Iterable[Any]) -> list[str]:
     """sweep --nccl-debug: the transport NCCL reported against where the bytes went, per host.
     NET/IB while the interfaces carried more than the RDMA ports (or NET/Socket while the
     RDMA ports carried more) is a finding."""
@@ -141,12 +143,12 @@ def transport_lines(transport: str | None, values) -> list[str]:
     return lines
 
 
-def out_bytes(value, host: str | None = None) -> dict[str, int]:
+def out_bytes(value: Any, host: str | None = None) -> dict[str, int]:
     """Bytes each host sent (its traffic interface and RDMA ports) during a row's point."""
     return {h: int(e.get("out_bytes") or 0) for h, e in hosts(value).items() if host in (None, h)}
 
 
-def is_clean(value) -> bool | None:
+def is_clean(value: Any) -> bool | None:
     """True: counters were read and no trouble counter moved; False: one did; None: not read."""
     entries = hosts(value)
     if not entries:

@@ -4,7 +4,7 @@ many points reached --precision, and reduce_scatter's gap to all_reduce."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from commbench.core import runsummary
 from commbench.core.options import RunOptions

@@ -7,7 +7,7 @@ collective's name.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist

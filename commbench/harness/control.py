@@ -185,7 +185,7 @@ class ControlPlane:
 
     @classmethod
     def serve(cls, master_addr: str, master_port: int, rank: int, world: int, addr: str | None,
-              timeout: float) -> "ControlPlane":
+              timeout: float) -> ControlPlane:
         """Rank 0 serves the main store on master_addr:master_port, the others connect to it. Under
         torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE) the agent serves it and every rank
         connects, with the attempt's prefix, as torch's own rendezvous does."""
@@ -398,10 +398,11 @@ class ControlPlane:
             self._leave(say, f"commbench: rank {self.rank} on {peers[self.rank].host}: in {label}, "
                              f"{self.absence(asleep)} ({self.who_answered(call)})")
         others = set(range(self.world)) - {self.rank}
-        why = ("no other rank answers it: this rank's own link or host is the likely cause" if set(call.silent) == others
-               else self.describe(call))
+        why = ("no other rank answers it: this rank's own link or host is the likely cause"
+               if set(call.silent) == others else self.describe(call))
         self._leave(say, f"commbench: rank {self.rank} on {peers[self.rank].host}: {label} has not returned after "
-                         f"{waited:.0f} s (--timeout {self.timeout:g} s) and {why}: the backend is blocked on a dead link")
+                         f"{waited:.0f} s (--timeout {self.timeout:g} s) and {why}: "
+                         "the backend is blocked on a dead link")
 
     @staticmethod
     def _leave(say, line: str) -> None:

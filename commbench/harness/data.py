@@ -7,7 +7,7 @@ after the timed loop, on freshly filled buffers, never inside it.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

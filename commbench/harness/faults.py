@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from commbench.core.errors import BadInput
 from commbench.harness.timing import Timer

@@ -22,7 +22,7 @@ MAX_RUN_POINTS = 100_000  # rows of one run: sizes x collectives x placements x 
 
 
 def _next(size: int, step_factor: float, step_bytes: int | None) -> int:
-    nxt = int(size * step_factor) if step_factor > 1 else size + int(step_bytes)
+    nxt = int(size * step_factor) if step_factor > 1 else size + int(step_bytes or 0)
     return nxt if nxt > size else size + 1
 
 

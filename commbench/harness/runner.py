@@ -1,4 +1,6 @@
-"""The harness every workload runs on, on every rank.
+"""The harness every workload runs on, on every rank: the process group, `Session.time_call` (the one
+timing loop), `Session.time_each` (each rank's own times), `Session.record` (the shared columns), exit
+codes, naming a lost peer.
 
 It chooses backend and device, joins the process group (bounded by --timeout), gathers host and
 network facts, opens the results file on rank 0, and hands a `Session` to the workload. The
@@ -20,7 +22,8 @@ import socket
 import statistics
 import sys
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -39,7 +42,8 @@ from commbench.core.launch import RankEnv, ignore_further_signals
 from commbench.core.binding import current_cpulist
 from commbench.net.netinfo import host_summary
 from commbench.core.options import RunOptions
-from commbench.core.results import SCHEMA_VERSION, ResultWriter, resolve_out
+from commbench.core.columns import SCHEMA_VERSION
+from commbench.core.results import ResultWriter, resolve_out
 from commbench.core.settings import Setting
 from commbench.harness.settings import axis_interfaces, run_each, settings_of
 from commbench.core.stragglers import rank_summary, straggler_warnings
@@ -70,7 +74,7 @@ class Timing:
     ranks: RankTimes
     wire: dict | None = None  # rank 0: every host's counter entry (harness/wire.py); None: not read
 
-    def measurement(self, wrong: int | None) -> "Measurement":
+    def measurement(self, wrong: int | None) -> Measurement:
         return Measurement(self.samples_s, self.iters, wrong, self.ranks, self.wire)
 
     def __iter__(self):
@@ -136,7 +140,7 @@ class Workload(Protocol):
     def total_points(self, world: int) -> int:
         """Points per repetition, for the progress bar."""
 
-    def run(self, session: "Session", repetitions: range) -> bool:
+    def run(self, session: Session, repetitions: range) -> bool:
         """Measure the whole grid once per repetition in `repetitions`, recording each row's number;
         return True if any output was wrong. harness/settings.py run_each passes every repetition
         at once, or with --env/--mtu axes one at a time, each setting in turn."""
@@ -393,7 +397,8 @@ def _header_lines(ctx: RunContext, ranks: list[dict]) -> list[str]:
         f"# commbench {commbench.__version__}  run {plan.run_id}  workload {plan.workload}  torch {torch.__version__}"
         + (f"  nccl {ctx.nccl_version}" if ctx.nccl_version else ""),
         f"# backend {ctx.backend}  launcher {ctx.env.launcher}  ranks {ctx.env.world_size} "
-        f"({ctx.nnodes} node(s) x {ctx.ranks_per_node})  warmup iters: {'' if plan.iters or not plan.precision else 'up to '}{max(1, plan.warmup)}  {iters}  "
+        f"({ctx.nnodes} node(s) x {ctx.ranks_per_node})  "
+        f"warmup iters: {'' if plan.iters or not plan.precision else 'up to '}{max(1, plan.warmup)}  {iters}  "
         f"repetitions: {plan.repetitions}  validation: {int(plan.check)}",
         "#",
         "# Using devices",
@@ -421,7 +426,8 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
     device = _device_for(backend, env)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     workload.prepare(backend, device, env)
-    timer = faults.late_timer(timer_for(device, plan.cuda_graph), env.rank)  # the timer itself unless a test delays this rank
+    # the timer itself unless a test delays this rank
+    timer = faults.late_timer(timer_for(device, plan.cuda_graph), env.rank)
     control = _join_group(plan, backend, env)
     broken = False
     writer: ResultWriter | None = None
@@ -449,7 +455,7 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
                  rank0_only=True)
             return EXIT_BAD_RESULT
         return EXIT_OK
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - every way out (a signal too) ends in _stopped_by's exit code
         ignore_further_signals()  # stopping now: a launcher's SIGTERM must not cut the report short
         reporter.close()
         broken = isinstance(exc, (RuntimeError, dist.DistBackendError)) and not isinstance(exc, CommbenchError)
@@ -459,8 +465,8 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
         if not broken:  # a group broken by a dead link blocks in its teardown (a send waits for TCP's retries)
             try:
                 dist.destroy_process_group()
-            except Exception as exc:  # a broken group cannot always be torn down; the process ends anyway
-                _ = exc
+            except Exception:  # noqa: BLE001 - a broken group cannot always be torn down; the process ends anyway
+                pass
         control.close()
         if probe is not None:
             probe.close()
@@ -574,7 +580,7 @@ def _roll_call(control: ControlPlane, env: RankEnv, why: str) -> RollCall | None
         call = control.roll_call()
         control.put("rollcall", "done")
         return call
-    except Exception:  # the control plane is gone too (rank 0's host): the backend's words must do
+    except Exception:  # noqa: BLE001 - the control plane is gone too (rank 0's host): the backend's words must do
         return None
 
 

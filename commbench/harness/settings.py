@@ -1,7 +1,9 @@
 """The settings loop: with --env/--mtu axes (core/settings.py), repetition after repetition, each
 setting in turn measures the workload's whole grid once, every other repetition in reverse order
 (A B, B A, A B ...: a balanced order, as pyperf alternates its benchmarks), each time on a fresh
-process group, everything put back afterwards. One setting after the other, all its repetitions
+process group, everything put back afterwards.
+
+One setting after the other, all its repetitions
 at once (A A A B B B), would put a slow drift of the machine (another job, heat, a noisy
 neighbour) on the later settings and read as their effect; reversing every other repetition also
 cancels a steady drift between two settings over each pair of repetitions, and the setting at a
@@ -21,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 from datetime import timedelta
-from typing import Callable
+from collections.abc import Callable
 
 import torch.distributed as dist
 

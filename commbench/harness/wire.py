@@ -37,7 +37,7 @@ class WireProbe:
     errors: list[str] = field(default_factory=list)
 
     @classmethod
-    def for_rank(cls, ranks: list[dict], rank: int, more: list[str] | None = None) -> "WireProbe":
+    def for_rank(cls, ranks: list[dict], rank: int, more: list[str] | None = None) -> WireProbe:
         """The lowest rank on each host reads that host; `ranks` are the gathered rank facts;
         `more`: interfaces a settings axis sends over (GLOO_SOCKET_IFNAME=eth1), where they exist."""
         me = next(r for r in ranks if r["rank"] == rank)
@@ -49,8 +49,8 @@ class WireProbe:
                 # they would only show other programs' traffic
                 ifaces = list(dict.fromkeys(_ifaces(me) + (more or [])))
                 sampler = LiveSampler(ifaces, ib_ports(), tcp=me.get("link_layer") != "loopback")
-            except Exception as exc:  # no netlink here (a sandbox): measure without counters
-                _ = exc
+            except Exception:  # noqa: BLE001 - no netlink here (a sandbox): measure without counters
+                pass
         return cls(me["host"], len(mates), sampler, [r["host"] for r in sorted(ranks, key=lambda r: r["rank"])])
 
     def begin(self) -> None:
@@ -79,7 +79,7 @@ class WireProbe:
     def _read(self):
         try:
             return self.sampler.read()
-        except Exception as exc:  # an interface vanished mid-run: this point goes without counters
+        except Exception as exc:  # noqa: BLE001 - an interface vanished mid-run: this point goes without counters
             self.errors.append(f"{type(exc).__name__}: {exc}")
             return None
 

@@ -1,4 +1,6 @@
-"""The lab: an emulated cluster on one machine.
+"""The lab: an emulated cluster on one machine, as network namespaces on one bridge per rail (`--rails
+K`), veth links with a tbf rate and MTU per rail; `up`, `set` (`--rail`), and `down`, which removes
+exactly what `up` made.
 
 N hosts are network namespaces, each with an `eth0` veth whose other end is a port of one Linux
 bridge. Every link has a tbf rate (both directions: the host's eth0 and its bridge port) and an
@@ -66,10 +68,6 @@ def _link_exists(name: str) -> bool:
 
 def _netns_exists(name: str) -> bool:
     return (Path("/var/run/netns") / name).exists()
-
-
-def node_names(n: int) -> list[str]:
-    return [f"{labstate.PREFIX}node{i + 1}" for i in range(n)]
 
 
 def _shape(netns: str, link: LabNode | LabRail, retune: bool = False) -> None:

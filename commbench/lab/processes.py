@@ -1,6 +1,7 @@
 """Daemons the lab starts (munge, slurmctld, slurmd): recorded with their start time so that
-`lab down` stops exactly those processes, never a later process that reused a pid. A recorded
-process is the lab's only while its pid, its start time and its program (the entry's name:
+`lab down` stops exactly those processes, never a later process that reused a pid.
+
+A recorded process is the lab's only while its pid, its start time and its program (the entry's name:
 munged, slurmctld, slurmd) all match; anything else is never signalled."""
 
 from __future__ import annotations

@@ -277,7 +277,8 @@ def up(timeout: float = IDLE_TIMEOUT) -> labmod.LabState:
             _fail_up(state, f"the lab's nodes did not become idle in {timeout:g} s (sinfo: "
                             f"{', '.join(f'{k} {v}' for k, v in states.items()) or 'no answer'})", sd / "slurmctld.log")
         host = died.split(" ")[-1]
-        _fail_up(state, f"{died} stopped", sd / f"slurmd-{host}.log" if died.startswith("slurmd") else sd / "slurmctld.log")
+        log = sd / f"slurmd-{host}.log" if died.startswith("slurmd") else sd / "slurmctld.log"
+        _fail_up(state, f"{died} stopped", log)
     return state
 
 
@@ -390,5 +391,6 @@ def wait(state: labmod.LabState, job: int, timeout: float | None) -> dict[str, s
         if deadline is not None and time.monotonic() > deadline:
             client(state, ["scancel", str(job)], timeout=15)
             raise RuntimeFailure(f"job {job} did not finish within {timeout:g} s (state "
-                                 f"{info.get('JobState', 'unknown')}): cancelled it; output in {info.get('StdOut', '?')}")
+                                 f"{info.get('JobState', 'unknown')}): cancelled it; "
+                                 f"output in {info.get('StdOut', '?')}")
         time.sleep(1.0)

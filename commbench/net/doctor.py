@@ -105,7 +105,8 @@ def check_gloo_ifname(facts: dict) -> list[Finding]:
 
 
 def _active_rdma(facts: dict) -> list[dict]:
-    return [p for p in facts["rdma"] if p.get("state") == "ACTIVE" and p.get("link_layer") in ("InfiniBand", "Ethernet")]
+    return [p for p in facts["rdma"]
+            if p.get("state") == "ACTIVE" and p.get("link_layer") in ("InfiniBand", "Ethernet")]
 
 
 def _ib_disabled(facts: dict) -> bool:
@@ -169,8 +170,8 @@ def check_ib_hca(facts: dict) -> list[Finding]:
                            f"on {host} (RDMA ports: {have})", "harmless, but check the name for a typo", "note"))
     active = _active_rdma(facts)
     if active and not _ib_disabled(facts) and not netinfo.ib_hca_selects(value, ports):
-        out.append(Finding("ib-hca", host, f"NCCL_IB_HCA={value} selects no ACTIVE RDMA port on {host}: NCCL falls back "
-                           f"to TCP sockets (ACTIVE: {', '.join(_port_name(p) for p in active)})",
+        out.append(Finding("ib-hca", host, f"NCCL_IB_HCA={value} selects no ACTIVE RDMA port on {host}: "
+                           f"NCCL falls back to TCP sockets (ACTIVE: {', '.join(_port_name(p) for p in active)})",
                            f"{syntax}; e.g. NCCL_IB_HCA={','.join(_port_name(p) for p in active)}"))
     return out
 
@@ -240,7 +241,8 @@ def check_roce_gid(facts: dict) -> list[Finding]:
         v2 = [g for g in p["gids"] if netinfo.roce_version(g.get("type")) == want and netinfo.gid_valid(g["gid"])]
         v2_text = ", ".join(f"{g['index']} ({_gid_text(g['gid'])})" for g in v2)
         if v2 and all(netinfo.gid_family(g["gid"]) == "AF_INET6" for g in v2):
-            fix = f"RoCE v{want} GIDs here: {v2_text}; set NCCL_IB_GID_INDEX={v2[0]['index']} or NCCL_IB_ADDR_FAMILY=AF_INET6"
+            fix = (f"RoCE v{want} GIDs here: {v2_text}; set NCCL_IB_GID_INDEX={v2[0]['index']} "
+                   "or NCCL_IB_ADDR_FAMILY=AF_INET6")
         elif v2:
             fix = f"RoCE v{want} GIDs here: {v2_text}; set NCCL_IB_GID_INDEX={v2[0]['index']}"
         else:
@@ -276,13 +278,14 @@ def check_mtu(facts: dict) -> list[Finding]:
                 rdma = roce_rdma_mtu(nd["mtu"])
                 if rdma < 4096:
                     jumbo = "; jumbo frames recommended" if nd["mtu"] <= 1500 else ""
-                    out.append(Finding("roce-mtu", host, f"{_port_name(p)} (RoCE) on {host} runs over {nd['name']} with "
-                                       f"MTU {nd['mtu']}: its RDMA MTU is at most {rdma} bytes{jumbo}",
+                    out.append(Finding("roce-mtu", host, f"{_port_name(p)} (RoCE) on {host} runs over "
+                                       f"{nd['name']} with MTU {nd['mtu']}: its RDMA MTU is at most "
+                                       f"{rdma} bytes{jumbo}",
                                        f"set MTU 9000 (at least 4200 for 4096-byte RDMA frames) on {nd['name']} and on "
                                        f"every switch port in the path: ip link set dev {nd['name']} mtu 9000"))
             elif p.get("active_mtu") and p["active_mtu"] < 4096:
-                out.append(Finding("roce-mtu", host, f"{_port_name(p)} (RoCE) on {host} has active_mtu {p['active_mtu']} "
-                                   f"(below 4096): its netdev's MTU is below 4200"
+                out.append(Finding("roce-mtu", host, f"{_port_name(p)} (RoCE) on {host} has active_mtu "
+                                   f"{p['active_mtu']} (below 4096): its netdev's MTU is below 4200"
                                    + (" (1500?)" if p["active_mtu"] == 1024 else ""),
                                    f"set MTU 9000 on the port's netdev ({p.get('netdev') or 'see ibdev2netdev'}) "
                                    "and on the switch ports; jumbo frames recommended"))
@@ -296,8 +299,8 @@ def check_mtu(facts: dict) -> list[Finding]:
             else:
                 hint = ("the subnet manager's partition MTU caps it: set mtu=5 (4096) for the partition in opensm's "
                         "partitions.conf or in UFM, then check again with ibv_devinfo")
-            out.append(Finding("ib-mtu", host, f"{_port_name(p)} (InfiniBand) on {host} has active_mtu {p['active_mtu']} "
-                               f"(max_mtu {p.get('max_mtu') or '?'}): below 4096", hint))
+            out.append(Finding("ib-mtu", host, f"{_port_name(p)} (InfiniBand) on {host} has active_mtu "
+                               f"{p['active_mtu']} (max_mtu {p.get('max_mtu') or '?'}): below 4096", hint))
     if facts.get("ibv_devinfo") in ("not installed", "not recorded") and ib_linked:
         out.append(Finding("ib-mtu", host, f"ibv_devinfo is not available on {host}: the active_mtu of its InfiniBand "
                            "ports is not checked", "install ibverbs-utils (Debian/Ubuntu) or libibverbs-utils",
@@ -532,8 +535,7 @@ def _live_counters(facts: dict, watch_s: float | None) -> None:
     ports = wiresource.ib_ports()
     try:
         sampler = wiresource.LiveSampler(list(dict.fromkeys(ifaces)), ports)
-    except Exception as exc:  # no netlink here: RDMA sysfs and perfquery still tell
-        _ = exc
+    except Exception:  # noqa: BLE001 - no netlink here: RDMA sysfs and perfquery still tell
         facts["counters"] = doctorwire.to_json({**wiresource.read_ib(ports),
                                                 **wiresource.perfquery_reading(ports, netinfo.run_command)})
         return
@@ -610,5 +612,5 @@ def _gathered(env, facts: dict, as_json: bool, timeout: float) -> int:
     finally:
         try:
             dist.destroy_process_group()
-        except Exception as exc:  # the process ends anyway
-            _ = exc
+        except Exception:  # noqa: BLE001 - the process ends anyway
+            pass

@@ -15,7 +15,8 @@ What the within-host check named is not named again across hosts.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 from commbench.core.linkrate import effective_rate, rate_text
 
@@ -39,7 +40,7 @@ def rails(facts: dict) -> list[dict]:
 # One property of a rail: its value (None: unknown, not compared), how a value reads, the order
 # that breaks a tie for the reference (lowest first), and the hint for a rail that differs.
 class _Prop:
-    def __init__(self, key: str, value: Callable, text: Callable, prefer: Callable, hint: Callable) -> None:
+    def __init__(self, key: str, value: Callable, text: Callable, prefer: Any, hint: Callable) -> None:
         self.key, self.value, self.text, self.prefer, self.hint = key, value, text, prefer, hint
 
 
@@ -106,7 +107,8 @@ def _port_name(p: dict) -> str:
 def _within(host: str, items: dict[str, dict], props: tuple, finding, check: str) -> tuple[list, set]:
     """Findings for the items of one host (one driver or all ports) that differ from the others,
     and the (name, property) pairs they named."""
-    out, named = [], set()
+    out: list = []
+    named: set = set()
     if len(items) < 2:
         return out, named
     for prop in props:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 NOT_RECORDED = "<not recorded>"
@@ -131,7 +132,7 @@ _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH|(
 ARPHRD = {"1": "ethernet", "32": "infiniband", "772": "loopback"}
 
 
-def env_snapshot(environ: dict | None = None) -> dict[str, str]:
+def env_snapshot(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment as commbench stores and prints it: known settings with their values, other
     names under SETTING_PREFIXES as NOT_RECORDED, nothing else; credential-like names never."""
     environ = os.environ if environ is None else environ
@@ -155,7 +156,7 @@ def _iface_for_address(local_ip: str) -> str | None:
     return None
 
 
-def traffic_iface(master_addr: str | None, environ: dict | None = None) -> str | None:
+def traffic_iface(master_addr: str | None, environ: Mapping[str, str] | None = None) -> str | None:
     """The interface the collectives use: the one named by GLOO/NCCL_SOCKET_IFNAME, else the
     one the kernel routes MASTER_ADDR through (a UDP connect picks the route; nothing is sent)."""
     import psutil
@@ -213,6 +214,7 @@ def iface_facts(iface: str | None, sysfs: Path | None = None) -> dict:
     if not iface:
         return {"iface": None, "mtu": None, "link_layer": None}
 
+    read: Callable[[str], str | None]
     if sysfs is None:
         live = _live_link(iface)
         read = live.get

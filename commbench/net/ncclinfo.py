@@ -23,7 +23,7 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable, Mapping
 
 from commbench.net.nccltuning import TuningCollector, merged_subsys
 
@@ -113,7 +113,7 @@ def read_debug_facts(paths: Iterable[str | Path]) -> tuple[TransportCollector, T
     return transport, tuning
 
 
-def own_debug_files(environ: dict | None = None, pid: int | None = None) -> list[str]:
+def own_debug_files(environ: Mapping[str, str] | None = None, pid: int | None = None) -> list[str]:
     """This process's NCCL debug files (NCCL_DEBUG_FILE, %h = host, %p = pid), sorted."""
     environ = os.environ if environ is None else environ
     pattern = environ.get("NCCL_DEBUG_FILE")

@@ -4,9 +4,9 @@
 NCCL has printed the choice in three shapes (src/enqueue.cc; the tests' fixtures in
 tests/data/nccl_debug/ are recorded lines of each):
 
-    2.24 and later   host:pid:tid [0] NCCL INFO AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}
-    2.23             host:pid:tid [0] NCCL INFO AllGather: 37756928 Bytes -> Algo 1 proto 2 time 2860.208008
-    2.20 to 2.22     host:pid:tid [0] NCCL INFO 262144 Bytes -> Algo 0 proto 1 time 54.707825
+    2.24 on        host:pid:tid [0] NCCL INFO AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}
+    2.23           host:pid:tid [0] NCCL INFO AllGather: 37756928 Bytes -> Algo 1 proto 2 time 2860.208008
+    2.20 to 2.22   host:pid:tid [0] NCCL INFO 262144 Bytes -> Algo 0 proto 1 time 54.707825
 
 always on rank 0 only, once per operation it enqueues. The numbers are NCCL's enum values
 (nccl_common.h / nccl_tuner.h: algorithm 0 Tree, 1 Ring, 2 CollNetDirect, 3 CollNetChain, 4 NVLS,
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import collections
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from commbench.core.vocab import BY_NAME
 

@@ -29,7 +29,8 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeGuard
 
 from commbench.core.pump import capture
 from commbench.net.envinfo import ARPHRD, env_snapshot
@@ -163,11 +164,6 @@ def gid_valid(gid: str) -> bool:
     return not (p[:4] == b"\xfe\x80\0\0" and p[4:8] == b"\0" * 4)
 
 
-def gid_link_local(gid: str) -> bool:
-    a = gid_addr(gid)
-    return a is not None and a.packed[:4] == b"\xfe\x80\0\0" and a.packed[4:8] == b"\0" * 4
-
-
 def roce_version(gid_type: str | None) -> int | None:
     if not gid_type:
         return None
@@ -185,6 +181,14 @@ def _version_tuple(version: str | None) -> tuple[int, ...] | None:
     return tuple(int(n) for n in nums[:3]) if nums else None
 
 
+def _gid_index_set(raw: str | None) -> TypeGuard[str]:
+    """NCCL_IB_GID_INDEX names an index (an integer >= 0; anything else leaves the choice to NCCL)."""
+    try:
+        return raw is not None and int(raw) >= 0
+    except ValueError:
+        return False
+
+
 def nccl_gid_index(port: dict, environ: dict, nccl_version: str | None = None) -> tuple[int, str]:
     """The GID index NCCL uses on a RoCE port, and how it got there.
 
@@ -194,13 +198,8 @@ def nccl_gid_index(port: dict, environ: dict, nccl_version: str | None = None) -
     the wanted RoCE version (NCCL_IB_ROCE_VERSION_NUM, default 2). Older NCCL used index 0.
     """
     raw = environ.get("NCCL_IB_GID_INDEX")
-    if raw not in (None, ""):
-        try:
-            idx = int(raw)
-        except ValueError:
-            idx = -1
-        if idx >= 0:
-            return idx, f"NCCL_IB_GID_INDEX={raw}"
+    if _gid_index_set(raw):
+        return int(raw), f"NCCL_IB_GID_INDEX={raw}"
     v = _version_tuple(nccl_version)
     if v is not None and v < (2, 21):
         return 0, f"NCCL {nccl_version} default"
@@ -347,7 +346,8 @@ def recorded_interfaces(root: Path) -> list[dict]:
         rec = ip.get(name)
         flags = set(rec["flags"]) if rec else set()
         if rec and "UP" in flags:
-            state, running = ("up", True) if ("LOWER_UP" in flags or oper in ("up", "unknown")) else ("no-carrier", False)
+            carrier = "LOWER_UP" in flags or oper in ("up", "unknown")
+            state, running = ("up", True) if carrier else ("no-carrier", False)
         elif rec:
             state, running = "down", False
         else:
@@ -587,7 +587,7 @@ def nccl_version() -> str | None:
             return None
         v = torch.cuda.nccl.version()
         return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-    except Exception:  # no torch, or a build without NCCL
+    except Exception:  # noqa: BLE001 - no torch, or a build without NCCL
         return None
 
 
@@ -651,7 +651,7 @@ def host_summary(iface: str | None = None, environ: dict | None = None) -> dict:
     ibv_devinfo with a short timeout (no nvidia-smi)."""
     try:
         facts = host_facts(environ=environ, gpus=False, timeout=1.5, nccl=None)
-    except Exception as exc:  # never fail a measurement over its metadata
+    except Exception as exc:  # noqa: BLE001 - never fail a measurement over its metadata
         return {"error": f"{type(exc).__name__}: {exc}"}
     env = facts["env"]
     wanted = {iface} | {p["netdev"] for p in facts["rdma"] if p.get("netdev")}
@@ -671,7 +671,7 @@ def host_summary(iface: str | None = None, environ: dict | None = None) -> dict:
     return {"interfaces": ifaces, "rdma": ports, "env": env, "ibv_devinfo": facts["ibv_devinfo"]}
 
 
-def socket_ifname_warnings(environ: dict | None = None, interfaces: list[dict] | None = None) -> list[str]:
+def socket_ifname_warnings(environ: Mapping[str, str] | None = None, interfaces: list[dict] | None = None) -> list[str]:
     """One line per NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME that matches no usable interface here."""
     environ = os.environ if environ is None else environ
     interfaces = live_interfaces() if interfaces is None else interfaces

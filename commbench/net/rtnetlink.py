@@ -1,7 +1,7 @@
 """The two rtnetlink requests a counter snapshot makes, by hand: one interface's link statistics
 (RTM_GETLINK, IFLA_STATS64: the numbers of /sys/class/net/IF/statistics, and
 IFLA_CARRIER_DOWN_COUNT: /sys/class/net/IF/carrier_down_count) and its root qdisc's
-queue statistics (RTM_GETQDISC, TCA_STATS2/TCA_STATS_QUEUE: what `tc -s qdisc` prints). And, for
+queue statistics (RTM_GETQDISC, TCA_STATS2/TCA_STATS_QUEUE: what `tc -s qdisc` prints); and, for
 doctor's rails, the rate a root shaper caps each interface at (`root_shapers`: a tbf's rate, an
 htb's root classes' ceilings; what `tc qdisc show` / `tc class show` print).
 

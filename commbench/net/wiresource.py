@@ -62,7 +62,7 @@ def parse_ethtool(text: str) -> dict[str, int]:
 
 
 def _int_files(folder: Path, source: str) -> dict[str, int]:
-    values = {}
+    values: dict[str, int] = {}
     if not folder.is_dir():
         return values
     for f in folder.iterdir():
@@ -137,8 +137,8 @@ class LiveSampler:
         for handle in self.ethtool.values():
             try:
                 handle.close()
-            except Exception as exc:  # closing a socket cannot matter here
-                _ = exc
+            except Exception:  # noqa: BLE001 - closing a socket cannot matter here
+                pass
 
 
 def _ethtool_handle(name: str):
@@ -150,15 +150,15 @@ def _ethtool_handle(name: str):
         if _ethtool_values(handle):
             return handle
         handle.close()
-    except Exception as exc:  # no ETHTOOL_GSTATS on this driver, or no permission
-        _ = exc
+    except Exception:  # noqa: BLE001 - no ETHTOOL_GSTATS on this driver, or no permission
+        pass
     return None
 
 
 def _ethtool_values(handle) -> dict[str, int]:
     try:
         return ct.kept(ct.ETHTOOL, {str(k): int(v) for k, v in handle.get_statistics()})
-    except Exception:  # the driver stopped answering (device removed)
+    except Exception:  # noqa: BLE001 - the driver stopped answering (device removed)
         return {}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -56,7 +56,7 @@ class BucketLayout:
         return len(self.starts)
 
     def bounds(self):
-        for i, start in enumerate(self.starts):
+        for start in self.starts:
             yield start, min(start + self.bucket, self.total)
 
 

@@ -75,7 +75,7 @@ class EngineWorkload:
         # DeepSpeed 0.19 calls torch's deprecated *_tensor collectives: not the user's concern
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
 
-        plan, world, reporter = self.plan, session.world, session.reporter
+        plan, reporter = self.plan, session.reporter
         config = plan.ds_config or dict(DEFAULT_CONFIG)
         shape = self.shape()
         reporter.line(f"# DeepSpeed engine: model {shape['layers']} layers x hidden {shape['hidden']}, vocab "
@@ -94,9 +94,10 @@ class EngineWorkload:
                 by_op = result.by_collective()
                 if session.rank == 0:
                     session.write(self._rows(session, result, by_op, stage, repetition))
-                reporter.line(f"  stage {stage}: step {1e3 * sum(result.step_times_s) / len(result.step_times_s):.1f} ms, "
-                              f"{result.volume_ratio:.3f} P per step ({result.micro_batches_per_step} micro-batch(es)); "
-                              + ", ".join(f"{op} x{v['count']:g} ({v['bytes'] / 1e3:.1f} kB)" for op, v in sorted(by_op.items())))
+                step_ms = 1e3 * sum(result.step_times_s) / len(result.step_times_s)
+                ops = ", ".join(f"{op} x{v['count']:g} ({v['bytes'] / 1e3:.1f} kB)" for op, v in sorted(by_op.items()))
+                reporter.line(f"  stage {stage}: step {step_ms:.1f} ms, {result.volume_ratio:.3f} P per step "
+                              f"({result.micro_batches_per_step} micro-batch(es)); {ops}")
                 if plan.validate_schedule:
                     differs |= self._validate(reporter, result, by_op, stage)
                 reporter.advance(f"stage {stage}")
@@ -110,15 +111,17 @@ class EngineWorkload:
         common = dict(dtype=result.dtype, op="sum", root=-1, in_place=True, repetition=repetition, zero_stage=stage,
                       grad_accum=g)
         rows = [session.record(collective="deepspeed_step", size_bytes=total, count=result.param_count,
-                               busbw_factor=volume / total, m=Measurement(list(result.step_times_s), result.steps, None),
+                               busbw_factor=volume / total,
+                               m=Measurement(list(result.step_times_s), result.steps, None),
                                n_collectives=int(round(sum(v["count"] for v in by_op.values()))),
                                bytes_per_rank=int(volume), paper_bytes_per_rank=int(paper),
                                ops=json.dumps(by_op, sort_keys=True), **common)]
         for op, v in sorted(by_op.items()):
             latencies = [lat / 1e3 for rec in result.comm if rec.collective == op for lat in rec.latencies_ms]
             rows.append(session.record(collective=op, size_bytes=int(v["bytes"]), count=int(round(v["count"])),
-                                       busbw_factor=volume_factor(op, world) if op in ("all_reduce", "all_gather",
-                                                                                        "reduce_scatter", "reduce") else 1.0,
+                                       busbw_factor=(volume_factor(op, world)
+                                                     if op in ("all_reduce", "all_gather", "reduce_scatter", "reduce")
+                                                     else 1.0),
                                        m=Measurement(latencies or list(result.step_times_s), len(latencies), None),
                                        n_collectives=int(round(v["count"])), bytes_per_rank=int(v["volume_bytes"]),
                                        **common))

@@ -158,7 +158,7 @@ class PairsWorkload:
         send = pattern(session.rank, self.plan.size_bytes, session.device)
         return send, torch.zeros(self.plan.size_bytes, dtype=torch.uint8, device=session.device)
 
-    def _conclude(self, session: Session, tester: "pairlinks.LinkTester") -> bool:
+    def _conclude(self, session: Session, tester: pairlinks.LinkTester) -> bool:
         """Rank 0 ranks the links, names slow hosts and failed hosts or links; the others are done."""
         if session.rank != 0:
             return False

@@ -72,7 +72,8 @@ class SweepWorkload:
                 root = plan.root if collective.rooted else -1
                 args = CallArgs(rank, world, plan.root, op, session.group)
                 reporter.line(f"# Collective test starting: {collective.name}"
-                              + (f"  ({repetition_text(repetition, plan.repetitions)})" if plan.repetitions > 1 else ""))
+                              + (f"  ({repetition_text(repetition, plan.repetitions)})"
+                                 if plan.repetitions > 1 else ""))
                 placements = tuple(plan.placements_for(collective))  # one half where torch has one
                 reporter.line(placement_header(placements))
                 for layout, points in grid:

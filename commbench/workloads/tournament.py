@@ -1,6 +1,8 @@
 """Round-robin schedule of pairs (the circle method): every pair of n players meets exactly once,
 in n-1 rounds for even n and n rounds for odd n, and the pairs of one round are disjoint, so they
-can all run at the same time. `commbench pairs` measures every link of n hosts in O(n) rounds
+can all run at the same time.
+
+`commbench pairs` measures every link of n hosts in O(n) rounds
 instead of n(n-1)/2 runs one after another."""
 
 from __future__ import annotations

@@ -225,7 +225,8 @@ def measure(plan: TunePlan, row: Row, index: int) -> str:
     path = Path(plan.out) / f"{plan.run_id}.zero-{index}.parquet"
     print(f"# tune: measuring candidate {index}: ZeRO-{row.stage}, reduce_bucket_size {row.reduce_bucket:.3g}, "
           f"gradient_accumulation_steps {row.grad_accum}, {row.dtype} -> {path}", flush=True)
-    child(["zero", "--ds-config", plan.ds_config, *shape_args(plan), "--vocab", str(plan.vocab), "--stages", str(row.stage), "--bucket-size", str(row.reduce_bucket),
+    child(["zero", "--ds-config", plan.ds_config, *shape_args(plan), "--vocab", str(plan.vocab),
+           "--stages", str(row.stage), "--bucket-size", str(row.reduce_bucket),
            "--grad-accum", str(row.grad_accum), "-d", row.dtype, "--scale", repr(plan.scale), "--overlap", "off",
            "--out", str(path), *plan.child_args], f"candidate {index}'s zero run", plan.launcher)
     frame = read_results([str(path)], columns=["time_us", "zero_stage"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -137,10 +137,12 @@ class ZeroWorkload:
                       + (f" (every message 1/{1 / plan.scale:.3g} of the full model's)" if scaled_run else "") + ", "
                       f"buckets reduce {' / '.join(f'{b:.3g}' for b in self.buckets())} | "
                       f"prefetch {plan.prefetch_bucket_size:.3g} elements, "
-                      f"micro-batches per step {' / '.join(str(g) for g in self.grad_accums())}, overlap_comm {overlap}")
+                      f"micro-batches per step {' / '.join(str(g) for g in self.grad_accums())}, "
+                      f"overlap_comm {overlap}")
         reporter.line("#  stage  reduce bucket  GAS  in flight  collectives                                   "
                       "bytes/rank/step   " + ("full model   " if scaled_run else "")
-                      + "paper (xP)   ratio   time/step (us)   busbw" + (self._predicted_header() if plan.curve else ""))
+                      + "paper (xP)   ratio   time/step (us)   busbw"
+                      + (self._predicted_header() if plan.curve else ""))
         for repetition in repetitions:
             reporter.repetition(repetition, session.ctx.plan.repetitions)
             for g, bucket, stage in self.settings():
@@ -169,7 +171,8 @@ class ZeroWorkload:
         if session.rank != 0:
             return
         moved = sum(c.numel * dtype.itemsize * volume_factor(c.op, world) for c in sched)
-        at_full = sum(c.numel * dtype.itemsize * volume_factor(c.op, world) for c in self.full_schedule(stage, bucket, g))
+        at_full = sum(c.numel * dtype.itemsize * volume_factor(c.op, world)
+                      for c in self.full_schedule(stage, bucket, g))
         total = sum(c.numel * dtype.itemsize for c in sched)
         params = sum(self.modules())
         paper = PAPER_VOLUME[stage] * g * params * plan.scale * dtype.itemsize * (world - 1) / world
@@ -202,20 +205,22 @@ def _bind(sched: list[Comm], torch_dtype, device, world: int, group=None, depth:
     """One step: every collective of the schedule, in order, each on its own buffers; up to
     `depth` gradient reductions in flight at once (overlap_comm), anything else after they end."""
     launches = []  # (is a reduction, launch() -> the async works to wait on)
+    launch: Callable[[], list]
+    # the lambdas' default arguments bind each collective to its own buffers (a def would need the same)
     for c in sched:
         full = torch.ones(c.numel, dtype=torch_dtype, device=device)
         part = torch.ones(c.numel // world, dtype=torch_dtype, device=device)
         if c.op == "all_reduce":
-            launch = (lambda t=full: [dist.all_reduce(t, group=group, async_op=True)])
+            launch = (lambda t=full: [dist.all_reduce(t, group=group, async_op=True)])  # noqa: E731
         elif c.op == "reduce":
             # DeepSpeed reduces each bucket's slices to the ranks that own them: one reduce per owner
             owners = [full[r * part.numel():(r + 1) * part.numel()] for r in range(world)]
-            launch = (lambda owners=owners: [dist.reduce(t, dst=r, group=group, async_op=True)
+            launch = (lambda owners=owners: [dist.reduce(t, dst=r, group=group, async_op=True)  # noqa: E731
                                              for r, t in enumerate(owners)])
         elif c.op == "all_gather":
-            launch = (lambda o=full, i=part: [all_gather_flat(o, i, group=group, async_op=True)])
+            launch = (lambda o=full, i=part: [all_gather_flat(o, i, group=group, async_op=True)])  # noqa: E731
         elif c.op == "reduce_scatter":
-            launch = (lambda o=part, i=full: [reduce_scatter_flat(o, i, group=group, async_op=True)])
+            launch = (lambda o=part, i=full: [reduce_scatter_flat(o, i, group=group, async_op=True)])  # noqa: E731
         else:
             raise ValueError(c.op)
         launches.append((c.op in REDUCTIONS and c.phase == "backward", launch))

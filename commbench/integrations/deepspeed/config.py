@@ -20,7 +20,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_DS_CONFIG_BYTES, InputMessages, read_text
@@ -164,7 +165,7 @@ def _decode(text: str, source: str) -> tuple[Any, BadInput | None]:
             return hjson.loads(text, object_pairs_hook=_reject_duplicates), error
         except _Duplicate as dup:
             raise BadInput(f"DeepSpeed config {source!r} has the key {dup.key!r} twice: keep one") from None
-        except Exception:  # hjson raises several types; the JSON message is the useful one
+        except Exception:  # noqa: BLE001 - hjson raises several types; the JSON message is the useful one
             pass
     raise error
 

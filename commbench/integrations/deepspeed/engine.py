@@ -31,7 +31,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.vocab import volume_multiplier
@@ -134,7 +135,7 @@ class EngineResult:
 def build_model(layers: int, hidden: int, vocab: int, seq: int):
     """A transformer-shaped model: Embedding, N x (LayerNorm, Linear qkv, Linear proj,
     Linear mlp up, Linear mlp down), Linear head. forward(tokens, targets) returns the
-    cross-entropy loss; model_param_count() gives its size without building it."""
+    cross-entropy loss; workloads/zeroschedule.py's param_count gives its size without building it."""
     import torch
     from torch import nn
     import torch.nn.functional as F
@@ -170,13 +171,6 @@ def build_model(layers: int, hidden: int, vocab: int, seq: int):
             return F.cross_entropy(logits.float().view(-1, vocab), targets.view(-1))
 
     return SyntheticTransformer()
-
-
-def model_param_count(layers: int, hidden: int, vocab: int) -> int:
-    """Parameters of build_model() in elements, without building it."""
-    block = 2 * hidden + (hidden * 3 * hidden + 3 * hidden) + (hidden * hidden + hidden) \
-        + (hidden * 4 * hidden + 4 * hidden) + (4 * hidden * hidden + hidden)
-    return vocab * hidden + layers * block + hidden * vocab
 
 
 def _check_shape(model_shape: Mapping[str, Any]) -> tuple[int, int, int, int]:
@@ -431,7 +425,8 @@ def _engine_config(base: dsconfig.DsConfig, stage: int, zero_overrides: Mapping[
         if isinstance(gas, bool) or not isinstance(gas, int) or gas < 1:
             raise BadInput(f"gradient_accumulation_steps={gas!r} is not a positive whole number: pass 1, 4, 8, ...")
         if base.gradient_accumulation_steps != gas:
-            notes.append(f"gradient_accumulation_steps {base.gradient_accumulation_steps} -> {gas} (the value asked for)")
+            notes.append(f"gradient_accumulation_steps {base.gradient_accumulation_steps} -> {gas} "
+                         "(the value asked for)")
         requested["gradient_accumulation_steps"] = gas
     for key, value in (zero_overrides or {}).items():
         notes.append(f"zero_optimization.{key} = {value!r} (override)")
@@ -452,7 +447,7 @@ def _init_backend(deepspeed, dscomm, tdist) -> tuple[float, bool | None]:
     if not dscomm.is_initialized():
         try:
             cached_before = any(shm_op_build_dir().glob(f"{SHM_OP_NAME}*.so"))
-        except Exception:
+        except Exception:  # noqa: BLE001 - only a note in the output: unknown rather than a failed run
             cached_before = None
         t0 = time.perf_counter()
         # wraps the existing group (comm.py: cdb None and torch.distributed initialised);

@@ -17,7 +17,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput
 from commbench.core.inputs import (MAX_NCCL_TESTS_JSON_VALUES, MAX_NCCL_TESTS_LOG_BYTES, MAX_NCCL_TESTS_LOG_ROWS,
@@ -70,7 +70,8 @@ def _check_rows(text: str, source: str, is_json: bool) -> None:
 
 
 _LOG_FILE = InputMessages(missing="{name} does not exist: pass an nccl-tests log file",
-                          folder="{name} is a folder: pass nccl-tests log files", unreadable="cannot read {name}: {error}",
+                          folder="{name} is a folder: pass nccl-tests log files",
+                          unreadable="cannot read {name}: {error}",
                           kind="an nccl-tests log", limit=MAX_NCCL_TESTS_LOG_BYTES,
                           not_regular="{name} is {what}, not a regular file: save the nccl-tests output to a file "
                                       "first (e.g. all_reduce_perf ... > all_reduce.log) and import that",

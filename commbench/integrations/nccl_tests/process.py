@@ -9,7 +9,7 @@ import collections
 import re
 import sys
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from commbench.core.errors import RuntimeFailure
 from commbench.core.pump import ERR, OUTPUT_CAP, Capped, Child, capture

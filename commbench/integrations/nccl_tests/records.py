@@ -96,7 +96,8 @@ class RecordBuilder:
                                 "program": stream.program, "nccl_tests_version": stream.tests_version,
                                 "time_column": stream.layout.time_name if stream.layout else "time",
                                 "agg_iters": stream.agg_iters, "nthread": stream.nthread, "ngpus": stream.ngpus,
-                                "validation": stream.validation, "graph": stream.graph, "line": h.line}, sort_keys=True),
+                                "validation": stream.validation, "graph": stream.graph, "line": h.line},
+                               sort_keys=True),
         }
 
 
@@ -142,7 +143,7 @@ def _infer_world(coll: str, rows: list[dict]) -> int | None:
 
 
 def base_columns(run_id: str, label: str, started_at: dt.datetime, env: dict, plan: dict) -> dict:
-    from commbench.core.results import SCHEMA_VERSION
+    from commbench.core.columns import SCHEMA_VERSION
 
     return {
         "run_id": run_id, "label": label, "started_at": started_at,

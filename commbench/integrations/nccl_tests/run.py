@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, EXIT_SIGINT, EXIT_SIGTERM, BadInput
 from commbench.core.signals import Terminated, sigterm_raises

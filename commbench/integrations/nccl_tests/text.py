@@ -1,5 +1,7 @@
-"""nccl-tests text output -> halves -> rows, one line at a time (a log, or a live run's stdout): every
-shape met in the field (tests/data/nccl-tests/README.md, docs/NCCL_TESTS.md): mpirun --tag-output
+"""nccl-tests text output -> halves -> rows, one line at a time (a log, or a live run's stdout), in
+every shape met in the field.
+
+The shapes (tests/data/nccl-tests/README.md, docs/NCCL_TESTS.md): mpirun --tag-output
 MPICH's -prepend-rank and srun --label prefixes, -S timestamps, -I per-iteration columns, several
 headers, logs pasted without '#' or without a column header, and NCCL's own debug lines
 (NCCL_DEBUG=INFO) on the same stdout: the transport (net/ncclinfo.py) and, with TUNING in

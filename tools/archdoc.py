@@ -1,0 +1,102 @@
+"""docs/ARCHITECTURE.md's module tables, generated from the modules' own docstrings.
+
+Each table between `<!-- modules: PKG -->` and `<!-- /modules -->` has one row per module of
+commbench/PKG: its path and the first paragraph of its docstring. The rows keep the order the doc
+gives them (a reading order, kept by hand); a new module is added at the end of its table, and a
+removed one leaves it. Everything outside the markers is kept by hand.
+
+    python tools/archdoc.py          # rewrite docs/ARCHITECTURE.md's tables
+    python tools/archdoc.py --check  # exit 1, naming the modules, where the doc and the code differ
+
+tests/unit/test_architecture_doc.py runs the check, so a docstring and its row never drift apart:
+to change a row, change the module's docstring and run this script.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "commbench"
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+
+BEGIN = re.compile(r"^<!-- modules: ([a-z_/]+) -->$")
+END = "<!-- /modules -->"
+HEADER = ["| module | job |", "|---|---|"]
+ROW = re.compile(r"^\| `([a-z_/]+\.py)` \|")
+
+
+def summary(path: Path) -> str:
+    """The first paragraph of a module's docstring on one line, as a table cell."""
+    doc = ast.get_docstring(ast.parse(path.read_text(), str(path)))
+    if not doc:
+        raise SystemExit(f"{path.relative_to(ROOT)} has no docstring: its first paragraph is its row in {DOC.name}")
+    first = " ".join(doc.split("\n\n")[0].split())
+    return first.replace("|", "\\|")
+
+
+def modules(package: str, pkg: Path = PKG) -> dict[str, Path]:
+    """{path relative to commbench/: file} of a package's modules (an empty __init__.py is none)."""
+    found = {}
+    for path in sorted((pkg / package).rglob("*.py")):
+        if path.name == "__init__.py" and not path.read_text().strip():
+            continue
+        found[str(path.relative_to(pkg))] = path
+    return found
+
+
+def generate(text: str, pkg: Path = PKG) -> str:
+    """`text` (the doc) with every module table rebuilt from the docstrings."""
+    out: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        begin = BEGIN.match(line)
+        if not begin:
+            continue
+        block = []
+        while i < len(lines) and lines[i] != END:
+            block.append(lines[i])
+            i += 1
+        if i == len(lines):
+            raise SystemExit(f"{DOC.name}: '{line}' has no '{END}'")
+        found = modules(begin.group(1), pkg)
+        order = [m.group(1) for m in map(ROW.match, block) if m and m.group(1) in found]
+        order += [name for name in found if name not in order]
+        out += HEADER + [f"| `{name}` | {summary(found[name])} |" for name in order]
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def differences(old: str, new: str) -> list[str]:
+    """The rows that differ, by module (rows in either text that the other lacks)."""
+    a = {ln for ln in old.splitlines() if ROW.match(ln)}
+    b = {ln for ln in new.splitlines() if ROW.match(ln)}
+    names = sorted({ROW.match(ln).group(1) for ln in a ^ b})
+    return names or ["(outside the rows: markers or order)"]
+
+
+def main(argv: list[str]) -> int:
+    old = DOC.read_text()
+    new = generate(old)
+    if "--check" in argv:
+        if new != old:
+            print(
+                f"{DOC.relative_to(ROOT)} differs from the docstrings at: {', '.join(differences(old, new))}; "
+                "run python tools/archdoc.py",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    if new != old:
+        DOC.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
