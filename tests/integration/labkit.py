@@ -8,10 +8,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+import helpers  # tests/helpers.py
 
 NEEDS_LAB = [
     pytest.mark.integration,
@@ -26,8 +27,7 @@ def lab_env(prefix: str) -> dict[str, str]:
 
 
 def run_commbench(env: dict[str, str], *args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    return helpers.cb(*args, env=env, timeout=timeout, **kw)
 
 
 def ns_run(netns: str, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess:

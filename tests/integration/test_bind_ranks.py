@@ -4,7 +4,6 @@ records them (`rank_cpus`), under the local spawner and under torchrun; the refu
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 
@@ -12,11 +11,10 @@ import pandas as pd
 import pytest
 
 from commbench.core.binding import format_cpulist, parse_cpulist
+from helpers import LAUNCHER_VARS  # tests/helpers.py
 
 pytestmark = pytest.mark.integration
 
-LAUNCHER_VARS = re.compile(r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|"
-                           r"TORCHELASTIC_.*|SLURM_.*|OMPI_.*|PMI_.*|MPI_LOCAL.*|COMMBENCH_.*)$")
 ALL_CPUS = os.sched_getaffinity(0)
 SWEEP = ("sweep", "--collective", "allreduce", "--sizes", "64K", "-n", "5", "-w", "1")
 needs_two = pytest.mark.skipif(len(ALL_CPUS) < 2, reason="needs 2 usable CPUs to give each rank its own")

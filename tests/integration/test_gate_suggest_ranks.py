@@ -3,19 +3,15 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from helpers import cb  # tests/helpers.py: python -m commbench in a subprocess
+
 pytestmark = pytest.mark.integration
-
-
-def cb(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True, timeout=300)
 
 
 def slower_copy(src, dst, factor: float) -> None:

@@ -14,10 +14,13 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+import helpers  # tests/helpers.py
 
 pytestmark = [
     pytest.mark.integration,
@@ -32,12 +35,7 @@ SUBNET = "10.233.0.0/24"
 ENV = {**os.environ, "COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": str(STATE_DIR)}
 
 
-def cb(*args: str, timeout: float = 300, check: bool = False, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "commbench", *args], env=ENV, capture_output=True,
-                          text=True, timeout=timeout, **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"commbench {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
+cb = partial(helpers.cb, env=ENV)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 def leftovers() -> list[str]:

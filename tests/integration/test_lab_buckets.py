@@ -3,12 +3,13 @@ latency, large ones reach the link."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
+from functools import partial
 
 import pandas as pd
 
-from labkit import NEEDS_LAB, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -16,8 +17,7 @@ PREFIX = "cu"
 ENV = lab_env(PREFIX)
 
 
-def cb(*args: str) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=600)
+cb = partial(helpers.cb, env=ENV, timeout=600)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 def test_bucket_knee_on_a_1gbit_link(tmp_path):

@@ -4,12 +4,13 @@ The runs are conftest.py's `lab_sides` (lab prefix `cc`), which test_lab_gate.py
 from __future__ import annotations
 
 import json
-import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from labkit import NEEDS_LAB, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -17,8 +18,7 @@ PREFIX = "cc"
 ENV = lab_env(PREFIX)  # the prefix of conftest.py's lab_sides; compare itself needs no lab
 
 
-def cb(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=timeout)
+cb = partial(helpers.cb, env=ENV, timeout=600)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")

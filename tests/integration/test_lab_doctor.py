@@ -13,8 +13,11 @@ import shutil
 import socket
 import subprocess
 import sys
+from functools import partial
 
 import pytest
+
+import helpers  # tests/helpers.py
 
 pytestmark = pytest.mark.integration
 
@@ -25,9 +28,7 @@ ENV = {**BASE, "COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": f"/run/commb
 DOCTOR = [sys.executable, "-m", "commbench", "doctor"]
 
 
-def cb(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], env=env or ENV, capture_output=True, text=True,
-                          timeout=timeout)
+cb = partial(helpers.cb, env=ENV)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 def free_port() -> int:

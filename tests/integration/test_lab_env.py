@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from functools import partial
 
 import pandas as pd
 import pytest
 
-from labkit import NEEDS_LAB, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -23,8 +25,7 @@ SUBNET = "10.244.0.0/24"  # rail 1 on 10.244.1.0/24
 NODE2 = f"{PREFIX}node2"
 
 
-def cb(*args: str, **kw) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=600, **kw)
+cb = partial(helpers.cb, env=ENV, timeout=600)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")

@@ -17,13 +17,15 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import psutil
 import pytest
 
-from labkit import NEEDS_LAB, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -40,8 +42,7 @@ def host(i: int) -> str:
     return f"{PREFIX}node{i}"
 
 
-def cb(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=timeout)
+cb = partial(helpers.cb, env=ENV, timeout=120)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 @pytest.fixture

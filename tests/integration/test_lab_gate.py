@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
 
-from labkit import NEEDS_LAB, first_run, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, first_run, lab_env
 
 pytestmark = NEEDS_LAB
 
 ENV = lab_env("cg9")  # gate itself needs no lab
 
 
-def cb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=timeout)
+cb = partial(helpers.cb, env=ENV)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 
 import pandas as pd
 import pytest
 
-from labkit import NEEDS_LAB, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -21,8 +23,7 @@ PREFIX = "cm"
 ENV = lab_env(PREFIX)
 
 
-def cb(*args: str, **kw) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=600, **kw)
+cb = partial(helpers.cb, env=ENV, timeout=600)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 def host_mtus() -> dict[str, int]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from labkit import NEEDS_LAB, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -20,8 +22,7 @@ SLOW = f"{PREFIX}node3"
 PAIRS = ["pairs", "--size", "16M", "-w", "1", "-n", "3"]
 
 
-def cb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=timeout)
+cb = partial(helpers.cb, env=ENV)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")

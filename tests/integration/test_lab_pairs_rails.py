@@ -10,13 +10,15 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from commbench.workloads import pairrails
-from labkit import NEEDS_LAB, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env
 
 
 
@@ -36,8 +38,7 @@ FAST_RATE, SLOW_RATE = "1gbit", "200mbit"
 PAIRS = ["pairs", "--size", "4M", "-w", "1", "-n", "2"]
 
 
-def cb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=timeout)
+cb = partial(helpers.cb, env=ENV)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 def lab_pairs(*args: str, out: Path) -> subprocess.CompletedProcess:

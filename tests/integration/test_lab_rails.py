@@ -5,13 +5,14 @@ And doctor, run across the lab, names the one rail of one host that runs slower 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+from functools import partial
 
 import pandas as pd
 import pytest
 
-from labkit import NEEDS_LAB, lab_env, leftovers, ns_run, run_commbench, tbf_rates
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env, leftovers, ns_run, tbf_rates
 
 pytestmark = NEEDS_LAB
 
@@ -20,8 +21,7 @@ ENV = lab_env(PREFIX)
 SUBNET = "10.242.0.0/24"  # rail 1 on 10.242.1.0/24
 
 
-def cb(*args: str, **kw) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=600, **kw)
+cb = partial(helpers.cb, env=ENV, timeout=600)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 def lab_up(nodes: int, rails: int) -> None:

@@ -14,11 +14,14 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import psutil
 import pytest
+
+import helpers  # tests/helpers.py
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "slurm" / "commbench.sbatch"
@@ -48,13 +51,7 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
 ENV.update({"COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": str(STATE_DIR)})
 
 
-def cb(*args: str, env: dict | None = None, timeout: float = 120, check: bool = False,
-       **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "commbench", *args], env=env or ENV, capture_output=True,
-                          text=True, timeout=timeout, **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"commbench {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
+cb = partial(helpers.cb, env=ENV, timeout=120)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 def lab_processes() -> list[str]:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from labkit import NEEDS_LAB, lab_env, leftovers, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "slurm" / "network-change.sbatch"
@@ -48,11 +50,7 @@ COMPARE = "--threshold 10% --latency-threshold 10%"
 DROP = "srun --ntasks-per-node=1 tc qdisc replace dev eth0 root tbf rate 800mbit burst 200kb latency 100ms"
 
 
-def cb(*args: str, env: dict | None = None, timeout: float = 120, check: bool = False, **kw):
-    res = run_commbench(env or ENV, *args, timeout=timeout, **kw)
-    if check and res.returncode != 0:
-        raise AssertionError(f"commbench {' '.join(args)} -> {res.returncode}\n{res.stdout}\n{res.stderr}")
-    return res
+cb = partial(helpers.cb, env=ENV, timeout=120)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")

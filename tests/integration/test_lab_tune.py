@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import statistics
+from functools import partial
 
 import pandas as pd
 import pytest
 
+import helpers  # tests/helpers.py
 from labkit import NEEDS_LAB, lab_env, run_commbench
 from test_tune import table_rows
 
@@ -41,8 +43,7 @@ LEAN = ["--launcher", "lab", "--backend", "gloo", "-w", "1", "-n", "5", "--no-wi
 MIN_GAIN = 0.10  # tune's default --min-gain
 
 
-def cb(*args: str, timeout: float = 900):
-    return run_commbench(ENV, *args, timeout=timeout)
+cb = partial(helpers.cb, env=ENV, timeout=900)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")

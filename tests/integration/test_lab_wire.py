@@ -9,12 +9,14 @@ import json
 import signal
 import subprocess
 import sys
+from functools import partial
 
 import pandas as pd
 import pytest
 
 from commbench.core import wire
-from labkit import NEEDS_LAB, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -25,8 +27,7 @@ FRAMING = (MTU + 14) / (MTU - 52)  # Ethernet header per frame / TCP payload per
 BUS_FACTOR = {"all_reduce": 1.0, "all_gather": 0.5}  # 2 ranks: 2(n-1)/n and (n-1)/n of the size per rank
 
 
-def cb(*args: str, **kw) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=600, **kw)
+cb = partial(helpers.cb, env=ENV, timeout=600)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")

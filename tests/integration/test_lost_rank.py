@@ -16,12 +16,14 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import psutil
 import pytest
 
+import helpers  # tests/helpers.py
 from test_sweep_ranks import LONG_SWEEP, start, assert_no_processes_left, clean_env, kill_quietly, kept_rows, wait_for_rows
 
 pytestmark = pytest.mark.integration
@@ -160,9 +162,7 @@ LAB_ENV = clean_env(COMMBENCH_LAB_PREFIX=PREFIX, COMMBENCH_LAB_DIR=f"/run/commbe
 TIMEOUT = 5  # 2 ranks join well within it; a link taken down costs one TIMEOUT, a roll call and lab run's 10 s linger
 
 
-def cb(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], env=LAB_ENV, capture_output=True, text=True,
-                          timeout=300)
+cb = partial(helpers.cb, env=LAB_ENV)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,15 @@ import json
 import os
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import psutil
 import pytest
 
 from commbench.lab import processes
-from labkit import NEEDS_LAB, lab_env, run_commbench
+import helpers  # tests/helpers.py
+from labkit import NEEDS_LAB, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -32,8 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VICTIM_NS, VICTIM_LINK = "victcq6", "victcq6d0"  # not the lab's prefix: never the lab's to remove
 
 
-def cb(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return run_commbench(ENV, *args, timeout=timeout, cwd=ROOT)
+cb = partial(helpers.cb, env=ENV, timeout=120, cwd=ROOT)  # python -m commbench in a subprocess (tests/helpers.py)
 
 
 def leftovers() -> list[str]:

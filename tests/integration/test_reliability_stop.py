@@ -11,7 +11,6 @@ the whole group (what a terminal does) every 5 ms from a point near the end unti
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,11 +21,10 @@ import pandas as pd
 import psutil
 import pytest
 
+from helpers import LAUNCHER_VARS  # tests/helpers.py
+
 pytestmark = pytest.mark.integration
 
-LAUNCHER_VARS = re.compile(r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|"
-                           r"TORCHELASTIC_.*|SLURM_.*|OMPI_.*|PMI_.*|MPI_LOCAL.*|COMMBENCH_.*|"
-                           r"GLOO_SOCKET_IFNAME|NCCL_SOCKET_IFNAME)$")
 SHORT_SWEEP = ["sweep", "--sizes", "1K,4K", "-n", "5", "-w", "1", "--nproc", "2", "--backend", "gloo", "--no-wire"]
 NEAR_THE_END = "# Collective test concluded"  # rank 0's last table line; the summary and teardown follow
 HAMMER_PERIOD_S = 0.005

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import LAUNCHER_VARS  # tests/helpers.py
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-LAUNCHER_VARS = re.compile(r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|"
-                           r"TORCHELASTIC_.*|SLURM_.*|OMPI_.*|PMI_.*|MPI_LOCAL.*|COMMBENCH_.*)$")
 
 
 def clean_env() -> dict[str, str]:

@@ -17,10 +17,10 @@ import sys
 import pandas as pd
 import pytest
 
+from helpers import LAUNCHER_VARS  # tests/helpers.py
+
 pytestmark = pytest.mark.integration
 
-LAUNCHER_VARS = re.compile(r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|"
-                           r"TORCHELASTIC_.*|SLURM_.*|OMPI_.*|PMI_.*|MPI_LOCAL.*|COMMBENCH_.*)$")
 DELAY_MS = 20
 
 

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from commbench.core.results import COLUMNS, SCHEMA_VERSION
+from helpers import clean_env  # tests/helpers.py
 
 pytestmark = pytest.mark.integration
 
@@ -44,17 +45,6 @@ IN_PLACE = {
     "all_to_all": {False}, "sendrecv": {False},
     "all_gather": {False, True}, "reduce_scatter": {False, True},
 }
-
-LAUNCHER_VARS = re.compile(r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|"
-                           r"TORCHELASTIC_.*|SLURM_.*|OMPI_.*|PMI_.*|MPI_LOCAL.*|COMMBENCH_.*)$")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without launcher variables, so commbench spawns its own ranks
-    even when the tests themselves run inside a Slurm step or under torchrun."""
-    env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARS.match(k)}
-    env.update(extra)
-    return env
 
 
 def commbench(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

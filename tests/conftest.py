@@ -1,0 +1,31 @@
+"""Shared by every tier. Its presence puts tests/ on sys.path (pytest's rootdir-relative imports),
+so any test file can `from helpers import cb, clean_env, LAUNCHER_VARS` and `from unit.synthetic
+import make_rows`.
+
+The tiers (README, Development): tests/unit is fast and starts no rank and no subprocess of the
+CLI; tests/integration starts real ranks and the CLI in subprocesses, and the lab as root."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+
+@pytest.fixture
+def cli(capsys):
+    """The CLI in this process (commbench.cli.app.main, what `python -m commbench` runs): cli(*args)
+    gives a CompletedProcess (returncode, stdout, stderr) like helpers.cb's, without a subprocess."""
+    from commbench.cli.app import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()  # what the test printed before is not the command's
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["commbench", *args], code, out, err)
+
+    return run
