@@ -1,29 +1,23 @@
 """The program's own entry: a command group called alone prints its help (stdout, exit 0), and an
-unknown command is one line with a guess, exit 2, no traceback."""
+unknown command is one line with a guess, exit 2, no traceback. In process (app.main, through
+tests/conftest.py's `cli`); integration/test_cli_process.py runs the first two as `python -m commbench`."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-
-
-def commbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("group, first", [((), "Usage: commbench [OPTIONS] COMMAND"),
                                           (("lab",), "Usage: commbench lab [OPTIONS] COMMAND"),
                                           (("nccl-tests",), "Usage: commbench nccl-tests [OPTIONS] COMMAND")])
-def test_a_group_alone_prints_its_help(group, first):
-    proc = commbench(*group)
+def test_a_group_alone_prints_its_help(cli, group, first):
+    proc = cli(*group)
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.startswith(first) and "Commands:" in proc.stdout
 
 
-def test_an_unknown_command_is_one_line_with_a_guess():
-    proc = commbench("swep")
+def test_an_unknown_command_is_one_line_with_a_guess(cli):
+    proc = cli("swep")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "commbench: no such command 'swep' (did you mean sweep?): see 'commbench --help'\n"
 

@@ -3,9 +3,6 @@ adds the values of the flags that take a name, and a comma list completes its la
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 from click.shell_completion import BashComplete
@@ -44,12 +41,3 @@ def test_flag_values_complete(words, expected):
 def test_commands_and_flags_complete_as_click_does():
     assert complete("sw") == ["sweep"]
     assert "--collective" in complete("sweep", "--coll")
-
-
-def test_the_shell_script_and_a_completion_through_the_real_command():
-    env = {**os.environ, "_COMMBENCH_COMPLETE": "bash_source"}
-    script = subprocess.run([sys.executable, "-m", "commbench"], env=env, capture_output=True, text=True, timeout=60)
-    assert script.returncode == 0 and "complete -o nosort -F _commbench_completion commbench" in script.stdout
-    env.update(_COMMBENCH_COMPLETE="bash_complete", COMP_WORDS="commbench sweep --collective reduce_s", COMP_CWORD="3")
-    got = subprocess.run([sys.executable, "-m", "commbench"], env=env, capture_output=True, text=True, timeout=60)
-    assert got.returncode == 0 and got.stdout.split() == ["plain,reduce_scatter"], got.stdout + got.stderr

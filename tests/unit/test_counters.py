@@ -19,9 +19,10 @@ from commbench.net import doctorwire, wiresource
 DATA = Path(__file__).parent.parent / "data" / "counters"
 
 
-def doctor(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", "doctor", *args], capture_output=True, text=True,
-                          timeout=120)
+@pytest.fixture
+def doctor(cli):
+    """`commbench doctor ARGS` in this process (tests/conftest.py's `cli`)."""
+    return lambda *args: cli("doctor", *args)
 
 
 def test_every_counter_has_a_kind_unit_and_meaning():
@@ -133,7 +134,7 @@ def test_live_sampler_counts_loopback_traffic():
     assert moved[("lo", "tx_packets")] >= 10 and moved[("lo", "tx_bytes")] >= 10 * 1028
 
 
-def test_doctor_root_names_symbol_errors_xmit_wait_and_cnps():
+def test_doctor_root_names_symbol_errors_xmit_wait_and_cnps(doctor):
     res = doctor("--root", str(DATA / "ib_symbol_errors"), "--root", str(DATA / "roce_cnp"),
                  "--root", str(DATA / "ib_symbol_xmitwait"))
     assert res.returncode == 1, res.stdout + res.stderr
@@ -150,7 +151,7 @@ def test_doctor_root_names_symbol_errors_xmit_wait_and_cnps():
     assert out.count("symbol_error (SymbolErrorCounter) 7,836") == 1
 
 
-def test_doctor_root_clean_port_and_saturated_counters():
+def test_doctor_root_clean_port_and_saturated_counters(doctor):
     clean = doctor("--root", str(DATA / "ib_clean"))
     assert clean.returncode == 0 and "[counters]" not in clean.stdout, clean.stdout
     full = doctor("--root", str(DATA / "ib_saturated_cx7"), "--json")
@@ -160,7 +161,7 @@ def test_doctor_root_clean_port_and_saturated_counters():
                in f["message"] and f["severity"] == "problem" for f in found)
 
 
-def test_doctor_watch_rejects_bad_input():
+def test_doctor_watch_rejects_bad_input(doctor):
     res = doctor("--watch", "0")
     assert res.returncode == 2 and "--watch" in res.stderr and "Traceback" not in res.stderr
     res = doctor("--watch", "1", "--root", str(DATA / "ib_clean"))

@@ -87,33 +87,6 @@ def test_a_missing_launcher_variable_is_bad_input():
         detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "n1"})
 
 
-FORKED = """
-import sys
-from commbench.core import launch
-import torch  # what the CLI has imported before it starts the ranks
-
-SEEN = ["set in the parent after its start"]
-
-def rank(env):
-    print(f"rank {env.rank} of {env.world_size}: {SEEN[0]}", file=sys.stderr, flush=True)
-    return 0
-
-sys.exit(launch.spawn_local(2, rank, fork=True) if launch.fork_safe() else 9)
-"""
-
-
-def test_local_ranks_fork_from_the_parent_that_imported_torch(tmp_path):
-    """A forked rank holds what its parent held (here: a value a fresh interpreter would not have),
-    so it skips torch's import; each reports and the run's code is 0."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    lines = sorted(line for line in proc.stderr.splitlines() if line.startswith("rank "))
-    assert lines == [f"rank {r} of 2: set in the parent after its start" for r in (0, 1)], proc.stderr
-
-
 def test_a_process_with_another_thread_does_not_fork():
     """A fork copies the locks other threads hold, held forever in the child: spawn instead."""
     import threading

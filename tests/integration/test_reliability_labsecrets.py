@@ -33,6 +33,8 @@ from commbench.lab import network, processes, slurm
 from commbench.lab import state as lab
 from commbench.net import envinfo, netinfo
 
+pytestmark = pytest.mark.integration  # the CLI in subprocesses (README, Development: the tiers)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # ---------------------------------------------------------------------------------------------

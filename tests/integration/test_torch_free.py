@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from . import synthetic
+from unit import synthetic  # tests/ is on sys.path (tests/conftest.py)
+
+pytestmark = pytest.mark.integration  # a fresh interpreter runs the CLI (README, Development: the tiers)
 
 ROOT = Path(__file__).resolve().parents[2]
 NCCL_LOG = ROOT / "tests" / "data" / "nccl-tests"

@@ -32,6 +32,8 @@ from commbench.workloads import zeroschedule
 from commbench.workloads.buckets import BucketPlan, BucketWorkload
 from unit.synthetic import make_rows, write  # tests/ is on sys.path (rootdir-relative imports)
 
+pytestmark = pytest.mark.integration  # the CLI in subprocesses (README, Development: the tiers)
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 NCCL_LOG = DATA / "nccl-tests" / "all_reduce_v2.19.4_1node_8xA100.txt"
 HUGE = str(10**30)

@@ -36,7 +36,9 @@ import commbench
 from commbench.core import inputs
 from commbench.core.errors import BadInput
 
-from . import synthetic
+from unit import synthetic  # tests/ is on sys.path (tests/conftest.py)
+
+pytestmark = pytest.mark.integration  # the CLI in subprocesses (README, Development: the tiers)
 
 MEMORY_BOUND = 1_500_000_000  # peak resident set of one CLI run
 ADDRESS_SPACE_CAP = 4 << 30

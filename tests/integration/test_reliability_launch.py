@@ -12,7 +12,6 @@ refused would hang until its own timeout. The cases run side by side: each is ab
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -24,13 +23,12 @@ import pytest
 
 from commbench.core import launch
 from commbench.core.errors import BadInput
+from helpers import clean_env  # tests/helpers.py
+
+pytestmark = pytest.mark.integration  # the CLI in subprocesses (README, Development: the tiers)
 
 EXIT_USAGE = 2
 DEADLINE_S = 20.0
-
-LAUNCHER_VARS = re.compile(r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|"
-                           r"TORCHELASTIC_.*|SLURM_.*|OMPI_.*|PMI_.*|MPI_LOCAL.*|COMMBENCH_.*|"
-                           r"GLOO_SOCKET_IFNAME|NCCL_SOCKET_IFNAME)$")
 
 TORCHRUN = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
 SRUN = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0",
@@ -114,12 +112,6 @@ CASES = [
     ("lab-run-port-not-a-number", ["lab", "run", "--port", "abc", "--", "true"], {},
      ["'--port'", "'abc' is not a valid integer"]),
 ]
-
-
-def clean_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARS.match(k)}
-    env.update(extra)
-    return env
 
 
 def run_case(argv: list[str], extra: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
