@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import tracemalloc
 
 import pytest
 
@@ -97,6 +98,35 @@ def test_lab_run_forwards_the_signal_to_every_rank_and_waits(tmp_path, sig, code
     ("junk", 0, 1),
 ])
 def test_slurm_tasks_per_node_are_walked_not_expanded(value, node, tasks):
-    start = time.monotonic()
-    assert launch._slurm_tasks_on_node(value, node) == tasks
-    assert time.monotonic() - start < 0.1
+    """The work follows the runs in the text, not the nodes they stand for: a few lines and bytes for
+    99999999999999 nodes (an expansion would build that list, and stops at the budget instead)."""
+    got, own_lines, peak = _bounded_call(launch._slurm_tasks_on_node, value, node)
+    assert got == tasks
+    assert own_lines <= 40 and peak < 256 * 1024, (own_lines, peak)
+
+
+def _bounded_call(fn, *args, budget: int = 10_000):
+    """fn(*args), the lines of fn itself that ran, and the peak of bytes allocated meanwhile: a
+    measure of work that does not depend on how busy the machine is. Past `budget` lines in all
+    (fn and what it calls) the call stops with an error instead of running on."""
+    lines = own = 0
+
+    def trace(frame, event, arg):
+        nonlocal lines, own
+        if event == "line":
+            lines += 1
+            own += frame.f_code is fn.__code__
+            if lines > budget:
+                raise AssertionError(f"{fn.__name__} ran more than {budget} lines")
+        return trace
+
+    before = sys.gettrace()
+    tracemalloc.start()
+    sys.settrace(trace)
+    try:
+        got = fn(*args)
+    finally:
+        sys.settrace(before)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return got, own, peak
