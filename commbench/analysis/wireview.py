@@ -10,6 +10,7 @@ Plain text only; the HTML page and the Markdown escape it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,6 +103,29 @@ def totals_of(acc: dict[tuple, list]) -> list[tuple[wire.Trouble, int]]:
     """merge_totals' sums as core/wire.totals returns them."""
     rows = [(wire.Trouble(h, w, c, d, k), n) for (h, w, c, k), (d, n) in acc.items()]
     return sorted(rows, key=lambda r: (r[0].host, r[0].where, -r[0].delta))
+
+
+SUM_BATCH = 10_000  # wire JSON values summed_by_point holds at once
+
+
+def summed_by_point(pairs: Iterable[tuple[tuple, object]], wanted: set) -> dict[tuple, list[tuple[wire.Trouble, int]]]:
+    """Per point of `wanted`: troubles_at's answer over its rows, from (point key, wire value)
+    pairs in row order (a large run's flagged rows, read a batch at a time: analysis/engine.py),
+    the JSON of SUM_BATCH rows held at once, summed as core/wire.totals sums (merge_totals)."""
+    summed: dict[tuple, dict[tuple, list]] = {}
+    pending: dict[tuple, list] = {}
+    held = 0
+    for key, value in pairs:
+        if key in wanted and isinstance(value, str) and present(value):
+            pending.setdefault(key, []).append(value)
+            held += 1
+        if held >= SUM_BATCH:
+            for k, values in pending.items():
+                merge_totals(summed.setdefault(k, {}), wire.totals(values))
+            pending, held = {}, 0
+    for k, values in pending.items():
+        merge_totals(summed.setdefault(k, {}), wire.totals(values))
+    return {k: totals_of(acc) for k, acc in summed.items()}
 
 
 def _counter(t: wire.Trouble) -> tuple:
