@@ -409,8 +409,9 @@ def _large_html(paths, baseline, rate) -> str | None:
     df = engine.report_frame(source)
     if len(df) == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
-    # the baseline's runs' metadata, without its plan, as write_report reads the baseline
-    bdf = engine.report_frame(bsource).drop(columns=["plan"], errors="ignore") if bsource is not None else None
+    # the baseline's runs' metadata, without its plan, as write_report reads the baseline; only the
+    # columns its "Runs" section reads (not the measured values nor the wire counters)
+    bdf = engine.report_frame(bsource, engine.BASELINE_COLUMNS) if bsource is not None else None
     return build_html(df, [str(p) for p in paths], bdf, comparison, [str(p) for p in baseline or ()],
                       line_rate=rate, drawn=drawn)
 
