@@ -65,11 +65,11 @@ def test_compare_frames(benchmark, frames, analysis_sides):
 
 @pytest.mark.benchmark(group="analysis: compare")
 def test_compare_engine(benchmark, frames, analysis_sides):
-    """The DuckDB path over the files (reading included), forced below its row threshold."""
-    from commbench.analysis import engine
+    """The one aggregation over the files (reading included)."""
+    from commbench.analysis import compare
     from commbench.analysis.compare import compare_frames
 
-    c = benchmark(engine.compare_paths, [analysis_sides.before], [analysis_sides.after])
+    c = benchmark(compare.compare_paths, [analysis_sides.before], [analysis_sides.after])
     assert c is not None, "the engine declined the generated files"
     pandas = compare_frames(*frames)
     assert c.verdict == pandas.verdict and verdicts(c) == verdicts(pandas)
@@ -89,9 +89,9 @@ def test_gate_judge(benchmark, frames, bands):
 
 @pytest.mark.benchmark(group="analysis: gate")
 def test_gate_engine(benchmark, frames, bands, analysis_sides):
-    from commbench.analysis import engine, gate
+    from commbench.analysis import gate
 
-    report = benchmark(engine.gate_paths, bands, [analysis_sides.after])
+    report = benchmark(gate.gate_paths, bands, [analysis_sides.after])
     pandas = gate.judge(bands, frames[1])
     assert [r.verdict for r in report.results] == [r.verdict for r in pandas.results]
 

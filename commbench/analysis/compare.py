@@ -11,23 +11,25 @@ data or a statistics error raises.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
-from commbench.analysis import settingsview
-from commbench.analysis.frames import (REQUIRED_COLUMNS, check_frame, column, json_cell, jsonable, md_cell, printable,
+from commbench.analysis import settingsview, wirequery
+from commbench.analysis.runsdiffer import (  # noqa: F401 - SAME_RUN is part of compare's interface (cli/analyze.py)
+    DIFFERENCE_COLUMNS, SAME_RUN, WARN_COLUMNS, differences_between, run_values, same_run_warning, warnings_between)
+from commbench.analysis.frames import (REQUIRED_COLUMNS, check_frame, jsonable, md_cell, printable,
                                        scalar)
 from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point
 from commbench.analysis.wireview import GROWTH
-from commbench.core import columns, stats
+from commbench.core import stats
 from commbench.core.columns import TOPOLOGY_COLUMNS
 from commbench.core.errors import BadInput, RuntimeFailure
-from commbench.core.linkrate import net_rates
 
 # A collective's peak busbw is taken over the before side's points of the same collective on
 # the same topology under the same setting (a setting that quarters the bandwidth, a slow rail,
@@ -37,10 +39,6 @@ BANDWIDTH_BOUND_FRACTION = 0.5
 WITHIN_RUN_ALPHA_DIVISOR = 10
 
 # Should be the same on both sides: a difference makes the comparison suspect.
-# Should be the same on both sides (a difference makes the comparison suspect), and expected to
-# differ (usually the point of the comparison: shown, not warned about): core/columns.py's roles.
-WARN_COLUMNS, DIFFERENCE_COLUMNS = columns.WARN_COLUMNS, columns.DIFFERENCE_COLUMNS
-ENV_PREFIXES = ("NCCL_", "GLOO_")
 # Every column compare_frames reads: callers reading files for it read only these (results.read_results).
 READ_COLUMNS = tuple(dict.fromkeys(REQUIRED_COLUMNS + KEY_COLUMNS + WARN_COLUMNS + DIFFERENCE_COLUMNS + (
     "schema_version", "run_id", "algbw_GBps", "time_us", "samples_us", "repetition", "env", "status", "error", "confirm",
@@ -146,11 +144,20 @@ def compare_aggregates(before, after, threshold: float = 0.03, latency_threshold
             check_schema_versions({scalar(v) for v in agg.context["schema_version"].unique()},
                                   f"the {agg.name} results", comparing=True)
     b_lost, a_lost = before.lost, after.lost
-    same = same_run_warning(_values(before.context, "run_id"), _values(after.context, "run_id"))
+    same = same_run_warning(run_values(before.context, "run_id"), run_values(after.context, "run_id"))
     return _compare(before.side(), after.side(), b_lost, a_lost,
-                    [same] * bool(same) + _warnings(before.context, after.context),
-                    _differences(before.context, after.context), _settings_of(before.context, after.context),
-                    lambda common: before.likely_causes(after, common), limits, allow_within_run)
+                    [same] * bool(same) + warnings_between(before.context, after.context),
+                    differences_between(before.context, after.context), _settings_of(before.context, after.context),
+                    lambda common: wirequery.likely_causes(before, after, common), limits, allow_within_run)
+
+
+def compare_paths(before: Sequence[str | os.PathLike], after: Sequence[str | os.PathLike], **limits) -> Comparison:
+    """The comparison of two sides' files, aggregated where they lie (whatever their size:
+    compare_frames takes the same aggregation over rows already in memory)."""
+    from commbench.analysis import engine
+
+    b, a = engine.open_source(before), engine.open_source(after)
+    return compare_aggregates(engine.aggregate(before, "before", b), engine.aggregate(after, "after", a), **limits)
 
 
 def _limits(threshold: float, latency_threshold: float, alpha: float) -> dict:
@@ -403,127 +410,6 @@ def _decide(d: dict, alpha: float, threshold: float, latency_threshold: float, a
         if test == "within-run only":
             notes.append(f"within-run only: {_pct(ratio)}, p={_p(d['p_value'])}")
     return PointComparison(threshold=thr, verdict=verdict, note="; ".join(notes), **d)
-
-
-# ---- what differs between the sides ----
-
-
-def _hashable(v: Any) -> Any:
-    v = scalar(v) if not isinstance(v, (list, tuple, np.ndarray)) else v
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return tuple(scalar(x) for x in v)
-    return v
-
-
-def _values(frame: pd.DataFrame, name: str) -> set:
-    if name not in frame.columns:
-        return set()
-    values = frame[name]
-    try:
-        distinct = values.unique()
-    except TypeError:  # list columns (hosts) hold arrays, which do not hash: each distinct list once
-        rows = {id(v): v for v in values.to_numpy(dtype=object)}.values()  # rows may share one array
-        distinct = {tuple(v.tolist()) if isinstance(v, np.ndarray) else tuple(v) if isinstance(v, list) else v
-                    for v in rows}
-    return {_hashable(v) for v in distinct}
-
-
-def _show(values: set) -> str:
-    def one(v: Any) -> str:
-        if v is None:
-            return "(none)"
-        if isinstance(v, tuple):
-            return printable(",".join(map(str, v))) or "(none)"
-        return printable(str(v)) if v != "" else '""'
-
-    shown = sorted((one(v) for v in values))
-    return shown[0] if len(shown) == 1 else "{" + "; ".join(shown) + "}"
-
-
-SAME_RUN = "before and after are the same"  # how the warning that a run is compared with itself starts
-
-
-def same_run_warning(before_ids: set, after_ids: set, same_file: str | None = None) -> str | None:
-    """The warning that both sides hold the same run (or the same file): a run compared with itself
-    can only look unchanged. None when the sides share no run and are not one file."""
-    before_ids, after_ids = {str(v) for v in before_ids if v is not None}, {str(v) for v in after_ids if v is not None}
-    shared = sorted(before_ids & after_ids)
-    if same_file is not None and (not shared or before_ids != after_ids):
-        return f"{SAME_RUN} file ({printable(same_file)}): a run compared with itself; pass two different runs' results"
-    if not shared:
-        return None
-    names = ", ".join(printable(n) for n in shared[:3]) + (f" and {len(shared) - 3} more" if len(shared) > 3 else "")
-    if before_ids == after_ids:
-        return (f"{SAME_RUN} run{'s' if len(shared) > 1 else ''} ({names}): a run compared with itself; "
-                "pass two different runs' results")
-    return (f"before and after share {len(shared)} run{'s' if len(shared) > 1 else ''} ({names}): their rows are "
-            "compared with themselves; pass results of different runs")
-
-
-def _warnings(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
-    out = []
-    if len(before) == 0 or len(after) == 0:
-        return out
-    for name in ("schema_version",) + WARN_COLUMNS:
-        bv, av = _values(before, name), _values(after, name)
-        if (bv or av) and bv != av:
-            out.append(f"{name} differs: before {_show(bv)}, after {_show(av)}")
-    return out
-
-
-def _env_values(frame: pd.DataFrame, side: str) -> dict[str, set]:
-    if "env" not in frame.columns:
-        return {}
-    snapshots = []
-    try:
-        texts = {scalar(v) for v in frame["env"].unique()}  # a run repeats its snapshot on every row
-    except TypeError:
-        texts = set(column(frame, "env"))
-    for text in texts:
-        if text is None or text == "":
-            snapshots.append({})
-            continue
-        try:
-            env = json.loads(text)
-        except (TypeError, ValueError):
-            raise BadInput(f"the {side} results hold an env column that is not JSON: a damaged or "
-                           "hand-edited file") from None
-        if not isinstance(env, dict):
-            raise BadInput(f"the {side} results hold an env column that is not a JSON object")
-        snapshots.append(env)
-    names = {n for env in snapshots for n in env if n.startswith(ENV_PREFIXES)}
-    return {n: {env.get(n) for env in snapshots} for n in names}
-
-
-def _differences(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
-    out = []
-    if len(before) == 0 or len(after) == 0:
-        return out
-    for name in DIFFERENCE_COLUMNS + ("workload",):
-        bv, av = _values(before, name), _values(after, name)
-        if (bv or av) and bv != av:
-            out.append(f"{name}: before {_show(bv)}, after {_show(av)}")
-    benv, aenv = _env_values(before, "before"), _env_values(after, "after")
-    for name in sorted(set(benv) | set(aenv)):
-        bv, av = benv.get(name, {None}), aenv.get(name, {None})
-        if bv != av:
-            out.append(f"{name}: before {_show(bv).replace('(none)', '(unset)')}, "
-                       f"after {_show(av).replace('(none)', '(unset)')}")
-    brate, arate = _rates(before), _rates(after)
-    if brate and arate and brate != arate:  # a rate known on one side only is not a known change
-        out.append(f"link rate: before {_show(brate)}, after {_show(arate)}")
-    return out
-
-
-def _rates(frame: pd.DataFrame) -> set[str]:
-    """Each host's effective link rate as it reads (core/linkrate.py: a shaper's where it caps the link)."""
-    if "net" not in frame.columns:
-        return set()
-    try:
-        cells = {scalar(v) for v in frame["net"].unique()}  # a run repeats its facts on every row
-    except TypeError:
-        cells = set(column(frame, "net"))
-    return {r.text() for cell in cells for r in net_rates(json_cell(cell)).values() if r.bits is not None}
 
 
 # ---- rendering ----

@@ -95,10 +95,10 @@ def aggregate(df, column: str) -> list[Line]:
     over repetitions at every size. The rows a curve is drawn from are chosen here (frames.prepare:
     buckets rows at their bucket size); grouping them is the one aggregation's (analysis/engine.py,
     the same query the files of a large input take)."""
-    from commbench.analysis import engine
+    from commbench.analysis import figurequery
 
     d = with_settings(prepare(df, column))
-    return [Line(**ln) for ln in engine.frame_lines(d[[*LINE_KEYS, "size_bytes", column, "wrong"]], column)]
+    return [Line(**ln) for ln in figurequery.frame_lines(d[[*LINE_KEYS, "size_bytes", column, "wrong"]], column)]
 
 
 def collective_colors(names: Iterable[str]) -> dict[str, str]:
@@ -538,12 +538,12 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
     rate = parse_line_rate(line_rate) if line_rate is not None else None
     target = check_figure(Path(out) if out is not None else default_out(paths[0]), inputs=paths,
                           force=force)  # before reading
-    from commbench.analysis import engine  # large inputs: the curves aggregated over parquet
+    from commbench.analysis import figurequery  # large inputs: the curves aggregated over parquet
 
-    q = engine.plot_source(paths)
+    q = figurequery.plot_source(paths)
     if q is not None:
-        fig = build_figure(engine.run_firsts(q, METRICS[metric][0]), metric, rate,
-                           line_rate.strip() if line_rate else None, lambda c: [Line(**ln) for ln in engine.plot_lines(q, c)])
+        fig = build_figure(figurequery.run_firsts(q, METRICS[metric][0]), metric, rate,
+                           line_rate.strip() if line_rate else None, lambda c: [Line(**ln) for ln in figurequery.plot_lines(q, c)])
         return outputs.write_files([figure_output(fig, target)], "plot", inputs=paths, force=force)
     df = read_results(paths, skip=UNUSED_COLUMNS)
     views = split_views(df)

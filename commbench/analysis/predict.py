@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from commbench.analysis import engine
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 from commbench.core.vocab import get_dtype, resolve
@@ -99,15 +101,11 @@ class Curve:
 
 def curve_from_frame(frame, sources: list[str]) -> Curve:
     """Rows of sweeps in memory -> a Curve (load_curve's, over a frame)."""
-    from commbench.analysis import engine
-
     return _curve(engine.frame_source(frame, "curve"), [str(s) for s in sources])
 
 
 def load_curve(paths: list[str]) -> Curve:
     """The curve of one or more sweep results files, aggregated where they lie."""
-    from commbench.analysis import engine
-
     if not paths:
         raise BadInput("--curve needs a results file: pass the output of `commbench sweep`")
     return _curve(engine.open_source(paths), [str(p) for p in paths])
@@ -117,10 +115,8 @@ def _curve(source, sources: list[str]) -> Curve:
     """The median time over repetitions and files per point (analysis/engine.py, curve_points),
     out-of-place rows where a collective has them at that world size and dtype, else its in-place
     rows."""
-    from commbench.analysis import engine
-
     named = ", ".join(sources)
-    settings, points = engine.curve_points(source, CURVE_WORKLOADS)
+    settings, points = curve_points(source, CURVE_WORKLOADS)
     if not points:
         raise BadInput(f"{named} hold(s) no sweep rows: pass the results of `commbench sweep` "
                        "(or `commbench nccl-tests import`) to --curve")
@@ -136,6 +132,30 @@ def _curve(source, sources: list[str]) -> Curve:
         placed = by_line[key]
         curve.points[key] = sorted(placed.get(False) or placed[True])
     return curve
+
+
+def curve_points(source: engine.Source, workloads: Sequence[str]) -> tuple[list[str], list[tuple]]:
+    """(the settings the rows hold, [(collective, world_size, dtype, in_place, size_bytes, median
+    time_us)]): the rows of `workloads` (or without one) measured (no failed status) at a positive
+    size and time, the median over every repetition and file of a point (predict's curve)."""
+    q = engine.Query(source, "curve")
+    has = source.columns
+    col = {n: (engine.quote(n) if n in has else "NULL") for n in ("workload", "status", "settings", "in_place", "dtype",
+                                                             "world_size")}
+    kept = " AND ".join([
+        f"({col['workload']} IS NULL OR {col['workload']} IN ({', '.join(repr(w) for w in workloads)}))",
+        f"({col['status']} IS NULL OR {col['status']} = 'ok')",
+        "coalesce(time_us > 0 AND size_bytes > 0, false)",
+        f"collective IS NOT NULL AND {col['world_size']} IS NOT NULL AND {col['dtype']} IS NOT NULL"])  # all three
+    if "time_us" not in has:
+        return [], []
+    settings = q.run(f"SELECT DISTINCT coalesce(CAST({col['settings']} AS VARCHAR), '') AS s FROM rows WHERE {kept}")
+    got = q.run(f"SELECT collective, {col['world_size']} AS world_size, {col['dtype']} AS dtype, "
+                f"coalesce(CAST({col['in_place']} AS BOOLEAN), false) AS in_place, size_bytes, "
+                f"median(CAST(time_us AS DOUBLE)) AS t FROM rows WHERE {kept} GROUP BY ALL")
+    points = list(zip(*[got.column(n).to_pylist() for n in ("collective", "world_size", "dtype", "in_place",
+                                                            "size_bytes", "t")])) if got.num_rows else []
+    return settings.column("s").to_pylist(), points
 
 
 def predict_us(curve: Curve, comms: list[tuple[str, int, int]], world: int, dtype: str) -> float:

@@ -391,41 +391,41 @@ def _large_html(paths, baseline, rate) -> str | None:
     """The HTML page of large inputs (analysis/engine.py: MIN_ROWS rows or more, curves only): the
     comparison and the figures aggregated over parquet, the tables from the rows' light columns.
     None: pandas reads the inputs."""
-    from commbench.analysis import engine
+    from commbench.analysis import compare, engine, figurequery
 
     if not engine.large([*paths, *(baseline or ())]):
         return None
-    after = engine.plot_source(paths, force=True)
-    before = engine.plot_source(baseline, force=True) if baseline else None
+    after = figurequery.plot_source(paths, force=True)
+    before = figurequery.plot_source(baseline, force=True) if baseline else None
     if after is None or (baseline and before is None):
         return None
-    comparison = engine.compare_paths(baseline, paths) if baseline else None
+    comparison = compare.compare_paths(baseline, paths) if baseline else None
     if baseline and comparison is None:
         return None
     # the figures before the rows are read: the engine's aggregations never share memory with them
-    drawn = _engine_figures(engine, after, before, rate)
+    drawn = _engine_figures(figurequery, after, before, rate)
     source, bsource = after.source, before.source if before is not None else None
     del after, before  # their DuckDB connections and what they cached
-    df = engine.report_frame(source)
+    df = figurequery.report_frame(source)
     if len(df) == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
     # the baseline's runs' metadata, without its plan, as write_report reads the baseline; only the
     # columns its "Runs" section reads (not the measured values nor the wire counters)
-    bdf = engine.report_frame(bsource, engine.BASELINE_COLUMNS) if bsource is not None else None
+    bdf = figurequery.report_frame(bsource, figurequery.BASELINE_COLUMNS) if bsource is not None else None
     return build_html(df, [str(p) for p in paths], bdf, comparison, [str(p) for p in baseline or ()],
                       line_rate=rate, drawn=drawn)
 
 
-def _engine_figures(engine, after, before, rate) -> dict:
+def _engine_figures(figurequery, after, before, rate) -> dict:
     """The curves of the after side and the before/after overlay, drawn from the engine's lines."""
-    drawn = {"curves": plot.build_figure(engine.run_firsts(after, "busbw_GBps"), "busbw", rate,
-                                         lines_of=lambda c: [plot.Line(**ln) for ln in engine.plot_lines(after, c)])}
+    drawn = {"curves": plot.build_figure(figurequery.run_firsts(after, "busbw_GBps"), "busbw", rate,
+                                         lines_of=lambda c: [plot.Line(**ln) for ln in figurequery.plot_lines(after, c)])}
     if before is not None:
         sides = {"before": before, "after": after}
         try:
             drawn["comparison"] = plot.build_comparison_figure(
-                engine.run_firsts(before, "busbw_GBps"), engine.run_firsts(after, "busbw_GBps"),
-                lines_of=lambda name, c: [plot.Line(**ln) for ln in engine.plot_lines(sides[name], c, side=name)])
+                figurequery.run_firsts(before, "busbw_GBps"), figurequery.run_firsts(after, "busbw_GBps"),
+                lines_of=lambda name, c: [plot.Line(**ln) for ln in figurequery.plot_lines(sides[name], c, side=name)])
         except BadInput:
             drawn["comparison"] = None
     return drawn

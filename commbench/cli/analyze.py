@@ -68,10 +68,8 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
         read = {"skip": [c for c in plotting.UNUSED_COLUMNS if c not in comparing.READ_COLUMNS]}
     comparison = None
     if plot_path is None and before_setting is None and after_setting is None:
-        from commbench.analysis import engine  # the files aggregated where they lie, never read into pandas
-
-        comparison = engine.compare_paths([before], [after], threshold=thr, latency_threshold=lat, alpha=a,
-                                          allow_within_run=allow_within_run)
+        comparison = comparing.compare_paths([before], [after], threshold=thr, latency_threshold=lat, alpha=a,
+                                             allow_within_run=allow_within_run)
     files = []
     if comparison is None:
         before_df = results.read_results([before], **read)
@@ -146,6 +144,7 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
     See docs/GATE.md.
     """
     from commbench.analysis import gate as gating
+    from commbench.analysis import gateview
     from commbench.analysis import tolerance
     from commbench.core import results as store
     from commbench.core.units import parse_size
@@ -182,10 +181,8 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
     if out is not None:  # the bands file or a result is never the report's target
         outputs.check_new(out, who, "--out", inputs, force)
     bands = gating.load_bands(expect)
-    from commbench.analysis import engine  # the files grouped where they lie, never read into pandas
-
-    report = engine.gate_paths(bands, list(results))
-    text = _render(fmt, report, gating.render_markdown, gating.render_table)
+    report = gating.gate_paths(bands, list(results))
+    text = _render(fmt, report, gateview.render_markdown, gateview.render_table)
     if out is None:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from commbench.analysis import compare, engine, gate, plot, report
+from commbench.analysis import compare, engine, figurequery, gate, plot, report
 from commbench.core.errors import BadInput
 from commbench.core.results import SCHEMA_VERSION, read_results
 
@@ -43,7 +43,7 @@ def _pair(tmp_path, name, before_kw=None, after_kw=None):
 def test_compare_in_the_engine_equals_pandas_exactly(tmp_path, reps, within, kw):
     b, a = _pair(tmp_path, "c", dict(reps=reps, **kw), dict(reps=reps, **kw))
     by_pandas = compare.compare_frames(read_results([b]), read_results([a]), allow_within_run=within)
-    by_engine = engine.compare_paths([b], [a], allow_within_run=within)
+    by_engine = compare.compare_paths([b], [a], allow_within_run=within)
     assert by_engine is not None and by_pandas.points
     assert by_engine.to_dict() == by_pandas.to_dict()
     assert compare.render_table(by_engine) == compare.render_table(by_pandas)
@@ -54,7 +54,7 @@ def test_compare_setup_differences_and_points_on_one_side(tmp_path):
     a = write(tmp_path / "a.parquet", make_frame(seed=2, mtu=9000, sizes=(1 << 20, 16 << 20),
                                                  torch_version="2.14.0"))
     by_pandas = compare.compare_frames(read_results([b]), read_results([a]))
-    by_engine = engine.compare_paths([b], [a])
+    by_engine = compare.compare_paths([b], [a])
     assert by_engine.to_dict() == by_pandas.to_dict()
     assert by_engine.only_before and by_engine.only_after
     assert any("mtu" in d for d in by_engine.differences)
@@ -70,7 +70,7 @@ def test_several_files_a_side_keep_their_row_order(tmp_path):
                                                                busbw_of=curve(95.0)))
     b, a = [tmp_path / "b"], [tmp_path / "a"]
     by_pandas = compare.compare_frames(read_results(b), read_results(a), allow_within_run=True)
-    assert engine.compare_paths(b, a, allow_within_run=True).to_dict() == by_pandas.to_dict()
+    assert compare.compare_paths(b, a, allow_within_run=True).to_dict() == by_pandas.to_dict()
 
 
 def test_gate_in_the_engine_equals_pandas_exactly(tmp_path):
@@ -84,7 +84,7 @@ def test_gate_in_the_engine_equals_pandas_exactly(tmp_path):
     loose = dict(raw, entries=[{k: v for k, v in e.items() if k not in ("dtype", "settings")} for e in raw["entries"]])
     for bands in (gate.parse_bands(text), gate.parse_bands(yaml.safe_dump(loose))):
         by_pandas = gate.judge(bands, read_results([path]))
-        by_engine = engine.gate_paths(bands, [path])
+        by_engine = gate.gate_paths(bands, [path])
         assert by_engine.to_dict() == by_pandas.to_dict()
     assert any("rows of 2 settings match" in r.reason for r in by_engine.results)  # the loose bands match both
 
@@ -94,16 +94,16 @@ def test_plot_lines_and_figure_equal_pandas_exactly(tmp_path):
                  dict(reps=3, sizes=(8, 1024, 65536, 1 << 20), settings="MTU=9000", label="after"))
     paths = [b, a]
     df = read_results(paths, skip=plot.UNUSED_COLUMNS)
-    q = engine.plot_source(paths, force=True)
+    q = figurequery.plot_source(paths, force=True)
     for column in ("busbw_GBps", "time_us"):
-        mine = [plot.Line(**ln) for ln in engine.plot_lines(q, column)]
+        mine = [plot.Line(**ln) for ln in figurequery.plot_lines(q, column)]
         theirs = plot.aggregate(df, column)
         assert [ln.key for ln in mine] == [ln.key for ln in theirs]
         for x, y in zip(mine, theirs):
             for name in ("sizes", "median", "lo", "hi", "reps", "wrong_sizes"):
                 assert np.array_equal(getattr(x, name), getattr(y, name)), name
-    drawn = plot.build_figure(engine.run_firsts(q, "busbw_GBps"),
-                              lines_of=lambda c: [plot.Line(**ln) for ln in engine.plot_lines(q, c)])
+    drawn = plot.build_figure(figurequery.run_firsts(q, "busbw_GBps"),
+                              lines_of=lambda c: [plot.Line(**ln) for ln in figurequery.plot_lines(q, c)])
     assert plot.figure_bytes(drawn) == plot.figure_bytes(plot.build_figure(df))
 
 
@@ -122,8 +122,8 @@ def test_report_page_equals_pandas_exactly(tmp_path, monkeypatch, with_baseline)
 
 def test_small_inputs_compare_in_the_one_aggregation_and_plot_with_pandas(tmp_path):
     b, a = _pair(tmp_path, "s")
-    assert engine.compare_paths([b], [a]).points  # compare: one aggregation whatever the size
-    assert engine.plot_source([b, a]) is None  # the figures: fewer than MIN_ROWS rows read by pandas (for now)
+    assert compare.compare_paths([b], [a]).points  # compare: one aggregation whatever the size
+    assert figurequery.plot_source([b, a]) is None  # the figures: fewer than MIN_ROWS rows read by pandas (for now)
 
 
 # ---- damaged input: refused with one line, as read_results refuses it ----
@@ -134,7 +134,7 @@ def test_a_file_that_is_not_parquet_is_refused(tmp_path):
     junk = tmp_path / "junk.parquet"
     junk.write_bytes(b"not parquet at all")
     with pytest.raises(BadInput, match="junk.parquet is not a readable parquet file"):
-        engine.compare_paths([b], [junk])
+        compare.compare_paths([b], [junk])
 
 
 def test_a_newer_schema_version_is_refused(tmp_path):
@@ -144,7 +144,7 @@ def test_a_newer_schema_version_is_refused(tmp_path):
                              pa.array([SCHEMA_VERSION + 1] * table.num_rows, pa.int32()))
     pq.write_table(newer, a)
     with pytest.raises(BadInput, match="newer than this commbench reads"):
-        engine.compare_paths([b], [a])
+        compare.compare_paths([b], [a])
 
 
 def test_a_damaged_value_is_refused_like_pandas(tmp_path):
@@ -155,7 +155,7 @@ def test_a_damaged_value_is_refused_like_pandas(tmp_path):
     with pytest.raises(BadInput) as by_pandas:
         compare.compare_frames(read_results([b]), read_results([a]))
     with pytest.raises(BadInput) as by_engine:
-        engine.compare_paths([b], [a])
+        compare.compare_paths([b], [a])
     assert str(by_engine.value) == str(by_pandas.value)
 
 
@@ -167,7 +167,7 @@ def test_damaged_samples_are_refused_like_pandas(tmp_path):
     with pytest.raises(BadInput) as by_pandas:
         compare.compare_frames(read_results([b]), read_results([a]), allow_within_run=True)
     with pytest.raises(BadInput) as by_engine:
-        engine.compare_paths([b], [a], allow_within_run=True)
+        compare.compare_paths([b], [a], allow_within_run=True)
     assert str(by_engine.value) == str(by_pandas.value)
     assert "\n" not in str(by_engine.value)
 
@@ -177,7 +177,7 @@ def test_a_path_with_a_quote_is_read(tmp_path):
     folder.mkdir()
     b, a = _pair(folder, "q")
     by_pandas = compare.compare_frames(read_results([b]), read_results([a]))
-    assert engine.compare_paths([b], [a]).to_dict() == by_pandas.to_dict()
+    assert compare.compare_paths([b], [a]).to_dict() == by_pandas.to_dict()
 
 
 # ---- wire counters: compare's likely cause and the report's Wire section, in the engine too ----
@@ -209,7 +209,7 @@ def test_compare_likely_cause_in_the_engine_equals_pandas(tmp_path, case):
     b, a = _wire_pair(tmp_path, before_at, after_at, strip)
     by_pandas = compare.compare_frames(read_results([b], columns=compare.READ_COLUMNS),
                                        read_results([a], columns=compare.READ_COLUMNS))
-    by_engine = engine.compare_paths([b], [a])
+    by_engine = compare.compare_paths([b], [a])
     assert by_engine.to_dict() == by_pandas.to_dict()
     assert compare.render_table(by_engine) == compare.render_table(by_pandas)
     causes = [p.likely_cause for p in by_engine.points if p.likely_cause]
@@ -217,12 +217,14 @@ def test_compare_likely_cause_in_the_engine_equals_pandas(tmp_path, case):
 
 
 def test_likely_cause_sums_the_wire_a_batch_at_a_time(tmp_path, monkeypatch):
+    from commbench.analysis import wireview
+
     from .test_wire_analysis import DROPS, RETRANS, at_size
 
     b, a = _wire_pair(tmp_path, at_size(1 << 20, RETRANS), at_size(1 << 20, DROPS, RETRANS, RETRANS))
-    whole = engine.compare_paths([b], [a])
-    monkeypatch.setattr(engine, "_WIRE_BATCH", 1)  # each flagged row's counters summed on their own
-    assert engine.compare_paths([b], [a]).to_dict() == whole.to_dict()
+    whole = compare.compare_paths([b], [a])
+    monkeypatch.setattr(wireview, "SUM_BATCH", 1)  # each flagged row's counters summed on their own
+    assert compare.compare_paths([b], [a]).to_dict() == whole.to_dict()
     assert whole.to_dict() == compare.compare_frames(read_results([b]), read_results([a])).to_dict()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from commbench.analysis import gate
+from commbench.analysis import gate, gateview
 from commbench.core.errors import BadInput
 
 from . import synthetic
@@ -421,7 +421,7 @@ def test_suggest_from_several_runs_bands_from_their_medians(tmp_path):
     # sd of (1.00, 1.02, 0.99) is 1.53% -> t(97.5%, 2 dof) 4.30 x 1.53% x sqrt(1 + pi/6) = 8.1%, up to 8.5%
     assert {e.lower for e in b.entries} == {0.085}, [e.lower for e in b.entries]
     assert not any("see no run-to-run drift" in n for n in made.notes)
-    report = gate.render_table(gate.judge(b, read_results([paths[0]])))
+    report = gateview.render_table(gate.judge(b, read_results([paths[0]])))
     assert report.count("(-8.5%, 3 runs)") == len(b.entries), report
 
 

@@ -159,7 +159,7 @@ def test_file_names_are_never_glob_patterns(tmp_path, monkeypatch):
     write(folder / "run[1].parquet", make_rows(repetitions=2, run_id="20250101-000000-bbbbbb"))
     source = engine.open_source([folder])
     assert source.rows == 20 + 40
-    got = engine._Query(source, "read").run("SELECT run_id, count(*) AS n FROM rows GROUP BY run_id ORDER BY run_id")
+    got = engine.Query(source, "read").run("SELECT run_id, count(*) AS n FROM rows GROUP BY run_id ORDER BY run_id")
     assert got.to_pydict() == {"run_id": ["20250101-000000-aaaaaa", "20250101-000000-bbbbbb"], "n": [20, 40]}
 
 
@@ -200,7 +200,7 @@ def test_a_live_run_compacted_while_it_is_read_is_not_damage(tmp_path):
     writer.close()
     assert not writer.parts.exists()
     assert sum(pq.read_table(f).num_rows for f in opened) == 30
-    got = engine._Query(source, "live").run("SELECT count(*) AS n FROM rows")
+    got = engine.Query(source, "live").run("SELECT count(*) AS n FROM rows")
     assert got.column("n")[0].as_py() == 30
 
 

@@ -1,0 +1,242 @@
+"""What plot and report read through the engine: the curves' lines, each run's first row, the report's rows.
+
+Large inputs are drawn from the files without reading their rows into pandas (plot_source: curves
+only, every row a curve point; zero, buckets and pairs rows stay with pandas); a figure's lines
+over rows already in memory take the same query (frame_lines). The report's rows come as a few
+columns, each string column categorical and hosts one shared list per distinct value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from commbench.analysis.engine import ROW_BITS, Query, Source, frame_source, large, open_source, quote
+from commbench.analysis.frames import GROUP_KEYS
+from commbench.analysis.sides import summarise
+from commbench.core.errors import BadInput
+from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
+
+PLOT_WORKLOADS = ("sweep", "nccl-tests")  # curves only; zero, buckets and pairs rows stay with pandas
+HEAVY_COLUMNS = ("samples_us", "rank_time_us", "rank_skew_us", "env", "plan")
+
+
+def plot_source(paths: Sequence[str | os.PathLike], force: bool = False) -> Query | None:
+    """A query over files the engine can draw (MIN_ROWS rows or more, unless `force`; every row a
+    curve point, no zero grid, buckets or pairs rows), else None."""
+    if not force and not large(paths):
+        return None
+    source = open_source(paths)
+    q = Query(source, "plotted")
+    if "workload" in source.columns:
+        allowed = ", ".join(f"'{w}'" for w in PLOT_WORKLOADS)
+        if q.run(f"SELECT count(*) AS n FROM rows WHERE coalesce(workload NOT IN ({allowed}), false)"
+                 ).column("n")[0].as_py():
+            return None
+    return q
+
+
+def _line_keys(q: Query) -> list[str]:
+    """frames.prepare's GROUP_KEYS and the setting, as it fills them: "" where no file has the column."""
+    has = q.source.columns
+    fill = {"dtype": "'?'", "label": "''", "run_id": "'?'"}
+    out = []
+    for name in GROUP_KEYS:
+        if name not in has:
+            out.append(f"{'false' if name == 'in_place' else repr('')} AS {name}")
+        elif name == "in_place":
+            out.append("coalesce(CAST(in_place AS BOOLEAN), false) AS in_place")
+        elif name in fill:
+            out.append(f"coalesce(CAST({name} AS VARCHAR), {fill[name]}) AS {name}")
+        else:
+            out.append(f"CAST({name} AS VARCHAR) AS {name}")
+    out.append("coalesce(CAST(settings AS VARCHAR), '') AS settings" if "settings" in has else "'' AS settings")
+    return out
+
+
+def _kept(q: Query, column: str) -> str:
+    """The rows a curve of `column` is drawn from (frames.prepare): a finite value at a positive size."""
+    if column not in q.source.columns:
+        raise BadInput(f"the results have no column {column}: pass files written by commbench")
+    cond = f"coalesce(isfinite(CAST({quote(column)} AS DOUBLE)) AND size_bytes > 0, false)"
+    return cond + (f" AND {quote(column)} > 0" if column == "time_us" else "")
+
+
+def frame_lines(frame: pd.DataFrame, column: str) -> list:
+    """plot_lines over rows in memory (frames.prepare's, with their settings text)."""
+    return plot_lines(Query(frame_source(frame, "plotted", require=()), "plotted"), column)
+
+
+def plot_lines(q: Query, column: str, side: str | None = None) -> list:
+    """plot.aggregate's lines of `column` over the files, in the same order with the same numbers,
+    each the fields of a plot.Line; `side`: every run of the files as one, named so (the overlay)."""
+    from commbench.analysis.settingsview import LINE_KEYS as keys
+
+    wrong = "coalesce(wrong, 0) > 0" if "wrong" in q.source.columns else "false"
+    exprs = _line_keys(q)
+    if side is not None:
+        exprs = [e if not e.endswith((" AS label", " AS run_id")) else
+                 ("'' AS label" if e.endswith(" AS label") else f"'{side}' AS run_id") for e in exprs]
+    got = q.run(f"SELECT {', '.join(exprs)}, size_bytes, min(gi) AS first, "
+                f"list(CAST({quote(column)} AS DOUBLE) ORDER BY gi) AS vals, bool_or({wrong}) AS wrong "
+                f"FROM rows WHERE {_kept(q, column)} GROUP BY ALL ORDER BY first")
+    if not got.num_rows:
+        raise BadInput(f"the results hold no finite {column} values: nothing to plot")
+    groups = list(zip(*[got.column(k).to_pylist() for k in keys]))
+    counts = pc.list_value_length(got.column("vals")).to_numpy().astype(np.int64)
+    values = got.column("vals").combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(float)
+    summary = summarise(list(range(len(groups))), np.repeat(np.arange(len(groups)), counts), values)
+    sizes, wrong_of = got.column("size_bytes").to_pylist(), got.column("wrong").to_pylist()
+    by_line: dict[tuple, list[int]] = {}
+    for i, k in enumerate(groups):
+        by_line.setdefault(k, []).append(i)
+    lines = []
+    for k, idx in by_line.items():
+        idx = sorted(idx, key=lambda i: sizes[i])  # stable: sizes of one line are distinct anyway
+        s = np.asarray([sizes[i] for i in idx], dtype=float)
+        med, lo, hi = (np.asarray([summary[i][j] for i in idx], dtype=float) for j in range(3))
+        lines.append(dict(key=dict(zip(keys, k)), sizes=s, median=med, lo=lo, hi=hi, reps=counts[idx],
+                          wrong_sizes=s[np.asarray([bool(wrong_of[i]) for i in idx])]))
+    return lines
+
+
+def run_firsts(q: Query, column: str) -> pd.DataFrame:
+    """The first row of every run that a curve of `column` is drawn from, every column but the
+    per-row lists and env/plan: what the figures' titles read of a run (runs.run_rows)."""
+    firsts = q.run(f"SELECT min(gi) AS gi FROM rows WHERE {_kept(q, column)} "
+                   f"GROUP BY {'coalesce(run_id, ' + repr('?') + ')' if 'run_id' in q.source.columns else '1'}")
+    wanted = sorted(firsts.column("gi").to_pylist())
+    names = [quote(c) for c in q.source.columns if not pa.types.is_list(q.source.columns[c])
+             and not pa.types.is_large_list(q.source.columns[c])] + (["hosts"] if "hosts" in q.source.columns else [])
+    frame = q.run(f"SELECT {', '.join(dict.fromkeys(names))} FROM rows WHERE {_rows_at(wanted)} "
+                  "ORDER BY gi").to_pandas()
+    for name in ("env", "net", "plan"):
+        if name in frame.columns:
+            frame[name] = [_bounded(t) for t in frame[name]]
+    if "run_id" in frame.columns:
+        frame["run_id"] = frame["run_id"].fillna("?")
+    if "label" in frame.columns:
+        frame["label"] = frame["label"].fillna("")
+    return frame
+
+
+def _rows_at(gis: Sequence[int]) -> str:
+    """The condition of the rows numbered `gis`: their row numbers within a file first, a filter
+    DuckDB applies while it reads the files (only the row groups that hold them are decoded;
+    `gi IN` alone reads every row of every column asked for, a large run's wire JSON included)."""
+    within = sorted({int(g) & ((1 << ROW_BITS) - 1) for g in gis})
+    return (f"file_row_number IN ({', '.join(map(str, within))}) AND gi IN ({', '.join(str(int(g)) for g in gis)})"
+            if within else "gi IN ()")
+
+
+def _bounded(text):
+    """A JSON cell nested deeper than MAX_NESTING read as UNREADABLE, as read_results reads it."""
+    import json
+
+    return json.dumps(UNREADABLE) if isinstance(text, str) and nests_deeper(text, MAX_NESTING) else text
+
+
+# ---- report: every row, but only the columns a report reads, strings as categories ----
+
+# What the report's sections read of a curves-only run (summary.py, runs.py, settingsview.py,
+# wireview.py): per row, the line, the point and its numbers; per run, what its facts show.
+REPORT_COLUMNS = ("collective", "dtype", "op", "in_place", "label", "run_id", "settings", "size_bytes", "world_size",
+                  "nnodes", "ranks_per_node", "busbw_GBps", "algbw_GBps", "time_us", "wrong", "repetition",
+                  "workload", "status", "wire", "wire_trouble", "wire_per_payload", "started_at", "launcher", "backend", "device",
+                  "device_name", "iface", "mtu", "link_layer", "hosts", "commbench_version", "torch_version",
+                  "nccl_version", "env", "net", "plan", "schema_version")
+
+
+# What the baseline's "Runs" section reads of its rows (report.runs_html): a run's facts and, per
+# run, its collectives, dtypes, sizes, repetitions, rows and settings; not the measured values.
+BASELINE_COLUMNS = tuple(c for c in REPORT_COLUMNS if c not in (
+    "op", "in_place", "busbw_GBps", "algbw_GBps", "time_us", "wrong", "status", "wire", "wire_trouble",
+    "wire_per_payload", "plan", "schema_version"))
+
+
+def report_frame(source: Source, wanted: Sequence[str] = REPORT_COLUMNS) -> pd.DataFrame:
+    """The rows of `source` as the report's tables read them (summary.py, runs.py): `wanted` of REPORT_COLUMNS,
+    each string column categorical (a code a row, not an object), hosts one shared list per
+    distinct value, env/net/plan bounded as read_results bounds them, the wire JSON only on the rows
+    whose wire_trouble flag is set (the Wire section reads no other: wireview.troubles_at). Converted
+    a column at a time, so that the rows are held once and a column twice, not all of them twice."""
+    schemas = [pq.read_schema(f) for f in source.files]
+    columns = {}
+    flagged_wire = "wire" in wanted and "wire" in source.columns and "wire_trouble" in source.columns
+    for name in (n for n in wanted if n != "hosts" and any(n in s.names for s in schemas)
+                 and not (n == "wire" and flagged_wire)):
+        parts = []
+        for f, schema in zip(source.files, schemas):
+            if name not in schema.names:
+                parts.append(pa.nulls(pq.ParquetFile(f).metadata.num_rows, source.columns[name]))
+                continue
+            string = pa.types.is_string(schema.field(name).type)
+            parts.append(pq.read_table(f, columns=[name], read_dictionary=[name] if string else None).column(name))
+        table = pa.concat_tables([pa.table({name: p}) for p in parts], promote_options="permissive")
+        col = table.unify_dictionaries().column(name)
+        del parts, table
+        columns[name] = col.to_pandas()
+        del col
+        pa.default_memory_pool().release_unused()
+    if flagged_wire:
+        columns = {n: (_flagged_wire(source, len(next(iter(columns.values())))) if n == "wire" else columns[n])
+                   for n in wanted if n in columns or n == "wire"}
+    frame = pd.DataFrame(columns)
+    del columns
+    for name in ("env", "net", "plan"):
+        if name in frame.columns and isinstance(frame[name].dtype, pd.CategoricalDtype):
+            cats = [_bounded(c) for c in frame[name].cat.categories]
+            if len(set(cats)) == len(cats):
+                frame[name] = frame[name].cat.rename_categories(cats)
+            else:
+                frame[name] = np.asarray(cats, dtype=object)[frame[name].cat.codes.to_numpy()]
+    for name in ("label", "dtype", "run_id"):  # frames.prepare's fills, done here: a category cannot take them
+        if name in frame.columns and isinstance(frame[name].dtype, pd.CategoricalDtype) and frame[name].isna().any():
+            fill = "" if name == "label" else "?"
+            col = frame[name]
+            frame[name] = (col.cat.add_categories([fill]) if fill not in col.cat.categories else col).fillna(fill)
+    if "hosts" in source.columns and "hosts" in wanted:
+        frame["hosts"] = _run_hosts(source, frame)
+    return frame
+
+
+def _flagged_wire(source: Source, rows: int) -> np.ndarray:
+    """The wire column with its JSON on the rows whose wire_trouble flag is set, None elsewhere,
+    read a batch at a time: every row's JSON, distinct a row, is most of a large run's bytes."""
+    out = np.full(rows, None, dtype=object)
+    starts = np.cumsum([0] + [pq.ParquetFile(f).metadata.num_rows for f in source.files])
+    q = Query(source, "reported")
+    for batch in q.batches("SELECT gi, wire FROM rows WHERE coalesce(CAST(wire_trouble AS BOOLEAN), false) "
+                           "AND wire IS NOT NULL"):
+        gi = batch.column("gi").to_numpy()
+        out[starts[gi >> ROW_BITS] + (gi & ((1 << ROW_BITS) - 1))] = batch.column("wire").to_numpy(
+            zero_copy_only=False)
+    return out
+
+
+def _run_hosts(source: Source, frame: pd.DataFrame) -> np.ndarray:
+    """hosts on the first row of every run, None elsewhere: the report reads a run's hosts from its
+    first row only (runs.run_rows), and a list a row of a million rows is most of a frame."""
+    out = np.full(len(frame), None, dtype=object)
+    if not len(frame):
+        return out
+    firsts = (frame.drop_duplicates(subset=["run_id"]).index.to_numpy() if "run_id" in frame.columns
+              else np.zeros(1, dtype=np.int64))
+    starts = np.cumsum([0] + [pq.ParquetFile(f).metadata.num_rows for f in source.files])
+    fi = np.searchsorted(starts, firsts, side="right") - 1
+    gis = (fi.astype(np.int64) << ROW_BITS) + (firsts - starts[fi])
+    got = Query(source, "reported").run(f"SELECT gi, hosts FROM rows WHERE {_rows_at(gis.tolist())}")
+    at = dict(zip(got.column("gi").to_pylist(), got.column("hosts").to_pylist()))
+    for row, gi in zip(firsts.tolist(), gis.tolist()):
+        out[row] = at.get(gi)
+    return out
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
