@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -127,8 +123,7 @@ def test_identical_distributions_false_positive_rate():
     assert verdicts.count("regression") == 0, verdicts.count("regression")  # measured: 0 of 200
     assert verdicts.count("improvement") == 0
     # Holm keeps the family-wise rate of a significant drop below alpha = 10 of 200
-    assert sum(pure) <= 0.05 * FP_TRIALS, sum(pure)
-    assert sum(pure) == 6  # measured: 6 of 200 (3%)
+    assert sum(pure) <= 0.05 * FP_TRIALS, sum(pure)  # measured: 6 of 200 (3%) with this seed
 
 
 def test_three_repetitions_a_side_are_inconclusive_not_a_pass():
@@ -415,21 +410,6 @@ def test_to_dict_is_json_ready():
 # ---- the command line, on real files ----
 
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "commbench", "compare", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120)
-
-
-def _one_line(proc: subprocess.CompletedProcess) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("commbench: ") and "Traceback" not in proc.stderr, proc.stderr
-    return lines[0]
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("compare")
@@ -450,47 +430,6 @@ def files(tmp_path_factory) -> dict[str, Path]:
     write(d / "future.parquet", make_frame(seed=7, schema_version=SCHEMA_VERSION + 1))
     out["dir"] = d
     return out
-
-
-def test_cli_exit_codes_on_real_files(files):
-    """The real entry point in a subprocess: 0 unchanged, 1 regression, 3 inconclusive."""
-    d = files["dir"]
-    b = str(files["before"])
-    cases = {
-        "unchanged": [b, str(files["same"])],
-        "regression": [b, str(files["worse"])],
-        "inconclusive": [str(files["few_b"]), str(files["few_a"])],
-    }
-    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
-        procs = dict(zip(cases, pool.map(lambda args: run_cli(*args, cwd=d), cases.values())))
-    ok = procs["unchanged"]
-    assert ok.returncode == 0, ok.stderr
-    assert "verdict: unchanged (exit 0)" in ok.stdout and ok.stderr == ""
-    reg = procs["regression"]
-    assert reg.returncode == 1 and "verdict: regression (exit 1)" in reg.stdout and "REGRESSION" in reg.stdout
-    assert _one_line(reg) == "commbench: warning: torch_version differs: before 2.13.0, after 2.14.0"
-    inc = procs["inconclusive"]
-    assert inc.returncode == 3 and "-R 5" in inc.stdout, inc.stderr
-
-
-
-def test_a_closed_stdout_keeps_the_verdicts_exit_code(files):
-    """`commbench compare a b | true` in a CI job: the reader is gone before the report is written.
-    Before, click turned the BrokenPipeError into exit 1, which reads as "a regression"."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    b = str(files["before"])
-    for after, code, verdict in ((files["same"], 0, "unchanged"), (files["few_a"], 3, "inconclusive")):
-        before = str(files["few_b"]) if code == 3 else b
-        read_end, write_end = os.pipe()
-        os.close(read_end)  # the reader left before the first line
-        try:
-            proc = subprocess.run([sys.executable, "-m", "commbench", "compare", before, str(after)], stdout=write_end,
-                                  stderr=subprocess.PIPE, text=True, cwd=files["dir"], env=env, timeout=120)
-        finally:
-            os.close(write_end)
-        assert proc.returncode == code, proc.stderr
-        assert proc.stderr == (f"commbench: compare: verdict: {verdict} (exit {code}); stdout was closed before the "
-                               "report was read\n"), proc.stderr
 
 
 def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
@@ -648,18 +587,17 @@ def test_settings_that_only_partly_match_pair_what_they_share_and_name_the_diffe
     assert c.warnings == []
 
 
-def test_two_settings_of_one_run_compare_side_by_side(tmp_path):
+def test_two_settings_of_one_run_compare_side_by_side(tmp_path, cli):
     """compare --before-setting A --after-setting B: one run's two settings paired point by point."""
     path = write(tmp_path / "one.parquet", settings_frame(20.0, seed=3))  # eth1's peak 20 against eth0's 100
-    res = run_cli(str(path), str(path), "--before-setting", ETH0, "--after-setting", ETH1, "--format", "json",
-                  cwd=tmp_path)
+    res = cli("compare", str(path), str(path), "--before-setting", ETH0, "--after-setting", ETH1, "--format", "json")
     doc = json.loads(res.stdout)
     assert res.returncode == 1, res.stdout + res.stderr
     assert doc["verdict"] == "regression" and {p["key"]["settings"] for p in doc["points"]} == {None}
     assert [round(p["ratio"], 2) for p in doc["points"]] == [0.2, 0.2]
     assert doc["differences"][0] == f"settings: before {ETH0}, after {ETH1}"
-    res = run_cli(str(path), str(path), "--before-setting", "GLOO_SOCKET_IFNAME=eth9", cwd=tmp_path)
-    assert res.returncode == 2
-    assert _one_line(res) == ("commbench: --before-setting 'GLOO_SOCKET_IFNAME=eth9': the before results have no "
+    res = cli("compare", str(path), str(path), "--before-setting", "GLOO_SOCKET_IFNAME=eth9")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == ("commbench: --before-setting 'GLOO_SOCKET_IFNAME=eth9': the before results have no "
                               f"rows of that setting (they have '{ETH0}', '{ETH1}'): pass one of them, quoted, "
                               "e.g. --before-setting 'GLOO_SOCKET_IFNAME=eth0'")

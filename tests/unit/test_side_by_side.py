@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -149,22 +147,18 @@ def test_sides_that_cannot_be_paired_are_refused_with_the_fix(sides, tmp_path, c
     assert message in str(refused.value)
 
 
-def _commbench(*args):
-    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True, timeout=120)
-
-
-def test_the_command_prints_stores_and_exits_by_the_goal(sides, tmp_path):
+def test_the_command_prints_stores_and_exits_by_the_goal(sides, tmp_path, cli):
     cb, nt, _ = sides
     out = tmp_path / "ratios.csv"
-    r = _commbench("nccl-tests", "side-by-side", cb, nt, "--format", "csv", "--out", str(out))
+    r = cli("nccl-tests", "side-by-side", cb, nt, "--format", "csv", "--out", str(out))
     assert r.returncode == 1, r.stderr
     stored = pd.read_csv(out)
     assert len(stored) == 50 and set(stored.columns) >= {"collective", "size_bytes", "ratio", "goal", "met"}
     assert stored.loc[stored.size_bytes == 8, "met"].tolist() == [False, False]
     assert r.stdout == out.read_text()
-    again = _commbench("nccl-tests", "side-by-side", cb, nt, "--out", str(out))
+    again = cli("nccl-tests", "side-by-side", cb, nt, "--out", str(out))
     assert again.returncode == 2 and again.stdout == ""
     assert again.stderr.count("\n") == 1 and "already exists" in again.stderr and "--force" in again.stderr
-    swapped = _commbench("nccl-tests", "side-by-side", nt, cb)
+    swapped = cli("nccl-tests", "side-by-side", nt, cb)
     assert swapped.returncode == 2 and "holds no commbench sweep rows" in swapped.stderr
     assert "Traceback" not in again.stderr + swapped.stderr
