@@ -56,7 +56,8 @@ class Column:
 
 
 def _c(name: str, type_: pa.DataType, unit: str, filled: str, meaning: str, roles: str = "",
-       writers: tuple[str, ...] = ALL_WORKLOADS, since: int = 1, absent: tuple = ()) -> Column:
+       writers: tuple[str, ...] = ALL_WORKLOADS, since: int = 1,
+       absent: tuple[tuple[str, object], ...] = ()) -> Column:
     return Column(name, type_, unit, filled, meaning, frozenset(roles.split()), writers, since, absent)
 
 
@@ -119,19 +120,23 @@ REGISTRY: tuple[Column, ...] = (
        "the point's gradient_accumulation_steps (micro-batches per optimizer step; `zero --grad-accum`); part of "
        "a point in compare and gate; `zero` files written before it read as 1 (a step was one micro-batch)",
        "key", writers=("zero",), absent=(("zero", 1),)),
-    _c("n_collectives", _I32, "", "`buckets`, `zero`", "collectives issued per timed iteration (the buckets of one step)",
-       writers=("buckets", "zero")),
+    _c("n_collectives", _I32, "", "`buckets`, `zero`",
+       "collectives issued per timed iteration (the buckets of one step)", writers=("buckets", "zero")),
     _c("overlap", _I32, "", "`buckets`, `zero`",
        "collectives in flight at once: `buckets --overlap N`; for `zero`, the gradient reductions in flight "
        "(overlap_comm: 2 for stages 1/2, 3 for stage 3, else 1)", writers=("buckets", "zero")),
-    _c("scale", _F64, "", "`zero`", "the fraction of the model's parameters every message carries (`zero --scale`; 1 = the full model)",
+    _c("scale", _F64, "", "`zero`",
+       "the fraction of the model's parameters every message carries (`zero --scale`; 1 = the full model)",
        writers=("zero",)),
-    _c("bytes_per_rank", _I64, "bytes", "`zero`", "bytes each rank moves in one optimizer step's collectives (the schedule's, at this scale)",
+    _c("bytes_per_rank", _I64, "bytes", "`zero`",
+       "bytes each rank moves in one optimizer step's collectives (the schedule's, at this scale)",
        writers=("zero",)),
     _c("paper_bytes_per_rank", _I64, "bytes", "`zero`",
        "the ZeRO paper's volume per rank and step (2x the parameters' bytes at stages 0-2, 3x at stage 3, "
-       "times grad_accum where gradients are reduced every micro-batch, x (n-1)/n), to hold bytes_per_rank against", writers=("zero",)),
-    _c("ops", _S, "", "`zero`", "JSON: per collective of the step, its calls and bytes (`{\"all_reduce\": {\"count\": 3, \"bytes\": N}}`)",
+       "times grad_accum where gradients are reduced every micro-batch, x (n-1)/n), to hold bytes_per_rank against",
+       writers=("zero",)),
+    _c("ops", _S, "", "`zero`",
+       "JSON: per collective of the step, its calls and bytes (`{\"all_reduce\": {\"count\": 3, \"bytes\": N}}`)",
        writers=("zero",)),
     _c("mtu", _I32, "bytes", "always (null if unknown)",
        "with `--mtu`, the MTU of that pass; otherwise rank 0's traffic interface's", "run differs"),

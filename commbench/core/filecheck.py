@@ -15,8 +15,8 @@ lengths from the footer, so the check costs little next to the read itself.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,11 +47,11 @@ class Checked:
     rows: int
 
 
-def name(f: str | os.PathLike) -> str:
+def name(f: str | os.PathLike[str]) -> str:
     return printable(str(f))
 
 
-def unreadable(f: str | os.PathLike, exc: BaseException) -> Exception:
+def unreadable(f: str | os.PathLike[str], exc: BaseException) -> Exception:
     """What a file pyarrow cannot read is, said once for every reader: out of memory is not damage."""
     if isinstance(exc, (MemoryError, pa.ArrowMemoryError)):
         return RuntimeFailure(f"out of memory while reading {name(f)}: read fewer files at once, or raise the "
@@ -59,18 +59,18 @@ def unreadable(f: str | os.PathLike, exc: BaseException) -> Exception:
     return BadInput(f"{name(f)} is not a readable parquet file ({type(exc).__name__}): {FIX}")
 
 
-def check_file(f: str | os.PathLike) -> Checked:
+def check_file(f: str | os.PathLike[str]) -> Checked:
     """Open `f`'s footer and check it as a results file, reading only the columns whose values are
     checked; BadInput in one line if it is not one (analysis/engine.py: DuckDB reads the rest)."""
     try:
         pf = pq.ParquetFile(f)
-    except Exception as exc:  # pyarrow raises several types for a foreign or broken file
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a foreign or broken file
         raise unreadable(f, exc) from None
     check_unread(f, check_schema(f, pf), ())
     return Checked(pf.schema_arrow, pf.metadata.num_rows)
 
 
-def check_unread(f: str | os.PathLike, schema: pa.Schema, read: Iterable[str]) -> None:
+def check_unread(f: str | os.PathLike[str], schema: pa.Schema, read: Iterable[str]) -> None:
     """The checked columns of `f` that the caller did not read (`read`), one at a time: a file is
     refused for the same values whichever command reads it."""
     read = set(read)
@@ -83,7 +83,7 @@ def check_unread(f: str | os.PathLike, schema: pa.Schema, read: Iterable[str]) -
             check_values(f, table)
 
 
-def check_schema(f: str | os.PathLike, pf: pq.ParquetFile) -> pa.Schema:
+def check_schema(f: str | os.PathLike[str], pf: pq.ParquetFile) -> pa.Schema:
     """What the footer tells: the required columns, every known column's type, list lengths."""
     schema = pf.schema_arrow
     missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
@@ -94,7 +94,7 @@ def check_schema(f: str | os.PathLike, pf: pq.ParquetFile) -> pa.Schema:
     return schema
 
 
-def check_values(f: str | os.PathLike, table: pa.Table) -> None:
+def check_values(f: str | os.PathLike[str], table: pa.Table) -> None:
     """The checked columns `table` holds (read with the types the file has, or conformed)."""
     names = table.column_names
     if "schema_version" in names:
@@ -109,7 +109,7 @@ def check_values(f: str | os.PathLike, table: pa.Table) -> None:
         _check_stamps(f, table.column("started_at"))
 
 
-def check_types(f: str | os.PathLike, schema: pa.Schema) -> None:
+def check_types(f: str | os.PathLike[str], schema: pa.Schema) -> None:
     """Every known column's type readable as the registry's; unknown columns are left alone."""
     for field in schema:
         column = BY_NAME.get(field.name)
@@ -125,22 +125,22 @@ def readable_as(actual: pa.DataType, wanted: pa.DataType) -> bool:
     if pa.types.is_dictionary(actual):
         return readable_as(actual.value_type, wanted)
     if pa.types.is_string(wanted):
-        return pa.types.is_string(actual) or pa.types.is_large_string(actual)
+        return bool(pa.types.is_string(actual) or pa.types.is_large_string(actual))
     if pa.types.is_integer(wanted):  # floats too: pandas writes an integer column with a null as float64
-        return pa.types.is_integer(actual) or pa.types.is_floating(actual)
+        return bool(pa.types.is_integer(actual) or pa.types.is_floating(actual))
     if pa.types.is_floating(wanted):
-        return pa.types.is_floating(actual) or pa.types.is_integer(actual)
+        return bool(pa.types.is_floating(actual) or pa.types.is_integer(actual))
     if pa.types.is_boolean(wanted):
-        return pa.types.is_boolean(actual)
+        return bool(pa.types.is_boolean(actual))
     if pa.types.is_timestamp(wanted):
-        return pa.types.is_timestamp(actual)
+        return bool(pa.types.is_timestamp(actual))
     if pa.types.is_list(wanted):
-        return ((pa.types.is_list(actual) or pa.types.is_large_list(actual))
-                and readable_as(actual.value_type, wanted.value_type))
-    return actual == wanted
+        return bool((pa.types.is_list(actual) or pa.types.is_large_list(actual))
+                    and readable_as(actual.value_type, wanted.value_type))
+    return bool(actual == wanted)
 
 
-def _check_range(f, column: str, values: pa.ChunkedArray, low: float, high: float) -> None:
+def _check_range(f: str | os.PathLike[str], column: str, values: pa.ChunkedArray, low: float, high: float) -> None:
     if pa.types.is_dictionary(values.type):
         return
     if pa.types.is_floating(values.type):
@@ -153,7 +153,7 @@ def _check_range(f, column: str, values: pa.ChunkedArray, low: float, high: floa
                        f"hand-edited file; {FIX}")
 
 
-def _check_stamps(f, stamps: pa.ChunkedArray) -> None:
+def _check_stamps(f: str | os.PathLike[str], stamps: pa.ChunkedArray) -> None:
     """started_at within what a pandas datetime holds (nanoseconds in an int64: the years 1677..2262)."""
     per_second = {"s": 1, "ms": 10 ** 3, "us": 10 ** 6, "ns": 10 ** 9}[stamps.type.unit]
     limit = (2 ** 63 - 1) // 10 ** 9 * per_second
@@ -164,7 +164,7 @@ def _check_stamps(f, stamps: pa.ChunkedArray) -> None:
                        f"1677..2262): a damaged or hand-edited file; {FIX}")
 
 
-def _check_lists(f, pf: pq.ParquetFile, schema: pa.Schema) -> None:
+def _check_lists(f: str | os.PathLike[str], pf: pq.ParquetFile, schema: pa.Schema) -> None:
     """A list column's items a row, from the footer (nothing decoded): more than commbench ever
     writes (MAX_ITERATIONS samples, or ranks) is a file built to exhaust the reader's memory."""
     meta = pf.metadata
@@ -181,7 +181,7 @@ def _check_lists(f, pf: pq.ParquetFile, schema: pa.Schema) -> None:
                            f"commbench writes (at most {MAX_ITERATIONS:,} a row): {FIX}")
 
 
-def conform(table: pa.Table, f: str | os.PathLike) -> pa.Table:
+def conform(table: pa.Table, f: str | os.PathLike[str]) -> pa.Table:
     """A checked table's known columns cast to the registry's types (a part of int64 beside a file
     of int32 reads as one column); a value that does not fit the declared type is refused."""
     for i, field in enumerate(table.schema):

@@ -24,8 +24,9 @@ import sys
 import tempfile
 import threading
 import weakref
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,11 +37,16 @@ from commbench.core.columns import BY_NAME, REQUIRED_COLUMNS, SCHEMA, SCHEMA_VER
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, check_regular, nests_deeper
 
+if TYPE_CHECKING:
+    import datetime as dt
+
+    import pandas as pd
+
 # The schema, its version and the required columns are the column registry's (core/columns.py).
 COLUMNS = tuple(SCHEMA.names)
 
 
-def _table(rows: list[dict]) -> pa.Table:
+def _table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMA)
 
 
@@ -55,7 +61,12 @@ _PART_OPTIONS = {"compression": "snappy", "write_statistics": False, "use_dictio
 _COMPACT_BATCH = 10_000  # rows turned into Arrow at a time while compacting (memory stays bounded)
 
 
-def parts_dir(path: str | os.PathLike) -> Path:
+def _last(m: re.Match[str]) -> int:
+    """The number of the last part a part's name (matched by _PART) says it holds."""
+    return int(m.group(2) or m.group(1))
+
+
+def parts_dir(path: str | os.PathLike[str]) -> Path:
     """Where the parts of results file `path` live while its run runs."""
     path = Path(path)
     return path.with_name(path.name + PARTS_SUFFIX)
@@ -69,7 +80,8 @@ def _file_mode() -> int:
     return 0o644 & ~mask
 
 
-def _write_atomically(write: Callable, target: Path, replace: bool, results: Path | None = None) -> None:
+def _write_atomically(write: Callable[[BinaryIO], None], target: Path, replace: bool,
+                      results: Path | None = None) -> None:
     """`write(fh)` into a hidden temporary beside the results file, fsynced, then renamed over
     `target` (replace) or linked to it (never replacing a file). Messages name the results file."""
     results = results or target
@@ -120,11 +132,11 @@ def _remove_own_temporaries(results: Path) -> None:
             pass
 
 
-def _whole(rows: list[dict], parts_held: int | None) -> Callable:
+def _whole(rows: list[dict[str, Any]], parts_held: int | None) -> Callable[[BinaryIO], None]:
     """Writes every row as one zstd parquet file, as a run's file always was, that says it holds
     the parts up to `parts_held`. Rows become Arrow a batch at a time: the dicts of a million rows
     at once would take gigabytes on the way."""
-    def write(fh) -> None:
+    def write(fh: BinaryIO) -> None:
         batches = [_table(rows[at:at + _COMPACT_BATCH]) for at in range(0, len(rows), _COMPACT_BATCH)]
         table = pa.concat_tables(batches) if batches else _table([])
         meta = None if parts_held is None else {_PARTS_KEY: str(parts_held).encode()}
@@ -157,9 +169,9 @@ class ResultWriter:
     """Holds the rows of one run (`rows`, in order) and keeps every finished one on disk: the
     first batch in `path`, each later batch in a part of its own, all in `path` after close()."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.rows: list[dict] = []
+        self.rows: list[dict[str, Any]] = []
         self._parts = 0  # parts written so far (the last one's number)
         self._held = 0  # the last part `path` itself holds (compacted)
         self._merged = 0  # the last part held by a merged part (or by `path`)
@@ -180,7 +192,7 @@ class ResultWriter:
                            "pass a writable --out") from None
         _write_atomically(_whole([], 0), self.path, replace=False)
 
-    def append(self, rows: Iterable[dict]) -> None:
+    def append(self, rows: Iterable[dict[str, Any]]) -> None:
         """One batch, kept once this returns. An empty batch stores the rows as they are now, whole
         (a caller that changed rows in place: NCCL's transport filled in at the end)."""
         new = list(rows)
@@ -217,21 +229,21 @@ class ResultWriter:
                     "them as they are")
         return None
 
-    def __enter__(self) -> "ResultWriter":
+    def __enter__(self) -> ResultWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         note = self.close()
         if note:
             print(f"commbench: warning: {note}", file=sys.stderr, flush=True)
 
-    def _write_part(self, rows: list[dict]) -> None:
+    def _write_part(self, rows: list[dict[str, Any]]) -> None:
         number = self._parts + 1
         if self._parts == self._held:
             try:
                 os.mkdir(self.parts)
             except FileExistsError:
-                if any((m := _PART.fullmatch(name)) and int(m.group(m.lastindex)) > self._held
+                if any((m := _PART.fullmatch(name)) and _last(m) > self._held
                        for name in os.listdir(self.parts)):  # leftovers of our own compaction are no harm
                     raise RuntimeFailure(f"cannot write results to {self.path}: {self.parts} holds parts "
                                          "commbench did not expect (another run?)") from None
@@ -271,12 +283,12 @@ class ResultWriter:
 class _Remover:
     """Removes files on a thread of its own (started when first needed), in the order given."""
 
-    def __init__(self):
-        self._queue: queue.SimpleQueue | None = None
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Path | None] | None = None
         self._thread: threading.Thread | None = None
 
     def remove(self, paths: list[Path]) -> None:
-        if self._thread is None:
+        if self._thread is None or self._queue is None:  # (both are None, or neither)
             self._queue = queue.SimpleQueue()
             self._thread = threading.Thread(target=self._work, args=(self._queue,), name="parts-remover",
                                             daemon=True)  # one killed with the process leaves covered parts only
@@ -285,7 +297,7 @@ class _Remover:
             self._queue.put(path)
 
     @staticmethod
-    def _work(todo: queue.SimpleQueue) -> None:
+    def _work(todo: queue.SimpleQueue[Path | None]) -> None:
         for path in iter(todo.get, None):
             try:
                 os.unlink(path)
@@ -293,7 +305,7 @@ class _Remover:
                 pass
 
     def wait(self) -> None:
-        if self._thread is not None:
+        if self._thread is not None and self._queue is not None:
             self._queue.put(None)
             self._thread.join()
             self._queue = self._thread = None
@@ -308,7 +320,7 @@ def _remove_parts(folder: Path, held: int) -> None:
         return
     for name in names:
         m = _PART.fullmatch(name)
-        if m and int(m.group(m.lastindex)) <= held:
+        if m and _last(m) <= held:
             try:
                 os.unlink(folder / name)
             except OSError:
@@ -323,7 +335,7 @@ def _remove_parts(folder: Path, held: int) -> None:
 READABLE_SCHEMA_VERSIONS = range(1, SCHEMA_VERSION + 1)
 
 
-def check_schema_versions(versions: Iterable, source: str, comparing: bool = False) -> None:
+def check_schema_versions(versions: Iterable[int | None], source: str, comparing: bool = False) -> None:
     """Refuse results of a schema_version this commbench cannot read. Reading (read_results;
     `source` names the file): a version newer than SCHEMA_VERSION. Comparing (compare and gate;
     `source` is e.g. "the before results"): any version outside READABLE_SCHEMA_VERSIONS, a
@@ -331,7 +343,9 @@ def check_schema_versions(versions: Iterable, source: str, comparing: bool = Fal
     versions = set(versions)
     if comparing:
         readable = READABLE_SCHEMA_VERSIONS
-        unreadable = sorted(v for v in versions if v not in readable) if None not in versions else [None]
+        unreadable: Sequence[int | None] = [None]  # a missing version first
+        if None not in versions:
+            unreadable = sorted(v for v in versions if v is not None and v not in readable)
         if unreadable:
             raise BadInput(f"{source} have schema_version {unreadable[0]}, which this commbench cannot "
                            f"compare (it reads {readable.start}..{readable.stop - 1}): "
@@ -343,8 +357,8 @@ def check_schema_versions(versions: Iterable, source: str, comparing: bool = Fal
                        f"({SCHEMA_VERSION}): upgrade commbench")
 
 
-def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | None = None,
-                 skip: Iterable[str] = ()):
+def read_results(paths: Iterable[str | os.PathLike[str]], columns: Iterable[str] | None = None,
+                 skip: Iterable[str] = ()) -> pd.DataFrame:
     """Read one or more result files (or folders of them) into one pandas DataFrame. Each must be a
     regular file (a pipe or device is refused before it is opened); a JSON cell of env, net or plan
     nested deeper than MAX_NESTING is read as the JSON string UNREADABLE.
@@ -386,7 +400,7 @@ def read_results(paths: Iterable[str | os.PathLike], columns: Iterable[str] | No
     return pd.concat(frames, ignore_index=True)
 
 
-def _every_column(frame, wanted: set | None, skipped: set):
+def _every_column(frame: pd.DataFrame, wanted: set[str] | None, skipped: set[str]) -> pd.DataFrame:
     """The registry's columns a file lacks (an older or hand-made file holds any subset beyond the
     required ones) as missing values, so that no reader meets a column that is not there."""
     import numpy as np
@@ -406,14 +420,15 @@ def _every_column(frame, wanted: set | None, skipped: set):
     return frame
 
 
-def _read_table(f: Path, wanted: set | None, skipped: set, names: list[str] | None) -> tuple[pa.Table, list[str]]:
+def _read_table(f: Path, wanted: set[str] | None, skipped: set[str],
+                names: list[str] | None) -> tuple[pa.Table, list[str]]:
     """One parquet file through the door (core/filecheck.py) as Arrow: the columns asked for
     (`names`: those of the results file whose part this is), the JSON columns dictionary-encoded,
     the known columns in the registry's types."""
     try:
         schema = filecheck.check_schema(f, pq.ParquetFile(f))
         part = names is not None
-        if not part:  # a results file: the columns asked for, of those it holds
+        if names is None:  # a results file: the columns asked for, of those it holds
             names = [c for c in schema.names if (wanted is None or c in wanted) and c not in skipped]
         held = [c for c in names if c in schema.names]
         shared = [c for c in SHARED_STRINGS if c in held and pa.types.is_string(schema.field(c).type)]
@@ -425,14 +440,14 @@ def _read_table(f: Path, wanted: set | None, skipped: set, names: list[str] | No
             table = pq.ParquetFile(f, read_dictionary=shared).read(columns=held, use_threads=False)
     except (BadInput, RuntimeFailure):
         raise
-    except Exception as exc:  # pyarrow raises several types for a foreign or broken file
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a foreign or broken file
         raise unreadable(f, exc) from None
     filecheck.check_values(f, table)
     filecheck.check_unread(f, schema, table.column_names)
     return filecheck.conform(table, f).replace_schema_metadata(None), names
 
 
-def unreadable(f, exc: BaseException) -> Exception:
+def unreadable(f: str | os.PathLike[str], exc: BaseException) -> Exception:
     """What a file pyarrow cannot read is, said once for every reader (core/filecheck.py)."""
     return filecheck.unreadable(f, exc)
 
@@ -441,14 +456,14 @@ NOT_A_FILE = ("results file {name} is {what}, not a regular file: pass a .parque
               "(or a folder of them)")
 
 
-def result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+def result_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Every parquet file read_results reads, in the order of its rows: each results file (a path
     given, or a folder's *.parquet), each followed by its parts not yet compacted into it. A
     FILE.parts folder given by itself stands for FILE. Each is a checked regular file."""
     return [f for group in _result_groups(paths) for f in group]
 
 
-def _result_groups(paths: Iterable[str | os.PathLike]) -> list[list[Path]]:
+def _result_groups(paths: Iterable[str | os.PathLike[str]]) -> list[list[Path]]:
     """result_files, a list a results file. Each file is checked to be a regular file before
     anything opens it (a named pipe would block the open for ever, /dev/zero never ends); there is
     no size bound, a results file may be large. Temporaries (hidden, .tmp) are never listed."""
@@ -526,7 +541,7 @@ def _live_parts(results: Path) -> list[Path]:
             m = _PART.fullmatch(entry.name)
             if m:
                 first = int(m.group(1))
-                found.append((first, int(m.group(m.lastindex)), Path(entry.path)))
+                found.append((first, _last(m), Path(entry.path)))
     live, covered = [], held
     for first, last, path in sorted(found, key=lambda e: (e[0], -e[1])):
         if first > covered:  # parts a merge or the file already holds are its leftovers, not rows
@@ -541,7 +556,7 @@ def _live_parts(results: Path) -> list[Path]:
 SHARED_STRINGS = ("env", "net", "plan")
 
 
-def _within_nesting(text):
+def _within_nesting(text: str | None) -> str | None:
     """A JSON cell nested deeper than MAX_NESTING (a damaged or hostile file: json.loads would end in
     a RecursionError in every reader) read as the JSON string UNREADABLE: shown as such by report,
     refused as not an object by compare. Checked once per distinct value, not per row."""
@@ -550,7 +565,7 @@ def _within_nesting(text):
     return text
 
 
-def _shared_strings(column: pa.ChunkedArray):
+def _shared_strings(column: pa.ChunkedArray) -> pd.Series:
     """An object column (NaN where missing, as pandas shows a missing string) whose rows point at
     one str per distinct value of the dictionary-encoded column. Object dtype on purpose: pandas
     would turn an array of str into its own string dtype, a copy per row again."""
@@ -569,7 +584,7 @@ def _shared_strings(column: pa.ChunkedArray):
     return pd.Series(values, dtype=object, copy=False)
 
 
-def _shared_lists(column: pa.ChunkedArray):
+def _shared_lists(column: pa.ChunkedArray) -> pd.Series:
     """A list-of-strings column (hosts: one list on every row of a run) as an object column whose
     rows share one array per distinct list, the array to_pandas makes for that list (a million
     rows of a 32-host list would otherwise be a million arrays)."""
@@ -603,11 +618,7 @@ def _shared_lists(column: pa.ChunkedArray):
     return pd.Series(values, dtype=object, copy=False)
 
 
-def env_json(env: dict) -> str:
-    return json.dumps(env, sort_keys=True)
-
-
-def make_run_id(now=None) -> str:
+def make_run_id(now: dt.datetime | None = None) -> str:
     import datetime as dt
     import secrets
 
