@@ -14,6 +14,7 @@ from commbench.cli.options import (Number, check_number, complete_bucket_ops, co
                                    run_options, settings_axes)
 from commbench.core.errors import BadInput
 from commbench.core.options import GRAPH_OPS
+from commbench.core.vocab import ORDER
 
 CPU_MAX_BYTES = "64M"
 GPU_MAX_BYTES = "1G"
@@ -22,8 +23,8 @@ GPU_MAX_BYTES = "1G"
 @click.command()
 @click.option("--collective", "collective", default="all_reduce", show_default=True,
               shell_complete=complete_collectives,
-              help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce, sendrecv, "
-                   "a comma-separated list, or all. nccl-tests spellings work (allreduce, all-reduce).")
+              help=f"{', '.join(ORDER)}, a comma-separated list, or all. nccl-tests spellings work "
+                   "(allreduce, all-reduce).")
 @click.option("-b", "--min-bytes", default="8", show_default=True, help="Smallest size (binary units: 8, 4K, 1M).")
 @click.option("-e", "--max-bytes", default=None,
               help=f"Largest size [default: {CPU_MAX_BYTES} on CPU, {GPU_MAX_BYTES} on GPU].")

@@ -22,6 +22,7 @@ import numpy as np
 from commbench.core.columns import RUN_POINT_KEY
 from commbench.core.stats import median_ci_halfwidth, median_ci_ranks
 from commbench.core.units import counted, format_size
+from commbench.core.vocab import COLLECTIVES
 
 # Workloads whose samples_us are the maxima the stop rule judged (Session.time_call); pairs' rows
 # hold one end's own times (Session.time_each), so their precision is not the rule's.
@@ -148,7 +149,7 @@ def point_name(row: Mapping[str, Any]) -> str:
     return f"{row.get('collective')} {point_where(row)}{where}"
 
 
-_BOTH = frozenset({"all_gather", "reduce_scatter"})  # the collectives that have both placements
+_BOTH = frozenset(c.name for c in COLLECTIVES if len(c.placements) > 1)  # the collectives that have both placements
 
 
 # --------------------------------------------------------------------------- medians, series

@@ -4,9 +4,11 @@ Every fact about a collective lives here once: its canonical name and aliases, h
 elements each rank sends and receives for a requested size and element size (nccl-tests'
 setupArgs and getCollByteCount, including its 16-byte rounding), its bus-bandwidth factor
 (nccl-tests' getBw), which placements torch can express, the ZeRO paper's volume multiplier and
-the display order. The harness binds torch calls to these entries (harness/collectives.py);
-analysis and the nccl-tests reader use them as they are, so `compare`, `plot`, `report`, `gate`
-and `nccl-tests import` never import torch.
+whether a ZeRO step runs it, its names in NCCL's debug output and DeepSpeed's comms logger, and
+the display order. Other modules derive their sets and tables of collectives from these entries
+(tests/unit/test_vocab_once.py fails on a list written out elsewhere). The harness binds torch
+calls to these entries (harness/collectives.py); analysis and the nccl-tests reader use them as
+they are, so `compare`, `plot`, `report`, `gate` and `nccl-tests import` never import torch.
 
 Sizes follow nccl-tests: S, the size printed and stored, is the larger of the send and receive
 buffers of one rank (the total gathered output for all_gather, the total input for
@@ -115,9 +117,22 @@ class CollectiveSpec:
     # The ZeRO paper's accounting: an all-reduce moves twice its buffer (reduce-scatter plus
     # all-gather), every other collective its S once.
     volume: float = 1.0
+    # A ZeRO step's own collective (its gradient reductions and parameter gathers): the ZeRO
+    # paper's accounting gives its bus factor in a DeepSpeed step's rows (workloads/engine.py).
+    zero_step: bool = False
+    # NCCL's name in its debug output (ncclFuncToString; net/nccltuning.py); "" where NCCL has none.
+    nccl_func: str = ""
+    # The record names DeepSpeed's comms logger writes for it (integrations/deepspeed/engine.py).
+    deepspeed_ops: tuple[str, ...] = ()
 
     def supports(self, placement: str) -> bool:
         return placement in self.placements
+
+    @property
+    def per_rank_count(self) -> bool:
+        """nccl-tests' count (and the byte count NCCL prints) is one rank's chunk, S / world, not
+        S: the gather/scatter family and all-to-all."""
+        return self.layout in (_gather_family, _scatter_family, _alltoall, _alltoallv)
 
     def for_size(self, size: int, itemsize: int, world: int, rank: int = 0) -> Layout:
         """The layout of a requested size in bytes, as nccl-tests' setupArgs (src/common.cu) builds
@@ -128,16 +143,22 @@ class CollectiveSpec:
 # The collectives commbench measures, in display order (nccl-tests' order of its binaries).
 COLLECTIVES: tuple[CollectiveSpec, ...] = (
     CollectiveSpec("all_reduce", ("allreduce",), _full, lambda n: 2 * (n - 1) / n, reduces=True,
-                   placements=("in",), volume=2.0),
-    CollectiveSpec("reduce_scatter", ("reducescatter",), _scatter_family, ring_factor, reduces=True),
-    CollectiveSpec("all_gather", ("allgather",), _gather_family, ring_factor),
-    CollectiveSpec("all_to_all", ("alltoall", "a2a"), _alltoall, ring_factor, placements=("out",)),
+                   placements=("in",), volume=2.0, zero_step=True, nccl_func="AllReduce",
+                   deepspeed_ops=("all_reduce", "all_reduce_coalesced", "inference_all_reduce")),
+    CollectiveSpec("reduce_scatter", ("reducescatter",), _scatter_family, ring_factor, reduces=True,
+                   zero_step=True, nccl_func="ReduceScatter",
+                   deepspeed_ops=("reduce_scatter", "reduce_scatter_tensor")),
+    CollectiveSpec("all_gather", ("allgather",), _gather_family, ring_factor, zero_step=True, nccl_func="AllGather",
+                   deepspeed_ops=("all_gather", "all_gather_into_tensor", "all_gather_base")),
+    CollectiveSpec("all_to_all", ("alltoall", "a2a"), _alltoall, ring_factor, placements=("out",),
+                   nccl_func="AlltoAll", deepspeed_ops=("all_to_all", "all_to_all_single")),
     CollectiveSpec("broadcast", ("bcast",), _full, lambda n: 1.0, rooted=True, placements=("in",),
-                   exits_together=False),
+                   exits_together=False, nccl_func="Broadcast", deepspeed_ops=("broadcast",)),
     CollectiveSpec("reduce", (), _full, lambda n: 1.0, reduces=True, rooted=True, placements=("in",),
-                   exits_together=False),
+                   exits_together=False, zero_step=True, nccl_func="Reduce", deepspeed_ops=("reduce",)),
     CollectiveSpec("sendrecv", ("send_recv", "p2p", "ring"), _full, lambda n: 1.0, placements=("out",),
-                   exits_together=False),
+                   exits_together=False, nccl_func="SendRecv",
+                   deepspeed_ops=("send", "recv", "isend", "irecv", "batch_isend_irecv")),
 )
 
 # nccl-tests binaries commbench does not run: their results are read under their own names,
@@ -149,6 +170,8 @@ NCCL_TESTS_ONLY: tuple[CollectiveSpec, ...] = tuple(
 
 BY_NAME = {c.name: c for c in COLLECTIVES}
 ORDER = tuple(c.name for c in COLLECTIVES)
+# The collectives that reduce (take --op), in display order.
+REDUCING = tuple(c.name for c in COLLECTIVES if c.reduces)
 # A barrier moves no payload: its volume is 0 in the ZeRO paper's accounting.
 _ZERO_VOLUME = {"barrier"}
 

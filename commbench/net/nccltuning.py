@@ -32,7 +32,7 @@ import collections
 import re
 from collections.abc import Iterable
 
-from commbench.core.vocab import BY_NAME
+from commbench.core.vocab import BY_NAME, COLLECTIVES
 
 # ncclAlgoStr / ncclProtoStr (src/init.cc), indexed by NCCL_ALGO_* / NCCL_PROTO_*.
 ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -43,10 +43,9 @@ _ALGO_WORDS = {"TREE": "Tree", "RING": "Ring", "COLLNET_DIRECT": "CollNetDirect"
 _PROTO_WORDS = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
 
 # ncclFuncToString -> commbench's collective (point-to-point operations print no choice).
-NCCL_FUNCS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-              "Broadcast": "broadcast", "Reduce": "reduce", "AlltoAll": "all_to_all", "SendRecv": "sendrecv"}
+NCCL_FUNCS = {c.nccl_func: c.name for c in COLLECTIVES if c.nccl_func}
 # Collectives whose named-shape byte count is one rank's part: S = bytes x world size.
-_PER_RANK = {"all_gather", "reduce_scatter", "all_to_all"}
+_PER_RANK = {c.name for c in COLLECTIVES if c.per_rank_count}
 
 _CHOICE = re.compile(r"NCCL INFO (?:([A-Za-z]{1,32}): )?([0-9]{1,20}) Bytes -> Algo ([A-Za-z_]{1,32}|[0-9]{1,3}) "
                      r"proto ([A-Za-z0-9_]{1,16}|[0-9]{1,3})(?: |$)", re.ASCII)

@@ -12,7 +12,7 @@ import torch
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.harness.runner import Measurement, Session
-from commbench.core.vocab import volume_factor
+from commbench.core.vocab import BY_NAME, volume_factor
 from commbench.workloads.zero import ZeroPlan
 from commbench.workloads.zeroschedule import PAPER_VOLUME, REDUCTIONS, curve_comms, module_sizes, step_schedule
 
@@ -120,8 +120,7 @@ class EngineWorkload:
             latencies = [lat / 1e3 for rec in result.comm if rec.collective == op for lat in rec.latencies_ms]
             rows.append(session.record(collective=op, size_bytes=int(v["bytes"]), count=int(round(v["count"])),
                                        busbw_factor=(volume_factor(op, world)
-                                                     if op in ("all_reduce", "all_gather", "reduce_scatter", "reduce")
-                                                     else 1.0),
+                                                     if op in BY_NAME and BY_NAME[op].zero_step else 1.0),
                                        m=Measurement(latencies or list(result.step_times_s), len(latencies), None),
                                        n_collectives=int(round(v["count"])), bytes_per_rank=int(v["volume_bytes"]),
                                        **common))

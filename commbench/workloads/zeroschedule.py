@@ -48,7 +48,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from commbench.core.errors import BadInput
-from commbench.core.vocab import chunk_elements
+from commbench.core.vocab import REDUCING, chunk_elements
 
 # name -> (layers, hidden, vocab): GPT-2 small, GPT-3 XL (1.3B), LLaMA-7B-like
 MODELS = {"gpt2-125m": (12, 768, 50257), "1.3b": (24, 2048, 50257), "7b": (32, 4096, 32000)}
@@ -138,7 +138,7 @@ def engine_bytes_per_rank(layers: int, hidden: int, vocab: int, stages: list[int
     return param_count(layers, hidden, vocab) * (16 if 0 in stages else 4)
 
 
-REDUCTIONS = ("all_reduce", "reduce", "reduce_scatter")
+REDUCTIONS = REDUCING  # what a step reduces gradients with
 MAX_GRAD_ACCUM = 1024
 
 

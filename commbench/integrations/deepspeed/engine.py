@@ -35,18 +35,11 @@ from typing import Any
 from collections.abc import Mapping
 
 from commbench.core.errors import BadInput, RuntimeFailure
-from commbench.core.vocab import volume_multiplier
+from commbench.core.vocab import COLLECTIVES, volume_multiplier
 from commbench.integrations.deepspeed import config as dsconfig
 
 # DeepSpeed record name -> commbench collective name.
-_COLLECTIVE = {
-    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "inference_all_reduce": "all_reduce",
-    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather", "all_gather_base": "all_gather",
-    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-    "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
-    "broadcast": "broadcast", "reduce": "reduce",
-    "send": "sendrecv", "recv": "sendrecv", "isend": "sendrecv", "irecv": "sendrecv",
-    "batch_isend_irecv": "sendrecv",
+_COLLECTIVE = {op: c.name for c in COLLECTIVES for op in c.deepspeed_ops} | {
     "barrier": "barrier", "log_summary_barrier": "barrier", "monitored_barrier": "barrier",
 }
 
