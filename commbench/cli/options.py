@@ -1,5 +1,6 @@
-"""What the commands share: the run options (their defaults are RunOptions' fields, the one home
-of those facts), and the one check of every number and free text a command takes.
+"""What the commands share: the run options (built from RunOptions' flagged fields, the one
+declaration of each: name, flag, range, default, help), and the one check of every number and
+free text a command takes.
 
 `Number` is the type of every numeric click option (and `check_number` the check of numbers
 written inside other options, such as `--scale` or a fraction): a finite value within the flag's
@@ -17,12 +18,9 @@ import click
 
 from commbench.core.binding import MODES, check_mode
 from commbench.core.errors import BadInput
-from commbench.core.options import MAX_ITERATIONS, RunOptions
+from commbench.core.options import WEEK_S as WEEK_S, Flag, shared_options
 from commbench.core.progress import MODES as PROGRESS_MODES
 
-DEFAULTS = RunOptions()
-
-WEEK_S = 7 * 24 * 3600  # the longest timeout any command takes
 DAY_S = 24 * 3600
 MAX_TEXT = 1000  # characters of a free-text option (a label is stored in every row)
 MAX_NUMBER_TEXT = 40  # characters of a number as typed: past this it is out of range whatever it is
@@ -185,61 +183,37 @@ def fraction(text: str, flag: str, low_open: bool = False) -> float:
     return value
 
 
-# The ranges of the shared run options (seconds, iterations, ranks).
-ITERATIONS = MAX_ITERATIONS
 LOCAL_RANKS = 100_000  # a first bound; check_nproc holds --nproc to what this machine can run
+# --nproc: how many local ranks to spawn, no RunOptions field (no plan stores it); the help lists it
+# after --backend.
+NPROC = Flag(("--nproc",), "int", low=1, high=LOCAL_RANKS, example="2", show_default=False,
+             help="Local ranks to spawn when no launcher started us [default: visible GPUs, or 2].")
+NPROC_AFTER = "backend"
+
+
+def shared_option(name: str, default, how: Flag):
+    """The click option of one shared run option (core/options.py Flag)."""
+    kind: click.ParamType | None
+    if how.kind in ("int", "float"):
+        kind = Number(int if how.kind == "int" else float, how.low, how.high, low_open=how.low_open,
+                      high_open=how.high_open, rule=how.rule, example=how.example)
+    else:
+        kind = {"choice": click.Choice(how.choices), "bind": Bind(), "progress": click.Choice(PROGRESS_MODES),
+                "text": Text(how.most or MAX_TEXT), "switch": None, "path": None}[how.kind]
+    kwargs = {"default": default, "help": how.help, "type": kind}
+    if how.show_default:
+        kwargs["show_default"] = True
+    return click.option(name, *how.names, **kwargs)
 
 
 def run_options(command):
-    """The options every measuring command shares (iteration policy, launch, output)."""
-    d = DEFAULTS
-    options = [
-        click.option("-w", "--warmup", type=Number(int, 0, 100_000, example="5"), default=d.warmup,
-                     show_default=True, help="Warm-up iterations per point."),
-        click.option("-n", "--iters", type=Number(int, 1, ITERATIONS, example="100"), default=d.iters,
-                     help="Timed iterations per point [default: adaptive]."),
-        click.option("--time-budget", type=Number(float, 0, 3600, low_open=True, example="0.05"),
-                     default=d.time_budget, show_default=True,
-                     help="Most seconds of timed iterations per point (adaptive)."),
-        click.option("--precision", type=Number(float, 0, 1, high_open=True, example="0.03",
-                                                rule="must be 0 (off) or a fraction below 1"),
-                     default=d.precision, show_default=True,
-                     help="Adaptive: stop a point once its median is known to this fraction (95% CI "
-                          "half-width); 0 fills --time-budget."),
-        click.option("--min-iters", type=Number(int, 1, ITERATIONS, example="10"), default=d.min_iters,
-                     show_default=True),
-        click.option("--max-iters", type=Number(int, 1, ITERATIONS, example="2000"), default=d.max_iters,
-                     show_default=True),
-        click.option("-R", "--repetitions", type=Number(int, 1, 1000, example="5"), default=d.repetitions,
-                     show_default=True,
-                     help="Run the whole grid this many times (rows carry their repetition); with "
-                          "--env/--mtu settings each repetition measures every setting in turn, every other one "
-                          "reversed (A B, B A, ...)."),
-        click.option("--check/--no-check", default=d.check, show_default=True,
-                     help="Check every output, like nccl-tests' #wrong."),
-        click.option("--wire/--no-wire", default=d.wire, show_default=True,
-                     help="Read NIC, port and TCP counters before and after every point (the wire column)."),
-        click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default=d.backend, show_default=True,
-                     help="auto: nccl when CUDA GPUs are visible, else gloo."),
-        click.option("--nproc", type=Number(int, 1, LOCAL_RANKS, example="2"), default=None,
-                     help="Local ranks to spawn when no launcher started us [default: visible GPUs, or 2]."),
-        click.option("--bind", type=Bind(), default=d.bind, show_default=True,
-                     help="CPUs of each local rank: auto (the cores of each GPU's NUMA node with NCCL, else "
-                          "cores), cores (an even share of this process's CPUs each), numa (a NUMA node each), "
-                          "none (the scheduler's). Under torchrun/srun/mpirun only when given."),
-        click.option("--iface", type=Text(64), default=None,
-                     help="Network interface for the traffic (sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME)."),
-        click.option("--timeout", type=Number(float, 0, WEEK_S, low_open=True, example="300"), default=d.timeout,
-                     show_default=True, help="Seconds any collective may take before the run fails."),
-        click.option("--out", default=d.out, show_default=True,
-                     help="Folder for <run_id>.parquet, or a .parquet file name."),
-        click.option("--label", type=Text(), default=d.label,
-                     help="Free text stored with every row (e.g. mtu9000-after)."),
-        click.option("--progress", type=click.Choice(PROGRESS_MODES), default=d.progress, show_default=True,
-                     help="Live progress bar on rank 0: auto (only on a terminal that no launcher such as "
-                          "mpirun, srun or torchrun handed out, not with TERM=dumb or CI set), on (whenever "
-                          "stdout is a terminal), off (plain lines)."),
-    ]
+    """The options every measuring command shares (iteration policy, launch, output): RunOptions'
+    flagged fields, and --nproc."""
+    options = []
+    for name, default, how in shared_options():
+        options.append(shared_option(name, default, how))
+        if name == NPROC_AFTER:
+            options.append(shared_option("nproc", None, NPROC))
     for option in reversed(options):
         command = option(command)
     return command
@@ -269,27 +243,25 @@ def check_nproc(nproc: int, backend: str) -> None:
                        "fewer, or start ranks on several hosts (torchrun, srun, mpirun)")
 
 
-def run_fields(warmup, iters, time_budget, min_iters, max_iters, repetitions, check, backend, nproc, iface,
-               timeout, out, label, workload: str, precision: float, wire: bool = DEFAULTS.wire,
-               bind: str = DEFAULTS.bind, progress: str = DEFAULTS.progress) -> dict:
-    """Cross-check the shared options (each was checked alone while parsing); return the
-    RunOptions fields (backend resolved)."""
+def run_fields(nproc: int | None, workload: str, **run) -> dict:
+    """Cross-check the shared options (each was checked alone while parsing; `run` holds them by
+    their RunOptions field names); return the RunOptions fields (backend resolved)."""
     from commbench.core import results
     from commbench.harness.backend import choose_backend
 
-    if min_iters > max_iters:
-        raise BadInput(f"--min-iters {min_iters} is larger than --max-iters {max_iters}: lower one of them")
-    resolved = choose_backend(backend)
+    fields = {name: run.pop(name, default) for name, default, _ in shared_options()}
+    if run:
+        raise TypeError(f"run_fields: no shared option named {', '.join(sorted(run))}")
+    if fields["min_iters"] > fields["max_iters"]:
+        raise BadInput(f"--min-iters {fields['min_iters']} is larger than --max-iters {fields['max_iters']}: "
+                       "lower one of them")
+    fields["backend"] = choose_backend(fields["backend"])
     if nproc is not None:
-        check_nproc(nproc, resolved)
-    if iface:
-        os.environ["GLOO_SOCKET_IFNAME"] = iface
-        os.environ["NCCL_SOCKET_IFNAME"] = iface
-    return dict(warmup=warmup, iters=iters, time_budget=time_budget, precision=precision, min_iters=min_iters,
-                max_iters=max_iters,
-                repetitions=repetitions, check=check, wire=wire, timeout=timeout, backend=resolved,
-                label=label, out=out, run_id=results.make_run_id(), workload=workload, iface=iface, bind=bind,
-                progress=progress)
+        check_nproc(nproc, fields["backend"])
+    if fields["iface"]:
+        os.environ["GLOO_SOCKET_IFNAME"] = fields["iface"]
+        os.environ["NCCL_SOCKET_IFNAME"] = fields["iface"]
+    return dict(fields, run_id=results.make_run_id(), workload=workload)
 
 
 def env_option(command):

@@ -1,7 +1,9 @@
 """RunOptions: what every workload shares (iteration policy, failure bounds, where results go).
 
 Stored as JSON with every result row (column `plan`, with the workload's own fields), and the one
-home of these defaults: the command line's shared options read them from here.
+declaration of the shared command-line options: a field made with `flag` carries its default and
+how the command line spells and checks it (Flag), from which cli/options.py builds the click
+options and fills RunOptions, and workloads/tune.py writes a child run's flags.
 """
 
 from __future__ import annotations
@@ -17,33 +19,94 @@ GRAPH_OPS = 20
 # The most timed iterations one point may take (-n, --min-iters, --max-iters): also the most
 # per-iteration samples a results row can hold (core/filecheck.py refuses files with more).
 MAX_ITERATIONS = 10_000_000
+WEEK_S = 7 * 24 * 3600  # the longest timeout any command takes
+
+FLAG = "flag"  # the key of a field's Flag in its metadata
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How the command line spells and checks a shared run option (core has no click: the CLI
+    turns this into its click option).
+
+    kind: "int" or "float" (a number in [low, high], an end open where asked; `rule` replaces the
+    range's wording, `example` is the fix's value), "switch" (names is ("--on/--off",)), "choice"
+    (one of `choices`), "bind" (core/binding.py's MODES, checked there), "progress" (one of
+    core/progress.py's MODES; both named by kind so that this module imports neither), "text"
+    (free text stored in results, at most `most` characters; None: the CLI's limit) or "path"
+    (any text)."""
+
+    names: tuple[str, ...]
+    kind: str
+    help: str | None = None
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    rule: str | None = None
+    example: str | None = None
+    choices: tuple[str, ...] = ()
+    most: int | None = None
+    show_default: bool = True
+
+
+def flag(default: Any, *names: str, kind: str, **how: Any) -> Any:
+    """A RunOptions field the command line sets: its default, and its Flag."""
+    return field(default=default, metadata={FLAG: Flag(names, kind, **how)})
 
 
 @dataclass
 class RunOptions:
-    """What every workload shares: iteration policy, failure bounds, where results go."""
+    """What every workload shares: iteration policy, failure bounds, where results go. The fields
+    made with `flag` are the shared options, in the order the help lists them."""
 
-    warmup: int = 5
-    iters: int | None = None  # None: adaptive
-    time_budget: float = 0.05  # adaptive: the most seconds of timed iterations per point (benchmarks/README.md)
-    precision: float = 0.03  # adaptive: stop once the median's 95% CI half-width is this fraction (0: fill the budget)
-    min_iters: int = 10
-    max_iters: int = 2000
-    repetitions: int = 1
-    check: bool = True
-    wire: bool = True  # NIC and port counters around every point (harness/wire.py)
-    timeout: float = 300.0
-    backend: str = "auto"
-    label: str = ""
-    out: str = "results"
+    warmup: int = flag(5, "-w", "--warmup", kind="int", low=0, high=100_000, example="5",
+                       help="Warm-up iterations per point.")
+    iters: int | None = flag(None, "-n", "--iters", kind="int", low=1, high=MAX_ITERATIONS, example="100",
+                             show_default=False, help="Timed iterations per point [default: adaptive].")
+    # adaptive: the most seconds of timed iterations per point (benchmarks/README.md)
+    time_budget: float = flag(0.05, "--time-budget", kind="float", low=0, high=3600, low_open=True, example="0.05",
+                              help="Most seconds of timed iterations per point (adaptive).")
+    # adaptive: stop once the median's 95% CI half-width is this fraction (0: fill the budget)
+    precision: float = flag(0.03, "--precision", kind="float", low=0, high=1, high_open=True, example="0.03",
+                            rule="must be 0 (off) or a fraction below 1",
+                            help="Adaptive: stop a point once its median is known to this fraction (95% CI "
+                                 "half-width); 0 fills --time-budget.")
+    min_iters: int = flag(10, "--min-iters", kind="int", low=1, high=MAX_ITERATIONS, example="10")
+    max_iters: int = flag(2000, "--max-iters", kind="int", low=1, high=MAX_ITERATIONS, example="2000")
+    repetitions: int = flag(1, "-R", "--repetitions", kind="int", low=1, high=1000, example="5",
+                            help="Run the whole grid this many times (rows carry their repetition); with "
+                                 "--env/--mtu settings each repetition measures every setting in turn, every other "
+                                 "one reversed (A B, B A, ...).")
+    check: bool = flag(True, "--check/--no-check", kind="switch", help="Check every output, like nccl-tests' #wrong.")
+    # NIC and port counters around every point (harness/wire.py)
+    wire: bool = flag(True, "--wire/--no-wire", kind="switch",
+                      help="Read NIC, port and TCP counters before and after every point (the wire column).")
+    backend: str = flag("auto", "--backend", kind="choice", choices=("auto", "nccl", "gloo"),
+                        help="auto: nccl when CUDA GPUs are visible, else gloo.")
+    # core/binding.py: local ranks' CPUs; under an external launcher only when given
+    bind: str = flag("auto", "--bind", kind="bind",
+                     help="CPUs of each local rank: auto (the cores of each GPU's NUMA node with NCCL, else "
+                          "cores), cores (an even share of this process's CPUs each), numa (a NUMA node each), "
+                          "none (the scheduler's). Under torchrun/srun/mpirun only when given.")
+    # the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
+    iface: str | None = flag(None, "--iface", kind="text", most=64, show_default=False,
+                             help="Network interface for the traffic (sets GLOO_SOCKET_IFNAME and "
+                                  "NCCL_SOCKET_IFNAME).")
+    timeout: float = flag(300.0, "--timeout", kind="float", low=0, high=WEEK_S, low_open=True, example="300",
+                          help="Seconds any collective may take before the run fails.")
+    out: str = flag("results", "--out", kind="path", help="Folder for <run_id>.parquet, or a .parquet file name.")
+    label: str = flag("", "--label", kind="text", show_default=False,
+                      help="Free text stored with every row (e.g. mtu9000-after).")
+    # core/progress.py: rank 0's live bar; how a run looks, not what it measures
+    progress: str = flag("auto", "--progress", kind="progress",
+                         help="Live progress bar on rank 0: auto (only on a terminal that no launcher such as "
+                              "mpirun, srun or torchrun handed out, not with TERM=dumb or CI set), on (whenever "
+                              "stdout is a terminal), off (plain lines).")
     run_id: str = ""
     workload: str = "sweep"
-    # --bind (core/binding.py): local ranks' CPUs; under an external launcher only when given
-    bind: str = "auto"
-    progress: str = "auto"  # --progress (core/progress.py): rank 0's live bar; how a run looks, not what it measures
     # --cuda-graph (sweep; as nccl-tests -G): calls per captured CUDA graph, each replay one sample; 0: plain loop
     cuda_graph: int = 0
-    iface: str | None = None  # --iface: the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
     # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination and
     # repetition, the combinations in turn within each repetition (harness/settings.py)
     axes: list[Any] = field(default_factory=list)
@@ -55,3 +118,24 @@ class RunOptions:
     @classmethod
     def from_json(cls, text: str) -> RunOptions:
         return cls(**json.loads(text))
+
+
+def shared_options() -> list[tuple[str, Any, Flag]]:
+    """(field name, default, Flag) of every shared command-line option, in the help's order."""
+    return [(f.name, f.default, f.metadata[FLAG]) for f in dataclasses.fields(RunOptions) if FLAG in f.metadata]
+
+
+def child_flags(run: dict[str, Any], leave: tuple[str, ...] = ()) -> list[str]:
+    """The shared options of `run` (RunOptions fields) as a child command's flags: every one but
+    those in `leave`, and but those unset (None or empty)."""
+    flags: list[str] = []
+    for name, _, how in shared_options():
+        value = run.get(name)
+        if name in leave or value is None or value == "":
+            continue
+        if how.kind == "switch":
+            on, off = how.names[0].split("/")
+            flags.append(on if value else off)
+        else:
+            flags += [how.names[0], str(value)]
+    return flags

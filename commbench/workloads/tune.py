@@ -28,6 +28,7 @@ from pathlib import Path
 
 from commbench.analysis.predict import Curve, load_curve, predict_us
 from commbench.analysis.tuneview import Row
+from commbench.core import options
 from commbench.core.errors import BadInput, CommbenchError, RuntimeFailure
 from commbench.core.results import read_results
 from commbench.core.units import format_size
@@ -295,21 +296,8 @@ def launched() -> bool:
 
 
 def child_flags(run: dict, nproc: int | None) -> list[str]:
-    """The shared run flags as a child command takes them."""
-    flags = ["-w", str(run["warmup"]), "--time-budget", repr(run["time_budget"]), "--precision", repr(run["precision"]),
-             "--min-iters", str(run["min_iters"]), "--max-iters", str(run["max_iters"]), "-R", str(run["repetitions"]),
-             "--timeout", repr(run["timeout"]), "--backend", run["backend"], "--bind", run["bind"],
-             "--progress", run["progress"], "--check" if run["check"] else "--no-check",
-             "--wire" if run["wire"] else "--no-wire"]
-    if run.get("iters") is not None:
-        flags += ["-n", str(run["iters"])]
-    if run.get("iface"):
-        flags += ["--iface", run["iface"]]
-    if run.get("label"):
-        flags += ["--label", run["label"]]
-    if nproc is not None:
-        flags += ["--nproc", str(nproc)]
-    return flags
+    """The shared run flags as a child command takes them (its --out is its own)."""
+    return options.child_flags(run, leave=("out",)) + (["--nproc", str(nproc)] if nproc is not None else [])
 
 
 def world_size(nproc: int | None, backend: str) -> int:
