@@ -12,6 +12,7 @@ the last silently). Every refusal is one BadInput line naming the file, line and
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from commbench.analysis.frames import printable
@@ -43,20 +44,20 @@ def read_bands_text(path: str | os.PathLike) -> str:
 class _Refused(Exception):
     """A part of the document this loader does not build: why, and where (a yaml Mark)."""
 
-    def __init__(self, problem: str, mark):
+    def __init__(self, problem: str, mark: Any) -> None:
         super().__init__(problem)
         self.problem = problem
         self.mark = mark
 
 
-def _loader():
+def _loader() -> type[Any]:
     """A SafeLoader subclass: no anchors or aliases, bounded nesting, bounded numbers, no key twice."""
     import yaml
 
     class Loader(yaml.SafeLoader):
         depth = 0
 
-        def compose_node(self, parent, index):
+        def compose_node(self, parent: Any, index: Any) -> Any:
             event = self.peek_event()
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
                 raise _Refused("YAML anchors and aliases (&name, *name) are not read in a bands file: "
@@ -69,8 +70,8 @@ def _loader():
             finally:
                 self.depth -= 1
 
-    def number(base):
-        def construct(loader, node):
+    def number(base: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        def construct(loader: Any, node: Any) -> Any:
             if len(node.value) > MAX_NUMBER_CHARS:
                 raise _Refused(f"a number of {len(node.value)} characters: not a bands file (write at most "
                                f"{MAX_NUMBER_CHARS})",
@@ -78,8 +79,8 @@ def _loader():
             return base(loader, node)
         return construct
 
-    def mapping(loader, node, deep=False):
-        seen = set()
+    def mapping(loader: Any, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
         for key_node, _ in node.value:
             key = loader.construct_object(key_node, deep=deep)
             try:
@@ -98,7 +99,7 @@ def _loader():
     return Loader
 
 
-def _at(mark) -> str:
+def _at(mark: Any) -> str:
     return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
 
 

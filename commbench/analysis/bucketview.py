@@ -8,12 +8,16 @@ elements with their bytes below, and labels a time axis per step, not per operat
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 from commbench.analysis.zerogrid import bucket_text
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 from commbench.core.vocab import get_dtype
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 TIME_LABEL = "Time per step (µs)"
 MAX_TICKS = 10  # measured sizes labelled one by one up to this many; decades of elements beyond
@@ -32,14 +36,14 @@ def units(lines: Sequence) -> tuple[str, int] | None:
         return None
 
 
-def bucket_axis(ax, dtype_units: tuple[str, int]) -> None:
+def bucket_axis(ax: Axes, dtype_units: tuple[str, int]) -> None:
     """The x axis of a buckets figure: bucket sizes in elements, their bytes below."""
     import math
 
     from matplotlib.ticker import NullLocator
 
     name, itemsize = dtype_units
-    measured = sorted({float(x) for line in ax.get_lines() for x in line.get_xdata() if x > 0})
+    measured = sorted({float(x) for line in ax.get_lines() for x in cast("Iterable[float]", line.get_xdata()) if x > 0})
     if len(measured) > MAX_TICKS:
         lo, hi = (math.floor(math.log10(v / itemsize)) for v in (measured[0], measured[-1]))
         measured = [10.0 ** k * itemsize for k in range(lo, hi + 2)

@@ -8,20 +8,27 @@ label cannot start mathtext and break or restyle the figure.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+    from matplotlib.image import AxesImage
 
 DPI = 110
 HATCH_FACE, HATCH_EDGE = "#c8c8c8", "#8a8a8a"  # a cell where nothing could be measured
 
 
-def mpl_text(value) -> str:
+def mpl_text(value: object) -> str:
     """A string safe to hand matplotlib: '$' would start mathtext (and can raise while drawing)."""
     return str(value).replace("$", r"\$")
 
 
-def new_figure(width: float = 12.0, height: float = 7.8):
+def new_figure(width: float = 12.0, height: float = 7.8) -> Figure:
     """An empty Figure on its own Agg canvas (constrained layout)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -31,9 +38,9 @@ def new_figure(width: float = 12.0, height: float = 7.8):
     return fig
 
 
-def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str],
+def draw_heatmap(ax: Axes, values: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str],
                  texts: Sequence[Sequence[str]] | None = None, higher_is_better: bool = True,
-                 marked: Iterable[tuple[int, int]] = (), hatched: Iterable[tuple[int, int]] = ()):
+                 marked: Iterable[tuple[int, int]] = (), hatched: Iterable[tuple[int, int]] = ()) -> AxesImage:
     """A matrix as coloured cells with a text in each (the ZeRO grid, the host x host pairs).
     Better cells are lighter (the eye goes to the dark ones); NaN cells stay blank; `marked`
     cells get a black box; `hatched` cells (NaN: nothing measured there, e.g. a failed link) are
@@ -48,6 +55,7 @@ def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     # values spanning more than 10x (a step of 10 s beside 0.5 s) get a log scale: else one cell is
     # dark and every other one the same light colour
+    norm: Normalize
     if lo > 0 and hi > 10 * lo:
         from matplotlib.colors import LogNorm
 
@@ -79,7 +87,7 @@ def draw_heatmap(ax, values, row_labels: Sequence[str], col_labels: Sequence[str
 HEADROOM = 0.10  # of the highest value: the top of a curve (and its marker) clear of the frame
 
 
-def headroom(ax, share: float = HEADROOM) -> None:
+def headroom(ax: Axes, share: float = HEADROOM) -> None:
     """Room above everything drawn on `ax` (lines, bands, a reference line), on a linear or log y."""
     lo, hi = ax.get_ylim()
     top = float(ax.dataLim.y1)

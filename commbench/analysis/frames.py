@@ -51,7 +51,7 @@ def column(frame: pd.DataFrame, name: str) -> list:
     return [scalar(v) for v in frame[name].to_numpy(dtype=object)]
 
 
-def as_list(value) -> list:
+def as_list(value: Any) -> list[Any]:
     """A list cell (hosts) as a list: [] when missing, one item for a plain value."""
     if value is None:
         return []
@@ -73,7 +73,7 @@ def is_true(frame: pd.DataFrame, name: str) -> np.ndarray:
     return frame[name].eq(True).fillna(False).to_numpy(dtype=bool)
 
 
-def present(value) -> bool:
+def present(value: Any) -> bool:
     """A cell that holds something: not None, NaN or ""."""
     if value is None:
         return False
@@ -130,7 +130,7 @@ def check_frame(frame: pd.DataFrame, side: str) -> None:
                           comparing=True)
 
 
-def prepare(df, column: str):
+def prepare(df: pd.DataFrame, column: str) -> pd.DataFrame:
     """The rows a curve of `column` is drawn from: every GROUP_KEYS column present, buckets rows
     at their bucket size, rows without a finite value (or a positive time) left out. A frame of
     its own: changing it leaves the caller's alone."""

@@ -24,11 +24,16 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from commbench.core.columns import LINK_KEY
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_THRESHOLD = 0.8
 
@@ -219,7 +224,7 @@ FAILED = ("unreachable", "timeout", "error")  # statuses of a link that could no
 LINK_ENDS = LINK_KEY  # core/columns.py
 
 
-def pairs_rows(df):
+def pairs_rows(df: pd.DataFrame | None) -> pd.DataFrame | None:
     """The pairs rows of `df` that name their link (measured, failed and confirmation rows), or None.
     When every row qualifies, `df` itself (a pairs run of 1024 hosts is a million rows: no copy)."""
     if df is None or len(df) == 0 or "workload" not in df.columns:
@@ -233,7 +238,7 @@ def pairs_rows(df):
     return rows if len(rows) else None
 
 
-def by_run(rows):
+def by_run(rows: pd.DataFrame) -> Iterator[tuple[Any, pd.DataFrame]]:
     """(run_id, rows) per run, in order; a single run is `rows` itself, not a copy."""
     ids = rows["run_id"]
     if len(rows) and ids.notna().all() and ids.nunique() == 1:
@@ -242,7 +247,7 @@ def by_run(rows):
     yield from rows.groupby("run_id", sort=False)
 
 
-def endpoint_names(rows) -> dict[tuple[str, int], str]:
+def endpoint_names(rows: pd.DataFrame) -> dict[tuple[str, int], str]:
     """(host, rank) -> the endpoint's name: the host when it has one rank in `rows`, else host/rRANK."""
     import pandas as pd
 
@@ -255,7 +260,7 @@ def endpoint_names(rows) -> dict[tuple[str, int], str]:
     return {(h, r): h if per_host[h] == 1 else f"{h}/r{r}" for h, r in pairs}
 
 
-def column(rows, name: str) -> list:
+def column(rows: pd.DataFrame, name: str) -> list[Any]:
     """A column's values with every missing value (None, NaN, pd.NA) as None; all None when absent."""
     if name not in rows.columns:
         return [None] * len(rows)
@@ -268,12 +273,12 @@ def column(rows, name: str) -> list:
     return out
 
 
-def run_key(run_id, rail) -> str:
+def run_key(run_id: object, rail: object) -> str:
     """The key of one run's links in links_by_run: the run id, or "RUN rail R" per rail (--per-rail)."""
     return str(run_id) if rail is None else f"{run_id} rail {rail}"
 
 
-def runs_and_rails(rows):
+def runs_and_rails(rows: pd.DataFrame) -> Iterator[tuple[str, str, Any, pd.DataFrame]]:
     """(key, run_id, rail, rows) per run, and per rail within a run whose rows carry rails (run_key)."""
     for run_id, run in by_run(rows):
         rails = list(dict.fromkeys(column(run, "rail")))
@@ -285,7 +290,7 @@ def runs_and_rails(rows):
             yield run_key(run_id, rail), str(run_id), rail, part
 
 
-def links_by_run(df) -> dict[str, list[Link]]:
+def links_by_run(df: pd.DataFrame | None) -> dict[str, list[Link]]:
     """`commbench pairs` rows -> links per run (median busbw over repetitions), and per rail when
     the rows carry rails (keys: run_key). Endpoints are named by host when each host has one, else
     host/rank. Failed rows (status in FAILED) and the rows of the confirmation round are left out:

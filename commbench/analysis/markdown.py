@@ -8,14 +8,20 @@ from __future__ import annotations
 import html
 import json
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from commbench.analysis import plot, settingsview, wireview
-from commbench.analysis.summary import (CULPRIT_HEADERS, collective_gaps, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
-                                           fnum, json_value, net_rows, peak_rows, ratio_text, report_title, run_facts,
-                                           runs_named, size_text, wrong_cell)
+from commbench.analysis.summary import (CULPRIT_HEADERS, collective_gaps, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE,
+                                           ZERO_NOTE, fault_runs, fnum, json_value, net_rows, peak_rows, ratio_text,
+                                           report_title, run_facts, runs_named, size_text, wrong_cell)
 from commbench.analysis.runs import describe_run, run_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from commbench.analysis.compare import Comparison
 
 
 # Enough to keep cell text inert: no code spans, emphasis, links/images ([ ] escaped, so "(" is
@@ -41,7 +47,8 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence], right: Iterable[i
     return "\n".join(lines)
 
 
-def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), comparison=None,
+def build_markdown(df: pd.DataFrame, figure_name: str | None, sources: Sequence[str] = (),
+                   comparison: Comparison | None = None,
                    comparison_figure_name: str | None = None, baseline_sources: Sequence[str] = (),
                    zero_figure_name: str | None = None, pairs_figure_name: str | None = None) -> str:
     out = [f"# {md(report_title(df))}", ""]
@@ -51,7 +58,8 @@ def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), com
     out.append("")
     if comparison is not None:
         out += ["## Comparison with the baseline", "",
-                f"before (baseline): {md(', '.join(map(str, baseline_sources)))}; after: {md(', '.join(map(str, sources)))}", ""]
+                f"before (baseline): {md(', '.join(map(str, baseline_sources)))}; "
+                f"after: {md(', '.join(map(str, sources)))}", ""]
         out.append(comparison_markdown(comparison))
         if comparison_figure_name:
             out += ["", f"![busbw before (dashed) and after (solid)]({quote(comparison_figure_name)})"]
@@ -80,7 +88,7 @@ def build_markdown(df, figure_name: str | None, sources: Sequence[str] = (), com
     return "\n".join(out) + "\n"
 
 
-def runs_markdown(df, title: str = "Runs") -> list[str]:
+def runs_markdown(df: pd.DataFrame, title: str = "Runs") -> list[str]:
     """Every run's facts, network per host and environment: the after side's "Runs" section, and
     the baseline's with its own title."""
     out = [f"## {title}", ""]
@@ -120,7 +128,7 @@ def settings_markdown(tables: list) -> list[str]:
     return out
 
 
-def comparison_markdown(c) -> str:
+def comparison_markdown(c: Comparison) -> str:
     try:
         from commbench.analysis import compare
 
@@ -140,7 +148,7 @@ def _code_block(lines: Iterable[str]) -> list[str]:
     return ["```", *(line.replace("`", "'") for line in lines), "```"]
 
 
-def faults_markdown(pairs_df) -> list[str]:
+def faults_markdown(pairs_df: pd.DataFrame | None) -> list[str]:
     """The "Faults" section: links of a pairs run that could not be measured ([] when none failed)."""
     runs = fault_runs(pairs_df)
     if not runs:
@@ -158,7 +166,7 @@ def faults_markdown(pairs_df) -> list[str]:
     return out
 
 
-def pairs_markdown(pairs_df, figure_name: str | None) -> list[str]:
+def pairs_markdown(pairs_df: pd.DataFrame | None, figure_name: str | None) -> list[str]:
     from commbench.analysis import linkfaults
 
     lines, _ = linkfaults.report(pairs_df)
@@ -168,18 +176,19 @@ def pairs_markdown(pairs_df, figure_name: str | None) -> list[str]:
     return out + [*_code_block(lines), ""]
 
 
-def zero_markdown(grid_df, figure_name: str | None) -> list[str]:
+def zero_markdown(grid_df: pd.DataFrame | None, figure_name: str | None) -> list[str]:
     from commbench.analysis import zerogrid
 
     out = ["## ZeRO stages x bucket sizes", "", ZERO_NOTE, ""]
     if figure_name:
         out += [f"![ZeRO stage x bucket size heat map]({quote(figure_name)})", ""]
     for g in zerogrid.grids(grid_df):
-        out += [f"### {md(g.name)}", "", md_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), right=range(3, 7)), ""]
+        out += [f"### {md(g.name)}", "",
+                md_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), right=range(3, 7)), ""]
     return out
 
 
-def wire_markdown(df) -> list[str]:
+def wire_markdown(df: pd.DataFrame) -> list[str]:
     """The "Wire" section: trouble counters that moved during the run, wire bytes per payload byte,
     or the sentence that nothing moved or that no counters were read."""
     w = wireview.section(df, runs_named(df))

@@ -14,11 +14,15 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from commbench.analysis import engine
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 from commbench.core.vocab import get_dtype, resolve
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Workloads whose rows are one collective per size (a sweep, or nccl-tests imported)
 CURVE_WORKLOADS = ("sweep", "nccl-tests")
@@ -96,10 +100,12 @@ class Curve:
         return math.exp(math.log(t0) + w * (math.log(t1) - math.log(t0)))
 
     def _named(self) -> str:
-        return ", ".join(self.sources) if len(self.sources) <= 2 else f"{self.sources[0]} and {len(self.sources) - 1} more"
+        if len(self.sources) <= 2:
+            return ", ".join(self.sources)
+        return f"{self.sources[0]} and {len(self.sources) - 1} more"
 
 
-def curve_from_frame(frame, sources: list[str]) -> Curve:
+def curve_from_frame(frame: pd.DataFrame, sources: list[str]) -> Curve:
     """Rows of sweeps in memory -> a Curve (load_curve's, over a frame)."""
     return _curve(engine.frame_source(frame, "curve"), [str(s) for s in sources])
 
@@ -111,7 +117,7 @@ def load_curve(paths: list[str]) -> Curve:
     return _curve(engine.open_source(paths), [str(p) for p in paths])
 
 
-def _curve(source, sources: list[str]) -> Curve:
+def _curve(source: engine.Source, sources: list[str]) -> Curve:
     """The median time over repetitions and files per point (analysis/engine.py, curve_points),
     out-of-place rows where a collective has them at that world size and dtype, else its in-place
     rows."""

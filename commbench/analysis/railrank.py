@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from commbench.analysis import linkrank
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class RailRanking:
     threshold: float
 
 
-def has_rails(rows) -> bool:
+def has_rails(rows: pd.DataFrame | None) -> bool:
     """Whether pairs rows carry rails (pairs --per-rail)."""
     return rows is not None and "rail" in rows.columns and bool(rows["rail"].notna().any())
 
@@ -68,7 +72,7 @@ def _slow_on(rail: str, r: linkrank.Ranking) -> list[SlowRail]:
     return out
 
 
-def by_rail(df, run_id: str) -> dict[str, list[linkrank.Link]]:
+def by_rail(df: pd.DataFrame, run_id: str) -> dict[str, list[linkrank.Link]]:
     """One run's measured links per rail (linkrank.links_by_run's "RUN rail R" keys), rail order kept."""
     rows = linkrank.pairs_rows(df)
     if rows is None:

@@ -3,15 +3,20 @@ and network, as figure titles and the report show them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from commbench.analysis.frames import as_list, json_cell, present, short
 from commbench.core.linkrate import net_rates
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def placement_name(in_place) -> str:
+
+def placement_name(in_place: object) -> str:
     return "in-place" if bool(in_place) else "out-of-place"
 
 
-def compact_hosts(hosts) -> str:
+def compact_hosts(hosts: object) -> str:
     hosts = [str(h) for h in as_list(hosts)]
     if not hosts:
         return "?"
@@ -19,11 +24,11 @@ def compact_hosts(hosts) -> str:
         import hostlist
 
         return hostlist.collect_hostlist(hosts)
-    except Exception:  # odd names python-hostlist refuses: list them plainly
+    except Exception:  # noqa: BLE001 - odd names python-hostlist refuses (its own error types): list them plainly
         return ",".join(hosts)
 
 
-def run_rows(df) -> list[dict]:
+def run_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """The first row of every run, in the order the runs appear: the run's metadata."""
     if len(df) == 0:
         return []
@@ -31,10 +36,10 @@ def run_rows(df) -> list[dict]:
     return [dict(r) for _, r in firsts.iterrows()]
 
 
-def describe_run(row: dict) -> str:
+def describe_run(row: dict[str, Any]) -> str:
     """One line saying what ran where: ranks, hosts, backend, device, network."""
-    world = row.get("world_size")
-    nnodes = row.get("nnodes")
+    world: Any = row.get("world_size")  # a cell: a number, or missing (present() says which)
+    nnodes: Any = row.get("nnodes")
     hosts = short(compact_hosts(row.get("hosts")), 48)
     parts = []
     ranks = f"{int(world)} ranks" if present(world) else "? ranks"
@@ -65,7 +70,7 @@ def describe_run(row: dict) -> str:
     return " · ".join(parts)
 
 
-def _link_speeds(net_json) -> str:
+def _link_speeds(net_json: object) -> str:
     per_host = json_cell(net_json) if isinstance(net_json, str) else {}  # bounded nesting, never raises
     if not isinstance(per_host, dict):
         return ""

@@ -52,7 +52,7 @@ def _show(values: set) -> str:
             return printable(",".join(map(str, v))) or "(none)"
         return printable(str(v)) if v != "" else '""'
 
-    shown = sorted((one(v) for v in values))
+    shown = sorted(one(v) for v in values)
     return shown[0] if len(shown) == 1 else "{" + "; ".join(shown) + "}"
 
 
@@ -77,7 +77,7 @@ def same_run_warning(before_ids: set, after_ids: set, same_file: str | None = No
 
 
 def warnings_between(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
-    out = []
+    out: list[str] = []
     if len(before) == 0 or len(after) == 0:
         return out
     for name in ("schema_version",) + WARN_COLUMNS:
@@ -90,7 +90,7 @@ def warnings_between(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
 def _env_values(frame: pd.DataFrame, side: str) -> dict[str, set]:
     if "env" not in frame.columns:
         return {}
-    snapshots = []
+    snapshots: list[dict[str, Any]] = []
     try:
         texts = {scalar(v) for v in frame["env"].unique()}  # a run repeats its snapshot on every row
     except TypeError:
@@ -112,7 +112,7 @@ def _env_values(frame: pd.DataFrame, side: str) -> dict[str, set]:
 
 
 def differences_between(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
-    out = []
+    out: list[str] = []
     if len(before) == 0 or len(after) == 0:
         return out
     for name in DIFFERENCE_COLUMNS + ("workload",):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,7 +33,7 @@ NOTE = ("The same collective measured under each setting (--env, --mtu): per siz
         "Only sizes measured under at least two settings are listed.")
 
 
-def with_settings(d):
+def with_settings(d: pd.DataFrame) -> pd.DataFrame:
     """A prepared frame (frames.prepare: the caller's own copy) with a `settings` column of text:
     "" where the cell is null or the file has no such column."""
     if SETTINGS not in d.columns or not d[SETTINGS].notna().any():
@@ -44,13 +45,13 @@ def with_settings(d):
     return d
 
 
-def setting_name(value) -> str:
+def setting_name(value: object) -> str:
     """A setting as a legend or table shows it: the text, or NO_SETTING."""
     v = scalar(value)
     return printable(str(v)) if v not in (None, "") else NO_SETTING
 
 
-def distinct(frame) -> list[str]:
+def distinct(frame: pd.DataFrame | None) -> list[str]:
     """The settings a frame holds, in the order of their first row; "" for rows without one."""
     if frame is None or len(frame) == 0:
         return []
@@ -84,7 +85,7 @@ class SettingsTable:
     rows: list[list[str]]
 
 
-def settings_tables(df) -> list[SettingsTable]:
+def settings_tables(df: pd.DataFrame | None) -> list[SettingsTable]:
     """The "Settings" section of a report: [] unless the rows hold more than one setting."""
     if df is None or len(df) == 0 or len(distinct(df)) < 2:
         return []
@@ -104,10 +105,12 @@ def settings_tables(df) -> list[SettingsTable]:
     return out
 
 
-def _table(g, several_worlds: bool, key: tuple) -> SettingsTable | None:
+def _table(g: pd.DataFrame, several_worlds: bool, key: tuple[Any, ...]) -> SettingsTable | None:
     """One group's table, or None when no size of it was measured under two settings."""
     collective, dtype, in_place, world = key
-    rows, bests, ratios = [], Counter(), []
+    rows: list[list[str]] = []
+    bests: Counter[str] = Counter()
+    ratios: list[float] = []
     for size, at in sorted(g.groupby("size_bytes", sort=False), key=lambda sg: sg[0]):
         if len(at) < 2:
             continue
@@ -141,7 +144,7 @@ def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
-def select(frame, wanted: str, side: str, flag: str):
+def select(frame: pd.DataFrame, wanted: str, side: str, flag: str) -> pd.DataFrame:
     """The rows of one setting (compare --before-setting/--after-setting), their `settings` cleared
     so that they pair with the other side's chosen setting; a setting the side does not hold is
     refused with the ones it does."""

@@ -151,8 +151,8 @@ def side_by_side(commbench: pd.DataFrame, nccl_tests: pd.DataFrame, sources: tup
                "pass the parquet file of `commbench nccl-tests run` or `nccl-tests import`")
     backends = sorted(set(cb["backend"].dropna().astype(str))) if "backend" in cb.columns else []
     if backends and backends != ["nccl"]:
-        raise BadInput(f"the commbench sweep in {sources[0]} ran on {', '.join(backends)}, and nccl-tests measures NCCL: "
-                       "run the sweep with --backend nccl on the GPUs nccl-tests ran on")
+        raise BadInput(f"the commbench sweep in {sources[0]} ran on {', '.join(backends)}, and nccl-tests measures "
+                       "NCCL: run the sweep with --backend nccl on the GPUs nccl-tests ran on")
     world, nt_world = int(cb["world_size"].iloc[0]), int(nt["world_size"].iloc[0])
     if world != nt_world:
         raise BadInput(f"commbench ran {world} ranks and nccl-tests {nt_world}: measure both on the same GPUs "

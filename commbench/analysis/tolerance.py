@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -70,11 +71,11 @@ def _rel_sd(values: np.ndarray) -> float:
 def basis(run_ids: list, values: np.ndarray, samples: list | None, time_us: list) -> Basis:
     """The basis of one point's band from its rows: each row's run id, value (busbw), per-iteration
     samples and median time."""
-    runs = {}
+    runs: dict[Any, list[float]] = {}
     for r, v in zip(run_ids, values):
         runs.setdefault(r, []).append(v)
     if len(runs) >= 2:
-        medians = np.asarray([np.median(v) for v in runs.values()], dtype=float)
+        medians = np.asarray([float(np.median(v)) for v in runs.values()], dtype=float)
         sd = _rel_sd(medians)
         return Basis("runs", len(runs), sd, sd * math.sqrt(1 + MEDIAN_SD ** 2 / len(runs)))
     if values.size >= 2:

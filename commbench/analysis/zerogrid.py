@@ -10,6 +10,7 @@ is flat up to noise; it stays in the grid as the data-parallel reference.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,12 @@ from commbench.analysis.figures import draw_heatmap, mpl_text, new_figure
 from commbench.core.vocab import get_dtype
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.image import AxesImage
 
 METRIC_COLUMNS = {"busbw": "busbw_GBps", "algbw": "algbw_GBps", "time": "time_us"}
 
@@ -56,16 +63,11 @@ class ZeroGrid:
         return best
 
 
-def zero_rows(df):
+def zero_rows(df: pd.DataFrame | None) -> pd.DataFrame | None:
     """The rows of `commbench zero` schedule runs (not the engine's, not other workloads)."""
     if df is None or len(df) == 0 or "workload" not in df.columns or "zero_stage" not in df.columns:
         return df.iloc[0:0] if df is not None else None
     return df[df["workload"].eq("zero") & df["zero_stage"].notna() & df["bucket_bytes"].notna()]
-
-
-def has_grid(df) -> bool:
-    rows = zero_rows(df)
-    return rows is not None and len(rows) > 0
 
 
 # What else a zero run can vary besides stage and bucket: a grid is one run at one value of each
@@ -73,7 +75,7 @@ def has_grid(df) -> bool:
 _SPLITS = ("settings", "grad_accum")
 
 
-def grids(df) -> list[ZeroGrid]:
+def grids(df: pd.DataFrame | None) -> list[ZeroGrid]:
     """One grid per run (run_id), and per setting and gradient accumulation where the run measured
     more than one, in the order the runs appear."""
     rows = zero_rows(df)
@@ -103,7 +105,7 @@ def _part_name(values: dict) -> str:
     return ", ".join(parts)
 
 
-def _grid(run_id: str, g, part: str) -> ZeroGrid:
+def _grid(run_id: str, g: pd.DataFrame, part: str) -> ZeroGrid:
     """One grid from the rows of one run (one setting, one accumulation): medians over repetitions."""
     dtype = str(g["dtype"].iloc[0])
     try:
@@ -135,7 +137,7 @@ def bucket_text(elems: int) -> str:
     return f"{elems:.3g}".replace("e+0", "e").replace("e+", "e")
 
 
-def draw(ax, grid: ZeroGrid, metric: str = "busbw") -> object:
+def draw(ax: Axes, grid: ZeroGrid, metric: str = "busbw") -> AxesImage:
     """The heat map of one grid on `ax`; returns the image (for a colour bar)."""
     if metric not in METRIC_COLUMNS:
         raise BadInput(f"--metric {metric!r} is not one of {', '.join(METRIC_COLUMNS)}")
@@ -159,7 +161,7 @@ def draw(ax, grid: ZeroGrid, metric: str = "busbw") -> object:
     return image
 
 
-def build_figure(df, metric: str = "busbw"):
+def build_figure(df: pd.DataFrame | None, metric: str = "busbw") -> Figure:
     """One heat map per run, side by side, with a shared colour bar label."""
     all_grids = grids(df)
     fig = new_figure(width=max(7.0, 1.9 * max(len(g.bucket_elems) for g in all_grids) + 2.5) * len(all_grids),
