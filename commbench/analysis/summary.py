@@ -6,7 +6,7 @@ and the Markdown (markdown.py) escape these values; nothing here is markup.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commbench.analysis.frames import as_list, is_true, json_cell, prepare
 from commbench.analysis.runs import compact_hosts, placement_name, run_rows
@@ -15,8 +15,11 @@ from commbench.core.linkrate import host_rate
 from commbench.core.units import format_size
 from commbench.core.vocab import order_key
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def missing(value) -> bool:
+
+def missing(value: Any) -> bool:
     """None, NaN, pandas NA/NaT; never true for containers."""
     if value is None:
         return True
@@ -29,7 +32,7 @@ def missing(value) -> bool:
     return answer if isinstance(answer, bool) else bool(answer) if getattr(answer, "ndim", 1) == 0 else False
 
 
-def fnum(value, digits: int = 3) -> str:
+def fnum(value: Any, digits: int = 3) -> str:
     """A number for a table: 3 significant digits, '–' when missing."""
     if missing(value):
         return "–"
@@ -46,7 +49,7 @@ def fnum(value, digits: int = 3) -> str:
     return f"{v:.{digits}g}" if abs(v) >= 0.001 else f"{v:.2e}"
 
 
-def fp(value) -> str:
+def fp(value: Any) -> str:
     """A p-value: '<0.0001' below, 3 significant digits otherwise."""
     if missing(value):
         return "–"
@@ -54,11 +57,11 @@ def fp(value) -> str:
     return "<0.0001" if v < 1e-4 else f"{v:.3g}"
 
 
-def size_text(value) -> str:
+def size_text(value: Any) -> str:
     return "–" if missing(value) else format_size(int(value))
 
 
-def runs_named(df) -> dict[str, str]:
+def runs_named(df: pd.DataFrame) -> dict[str, str]:
     rows = run_rows(df)
     names: dict[str, str] = {}
     labels = [str(r.get("label") or "") for r in rows]
@@ -68,7 +71,7 @@ def runs_named(df) -> dict[str, str]:
     return names
 
 
-def peak_rows(df) -> list[dict]:
+def peak_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Per collective / dtype / placement / run / setting: the size with the highest median busbw,
     the algbw and time there, the repetitions, and the #wrong summed over every row of the group."""
     d = with_settings(prepare(df, "busbw_GBps"))
@@ -103,7 +106,7 @@ def peak_rows(df) -> list[dict]:
     return out
 
 
-def point_rows(df) -> list[dict]:
+def point_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Every point: medians over repetitions."""
     d = with_settings(prepare(df, "busbw_GBps"))
     names = runs_named(d)
@@ -121,7 +124,7 @@ def point_rows(df) -> list[dict]:
     return rows
 
 
-def wrong_cell(wrong, unchecked: int = 0) -> tuple[str, bool]:
+def wrong_cell(wrong: Any, unchecked: int = 0) -> tuple[str, bool]:
     if missing(wrong):
         return "not checked", False
     text = str(int(wrong))
@@ -130,7 +133,7 @@ def wrong_cell(wrong, unchecked: int = 0) -> tuple[str, bool]:
     return text, int(wrong) > 0
 
 
-def json_value(text) -> Any:
+def json_value(text: Any) -> Any:
     """A JSON cell (env, net, plan): its values; the raw (escaped) string when it is not JSON;
     frames.UNREADABLE, shown as text, when it nests too deeply to read safely."""
     if missing(text):
@@ -138,14 +141,14 @@ def json_value(text) -> Any:
     return json_cell(text)
 
 
-def _when(value) -> str:
+def _when(value: Any) -> str:
     try:
         return value.strftime("%Y-%m-%d %H:%M:%S UTC")
     except (AttributeError, ValueError):
         return str(value)
 
 
-def run_facts(row: dict, df) -> list[tuple[str, str]]:
+def run_facts(row: dict[str, Any], df: pd.DataFrame) -> list[tuple[str, str]]:
     """(name, value) pairs describing one run; values are plain text, escaped by the caller."""
     mine = df[df["run_id"] == row["run_id"]]
     hosts = [str(h) for h in as_list(row.get("hosts"))]
@@ -185,7 +188,7 @@ def run_facts(row: dict, df) -> list[tuple[str, str]]:
     return [(k, "–" if missing(v) or v == "" else str(v)) for k, v in facts]
 
 
-def late_arrivals(mine) -> str | None:
+def late_arrivals(mine: pd.DataFrame) -> str | None:
     """What the run's straggler warning said (core/stragglers.py), judged again from its rows."""
     if "rank_skew_us" not in mine.columns or "rank_host" not in mine.columns:
         return None
@@ -199,7 +202,7 @@ def late_arrivals(mine) -> str | None:
     return "; ".join(texts) if texts else f"none: no rank or host stood out ({points} points with per-rank timing)"
 
 
-def net_rows(net) -> list[list[str]]:
+def net_rows(net: Any) -> list[list[str]]:
     if not isinstance(net, dict):
         return []
     rows = []
@@ -215,11 +218,11 @@ def net_rows(net) -> list[list[str]]:
     return [["–" if v is None else str(v) for v in r] for r in rows]
 
 
-def ratio_text(value) -> str:
+def ratio_text(value: Any) -> str:
     return "–" if missing(value) else f"{float(value):.3f}×"
 
 
-def report_title(df) -> str:
+def report_title(df: pd.DataFrame) -> str:
     names = list(runs_named(df).values())
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return f"commbench report — {shown}"
@@ -245,7 +248,7 @@ FAULT_HEADERS = ["src", "dst", "status", "error", "confirmation round"]
 _CONFIRMED = {True: "failed again: confirmed", False: "recovered: not named", None: "–"}
 
 
-def fault_runs(pairs_df) -> list[dict]:
+def fault_runs(pairs_df: pd.DataFrame | None) -> list[dict[str, Any]]:
     """Per pairs run with failed rows (status in linkrank.FAILED), from linkfaults.faults: its name, a
     line counting the failures, the culprits as CULPRIT_HEADERS cells (and per culprit whether it
     is named: not refuted by the confirmation round, not undecided), why there is no verdict (or
@@ -277,7 +280,7 @@ def fault_runs(pairs_df) -> list[dict]:
     return out
 
 
-def collective_gaps(df) -> list[str]:
+def collective_gaps(df: pd.DataFrame) -> list[str]:
     """reduce_scatter's busbw next to all_reduce's (core/runsummary.py Gap), one sentence per run,
     setting and dtype where that run measured both; [] otherwise. The sweep ends with the same."""
     from commbench.core.runsummary import reduce_scatter_gap
