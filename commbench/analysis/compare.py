@@ -320,8 +320,12 @@ def _measure_point(key: dict, b: Side, a: Side, k: tuple, peak: float, alpha: fl
     before_med, after_med = b.summary[k][0], a.summary[k][0]
     ratio = after_med / before_med
     direction = "less" if ratio < 1 else "greater"
-    b_has = b.check_samples(bidx, key)
-    a_has = a.check_samples(aidx, key)
+    # Samples only where a test needs them: a spread of one repetition, or too few repetitions for
+    # the test over repetitions (the within-run test). Otherwise they are never read.
+    reach = stats.can_reach(bidx.size, aidx.size, alpha, m)
+    needs = not reach or bidx.size < 2 or aidx.size < 2
+    b_has = b.check_samples(bidx, key) if needs else False
+    a_has = a.check_samples(aidx, key) if needs else False
 
     def spread(side: Side, idx: np.ndarray, has: bool) -> tuple[float, float]:
         if idx.size >= 2 or not has:
@@ -332,7 +336,7 @@ def _measure_point(key: dict, b: Side, a: Side, k: tuple, peak: float, alpha: fl
              after_spread=spread(a, aidx, a_has), ratio=ratio, n_before=int(bidx.size), n_after=int(aidx.size),
              bandwidth_bound=bool(before_med >= BANDWIDTH_BOUND_FRACTION * peak), p_value=None, p_holm=None,
              q_bh=None, world1=key.get("world_size") == 1)
-    if stats.can_reach(bidx.size, aidx.size, alpha, m):
+    if reach:
         d.update(test="repetitions", pending=(a.value[aidx], b.value[bidx], direction))
     elif b_has and a_has:
         d.update(test="within-run only", pending=(a.iteration_values(aidx), b.iteration_values(bidx), direction))

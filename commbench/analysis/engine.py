@@ -225,16 +225,25 @@ class Aggregate:
     keys: list[tuple]
     counts: np.ndarray  # repetitions of each point
     values: np.ndarray  # every point's values, one after the other
-    has_samples: np.ndarray  # per point: a row holds samples
-    damaged: np.ndarray  # per point: a row's time or a sample is not a positive number
     context: pd.DataFrame  # distinct rows of the describing columns (compare's warnings and differences)
     lost: dict[tuple, Lost]  # point -> its repetitions that could not be measured (a failed pairs link)
     query: Query | None = field(default=None, repr=False)
     rows: int = 0
+    # Per point: a row holds samples, and a row's time or a sample is not a positive number; read
+    # the first time a point needs its samples (sample_flags): with enough repetitions none does,
+    # and a pass over every sample of 10M rows costs more than all the rest of a comparison.
+    has_samples: np.ndarray | None = field(default=None, repr=False)
+    damaged: np.ndarray | None = field(default=None, repr=False)
 
     def side(self) -> Side:
         """This side as compare reads one (sides.Side): a point's rows are its values' positions."""
         return AggregateSide.of(self)
+
+    def sample_flags(self) -> tuple[np.ndarray, np.ndarray]:
+        """(has_samples, damaged), per point in the order of `keys`."""
+        if self.has_samples is None or self.damaged is None:
+            self.has_samples, self.damaged = _sample_flags(self)
+        return self.has_samples, self.damaged
 
 
 CONTEXT_COLUMNS = RUN_COLUMNS  # what describes a run (core/columns.py)
@@ -249,24 +258,35 @@ def aggregate(paths: Iterable[str | os.PathLike], side: str, source: Source | No
             raise BadInput(f"the {side} results hold world_size 1 points but no algbw_GBps column")
     _check_values(q)
     keys = q.key_exprs()
-    damaged = "false"
-    has = "false"
-    if "samples_us" in source.columns:
-        has = "coalesce(len(samples_us) > 0, false)"
-        time_ok = "coalesce(isfinite(time_us) AND time_us > 0, false)" if "time_us" in source.columns else "false"
-        damaged = (f"({has} AND NOT (coalesce(list_count(samples_us) = len(samples_us) AND "
-                   f"isfinite(list_max(samples_us)) AND list_min(samples_us) > 0, false) AND {time_ok}))")
-    got = q.run(f"SELECT {', '.join(keys)}, count(*) AS n, min(gi) AS first, list(v ORDER BY gi) AS vals, "
-                f"bool_or({has}) AS has, bool_or({damaged}) AS damaged FROM rows WHERE NOT excluded "
-                "GROUP BY ALL ORDER BY first")
+    got = q.run(f"SELECT {', '.join(keys)}, count(*) AS n, min(gi) AS first, list(v ORDER BY gi) AS vals "
+                "FROM rows WHERE NOT excluded GROUP BY ALL ORDER BY first")
     key_lists = [got.column(name).to_pylist() for name in KEY_COLUMNS]
     vals = got.column("vals").combine_chunks() if got.num_rows else pa.array([], pa.list_(pa.float64()))
     values = vals.flatten().to_numpy(zero_copy_only=False).astype(float) if got.num_rows else np.zeros(0)
     return Aggregate(name=side, keys=list(zip(*key_lists)) if got.num_rows else [],
                      counts=got.column("n").to_numpy().astype(np.int64), values=values,
-                     has_samples=got.column("has").to_numpy(zero_copy_only=False).astype(bool),
-                     damaged=got.column("damaged").to_numpy(zero_copy_only=False).astype(bool),
                      context=_context(q), lost=_lost(q), query=q, rows=source.rows)
+
+
+def _sample_flags(agg: Aggregate) -> tuple[np.ndarray, np.ndarray]:
+    """Per point, in the order of agg.keys: whether a row holds samples, and whether a row's time or
+    one of its samples is not a positive number (a damaged or hand-edited file)."""
+    q = agg.query
+    has, damaged = np.zeros(len(agg.keys), dtype=bool), np.zeros(len(agg.keys), dtype=bool)
+    if q is None or "samples_us" not in q.source.columns:
+        return has, damaged
+    held = "coalesce(len(samples_us) > 0, false)"
+    time_ok = "coalesce(isfinite(time_us) AND time_us > 0, false)" if "time_us" in q.source.columns else "false"
+    bad = (f"({held} AND NOT (coalesce(list_count(samples_us) = len(samples_us) AND "
+           f"isfinite(list_max(samples_us)) AND list_min(samples_us) > 0, false) AND {time_ok}))")
+    got = q.run(f"SELECT {', '.join(q.key_exprs())}, bool_or({held}) AS has, bool_or({bad}) AS damaged "
+                "FROM rows WHERE NOT excluded GROUP BY ALL")
+    at = {k: i for i, k in enumerate(agg.keys)}
+    for k, h, d in zip(zip(*[got.column(n).to_pylist() for n in KEY_COLUMNS]), got.column("has").to_pylist(),
+                       got.column("damaged").to_pylist()):
+        if k in at:
+            has[at[k]], damaged[at[k]] = bool(h), bool(d)
+    return has, damaged
 
 
 def _check_values(q: Query) -> None:
@@ -331,10 +351,16 @@ class AggregateSide(Side):
         starts = ends - agg.counts
         rows = {k: np.arange(s, e) for k, s, e in zip(agg.keys, starts.tolist(), ends.tolist())}
         summary = summarise(agg.keys, np.repeat(np.arange(len(agg.keys)), agg.counts), agg.values)
-        side = cls(agg.name, rows, agg.values, summary, np.repeat(agg.has_samples, agg.counts),
-                   np.repeat(agg.damaged, agg.counts))
+        none = np.zeros(0, dtype=bool)  # the per-row flags: read at the first check_samples
+        side = cls(agg.name, rows, agg.values, summary, none, none)
         side.aggregate, side.point_of, side.loaded = agg, np.repeat(np.arange(len(agg.keys)), agg.counts), None
         return side
+
+    def check_samples(self, idx: np.ndarray, key: dict) -> bool:
+        if self.has_samples.size != self.value.size:
+            has, damaged = self.aggregate.sample_flags()
+            self.has_samples, self.damaged = np.repeat(has, self.aggregate.counts), np.repeat(damaged, self.aggregate.counts)
+        return super().check_samples(idx, key)
 
     def iteration_values(self, idx: np.ndarray) -> np.ndarray:
         if self.loaded is None:
