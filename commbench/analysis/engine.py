@@ -17,9 +17,9 @@ rows into pandas at all (their tables are drawn from rows), never how points are
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -130,7 +130,8 @@ class Query:
         self.con = duckdb.connect(config={"threads": max(1, min(4, os.cpu_count() or 1))})
         if source.table is not None:
             self.con.register("_table", source.table)
-            self.con.execute(f"CREATE TEMP VIEW rows AS SELECT * EXCLUDE (_gi), _gi AS gi, {self._derived()} FROM _table")
+            self.con.execute(f"CREATE TEMP VIEW rows AS SELECT * EXCLUDE (_gi), _gi AS gi, {self._derived()} "
+                             "FROM _table")
             return
         # Each file by its descriptor (core/results.ResultFile): a name is never a glob pattern, and a
         # live run's part read once stays readable for every later query of this connection.
@@ -167,7 +168,7 @@ class Query:
             raise BadInput(f"the {self.side} results could not be read ({type(exc).__name__}: {first}): "
                            "a damaged file; re-run the measurement or pass files written by commbench") from None
 
-    def batches(self, sql: str, rows: int = 10_000):
+    def batches(self, sql: str, rows: int = 10_000) -> Iterator[pa.RecordBatch]:
         """The answer of `sql` a record batch at a time (memory follows the batch, not the answer)."""
         import duckdb
 
@@ -346,7 +347,7 @@ class AggregateSide(Side):
     loaded: list | None
 
     @classmethod
-    def of(cls, agg: Aggregate) -> "AggregateSide":
+    def of(cls, agg: Aggregate) -> AggregateSide:
         ends = np.cumsum(agg.counts)
         starts = ends - agg.counts
         rows = {k: np.arange(s, e) for k, s, e in zip(agg.keys, starts.tolist(), ends.tolist())}
@@ -359,7 +360,8 @@ class AggregateSide(Side):
     def check_samples(self, idx: np.ndarray, key: dict) -> bool:
         if self.has_samples.size != self.value.size:
             has, damaged = self.aggregate.sample_flags()
-            self.has_samples, self.damaged = np.repeat(has, self.aggregate.counts), np.repeat(damaged, self.aggregate.counts)
+            counts = self.aggregate.counts
+            self.has_samples, self.damaged = np.repeat(has, counts), np.repeat(damaged, counts)
         return super().check_samples(idx, key)
 
     def iteration_values(self, idx: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
+from typing import Protocol
 
 MISS_LIMIT = 0.25  # a prediction more than 25% off its measurement is flagged (issue #21)
 # A further change to the user's config must buy at least this much (tune --min-gain): above the
@@ -50,9 +51,16 @@ class Row:
     def setting(self) -> tuple:
         return tuple(getattr(self, name) for name in SETTINGS)
 
-    def changes(self, user: "Row") -> int:
+    def changes(self, user: Row) -> int:
         """How many of the config's settings this candidate changes."""
         return sum(a != b for a, b in zip(self.setting(), user.setting()))
+
+
+def _measured(row: Row) -> float:
+    """measured_per_micro_batch of a row known to be measured."""
+    value = row.measured_per_micro_batch
+    assert value is not None
+    return value
 
 
 def ranked(rows: list[Row]) -> tuple[list[Row], bool]:
@@ -65,7 +73,7 @@ def ranked(rows: list[Row]) -> tuple[list[Row], bool]:
 def fastest(rows: list[Row]) -> Row | None:
     """The measured row with the shortest measured communication per micro-batch."""
     measured = [r for r in rows if r.measured_us is not None]
-    return min(measured, key=lambda r: r.measured_per_micro_batch) if measured else None
+    return min(measured, key=_measured) if measured else None
 
 
 def winner(rows: list[Row], user: Row, min_gain: float = MIN_GAIN) -> Row:
@@ -78,8 +86,8 @@ def winner(rows: list[Row], user: Row, min_gain: float = MIN_GAIN) -> Row:
         return rows[0]
     # r is "near" when the fastest is less than min_gain faster than it: 1 - best / r < min_gain
     near = [r for r in rows if r.measured_us is not None
-            and r.measured_per_micro_batch * (1 - min_gain) <= best.measured_per_micro_batch]
-    return min(near, key=lambda r: (r.changes(user), r.measured_per_micro_batch))
+            and _measured(r) * (1 - min_gain) <= _measured(best)]
+    return min(near, key=lambda r: (r.changes(user), _measured(r)))
 
 
 def verdict_lines(rows: list[Row], best: Row, user: Row, min_gain: float) -> list[str]:
@@ -90,19 +98,38 @@ def verdict_lines(rows: list[Row], best: Row, user: Row, min_gain: float) -> lis
     if best.yours:
         lines.append(f"# no measured candidate beats your config by --min-gain {min_gain:.0%} or more: keep it")
     elif yours is not None and best.measured_us is not None:
-        new, old = best.measured_per_micro_batch, yours.measured_per_micro_batch
+        new, old = _measured(best), _measured(yours)
         lines.append(f"# measured: {abs(1 - new / old):.0%} {'less' if new <= old else 'more'} communication per "
                      f"micro-batch than your config ({new:,.0f} us vs {old:,.0f} us)")
     top = fastest(rows)
     if top is not None and top is not best:
-        gap = 1 - top.measured_per_micro_batch / best.measured_per_micro_batch
+        gap = 1 - _measured(top) / _measured(best)
         lines.append(f"# the fastest measured (rank {_rank(rows, top)}) is {gap:.1%} faster but changes "
                      f"{top.changes(user)} of your settings, the winner {best.changes(user)}: "
                      f"under --min-gain {min_gain:.0%}, the smaller change wins")
     return lines
 
 
-def record(plan, rows: list[Row], full: bool, best: Row, patch: dict, notes: list[str], min_gain: float) -> dict:
+class Plan(Protocol):
+    """What record reads of tune's plan (workloads/tune.py TunePlan)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def params(self) -> int: ...
+    @property
+    def world(self) -> int: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def launcher(self) -> str: ...
+    @property
+    def scale(self) -> float: ...
+    @property
+    def run_id(self) -> str: ...
+
+
+def record(plan: Plan, rows: list[Row], full: bool, best: Row, patch: dict, notes: list[str], min_gain: float) -> dict:
     """tune's result for a program (a CI job, a benchmark): the plan, every candidate in rank order
     with its figures, the winner and the merge patch."""
     def row(r: Row, rank: int) -> dict:
@@ -133,8 +160,9 @@ def table(rows: list[Row], full: bool, scale: float) -> list[str]:
     for i, r in enumerate(rows, 1):
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
         flag = ("  MISS>25%" if r.flagged else "") + ("  (yours)" if r.yours else "")
-        lines.append(f"  {i:5d}  {r.stage:5d}  {r.reduce_bucket:13.3g}  {r.allgather_bucket:16.3g}  {r.grad_accum:10d}  "
-                     f"{r.dtype:8s}  {_us(r.predicted_scaled_us):>33s}  {_us(r.measured_us):>32s}  {ratio:>5s}   "
+        lines.append(f"  {i:5d}  {r.stage:5d}  {r.reduce_bucket:13.3g}  {r.allgather_bucket:16.3g}  "
+                     f"{r.grad_accum:10d}  {r.dtype:8s}  {_us(r.predicted_scaled_us):>33s}  {_us(r.measured_us):>32s}  "
+                     f"{ratio:>5s}   "
                      f"{_us(r.predicted_full_us):>30s}  {_us(r.per_micro_batch(full)):>20s}{flag}")
     return lines
 
@@ -176,8 +204,10 @@ def apply_setting(document: dict, row: Row, old_grad_accum: int, old_dtype: str)
             if isinstance(out.get(key), dict):
                 out[key]["enabled"] = False
         if row.dtype in ("float16", "bfloat16"):
-            key = "fp16" if row.dtype == "float16" else ("bfloat16" if "bfloat16" in out and "bf16" not in out else "bf16")
-            section = out.get(key) if isinstance(out.get(key), dict) else {}
+            bf16 = "bfloat16" if "bfloat16" in out and "bf16" not in out else "bf16"
+            key = "fp16" if row.dtype == "float16" else bf16
+            got = out.get(key)
+            section = got if isinstance(got, dict) else {}
             out[key] = {**section, "enabled": True}
     return _unchanged_where_equal(document, out)
 
@@ -186,7 +216,8 @@ def _unchanged_where_equal(old: dict, new: dict) -> dict:
     """Keys the setting wrote with the value DeepSpeed already used (its default) are taken back
     out, so the diff holds only real changes."""
     defaults = {"stage": 0, "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000}
-    zero_old = old.get("zero_optimization") if isinstance(old.get("zero_optimization"), dict) else {}
+    got = old.get("zero_optimization")
+    zero_old = got if isinstance(got, dict) else {}
     zero_new = new["zero_optimization"]
     for key, default in defaults.items():
         if key not in zero_old and zero_new.get(key) == default:

@@ -8,7 +8,7 @@ place and counter as core/wire.totals sums them, and judged by wireview.cause_of
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from commbench.analysis import wireview
 from commbench.analysis.engine import KEY_COLUMNS, Aggregate, Query, quote
@@ -67,7 +67,7 @@ def wire_totals(q: Query, wanted: set) -> dict[tuple, list]:
     return wireview.summed_by_point(_key_values(q, "wire", f"{flagged} AND wire IS NOT NULL"), wanted)
 
 
-def _key_values(q: Query, column: str, where: str):
+def _key_values(q: Query, column: str, where: str) -> Iterator[tuple[tuple, object]]:
     """(point key, value of `column`) of the rows that pass `where`, in row order, a batch at a time."""
     sql = (f"SELECT {', '.join(q.key_exprs())}, {quote(column)} AS value FROM rows WHERE NOT excluded AND "
            f"({where}) ORDER BY gi")
