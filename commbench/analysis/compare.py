@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -31,6 +31,9 @@ from commbench.core import stats
 from commbench.core.columns import TOPOLOGY_COLUMNS
 from commbench.core.errors import BadInput, RuntimeFailure
 
+if TYPE_CHECKING:
+    from commbench.analysis.engine import Aggregate
+
 # A collective's peak busbw is taken over the before side's points of the same collective on
 # the same topology under the same setting (a setting that quarters the bandwidth, a slow rail,
 # does not make its points latency-bound).
@@ -41,8 +44,8 @@ WITHIN_RUN_ALPHA_DIVISOR = 10
 # Should be the same on both sides: a difference makes the comparison suspect.
 # Every column compare_frames reads: callers reading files for it read only these (results.read_results).
 READ_COLUMNS = tuple(dict.fromkeys(REQUIRED_COLUMNS + KEY_COLUMNS + WARN_COLUMNS + DIFFERENCE_COLUMNS + (
-    "schema_version", "run_id", "algbw_GBps", "time_us", "samples_us", "repetition", "env", "status", "error", "confirm",
-    "wire", "wire_trouble", "net")))  # the wire columns only where a file has them (older files do not)
+    "schema_version", "run_id", "algbw_GBps", "time_us", "samples_us", "repetition", "env", "status", "error",
+    "confirm", "wire", "wire_trouble", "net")))  # the wire columns only where a file has them (older files do not)
 
 # A pairs link measured before and failed after, failed before and measured after, failed on both
 # sides (docs/COMPARE.md, "Links that failed"). "link down" counts as a regression.
@@ -127,12 +130,12 @@ def compare_frames(before: pd.DataFrame, after: pd.DataFrame, threshold: float =
     limits = _limits(threshold, latency_threshold, alpha)
     check_frame(before, "before")
     check_frame(after, "after")
-    sides = [engine.aggregate((), name, engine.frame_source(frame, name))
-             for name, frame in (("before", before), ("after", after))]
-    return compare_aggregates(*sides, **limits, allow_within_run=allow_within_run)
+    b, a = (engine.aggregate((), name, engine.frame_source(frame, name))
+            for name, frame in (("before", before), ("after", after)))
+    return compare_aggregates(b, a, **limits, allow_within_run=allow_within_run)
 
 
-def compare_aggregates(before, after, threshold: float = 0.03, latency_threshold: float = 0.10,
+def compare_aggregates(before: Aggregate, after: Aggregate, threshold: float = 0.03, latency_threshold: float = 0.10,
                        alpha: float = 0.05, allow_within_run: bool = False) -> Comparison:
     """compare_frames over two engine.Aggregate sides (large inputs, analysis/engine.py): the same
     rules and verdicts; the setup differences come from the distinct values of each side's runs."""
@@ -146,12 +149,13 @@ def compare_aggregates(before, after, threshold: float = 0.03, latency_threshold
     b_lost, a_lost = before.lost, after.lost
     same = same_run_warning(run_values(before.context, "run_id"), run_values(after.context, "run_id"))
     return _compare(before.side(), after.side(), b_lost, a_lost,
-                    [same] * bool(same) + warnings_between(before.context, after.context),
+                    ([same] if same else []) + warnings_between(before.context, after.context),
                     differences_between(before.context, after.context), _settings_of(before.context, after.context),
                     lambda common: wirequery.likely_causes(before, after, common), limits, allow_within_run)
 
 
-def compare_paths(before: Sequence[str | os.PathLike], after: Sequence[str | os.PathLike], **limits) -> Comparison:
+def compare_paths(before: Sequence[str | os.PathLike], after: Sequence[str | os.PathLike],
+                  **limits: Any) -> Comparison:
     """The comparison of two sides' files, aggregated where they lie (whatever their size:
     compare_frames takes the same aggregation over rows already in memory)."""
     from commbench.analysis import engine
@@ -167,7 +171,8 @@ def _limits(threshold: float, latency_threshold: float, alpha: float) -> dict:
 
 
 def _compare(b: Side, a: Side, b_lost: dict, a_lost: dict, warnings: list[str], differences: list[str],
-             sides: tuple[str, str] | None, causes_of, limits: dict, allow_within_run: bool) -> Comparison:
+             sides: tuple[str, str] | None, causes_of: Callable[[list[tuple]], dict[tuple, str]], limits: dict,
+             allow_within_run: bool) -> Comparison:
     """The comparison of two grouped sides (sides.Side): points paired, tested and decided."""
     threshold, latency_threshold, alpha = limits["threshold"], limits["latency_threshold"], limits["alpha"]
     b_keys, a_keys = list(dict.fromkeys([*b.rows, *b_lost])), list(dict.fromkeys([*a.rows, *a_lost]))
@@ -198,7 +203,7 @@ def _compare(b: Side, a: Side, b_lost: dict, a_lost: dict, warnings: list[str], 
               else _failed_point(k, b, a, b_lost.get(k), a_lost.get(k), threshold) for k in common]
     causes = causes_of(common)
     points = [dataclasses.replace(p, likely_cause=causes[k]) if k in causes else p for k, p in zip(common, points)]
-    bound = [p.ratio for p in points if p.bandwidth_bound]
+    bound = [p.ratio for p in points if p.bandwidth_bound and p.ratio is not None]  # a bound point has a ratio
     geo = stats.geomean(bound) if bound else None
     return Comparison(points=points, geomean_ratio=geo, verdict=_overall({p.verdict for p in points}),
                       repetitions_needed=needed, **base)
@@ -282,6 +287,7 @@ def _with_failures(p: PointComparison, lost_before: Lost | None, lost_after: Los
                      + ("" if lost_before else ", never before"))
     verdict = LINK_DOWN if lost_after and not lost_before else p.verdict
     if verdict != p.verdict:
+        assert p.ratio is not None  # a tested point has a ratio
         notes.append(f"the measured repetitions: {p.verdict} ({p.note or _pct(p.ratio)})")
     elif p.note:
         notes.append(p.note)
@@ -380,7 +386,7 @@ def _p(p: float) -> str:
 
 
 def _decide(d: dict, alpha: float, threshold: float, latency_threshold: float, allow_within_run: bool,
-            needed: int) -> PointComparison:
+            needed: int | None) -> PointComparison:
     thr = threshold if d["bandwidth_bound"] else latency_threshold
     ratio = d["ratio"]
     big = abs(ratio - 1) >= thr
@@ -441,9 +447,12 @@ def _extra_columns(keys: Iterable[dict]) -> list[str]:
     return extra
 
 
+_PLACE: dict[object, str] = {True: "in", False: "out"}  # in_place's cell
+
+
 def _key_cells(key: dict, extra: list[str]) -> list[str]:
     cells = [str(key.get("collective")), str(key.get("dtype")), str(key.get("op") or "-"), _size(key.get("size_bytes")),
-             {True: "in", False: "out"}.get(key.get("in_place"), "-"),
+             _PLACE.get(key.get("in_place"), "-"),
              f"{key.get('world_size')} ({key.get('nnodes')}x{key.get('ranks_per_node')})"]
     for name in extra:
         v = key.get(name)

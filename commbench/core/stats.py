@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+# A sample: numbers in a sequence or an array (every function reads it through np.asarray).
+Values = Sequence[float] | np.ndarray
+
 
 def _scipy() -> Any:
     """scipy.stats, loaded on first use: it costs a second at start-up, and commands that refuse a
@@ -30,7 +33,7 @@ def _scipy() -> Any:
 EXACT_TIES_LIMIT = 13_000
 
 
-def _finite(values: Sequence[float], what: str) -> np.ndarray:
+def _finite(values: Values, what: str) -> np.ndarray:
     arr = np.asarray(values, dtype=float).ravel()
     if arr.size == 0:
         raise ValueError(f"{what} is empty")
@@ -39,23 +42,23 @@ def _finite(values: Sequence[float], what: str) -> np.ndarray:
     return arr
 
 
-def median(values: Sequence[float]) -> float:
+def median(values: Values) -> float:
     return float(np.median(_finite(values, "median of")))
 
 
-def min_max(values: Sequence[float]) -> tuple[float, float]:
+def min_max(values: Values) -> tuple[float, float]:
     arr = _finite(values, "min..max of")
     return float(arr.min()), float(arr.max())
 
 
-def iqr(values: Sequence[float]) -> tuple[float, float]:
+def iqr(values: Values) -> tuple[float, float]:
     """The 25th and 75th percentiles (linear interpolation)."""
     arr = _finite(values, "IQR of")
     lo, hi = np.percentile(arr, [25, 75])
     return float(lo), float(hi)
 
 
-def geomean(values: Sequence[float]) -> float:
+def geomean(values: Values) -> float:
     arr = _finite(values, "geometric mean of")
     if np.any(arr <= 0):
         raise ValueError("geometric mean of a value that is not positive")
@@ -82,7 +85,7 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
     return j, n - 1 - j
 
 
-def median_ci_halfwidth(values: Sequence[float], confidence: float = 0.95) -> float:
+def median_ci_halfwidth(values: Values, confidence: float = 0.95) -> float:
     """Half-width of the median's confidence interval (median_ci_ranks) relative to the median:
     the longer of its two sides, over the median; inf when the sample is too small for one."""
     arr = np.sort(_finite(values, "confidence interval of"))
@@ -94,7 +97,7 @@ def median_ci_halfwidth(values: Sequence[float], confidence: float = 0.95) -> fl
     return max(med - float(arr[lo]), float(arr[hi]) - med) / med
 
 
-def mannwhitney_one_sided(x: Sequence[float], y: Sequence[float], alternative: str) -> float:
+def mannwhitney_one_sided(x: Values, y: Values, alternative: str) -> float:
     """p-value of the one-sided Mann-Whitney U test of x against y.
 
     alternative "less": x tends to be smaller than y; "greater": x tends to be larger. scipy picks
