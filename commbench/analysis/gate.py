@@ -14,10 +14,10 @@ import dataclasses
 import datetime as dt
 import math
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from collections.abc import Sequence
-from typing import Any, Iterable
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,7 @@ ENTRY_KEYS = ("collective", "size", "ranks", "dtype", "op", "in_place", "nnodes"
 DEFAULT_KEYS = ("lower", "upper")
 TOP_KEYS = ("version", "system", "defaults", "entries")
 VERDICTS = ("PASS", "FAIL", "SKIP")
+_T = TypeVar("_T")  # _within's answer
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,8 @@ def parse_bands(text: str, source: str = "<bands>") -> Bands:
     if not isinstance(entries, list) or not entries:
         raise BadInput(f"{source}: no entries: add a list 'entries:' with at least one band "
                        "(commbench gate --suggest RESULTS writes one)")
-    parsed, seen = [], {}
+    parsed: list[Entry] = []
+    seen: dict[tuple, int] = {}
     for i, raw in enumerate(entries, start=1):
         entry = _entry(raw, i, source, d_lower, d_upper)
         key = _match_key(entry)
@@ -262,55 +264,14 @@ def _settings(value: Any, where: str) -> str | None:
 
 
 def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | None) -> Entry:
-    from commbench.core import vocab as collectives
-    from commbench.core.vocab import get_dtype, get_op
-
+    """One entry of the file, validated field group by field group (the first problem is named)."""
     where = f"{source}: entry {index}"
-    if not isinstance(raw, dict):
-        raise BadInput(f"{where}: expected a mapping like {{collective: all_reduce, size: 64M, ranks: 2, "
-                       "busbw_GBps: 0.119}}")
-    unknown = [k for k in raw if k not in ENTRY_KEYS]
-    if unknown:
-        raise BadInput(f"{where}: unknown key {printable(str(unknown[0]))!r}: entries take {', '.join(ENTRY_KEYS)}")
-    for key in ("collective", "size", "ranks"):
-        if raw.get(key) is None:
-            raise BadInput(f"{where}: no {key}: every entry names collective, size and ranks")
+    raw = _entry_mapping(raw, where)
     coll = _collective(raw["collective"], where)
     where = f"{where} ({coll})"
-
-    def wrapped(fn, *args):
-        try:
-            return fn(*args)
-        except BadInput as exc:
-            raise BadInput(f"{where}: {exc}") from None
-
-    size = raw["size"]
-    if isinstance(size, bool) or not isinstance(size, (int, str)):
-        raise BadInput(f"{where}: size {printable(repr(size))} is not a size: write e.g. 64M, 1G or 4096")
-    size_bytes = wrapped(parse_size, str(size), "size")
-    ranks = _positive_int(raw["ranks"], where, "ranks")
-    dtype = raw.get("dtype")
-    if dtype is not None:
-        if not isinstance(dtype, str):
-            raise BadInput(f"{where}: dtype {printable(repr(dtype))} is not a dtype name: write e.g. float32")
-        dtype = wrapped(get_dtype, dtype).name
-    op = raw.get("op")
-    if op is not None:
-        if not collectives.BY_NAME[coll].reduces:
-            raise BadInput(f"{where}: {coll} does not reduce, so it takes no op: remove 'op'")
-        if not isinstance(op, str):
-            raise BadInput(f"{where}: op {printable(repr(op))} is not a reduction: write e.g. sum")
-        op = wrapped(get_op, op)
-    in_place = raw.get("in_place")
-    if isinstance(in_place, str) and in_place.strip().lower() in ("in", "out"):
-        in_place = in_place.strip().lower() == "in"
-    if in_place is not None and not isinstance(in_place, bool):
-        raise BadInput(f"{where}: in_place {printable(repr(in_place))} must be true or false (or in / out)")
-    nnodes = raw.get("nnodes")
-    if nnodes is not None:
-        nnodes = _positive_int(nnodes, where, "nnodes")
-        if nnodes > ranks:
-            raise BadInput(f"{where}: nnodes {nnodes} is more than ranks {ranks}: a node holds at least one rank")
+    size_bytes, ranks = _size_and_ranks(raw, where)
+    dtype, op = _dtype_and_op(raw, coll, where)
+    in_place, nnodes = _placement(raw, ranks, where)
     workload = raw.get("workload")
     if workload is not None and workload not in GATED_WORKLOADS:
         raise BadInput(f"{where}: workload {printable(repr(workload))} cannot be gated: use "
@@ -323,22 +284,90 @@ def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | N
     if not isinstance(optional, bool):
         raise BadInput(f"{where}: optional {printable(repr(optional))} must be true or false")
     note, basis = (None if raw.get(k) is None else printable(str(raw[k])) for k in ("note", "basis"))
-    common = dict(index=index, collective=coll, size_bytes=size_bytes, ranks=ranks, dtype=dtype, op=op,
-                  in_place=in_place, nnodes=nnodes, workload=workload, settings=settings, note=note, basis=basis)
+    common = Entry(index=index, collective=coll, size_bytes=size_bytes, ranks=ranks, dtype=dtype, op=op,
+                   in_place=in_place, nnodes=nnodes, workload=workload, settings=settings, note=note, basis=basis)
     if expect == "fail":
         given = [k for k in ("busbw_GBps", "lower", "upper", "optional") if k in raw]
         if given:
             raise BadInput(f"{where}: an expected failure takes no {given[0]} (it passes when the point fails "
                            "or is missing): remove it, or remove 'expect: fail'")
-        return Entry(expect="fail", **common)
-    bw = raw.get("busbw_GBps")
+        return replace(common, expect="fail")
+    bw = _expected_busbw(raw.get("busbw_GBps"), where)
+    lower = _lower(raw["lower"], where) if "lower" in raw else d_lower
+    upper = _upper(raw["upper"], where) if "upper" in raw else d_upper
+    return replace(common, busbw_GBps=bw, lower=lower, upper=upper, optional=optional)
+
+
+def _entry_mapping(raw: Any, where: str) -> dict:
+    """An entry is a mapping of known keys that names collective, size and ranks."""
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}: expected a mapping like {{collective: all_reduce, size: 64M, ranks: 2, "
+                       "busbw_GBps: 0.119}}")
+    unknown = [k for k in raw if k not in ENTRY_KEYS]
+    if unknown:
+        raise BadInput(f"{where}: unknown key {printable(str(unknown[0]))!r}: entries take {', '.join(ENTRY_KEYS)}")
+    for key in ("collective", "size", "ranks"):
+        if raw.get(key) is None:
+            raise BadInput(f"{where}: no {key}: every entry names collective, size and ranks")
+    return raw
+
+
+def _within(where: str, fn: Callable[..., _T], *args: Any) -> _T:
+    """fn(*args), its BadInput prefixed with the entry it is about."""
+    try:
+        return fn(*args)
+    except BadInput as exc:
+        raise BadInput(f"{where}: {exc}") from None
+
+
+def _size_and_ranks(raw: dict, where: str) -> tuple[int, int]:
+    size = raw["size"]
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        raise BadInput(f"{where}: size {printable(repr(size))} is not a size: write e.g. 64M, 1G or 4096")
+    return _within(where, parse_size, str(size), "size"), _positive_int(raw["ranks"], where, "ranks")
+
+
+def _dtype_and_op(raw: dict, coll: str, where: str) -> tuple[str | None, str | None]:
+    """An entry's dtype and reduction, canonical (None: any)."""
+    from commbench.core import vocab as collectives
+    from commbench.core.vocab import get_dtype, get_op
+
+    dtype = raw.get("dtype")
+    if dtype is not None:
+        if not isinstance(dtype, str):
+            raise BadInput(f"{where}: dtype {printable(repr(dtype))} is not a dtype name: write e.g. float32")
+        dtype = _within(where, get_dtype, dtype).name
+    op = raw.get("op")
+    if op is not None:
+        if not collectives.BY_NAME[coll].reduces:
+            raise BadInput(f"{where}: {coll} does not reduce, so it takes no op: remove 'op'")
+        if not isinstance(op, str):
+            raise BadInput(f"{where}: op {printable(repr(op))} is not a reduction: write e.g. sum")
+        op = _within(where, get_op, op)
+    return dtype, op
+
+
+def _placement(raw: dict, ranks: int, where: str) -> tuple[bool | None, int | None]:
+    """An entry's in_place (true, false, in, out) and nnodes (at most its ranks); None: any."""
+    in_place = raw.get("in_place")
+    if isinstance(in_place, str) and in_place.strip().lower() in ("in", "out"):
+        in_place = in_place.strip().lower() == "in"
+    if in_place is not None and not isinstance(in_place, bool):
+        raise BadInput(f"{where}: in_place {printable(repr(in_place))} must be true or false (or in / out)")
+    nnodes = raw.get("nnodes")
+    if nnodes is not None:
+        nnodes = _positive_int(nnodes, where, "nnodes")
+        if nnodes > ranks:
+            raise BadInput(f"{where}: nnodes {nnodes} is more than ranks {ranks}: a node holds at least one rank")
+    return in_place, nnodes
+
+
+def _expected_busbw(bw: Any, where: str) -> float:
     if bw is None:
         raise BadInput(f"{where}: no busbw_GBps: give the expected busbw in GB/s, or 'expect: fail'")
     if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not (math.isfinite(bw) and bw > 0):
         raise BadInput(f"{where}: busbw_GBps {printable(repr(bw))} must be a number of GB/s above 0")
-    lower = _lower(raw["lower"], where) if "lower" in raw else d_lower
-    upper = _upper(raw["upper"], where) if "upper" in raw else d_upper
-    return Entry(busbw_GBps=float(bw), lower=lower, upper=upper, optional=optional, **common)
+    return float(bw)
 
 
 # ---- the rows of a run ----
@@ -423,8 +452,12 @@ def _matching(rows: _Rows, e: Entry) -> list[int]:
 
 
 def _values(rows: _Rows, idx: list[int], what: str) -> np.ndarray:
-    v = rows.value[idx] if rows.counts is None else np.concatenate(
-        [rows.value[rows.starts[i]:rows.starts[i] + rows.counts[i]] for i in idx] or [np.zeros(0)])
+    if rows.counts is None:
+        v = rows.value[idx]
+    else:
+        starts, counts = rows.starts, rows.counts
+        assert starts is not None  # grouped rows have both
+        v = np.concatenate([rows.value[starts[i]:starts[i] + counts[i]] for i in idx] or [np.zeros(0)])
     if not np.all(np.isfinite(v) & (v > 0)):
         raise BadInput(f"the results hold busbw_GBps {v[~(np.isfinite(v) & (v > 0))][0]} for {what}: a damaged "
                        "or hand-edited file; re-run the measurement")
@@ -461,30 +494,32 @@ def _judge(e: Entry, rows: _Rows) -> EntryResult:
     wrong = int(sum(rows.wrong[i] for i in idx))  # rows grouped: wrong[i] counts the group's wrong rows
     n = _count(rows, idx)
     measured = stats.median(_values(rows, idx, e.describe())) if idx else None
-    base = dict(entry=e, measured_GBps=measured, n_rows=n, wrong_rows=wrong, ratio=None, band=None)
+    base = EntryResult(entry=e, measured_GBps=measured, n_rows=n, wrong_rows=wrong, ratio=None, band=None,
+                       verdict="", reason="")
     if e.expect == "fail":
         if not idx:
-            return EntryResult(verdict="PASS", reason="expected failure: not measured", **base)
+            return replace(base, verdict="PASS", reason="expected failure: not measured")
         if wrong:
-            return EntryResult(verdict="PASS", reason=f"expected failure: {wrong} of {n} rows wrong", **base)
-        return EntryResult(verdict="FAIL", reason=f"expected to fail, but {n} rows measured with correct "
-                                                  "results: the known failure is gone; update the bands", **base)
+            return replace(base, verdict="PASS", reason=f"expected failure: {wrong} of {n} rows wrong")
+        return replace(base, verdict="FAIL", reason=f"expected to fail, but {n} rows measured with correct "
+                                                    "results: the known failure is gone; update the bands")
     if not idx:
         if e.optional:
-            return EntryResult(verdict="SKIP", reason="optional, not measured", **base)
-        return EntryResult(verdict="FAIL", reason="not measured (no row matches)", **base)
+            return replace(base, verdict="SKIP", reason="optional, not measured")
+        return replace(base, verdict="FAIL", reason="not measured (no row matches)")
     assert e.busbw_GBps is not None and measured is not None
     low, high = e.band()
-    base.update(ratio=measured / e.busbw_GBps, band=(low, high))
+    base = replace(base, ratio=measured / e.busbw_GBps, band=(low, high))
     if wrong:
-        return EntryResult(verdict="FAIL", reason=f"wrong results in {wrong} of {n} rows", **base)
+        return replace(base, verdict="FAIL", reason=f"wrong results in {wrong} of {n} rows")
     change = f"{(measured / e.busbw_GBps - 1) * 100:+.1f}%"
     if measured < low:
-        return EntryResult(verdict="FAIL", reason=f"below band ({change}, tolerance -{e.lower * 100:g}%)", **base)
+        return replace(base, verdict="FAIL", reason=f"below band ({change}, tolerance -{e.lower * 100:g}%)")
     if high is not None and measured > high:
-        return EntryResult(verdict="FAIL", reason=f"above band ({change}, tolerance +{e.upper * 100:g}%): "
-                                                  "suspiciously fast (caching? a wrong size?)", **base)
-    return EntryResult(verdict="PASS", reason=change, **base)
+        assert e.upper is not None  # a band has a top only with `upper`
+        return replace(base, verdict="FAIL", reason=f"above band ({change}, tolerance +{e.upper * 100:g}%): "
+                                                    "suspiciously fast (caching? a wrong size?)")
+    return replace(base, verdict="PASS", reason=change)
 
 
 # ---- suggesting ----
@@ -529,9 +564,10 @@ def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = tol
     if wide and not allow_wide:
         reps = max((int(r) for r in frame["repetition"].dropna().unique()), default=0) + 1 \
             if "repetition" in frame.columns else 1
-        raise BadInput(f"{len(wide)} suggested band(s) would be wider than --max-band {max_band:.0%} ({'; '.join(wide[:3])}"
-                       f"{'; ...' if len(wide) > 3 else ''}): measure more repetitions (-R {max(5, 2 * reps)}) or "
-                       "several runs, on a quieter system, or larger sizes (--min-size); or pass --allow-wide")
+        raise BadInput(f"{len(wide)} suggested band(s) would be wider than --max-band {max_band:.0%} "
+                       f"({'; '.join(wide[:3])}{'; ...' if len(wide) > 3 else ''}): measure more repetitions "
+                       f"(-R {max(5, 2 * reps)}) or several runs, on a quieter system, or larger sizes (--min-size); "
+                       "or pass --allow-wide")
     if system is None:
         hosts = sorted({h for hs in column(frame, "hosts") if hs is not None for h in hs})
         system = ",".join(hosts) if hosts else "unnamed"
