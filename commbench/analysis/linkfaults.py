@@ -16,18 +16,23 @@ slow rails are ranked by railrank.py.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from commbench.analysis import linkrank, railrank
 from commbench.analysis.linkrank import FAILED, PAIRS_COLLECTIVES, column, endpoint_names, pairs_rows
 from commbench.core import wire
 
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
 
 # --------------------------------------------------------------------------- the pairs --from report
 
 
-def report(df, threshold: float = linkrank.DEFAULT_THRESHOLD) -> tuple[list[str], list[str]]:
+def report(df: pd.DataFrame | None, threshold: float = linkrank.DEFAULT_THRESHOLD) -> tuple[list[str], list[str]]:
     """`commbench pairs --from`: (console lines, verdicts) for every pairs run in `df`. Verdicts
     name the slow endpoints and the failed hosts and links (FaultVerdict.named); a run whose
     faults are undecided adds none (its exit code is in faults_by_run)."""
@@ -45,7 +50,8 @@ def report(df, threshold: float = linkrank.DEFAULT_THRESHOLD) -> tuple[list[str]
     return lines, verdicts
 
 
-def _run_report(run_id: str, run, links: list[linkrank.Link], threshold: float) -> tuple[list[str], list[str]]:
+def _run_report(run_id: str, run: pd.DataFrame, links: list[linkrank.Link],
+                threshold: float) -> tuple[list[str], list[str]]:
     from commbench.core.units import format_size
 
     names = endpoint_names(run)
@@ -183,7 +189,7 @@ class _Mesh:
     def endpoints(self) -> list[str]:
         return sorted(self.by_end, key=lambda e: (self.rank[e], e))
 
-    def order(self, keys) -> list[tuple[str, str]]:
+    def order(self, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         return sorted(keys, key=lambda k: (self.rank[k[0]], self.rank[k[1]], k))
 
     def judged(self, e: str) -> list[tuple[str, str]]:
@@ -199,11 +205,11 @@ class _Mesh:
         return any(k not in self.bad for k in self.judged(e))
 
 
-def _peer(k: tuple[str, str], e: str) -> str:
+def _peer(k: Sequence[str], e: str) -> str:
     return k[1] if k[0] == e else k[0]
 
 
-def _meshes(df) -> tuple[_Mesh | None, _Mesh | None]:
+def _meshes(df: pd.DataFrame | None) -> tuple[_Mesh | None, _Mesh | None]:
     """(main rounds, confirmation round) of the one pairs run in `df`; (None, None) without pairs rows."""
     rows = pairs_rows(df)
     if rows is None:
@@ -229,7 +235,7 @@ def _meshes(df) -> tuple[_Mesh | None, _Mesh | None]:
     return main, conf
 
 
-def _end_names(rows, side: str, names: dict[tuple[str, int], str]):
+def _end_names(rows: pd.DataFrame, side: str, names: dict[tuple[str, int], str]) -> np.ndarray:
     """Each row's endpoint name on one side, as an object array of shared strings (looked up by
     pandas, not a (host, rank) tuple a row)."""
     import numpy as np
@@ -411,7 +417,7 @@ def _flapping(rows: list[_Row]) -> list[str]:
     return []
 
 
-def suspects(df) -> list[Culprit]:
+def suspects(df: pd.DataFrame | None) -> list[Culprit]:
     """The culprits the main rounds' failure pattern points at (rows with confirm true are left
     out), confirmed=None: hosts first, then links, then undecided links, each in rank order.
     `df`: the rows of one pairs run, in measurement order (other workloads' rows are ignored)."""
@@ -423,7 +429,7 @@ def _ends(c: Culprit) -> list[str]:
     return [c.name] if c.kind == "host" else c.name.split(" <-> ")
 
 
-def confirm_plan(df, culprits: list[Culprit]) -> list[tuple[int, int]]:
+def confirm_plan(df: pd.DataFrame | None, culprits: list[Culprit]) -> list[tuple[int, int]]:
     """The confirmation round: (rank, rank) pairs, the lower rank first, in a fixed order, none twice.
 
     `df`: the main rounds' rows of one run (confirm rows are ignored); `culprits`: suspects(df).
@@ -562,7 +568,7 @@ def _why_undecided(main: _Mesh, culprits: list[Culprit], left: list[tuple[str, s
 _KIND_ORDER = {"host": 0, "link": 1, "undecided": 2}
 
 
-def faults(df) -> FaultVerdict:
+def faults(df: pd.DataFrame | None) -> FaultVerdict:
     """faults_on_rows() of one pairs run; with rails, of each rail's rows on their own, so a failed
     rail of a host names that rail (Culprit.rail) and leaves the host's other rails alone."""
     rows = pairs_rows(df)
@@ -579,7 +585,7 @@ def faults(df) -> FaultVerdict:
     return FaultVerdict(culprits, failed, "; ".join(undecided) or None)
 
 
-def faults_on_rows(df) -> FaultVerdict:
+def faults_on_rows(df: pd.DataFrame | None) -> FaultVerdict:
     """The verdict from the failure pattern of one pairs run: suspects() from the main rounds, then
     the confirmation rows (confirm true) decide `confirmed`. A host is confirmed when all its
     confirmation links failed again and refuted when any worked; a link is refuted when its
@@ -588,7 +594,7 @@ def faults_on_rows(df) -> FaultVerdict:
     worked with another endpoint. Without confirmation rows a culprit keeps confirmed=None and is
     named. `df`: the rows of one run, in measurement order."""
     main, conf = _meshes(df)
-    if main is None:
+    if main is None or conf is None:  # both or neither
         return FaultVerdict([], [])
     culprits, left, unsure = _judge(main)
     blamed = {e for c in culprits if c.kind in ("host", "link") for e in _ends(c)}
@@ -601,7 +607,7 @@ def faults_on_rows(df) -> FaultVerdict:
     return FaultVerdict(ordered, _failed_links(main, conf), _why_undecided(main, ordered, left, unsure))
 
 
-def faults_by_run(df) -> dict[str, FaultVerdict]:
+def faults_by_run(df: pd.DataFrame | None) -> dict[str, FaultVerdict]:
     """faults() of every pairs run in `df`, by run id (pairs --from exits with the worst exit_code)."""
     rows = pairs_rows(df)
     if rows is None:
@@ -620,7 +626,7 @@ def _headline(c: Culprit, v: FaultVerdict) -> str:
     what = "endpoint" if "/" in c.name else "host"
     conf = {True: "confirmed", False: "recovered when measured again: not named", None: ""}[c.confirmed]
     if c.kind == "host":
-        peers = {"main": set(), "confirm": set()}
+        peers: dict[str, set[str]] = {"main": set(), "confirm": set()}
         for f in v.failed:
             if c.name in (f["src"], f["dst"]) and f.get("rail") == c.rail:
                 peer = f["dst"] if f["src"] == c.name else f["src"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,6 +39,12 @@ from commbench.core.columns import LINK_KEY
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.image import AxesImage
+
 MAX_RUNS = 4
 MAX_ANNOTATED = 16  # endpoints per side up to which every cell shows its value
 LINK_COLUMNS = LINK_KEY  # core/columns.py
@@ -45,7 +52,7 @@ PARTLY_FAILED_MARK = "!"
 MAX_BLAMED = 4  # culprits named in a title
 
 
-def pairs_rows(df):
+def pairs_rows(df: pd.DataFrame | None) -> pd.DataFrame | None:
     """The rows of `commbench pairs` runs (None when there are none)."""
     if df is None or len(df) == 0 or "workload" not in df.columns:
         return None
@@ -82,7 +89,7 @@ class Fault:
         return self.failed < self.total
 
 
-def matrix_rows(df):
+def matrix_rows(df: pd.DataFrame | None) -> pd.DataFrame | None:
     """The pairs rows a heat map is drawn from: a link named, not of the confirmation round."""
     rows = pairs_rows(df)
     if rows is None or any(c not in rows.columns for c in LINK_COLUMNS):
@@ -94,7 +101,7 @@ def matrix_rows(df):
     return rows if len(rows) else None
 
 
-def _failed_mask(rows) -> np.ndarray:
+def _failed_mask(rows: pd.DataFrame) -> np.ndarray:
     if "status" not in rows.columns:
         return np.zeros(len(rows), dtype=bool)
     status = rows["status"]
@@ -103,7 +110,7 @@ def _failed_mask(rows) -> np.ndarray:
     return status.isin(linkrank.FAILED).to_numpy(dtype=bool)
 
 
-def failed_links(run) -> dict[tuple[int, int], Fault]:
+def failed_links(run: pd.DataFrame) -> dict[tuple[int, int], Fault]:
     """(src_rank, dst_rank) -> Fault, for every link of one run's matrix rows that failed at least once."""
     failed = _failed_mask(run)
     if not failed.any():
@@ -120,7 +127,7 @@ def failed_links(run) -> dict[tuple[int, int], Fault]:
     return out
 
 
-def endpoints(run) -> list[tuple[int, str]]:
+def endpoints(run: pd.DataFrame) -> list[tuple[int, str]]:
     """(rank, name) of every endpoint of one run, in rank order, measured or not: hosts, or
     host/rRANK when a host runs several (the names linkrank gives)."""
     ends = {(str(h), int(r)) for h, r in zip(run["src_host"], run["src_rank"])} | \
@@ -132,7 +139,7 @@ def endpoints(run) -> list[tuple[int, str]]:
 # --------------------------------------------------------------------------- the figure
 
 
-def build_figure(df, threshold: float = linkrank.DEFAULT_THRESHOLD):
+def build_figure(df: pd.DataFrame | None, threshold: float = linkrank.DEFAULT_THRESHOLD) -> Figure:
     rows = matrix_rows(df)
     if rows is None:
         raise BadInput("the results hold no pairs rows with src/dst columns: pass a file written by commbench pairs")
@@ -142,6 +149,7 @@ def build_figure(df, threshold: float = linkrank.DEFAULT_THRESHOLD):
                        f"up to {MAX_RUNS}: pass fewer files")
     measured = linkrank.links_by_run(rows)
     every = pairs_rows(df)  # with the confirmation rows: the fault verdict's evidence
+    assert every is not None  # it holds matrix_rows'
     n = max(len(endpoints(run)) for run in runs.values())
     side = min(14.0, max(4.5, 0.75 * n + 2.5))
     fig = new_figure(width=(side + 1.6) * len(runs), height=side + 1.4)
@@ -159,7 +167,8 @@ def build_figure(df, threshold: float = linkrank.DEFAULT_THRESHOLD):
     return fig
 
 
-def _cells(run, links: list[linkrank.Link], bidir: bool):
+def _cells(run: pd.DataFrame, links: list[linkrank.Link], bidir: bool) -> tuple[
+        list[str], np.ndarray, list[list[str]], list[tuple[int, int]], dict[tuple[int, int], Fault]]:
     """(names, values, texts, hatched cells, faults) of one run's matrix."""
     ends = endpoints(run)
     names = [name for _, name in ends]
@@ -167,7 +176,7 @@ def _cells(run, links: list[linkrank.Link], bidir: bool):
     both = (lambda i, j: ((i, j), (j, i))) if bidir else (lambda i, j: ((i, j),))  # bidir: a row per pair
     values = np.full((len(names), len(names)), np.nan)
     for ln in links:
-        for cell in both(at[ln.src_rank], at[ln.dst_rank]):
+        for cell in both(at[_rank(ln.src_rank)], at[_rank(ln.dst_rank)]):
             values[cell] = ln.gbps
     annotate = len(names) <= MAX_ANNOTATED
     texts = [[f"{v:.3g}" if np.isfinite(v) and annotate else "" for v in row] for row in values]
@@ -184,18 +193,19 @@ def _cells(run, links: list[linkrank.Link], bidir: bool):
     return names, values, texts, hatched, found
 
 
-def _draw_run(ax, run, links: list[linkrank.Link], threshold: float, bidir: bool, blamed: list):
+def _draw_run(ax: Axes, run: pd.DataFrame, links: list[linkrank.Link], threshold: float, bidir: bool,
+              blamed: list[linkfaults.Culprit]) -> AxesImage:
     first = dict(run.iloc[0])
     names, values, texts, hatched, found = _cells(run, links, bidir)
     ranking = linkrank.rank_links(links, threshold) if links else None
     at = {rank: i for i, (rank, _) in enumerate(endpoints(run))}
-    marked = {(at[ln.src_rank], at[ln.dst_rank]) for ln in ranking.slowest} if ranking else set()
+    marked = {(at[_rank(ln.src_rank)], at[_rank(ln.dst_rank)]) for ln in ranking.slowest} if ranking else set()
     if bidir:
         marked |= {(j, i) for i, j in marked}
     image = draw_heatmap(ax, values, names, names, texts=texts, higher_is_better=True, marked=sorted(marked),
                          hatched=hatched)
     rank_of = {ln.src: ln.src_rank for ln in links} | {ln.dst: ln.dst_rank for ln in links}
-    slow = {names[at[rank_of[e.name]]] for e in ranking.singled_out} if ranking else set()
+    slow = {names[at[_rank(rank_of[e.name])]] for e in ranking.singled_out} if ranking else set()
     slow |= {c.name for c in blamed if c.kind == "host"}
     for label in list(ax.get_xticklabels()) + list(ax.get_yticklabels()):
         if label.get_text().replace("\\$", "$") in slow:
@@ -216,6 +226,12 @@ def _draw_run(ax, run, links: list[linkrank.Link], threshold: float, bidir: bool
     return image
 
 
+def _rank(rank: int | None) -> int:
+    """A link's rank: every link of the matrix rows has both (matrix_rows drops rows without them)."""
+    assert rank is not None
+    return rank
+
+
 def _verdict_line(ranking: linkrank.Ranking | None, threshold: float, rail: str | None = None) -> str:
     if ranking is None:
         return "no link was measured"
@@ -232,7 +248,7 @@ def _verdict_line(ranking: linkrank.Ranking | None, threshold: float, rail: str 
     return f"boxed: the {len(ranking.slowest)} slowest links · {verdict}"
 
 
-def _fault_line(found: dict[tuple[int, int], Fault], bidir: bool, blamed: list) -> str:
+def _fault_line(found: dict[tuple[int, int], Fault], bidir: bool, blamed: list[linkfaults.Culprit]) -> str:
     """The title's line on failed links and whom their pattern blames ('' when none failed)."""
     down = [f for f in found.values() if not f.partly]
     partly = len(found) - len(down)
