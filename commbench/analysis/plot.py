@@ -16,9 +16,10 @@ from __future__ import annotations
 import io
 import math
 import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,12 @@ from commbench.core import outputs
 from commbench.core.errors import BadInput
 from commbench.core.vocab import ORDER, order_key
 from commbench.core.units import format_size, parse_rate
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 METRICS = {
     "busbw": ("busbw_GBps", "Bus bandwidth (GB/s)"),
@@ -90,7 +97,7 @@ class Line:
     marker: str = "o"
 
 
-def aggregate(df, column: str) -> list[Line]:
+def aggregate(df: pd.DataFrame, column: str) -> list[Line]:
     """One Line per group (LINE_KEYS: two settings of a run are two lines): median, min and max
     over repetitions at every size. The rows a curve is drawn from are chosen here (frames.prepare:
     buckets rows at their bucket size); grouping them is the one aggregation's (analysis/engine.py,
@@ -127,7 +134,7 @@ def line_name(key: dict, show_dtype: bool, show_place: bool, show_settings: bool
 def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> None:
     """Legend names that show only what differs between lines; colours by collective
     (by variant when there is one collective); line style and marker by variant."""
-    def varies(k):
+    def varies(k: str) -> bool:
         return len({ln.key[k] for ln in lines}) > 1
 
     show_dtype, show_place, show_settings = varies("dtype"), varies("in_place"), varies("settings")
@@ -183,7 +190,7 @@ def size_ticks(lo_bytes: float, hi_bytes: float, max_labels: int = 16) -> tuple[
     return major, [format_size(v) for v in major], minor
 
 
-def _size_axis(ax, sizes: Sequence[float]) -> None:
+def _size_axis(ax: Axes, sizes: Sequence[float] | np.ndarray) -> None:
     from matplotlib.ticker import NullFormatter
 
     major, labels, minor = size_ticks(min(sizes), max(sizes))
@@ -202,7 +209,7 @@ def _size_axis(ax, sizes: Sequence[float]) -> None:
     ax.grid(True, which="minor", axis="x", alpha=0.15)
 
 
-def _plain_log_y(ax) -> None:
+def _plain_log_y(ax: Axes) -> None:
     """Log y with plain numbers (100, 200, 500, 1000) rather than 10^2."""
     from matplotlib.ticker import FuncFormatter, LogLocator
 
@@ -217,7 +224,7 @@ def _plain_log_y(ax) -> None:
     ax.grid(True, which="minor", axis="y", alpha=0.12)
 
 
-def _draw(ax, lines: list[Line], small_only: bool = False, log_y: bool = False, bands: bool = True) -> bool:
+def _draw(ax: Axes, lines: list[Line], small_only: bool = False, log_y: bool = False, bands: bool = True) -> bool:
     drew = False
     for ln in lines:
         sel = ln.sizes <= SMALL_BYTES if small_only else np.ones(len(ln.sizes), bool)
@@ -241,11 +248,15 @@ def _draw(ax, lines: list[Line], small_only: bool = False, log_y: bool = False, 
     return drew
 
 
-def _legend(fig, lines: list[Line], extra_handles: list = (), extra_labels: list = ()) -> None:
+def _legend(fig: Figure, lines: list[Line], extra_handles: Sequence[Artist] = (),
+            extra_labels: Sequence[str] = ()) -> None:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=ln.color, linestyle=ln.style, marker=ln.marker, markersize=4, linewidth=1.6)
-               for ln in lines]
+    handles: list[Artist] = [
+        Line2D([], [], color=ln.color,
+               linestyle=ln.style,  # type: ignore[arg-type]  # matplotlib: a Literal of style names; ours a str of one
+               marker=ln.marker, markersize=4, linewidth=1.6)
+        for ln in lines]
     labels = [mpl_text(short(ln.name, 56)) for ln in lines]
     if any(len(ln.wrong_sizes) for ln in lines):
         handles.append(Line2D([], [], linestyle="none", marker="x", color="#d00000", markersize=9, markeredgewidth=2))
@@ -266,7 +277,7 @@ def _legend(fig, lines: list[Line], extra_handles: list = (), extra_labels: list
                title="lines: median over repetitions", title_fontsize=8.5, columnspacing=2.0)
 
 
-def _titles(df) -> str:
+def _titles(df: pd.DataFrame) -> str:
     rows = run_rows(df)
     described: dict[str, list[str]] = {}
     for r in rows:
@@ -275,7 +286,8 @@ def _titles(df) -> str:
     for text, names in described.items():
         prefix = ""
         if len(described) > 1 or any(present(r.get("label")) for r in rows):
-            prefix = ", ".join(short(n, 48 if len(names) == 1 else 24) for n in names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "") + ": "
+            prefix = (", ".join(short(n, 48 if len(names) == 1 else 24) for n in names[:2])
+                      + (f" +{len(names) - 2}" if len(names) > 2 else "") + ": ")
         lines.append(prefix + text)
     if len(lines) > 3:
         lines = lines[:2] + [f"… and {len(lines) - 2} more run setups (see the report)"]
@@ -294,8 +306,8 @@ def _what(lines: list[Line], metric_label: str, against: str = "message size") -
 # --------------------------------------------------------------------------- figures
 
 
-def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line_rate_text: str | None = None,
-                 lines_of=None):
+def build_figure(df: pd.DataFrame, metric: str = "busbw", line_rate: float | None = None,
+                 line_rate_text: str | None = None, lines_of: Callable[[str], list[Line]] | None = None) -> Figure:
     """The figure for a results DataFrame: the metric vs size (top) and the small-size latency
     (bottom). line_rate is in GB/s (see parse_line_rate). Returns a matplotlib Figure.
     lines_of(column): the lines of a column where the engine drew them (analysis/engine.py; df is
@@ -324,12 +336,14 @@ def build_figure(df, metric: str = "busbw", line_rate: float | None = None, line
     top.set_ylabel(ylabel)
     if metric != "time":
         top.set_ylim(bottom=0)
-    extra_h, extra_l = [], []
+    extra_h: list[Artist] = []
+    extra_l: list[str] = []
     if line_rate is not None:
         from matplotlib.lines import Line2D
 
         top.axhline(line_rate, color="black", linestyle=(0, (6, 3)), linewidth=1.2)
-        text = f"line rate {line_rate_text}: {_num(line_rate)} GB/s" if line_rate_text else f"line rate {format_rate(line_rate)}"
+        text = (f"line rate {line_rate_text}: {_num(line_rate)} GB/s" if line_rate_text
+                else f"line rate {format_rate(line_rate)}")
         top.annotate(mpl_text(text), xy=(0.01, line_rate), xycoords=("axes fraction", "data"),
                      xytext=(0, 3), textcoords="offset points", fontsize=8.5, va="bottom")
         top.set_ylim(top=max(top.get_ylim()[1], line_rate * 1.08))
@@ -358,7 +372,7 @@ def _has_small(lines: list[Line]) -> bool:
                if not str(ln.key["collective"]).endswith(BUCKETS_SUFFIX))
 
 
-def _panels(fig, latency: bool):
+def _panels(fig: Figure, latency: bool) -> tuple[Axes, Axes | None]:
     """(top, bottom): the latency panel below only when there are small sizes to show: an empty
     panel is noise, and a caption would name a panel that is not there."""
     if not latency:
@@ -369,18 +383,19 @@ def _panels(fig, latency: bool):
     return top, bottom
 
 
-def has_latency_panel(fig) -> bool:
+def has_latency_panel(fig: Figure) -> bool:
     """Whether a figure of this module has the small-size latency panel (captions name it only then)."""
     return any(ax.get_label() == LATENCY_PANEL for ax in fig.axes)
 
 
-def _latency_panel(ax, time_lines: list[Line], named: list[Line]) -> None:
+def _latency_panel(ax: Axes, time_lines: list[Line], named: list[Line]) -> None:
     style = {tuple(ln.key.values()): ln for ln in named}
     for ln in time_lines:
         ref = style.get(tuple(ln.key.values()))
         if ref is not None:
             ln.name, ln.color, ln.style, ln.marker = ref.name, ref.color, ref.style, ref.marker
-    ax.set_title(f"Latency: time per operation, sizes ≤ {format_size(SMALL_BYTES)} (log scale)", fontsize=10, loc="left")
+    ax.set_title(f"Latency: time per operation, sizes ≤ {format_size(SMALL_BYTES)} (log scale)", fontsize=10,
+                 loc="left")
     small = [s for ln in time_lines for s in ln.sizes if s <= SMALL_BYTES]
     if not small:
         ax.text(0.5, 0.5, f"no sizes ≤ {format_size(SMALL_BYTES)} in these results", ha="center", va="center",
@@ -394,7 +409,8 @@ def _latency_panel(ax, time_lines: list[Line], named: list[Line]) -> None:
     ax.set_ylabel("Time per operation (µs)")
 
 
-def _side_lines(df, name: str, column: str, lines_of) -> tuple[list[Line], list[Line]]:
+def _side_lines(df: pd.DataFrame, name: str, column: str,
+                lines_of: Callable[[str, str], list[Line]] | None) -> tuple[list[Line], list[Line]]:
     """A side's lines of `column` and of time, all its runs as one named `name`."""
     if lines_of is not None:
         return lines_of(name, column), lines_of(name, "time_us")
@@ -405,8 +421,9 @@ def _side_lines(df, name: str, column: str, lines_of) -> tuple[list[Line], list[
     return aggregate(d, column), aggregate(t, "time_us")
 
 
-def build_comparison_figure(before_df, after_df, metric: str = "busbw",
-                            before_name: str = "before", after_name: str = "after", lines_of=None):
+def build_comparison_figure(before_df: pd.DataFrame, after_df: pd.DataFrame, metric: str = "busbw",
+                            before_name: str = "before", after_name: str = "after",
+                            lines_of: Callable[[str, str], list[Line]] | None = None) -> Figure:
     """Both sides overlaid: before dashed, after solid, one colour per collective. Each side is
     the median over all its rows (every run and repetition) per collective/dtype/placement/size.
     lines_of(side name, column): a side's lines where the engine drew them (the frames are then
@@ -422,7 +439,7 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
     show_place = len({v[1] for v in variants}) > 1
     show_settings = len({v[2] for v in variants}) > 1
 
-    def style(lines, dash):
+    def style(lines: list[Line], dash: str) -> list[Line]:
         for ln in lines:
             ln.name = line_name(ln.key, show_dtype, show_place, show_settings) + f" [{ln.key['run_id']}]"
             v = variants.index((ln.key["dtype"], ln.key["in_place"], ln.key["settings"]))
@@ -448,9 +465,10 @@ def build_comparison_figure(before_df, after_df, metric: str = "busbw",
         where.append((name, describe_run(rows[0]) + more))
     if where[0][1] == where[1][1]:
         where = [(f"{before_name} and {after_name}", where[0][1])]
-    where = [mpl_text(short(f"{name}: {text}", 130)) for name, text in where]
-    top.set_title("\n".join(where), fontsize=9, loc="left")
-    lines, time_lines = [], []
+    titles = [mpl_text(short(f"{name}: {text}", 130)) for name, text in where]
+    top.set_title("\n".join(titles), fontsize=9, loc="left")
+    lines: list[Line] = []
+    time_lines: list[Line] = []
     for (d, t), (_, _, _, dash) in zip(timed, sides):
         lines += style(d, dash)
         time_lines += style(t, dash)
@@ -508,19 +526,19 @@ def check_figure(path: str | Path, command: str = "plot", flag: str = "--out", i
     return check_new(path, command, flag, inputs, force)
 
 
-def figure_bytes(fig, fmt: str = "png") -> bytes:
+def figure_bytes(fig: Figure, fmt: str = "png") -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else None)
     return buf.getvalue()
 
 
-def figure_output(fig, path: str | Path, flag: str = "--out") -> outputs.Output:
+def figure_output(fig: Figure, path: str | Path, flag: str = "--out") -> outputs.Output:
     """A drawn figure as one file for outputs.write_files, in the format of its suffix."""
     path = Path(path)
     return outputs.Output(path, figure_bytes(fig, path.suffix.lower()[1:]), flag)
 
 
-def save_figure(fig, out: str | Path, flag: str = "--out", command: str = "plot", inputs: Sequence = (),
+def save_figure(fig: Figure, out: str | Path, flag: str = "--out", command: str = "plot", inputs: Sequence = (),
                 force: bool = False) -> Path:
     out = check_figure(out, command, flag, inputs, force)
     return outputs.write_files([figure_output(fig, out, flag)], command, inputs, force)[0]
@@ -543,7 +561,8 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
     q = figurequery.plot_source(paths)
     if q is not None:
         fig = build_figure(figurequery.run_firsts(q, METRICS[metric][0]), metric, rate,
-                           line_rate.strip() if line_rate else None, lambda c: [Line(**ln) for ln in figurequery.plot_lines(q, c)])
+                           line_rate.strip() if line_rate else None,
+                           lambda c: [Line(**ln) for ln in figurequery.plot_lines(q, c)])
         return outputs.write_files([figure_output(fig, target)], "plot", inputs=paths, force=force)
     df = read_results(paths, skip=UNUSED_COLUMNS)
     views = split_views(df)
@@ -574,24 +593,24 @@ class Views:
     """The parts of a results table that are drawn differently (None: no such rows): curves over
     message size, the ZeRO stage x bucket grid, the pairs host x host matrix."""
 
-    curves: object
-    zero: object
-    pairs: object
+    curves: pd.DataFrame | None
+    zero: pd.DataFrame | None
+    pairs: pd.DataFrame | None
 
 
-def split_views(df) -> Views:
+def split_views(df: pd.DataFrame) -> Views:
     """A ZeRO step or a link between two hosts has no message-size curve: their rows get their own view."""
     from commbench.analysis.pairsplot import pairs_rows
 
     rest, zero = split_zero(df)
     pairs = pairs_rows(rest) if rest is not None else None
-    if pairs is not None:
+    if rest is not None and pairs is not None:  # pairs only from rows left
         rest = rest.drop(index=pairs.index)
         rest = rest if len(rest) else None
     return Views(rest, zero, pairs)
 
 
-def split_zero(df):
+def split_zero(df: pd.DataFrame) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     """(rows drawn against message size, `commbench zero` rows drawn as a stage x bucket grid);
     None for a part with no rows. A ZeRO step has no message size: it is not a point on a curve."""
     from commbench.analysis.zerogrid import zero_rows
@@ -603,14 +622,14 @@ def split_zero(df):
     return (rest if len(rest) else None), grid
 
 
-def comparison_output(before_df, after_df, out_path: str | Path, metric: str = "busbw",
+def comparison_output(before_df: pd.DataFrame, after_df: pd.DataFrame, out_path: str | Path, metric: str = "busbw",
                       before_name: str = "before", after_name: str = "after") -> outputs.Output:
     """The before/after overlay (before dashed, after solid) drawn for `compare --plot`, not yet written."""
     fig = build_comparison_figure(before_df, after_df, metric, before_name, after_name)
     return figure_output(fig, out_path, "--plot")
 
 
-def plot_comparison(before_df, after_df, out_path: str | Path, metric: str = "busbw",
+def plot_comparison(before_df: pd.DataFrame, after_df: pd.DataFrame, out_path: str | Path, metric: str = "busbw",
                     before_name: str = "before", after_name: str = "after", inputs: Sequence = (),
                     force: bool = False) -> Path:
     """The overlay of comparison_output, written to its own file."""
