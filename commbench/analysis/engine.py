@@ -17,6 +17,7 @@ rows into pandas at all (their tables are drawn from rows), never how points are
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,7 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+MEMORY_LIMIT = os.environ.get("COMMBENCH_DUCKDB_MEMORY", "1GB")  # DuckDB's share of a command's 2 GB budget
 _DATABASE: tuple[int, Any] | None = None  # (pid, the in-memory DuckDB database of this process)
 
 
@@ -130,7 +132,11 @@ def _connection() -> Any:
     import duckdb
 
     if _DATABASE is None or _DATABASE[0] != os.getpid():
-        _DATABASE = (os.getpid(), duckdb.connect(config={"threads": max(1, min(4, os.cpu_count() or 1))}))
+        # An explicit memory limit (DuckDB's default is 80% of the machine): what a query needs beyond
+        # it spills to a private folder under the system's temporary one, or ends in "out of memory".
+        config = {"threads": max(1, min(4, os.cpu_count() or 1)), "memory_limit": MEMORY_LIMIT,
+                  "temp_directory": os.path.join(tempfile.gettempdir(), f"commbench-duckdb-{os.getpid()}")}
+        _DATABASE = (os.getpid(), duckdb.connect(config=config))
     return _DATABASE[1].cursor()
 
 
