@@ -134,8 +134,9 @@ def _connection() -> Any:
     if _DATABASE is None or _DATABASE[0] != os.getpid():
         # An explicit memory limit (DuckDB's default is 80% of the machine): what a query needs beyond
         # it spills to a private folder under the system's temporary one, or ends in "out of memory".
-        config = {"threads": max(1, min(4, os.cpu_count() or 1)), "memory_limit": MEMORY_LIMIT,
-                  "temp_directory": os.path.join(tempfile.gettempdir(), f"commbench-duckdb-{os.getpid()}")}
+        config: dict[str, str | bool | int | float | list[str]] = {
+            "threads": max(1, min(4, os.cpu_count() or 1)), "memory_limit": MEMORY_LIMIT,
+            "temp_directory": os.path.join(tempfile.gettempdir(), f"commbench-duckdb-{os.getpid()}")}
         _DATABASE = (os.getpid(), duckdb.connect(config=config))
     return _DATABASE[1].cursor()
 
