@@ -236,7 +236,3 @@ def _run_hosts(source: Source, frame: pd.DataFrame) -> np.ndarray:
     for row, gi in zip(firsts.tolist(), gis.tolist()):
         out[row] = at.get(gi)
     return out
-
-
-def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t)

@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import gc
 import html
 import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
 from commbench.analysis import plot, reportparts, settingsview, wireview
 from commbench.analysis.summary import collective_gaps
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
                                            fnum, fp, json_value, missing, net_rows, peak_rows, point_rows,
-                                           ratio_text, report_title, run_facts, runs_named, size_text, wrong_cell)
+                                           ratio_text, report_title, run_facts, run_positions, runs_named, size_text,
+                                           wrong_cell)
 from commbench.analysis.markdown import build_markdown
 from commbench.analysis.runs import describe_run, placement_name, run_rows
 from commbench.core import outputs
@@ -177,11 +181,12 @@ def settings_html(tables: list) -> str:
 
 def runs_html(df) -> str:
     parts = []
+    at = run_positions(df)  # each run's rows, found once for every run
     for row in run_rows(df):
         title = f"Run {row['run_id']}" + (f" — {row['label']}" if row.get("label") else "")
         parts.append(f"<h3>{esc(title)}</h3>")
         parts.append(f'<p class="muted">{esc(describe_run(row))}</p>')
-        facts = run_facts(row, df)
+        facts = run_facts(row, df, at.get(row["run_id"], np.zeros(0, dtype=np.int64)))
         parts.append('<div class="runs">')
         half = (len(facts) + 1) // 2
         for chunk in (facts[:half], facts[half:]):
@@ -403,32 +408,23 @@ def _large_html(paths, baseline, rate) -> str | None:
     if baseline and comparison is None:
         return None
     # the figures before the rows are read: the engine's aggregations never share memory with them
-    drawn = _engine_figures(figurequery, after, before, rate)
+    drawn = reportparts.engine_figures(figurequery, after, before, rate)
     source, bsource = after.source, before.source if before is not None else None
-    del after, before  # their DuckDB connections and what they cached
-    df = figurequery.report_frame(source)
-    if len(df) == 0:
+    del after, before  # their DuckDB connections and what they cached: half a GB at 10M rows, held
+    gc.collect()  # in reference cycles until a collection
+    if source.rows == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
     # the baseline's runs' metadata, without its plan, as write_report reads the baseline; only the
-    # columns its "Runs" section reads (not the measured values nor the wire counters)
-    bdf = figurequery.report_frame(bsource, figurequery.BASELINE_COLUMNS) if bsource is not None else None
-    return build_html(df, [str(p) for p in paths], bdf, comparison, [str(p) for p in baseline or ()],
-                      line_rate=rate, drawn=drawn)
-
-
-def _engine_figures(figurequery, after, before, rate) -> dict:
-    """The curves of the after side and the before/after overlay, drawn from the engine's lines."""
-    drawn = {"curves": plot.build_figure(figurequery.run_firsts(after, "busbw_GBps"), "busbw", rate,
-                                         lines_of=lambda c: [plot.Line(**ln) for ln in figurequery.plot_lines(after, c)])}
-    if before is not None:
-        sides = {"before": before, "after": after}
-        try:
-            drawn["comparison"] = plot.build_comparison_figure(
-                figurequery.run_firsts(before, "busbw_GBps"), figurequery.run_firsts(after, "busbw_GBps"),
-                lines_of=lambda name, c: [plot.Line(**ln) for ln in figurequery.plot_lines(sides[name], c, side=name)])
-        except BadInput:
-            drawn["comparison"] = None
-    return drawn
+    # columns its "Runs" section reads (not the measured values nor the wire counters), written out
+    # and let go before the after side's rows are read: the two frames are never held together
+    baseline_runs = None
+    if bsource is not None:
+        bdf = figurequery.report_frame(bsource, figurequery.BASELINE_COLUMNS)
+        baseline_runs = runs_html(bdf) if len(bdf) else None
+        del bdf
+    df = figurequery.report_frame(source)
+    return build_html(df, [str(p) for p in paths], None, comparison, [str(p) for p in baseline or ()],
+                      line_rate=rate, drawn=drawn, baseline_runs=baseline_runs)
 
 
 def _where_html(df) -> str:
@@ -479,7 +475,13 @@ def faults_html(pairs_df) -> str:
 def wire_html(df) -> str:
     """The "Wire" section: trouble counters that moved during the run, wire bytes per payload byte,
     or the sentence that nothing moved or that no counters were read."""
-    w = wireview.section(df, runs_named(df))
+    names = runs_named(df)
+    points = reportparts.payload_points(df)
+    if points is None:
+        w = wireview.section(df, names)
+    else:  # its payload table from one row a point: a large run's rows as text were its peak memory
+        w = wireview.section(df.drop(columns="wire_per_payload"), names)
+        w.payload = wireview.payload_rows(points, names)
     out = ['<section id="wire"><h2>Wire</h2>']
     if w.read_line:
         out.append(f'<p class="muted">{esc(wireview.WIRE_NOTE)} {esc(w.read_line)}</p>')
@@ -508,16 +510,19 @@ def pairs_html(pairs_df) -> str:
 
 
 def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=None,
-               baseline_sources: Sequence[str] = (), line_rate: float | None = None, drawn=None) -> str:
-    """The whole page as a string (no external resources, no scripts). drawn: the figures where
-    the engine drew them (write_report's large inputs): {"curves": Figure, "comparison": Figure}."""
+               baseline_sources: Sequence[str] = (), line_rate: float | None = None, drawn=None,
+               baseline_runs: str | None = None) -> str:
+    """The whole page (no external resources, no scripts). drawn: the figures the engine drew (large inputs:
+    {"curves": Figure, "comparison": Figure}); baseline_runs: the baseline's runs_html, written before."""
+    if baseline_runs is None and baseline_df is not None and len(baseline_df):
+        baseline_runs = runs_html(baseline_df)
     from commbench import __version__
 
     views = plot.split_views(df)
     curves, grid = views.curves, views.zero
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [("wire", "Wire"), ("runs", "Runs")] + (
-        [("baseline-runs", reportparts.BASELINE_RUNS)] if baseline_df is not None and len(baseline_df) else [])
+        [("baseline-runs", reportparts.BASELINE_RUNS)] if baseline_runs is not None else [])
     settings = settingsview.settings_tables(curves) if curves is not None else []
     if curves is not None:
         sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
@@ -570,8 +575,8 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
         out.append(settings_html(settings))
     out.append(wire_html(df))
     out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df)}</section>')
-    if baseline_df is not None and len(baseline_df):  # the before side's metadata, as the after side's
-        out.append(f'<section id="baseline-runs"><h2>{esc(reportparts.BASELINE_RUNS)}</h2>{runs_html(baseline_df)}'
+    if baseline_runs is not None:  # the before side's metadata, as the after side's
+        out.append(f'<section id="baseline-runs"><h2>{esc(reportparts.BASELINE_RUNS)}</h2>{baseline_runs}'
                    "</section>")
     if curves is not None:
         points = point_rows(curves)

@@ -1,18 +1,25 @@
 """Report pieces that follow what was drawn and what was given: figure captions that name only
 the panels a figure has (a figure without small sizes has no latency panel), and the baseline's
-runs, so that the before side's metadata is in the report as the after side's is."""
+runs, so that the before side's metadata is in the report as the after side's is.
+
+For large inputs (report._large_html): the figures from the engine's lines, the after side's
+passes over the files shared by its curves and its half of the overlay, and the Wire section's
+payload table from one row a point.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pandas as pd
 
 from commbench.analysis import plot
 from commbench.analysis.markdown import runs_markdown
+from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
 if TYPE_CHECKING:
-    import pandas as pd
     from matplotlib.figure import Figure
 
 BASELINE_RUNS = "Baseline runs (before)"
@@ -45,3 +52,63 @@ def with_baseline_runs(text: str, baseline_df: pd.DataFrame | None) -> str:
         return text
     body, _, footer = text.rstrip("\n").rpartition("\n")
     return "\n".join([body, *baseline_runs_markdown(baseline_df), footer]) + "\n"
+
+
+def engine_figures(figurequery: Any, after: Any, before: Any, rate: float | None) -> dict[str, Any]:
+    """The curves of the after side and the before/after overlay, drawn from the engine's lines.
+    Where the after side's lines are all of one run (one run_id and label), its overlay lines are
+    the same groups, renamed: they are taken from the curves' lines instead of another pass."""
+    mine: dict[str, list[dict[str, Any]]] = {}
+    sides = {"before": before, "after": after}
+
+    def after_lines(column: str) -> list[dict[str, Any]]:
+        if column not in mine:
+            mine[column] = figurequery.plot_lines(after, column)
+        return mine[column]
+
+    def side_lines(name: str, column: str) -> list[dict[str, Any]]:
+        if name == "after":
+            lines = after_lines(column)
+            if len({(ln["key"]["run_id"], ln["key"]["label"]) for ln in lines}) == 1:
+                return [as_side(ln, name) for ln in lines]
+        return figurequery.plot_lines(sides[name], column, side=name)
+
+    drawn: dict[str, Any] = {"curves": plot.build_figure(figurequery.run_firsts(after, "busbw_GBps"), "busbw", rate,
+                                         lines_of=lambda c: [plot.Line(**as_side(ln)) for ln in after_lines(c)])}
+    if before is not None:
+        try:
+            drawn["comparison"] = plot.build_comparison_figure(
+                figurequery.run_firsts(before, "busbw_GBps"), figurequery.run_firsts(after, "busbw_GBps"),
+                lines_of=lambda name, c: [plot.Line(**ln) for ln in side_lines(name, c)])
+        except BadInput:
+            drawn["comparison"] = None
+    return drawn
+
+
+def as_side(line: dict[str, Any], side: str | None = None) -> dict[str, Any]:
+    """A copy of one of plot_lines' lines (a figure styles its lines in place); with `side`, as
+    plot_lines(..., side=side) names it: every run of the side as one."""
+    key = dict(line["key"])
+    if side is not None:
+        key["run_id"], key["label"] = side, ""
+    return {**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in line.items()}, "key": key}
+
+
+def payload_points(df: pd.DataFrame) -> pd.DataFrame | None:
+    """One row a point (collective, run, size) with the median of its rows' finite wire_per_payload,
+    in the order of their first row: wireview.payload_rows reads the same table from it as from
+    every row (a point's median over one value is that value), without every row's collective and
+    run as text. None where the rows are not as a large report reads them (categorical collective
+    and run_id without nulls, integer sizes): payload_rows then reads the rows themselves."""
+    if not all(c in df.columns for c in ("wire_per_payload", "collective", "run_id", "size_bytes")):
+        return None
+    keys = [df["collective"], df["run_id"]]
+    if not (all(isinstance(k.dtype, pd.CategoricalDtype) and not k.isna().any() for k in keys)
+            and pd.api.types.is_integer_dtype(df["size_bytes"].dtype)):
+        return None
+    ratio = pd.to_numeric(df["wire_per_payload"], errors="coerce")
+    keep = np.isfinite(ratio.to_numpy(dtype=float))
+    med = ratio[keep].groupby([k[keep] for k in keys] + [df["size_bytes"][keep]], sort=False, observed=True).median()
+    return pd.DataFrame({"collective": [str(c) for c in med.index.get_level_values(0)],
+                         "run_id": [str(r) for r in med.index.get_level_values(1)],
+                         "size_bytes": med.index.get_level_values(2).to_numpy(), "wire_per_payload": med.to_numpy()})

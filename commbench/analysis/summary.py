@@ -8,9 +8,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from commbench.analysis.frames import as_list, is_true, json_cell, prepare
+import numpy as np
+
+from commbench.analysis.frames import GROUP_KEYS, as_list, is_true, json_cell, prepare
 from commbench.analysis.runs import compact_hosts, placement_name, run_rows
-from commbench.analysis.settingsview import LINE_KEYS, distinct, setting_name, settings_text, with_settings
+from commbench.analysis.settingsview import LINE_KEYS, SETTINGS, distinct, setting_name, settings_text, with_settings
+from commbench.core.errors import BadInput
 from commbench.core.linkrate import host_rate
 from commbench.core.units import format_size
 from commbench.core.vocab import order_key
@@ -148,9 +151,31 @@ def _when(value: Any) -> str:
         return str(value)
 
 
-def run_facts(row: dict[str, Any], df: pd.DataFrame) -> list[tuple[str, str]]:
-    """(name, value) pairs describing one run; values are plain text, escaped by the caller."""
-    mine = df[df["run_id"] == row["run_id"]]
+# What a run's facts read of its rows (the rest of a fact comes from its first row).
+FACT_COLUMNS = ("collective", "dtype", "size_bytes", "repetition", SETTINGS, "rank_skew_us", "rank_host", "hosts",
+                "time_us", "iters")
+
+
+def run_positions(df: pd.DataFrame) -> dict[Any, np.ndarray]:
+    """Per run_id, the positions of its rows in row order: one grouping for every run, not a
+    comparison over every row a run (run_facts' `at`)."""
+    if len(df) == 0 or "run_id" not in df.columns:
+        return {}
+    return {k: np.sort(v) for k, v in df.groupby("run_id", sort=False, observed=True).indices.items()}
+
+
+def _run_part(row: dict[str, Any], df: pd.DataFrame, at: np.ndarray | None) -> pd.DataFrame:
+    """The run's rows, of FACT_COLUMNS only: a copy of a few columns, none when every row is the run's."""
+    part = df[[c for c in FACT_COLUMNS if c in df.columns]]
+    if at is None:
+        at = np.flatnonzero((df["run_id"] == row["run_id"]).to_numpy(dtype=bool))
+    return part if len(at) == len(df) else part.iloc[at]
+
+
+def run_facts(row: dict[str, Any], df: pd.DataFrame, at: np.ndarray | None = None) -> list[tuple[str, str]]:
+    """(name, value) pairs describing one run; values are plain text, escaped by the caller.
+    at: the positions of the run's rows in df (run_positions), found here when not given."""
+    mine = _run_part(row, df, at)
     hosts = [str(h) for h in as_list(row.get("hosts"))]
     started = row.get("started_at")
     facts = [
@@ -169,8 +194,8 @@ def run_facts(row: dict[str, Any], df: pd.DataFrame) -> list[tuple[str, str]]:
         ("interface (rank 0)", row.get("iface")),
         ("MTU", row.get("mtu")),
         ("link layer", row.get("link_layer")),
-        ("collectives", ", ".join(sorted(set(mine["collective"]), key=order_key))),
-        ("dtypes", ", ".join(sorted(set(mine["dtype"].dropna().astype(str))))),
+        ("collectives", ", ".join(sorted(set(mine["collective"].unique()), key=order_key))),
+        ("dtypes", ", ".join(sorted({str(v) for v in mine["dtype"].dropna().unique()}))),
         ("sizes", f"{format_size(int(mine['size_bytes'].min()))} .. {format_size(int(mine['size_bytes'].max()))}"
                   f" ({mine['size_bytes'].nunique()} sizes)" if len(mine) else "–"),
         ("repetitions", mine["repetition"].nunique() if "repetition" in mine.columns else "?"),
@@ -280,6 +305,11 @@ def fault_runs(pairs_df: pd.DataFrame | None) -> list[dict[str, Any]]:
     return out
 
 
+# What collective_gaps reads of the rows (frames.prepare's keys and buckets rows, the run's name).
+GAP_COLUMNS = (*GROUP_KEYS, "collective", "size_bytes", "in_place", "busbw_GBps", "backend", "run_id", "label",
+               SETTINGS, "dtype", "world_size", "workload", "bucket_bytes", "wrong")
+
+
 def collective_gaps(df: pd.DataFrame) -> list[str]:
     """reduce_scatter's busbw next to all_reduce's (core/runsummary.py Gap), one sentence per run,
     setting and dtype where that run measured both; [] otherwise. The sweep ends with the same."""
@@ -287,7 +317,15 @@ def collective_gaps(df: pd.DataFrame) -> list[str]:
 
     if df is None or len(df) == 0 or "collective" not in df.columns:
         return []
-    d = with_settings(prepare(df, "busbw_GBps"))
+    # Only the two collectives' rows and the columns read here are prepared (a copy of every row
+    # and column of a large run was most of this function's time and memory); where none of them
+    # can be drawn, the whole frame is, which says why or leaves nothing.
+    pair = df["collective"].isin(["all_reduce", "reduce_scatter"]).to_numpy(dtype=bool)
+    part = df[[c for c in df.columns if c in GAP_COLUMNS]]
+    try:
+        d = with_settings(prepare(part if pair.all() else part[pair], "busbw_GBps"))
+    except BadInput:
+        d = with_settings(prepare(df, "busbw_GBps"))
     d = d[d["collective"].isin(["all_reduce", "reduce_scatter"])]  # buckets rows are renamed by prepare
     if d.empty:
         return []
