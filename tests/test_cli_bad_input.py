@@ -93,6 +93,12 @@ def refusals(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, f
 
 
 @pytest.mark.parametrize("case_id, needles", [pytest.param(i, n, id=i) for i, _, n in CASES])
+@pytest.mark.failure(
+    row="26-bad-sweep-flags-sizes",
+    section="Bad input",
+    failure="26 bad `sweep` flags (sizes, dtypes, ops, placements, ranks, iterations, backend)",
+    does="refused before any rank starts",
+)
 def test_bad_input_is_refused_with_one_line(refusals, case_id: str, needles: list[str]) -> None:
     proc, elapsed, out = refusals[case_id]
     assert_one_line_refusal(proc, needles)
@@ -102,6 +108,12 @@ def test_bad_input_is_refused_with_one_line(refusals, case_id: str, needles: lis
     assert elapsed < 60, elapsed
 
 
+@pytest.mark.failure(
+    row="sweep-cannot-fit-memory",
+    section="Bad input",
+    failure="a sweep that cannot fit in memory",
+    does="refused by the estimate before allocation",
+)
 def test_memory_estimate_fails_before_allocation(tmp_path: Path) -> None:
     # 1 TiB per buffer cannot fit: the estimate must refuse it before any rank allocates (which
     # would take far longer, swap, or get the process OOM-killed instead of exiting 2).
@@ -112,6 +124,12 @@ def test_memory_estimate_fails_before_allocation(tmp_path: Path) -> None:
     assert not (tmp_path / "r.parquet").exists()
 
 
+@pytest.mark.failure(
+    row="results-file-already-exists",
+    section="The result store",
+    failure="the results file already exists",
+    does="refused before anything is measured, exit 2, the file untouched, nothing left beside it",
+)
 def test_existing_results_file_is_refused_and_untouched(tmp_path: Path) -> None:
     target = tmp_path / "old.parquet"
     payload = b"PAR1 not really parquet, but somebody's data\n" * 10
@@ -124,6 +142,12 @@ def test_existing_results_file_is_refused_and_untouched(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.parquet"]  # no temporary left beside it
 
 
+@pytest.mark.failure(
+    row="out-inside-regular-file",
+    section="The result store",
+    failure="`--out` inside a regular file",
+    does="exit 2, the file untouched",
+)
 def test_out_under_a_regular_file_is_refused(tmp_path: Path) -> None:
     plain = tmp_path / "notes.txt"
     plain.write_text("keep me\n")

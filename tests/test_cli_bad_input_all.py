@@ -229,6 +229,43 @@ def _has_nccl_tests_command() -> bool:
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c[0]) for c in CASES])
+@pytest.mark.failure(
+    row="66-bad-inputs-every-other",
+    section="Bad input",
+    failure="66 bad inputs to every other command: `buckets`, `zero`, `compare`, `plot`, `report`, `doctor`, `lab`, "
+            "`nccl-tests import`, an unknown command",
+    does="as above; the table also checks it covers every registered command",
+)
+@pytest.mark.failure(
+    row="ds-config-files-missing-folder",
+    section="Bad input",
+    failure="ds_config files: missing, a folder, empty, not JSON, not an object, stage 7, a negative bucket",
+    does="one line naming the file and the setting",
+    cases="ds-config-*",
+)
+@pytest.mark.failure(
+    row="result-files-empty-truncated-foreign",
+    section="Bad input",
+    failure="result files: empty, truncated, foreign parquet, a CSV renamed .parquet, a newer schema_version, an "
+            "empty folder, a broken file in a folder",
+    does="one line naming the file and what is wrong with it (`upgrade commbench` for a newer schema)",
+    cases="plot-*, report-*, compare-*",
+)
+@pytest.mark.failure(
+    row="nccl-tests-logs-cut-before",
+    section="Bad input",
+    failure="nccl-tests logs: cut before the first row, binary junk (with and without NUL bytes), empty, a -J file "
+            "cut short, missing",
+    does="one line naming the file and line",
+    cases="nccl-import-*",
+)
+@pytest.mark.failure(
+    row="lab-flags-nodes-subnet-mtu",
+    section="Bad input",
+    failure="lab flags (nodes, subnet, MTU, rate, unknown host, no command)",
+    does="refused before anything is created or changed (the test fails if `ip` or `tc` would run)",
+    cases="lab-*",
+)
 def test_bad_input_is_exit_2_with_one_line(case, d, capsys, monkeypatch, tmp_path, request):
     case_id, argv, needles, *needs = case
     if "nccl-tests" in needs and not _has_nccl_tests_command():
@@ -256,6 +293,7 @@ def test_bad_input_is_exit_2_with_one_line(case, d, capsys, monkeypatch, tmp_pat
     assert [p.name for p in tmp_path.iterdir() if p.name != "lab"] == []
 
 
+@pytest.mark.failure(row="66-bad-inputs-every-other")
 def test_the_table_is_big_and_covers_every_command():
     assert len(CASES) >= 40
     firsts = {argv[0] for _, argv, *_ in CASES}

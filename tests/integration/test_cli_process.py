@@ -67,6 +67,7 @@ def test_the_shell_script_and_a_completion_through_the_real_command():
     (["buckets", "--env", "NCCL_ALGO="], "has an empty value"),
     (["zero", "--env", "OMP_NUM_THREADS=1|2", "--engine", "deepspeed"], "the DeepSpeed engine keeps the one"),
 ])
+@pytest.mark.failure(row="env-noequals-env-nccl-algo")
 def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, args, says):
     proc = cb(*args, "--out", str(tmp_path / "r.parquet"), timeout=120)
     assert proc.returncode == 2, proc.stderr
@@ -84,6 +85,7 @@ def zero_results(tmp_path_factory) -> Path:
     return write(tmp_path_factory.mktemp("inputs") / "m.parquet", make_rows(repetitions=1) + zero_rows())
 
 
+@pytest.mark.failure(row="ctrl-c-sigterm-while-writing")
 def test_sigterm_while_writing_ends_the_command_as_sigterm_and_leaves_nothing(zero_results, tmp_path):
     """The real command: it ends as SIGTERM ends it (143 in a shell) with nothing left behind."""
     script = textwrap.dedent("""

@@ -58,6 +58,12 @@ def clean_lab():
     cb("lab", "down")
 
 
+@pytest.mark.failure(
+    row="lab-traffic-leaving-lab",
+    section="Security",
+    failure="lab traffic leaving the lab",
+    does="lab hosts have addresses only inside their namespaces and no default route",
+)
 def test_lifecycle_status_set_exec_and_down(clean_lab):
     up = cb("lab", "up", "--nodes", "3", "--rate", "1gbit", "--mtu", "1500", "--subnet", SUBNET, check=True)
     assert "3 hosts" in up.stdout
@@ -96,6 +102,7 @@ def test_lifecycle_status_set_exec_and_down(clean_lab):
     assert "no lab was up" in cb("lab", "down", check=True).stdout
 
 
+@pytest.mark.failure(row="lab-acting-namespaces-interfaces-did")
 def test_down_after_a_crash_mid_up_removes_exactly_what_was_made(clean_lab):
     foreign_ns = f"{PREFIX}foreign"
     subprocess.run(["ip", "netns", "add", foreign_ns], check=True)
@@ -122,6 +129,13 @@ def test_down_after_a_crash_mid_up_removes_exactly_what_was_made(clean_lab):
         subprocess.run(["ip", "link", "del", f"{PREFIX}foreign0"])
 
 
+@pytest.mark.failure(
+    row="lab-acting-namespaces-interfaces-did",
+    section="Security",
+    failure="the lab acting on namespaces or interfaces it did not create",
+    does="`up` refuses names that exist; `down` removes exactly what its state file records, also after a crash "
+         "mid-`up`",
+)
 def test_up_refuses_names_it_did_not_make(clean_lab):
     subprocess.run(["ip", "netns", "add", f"{PREFIX}node1"], check=True)
     try:
@@ -141,6 +155,7 @@ def test_up_refuses_names_it_did_not_make(clean_lab):
     (["lab", "set", "--mtu", "9000"], "no lab is up"),
     (["lab", "run", "--", "true"], "no lab is up"),
 ])
+@pytest.mark.failure(row="lab-flags-nodes-subnet-mtu")
 def test_bad_lab_input_is_one_line_exit_2(clean_lab, args, message):
     res = cb(*args)
     assert res.returncode == 2, res.stderr

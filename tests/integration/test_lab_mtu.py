@@ -38,6 +38,12 @@ def lab():
     cb("lab", "down")
 
 
+@pytest.mark.failure(
+    row="mtu-change-left-behind",
+    section="Security",
+    failure="an MTU change left behind",
+    does="`sweep --mtu` restores the original MTU on a normal end, Ctrl-C, SIGTERM and a runtime failure",
+)
 def test_mtu_axis_stores_both_and_restores(lab, tmp_path):
     out = tmp_path / "mtu.parquet"
     res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "sweep", "--mtu", "1500,9000", "--iface", "eth0",
@@ -54,6 +60,13 @@ def test_mtu_axis_stores_both_and_restores(lab, tmp_path):
     assert host_mtus() == {f"{PREFIX}node1": 1500, f"{PREFIX}node2": 1500}
 
 
+@pytest.mark.failure(
+    row="ctrl-c-during-sweep-mtu",
+    section="Interruptions (Ctrl-C, Slurm preemption, scancel)",
+    failure="Ctrl-C during `sweep --mtu` on the lab",
+    does="every host's MTU is restored, exit 130",
+)
+@pytest.mark.failure(row="mtu-change-left-behind")
 def test_mtu_is_restored_after_ctrl_c(lab, tmp_path):
     out = tmp_path / "mtu.parquet"
     proc = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m", "commbench",

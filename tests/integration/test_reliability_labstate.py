@@ -83,6 +83,7 @@ def lab_up():
 
 
 @pytest.mark.parametrize("damage", ["cut-short", "binary", "mtu-a-string"])
+@pytest.mark.failure(row="lab-state-file-cut-short")
 def test_a_damaged_state_file_of_a_real_lab_is_refused_and_nothing_is_removed(lab_up, damage):
     good = lab_up
     doc = json.loads(good)
@@ -99,6 +100,7 @@ def test_a_damaged_state_file_of_a_real_lab_is_refused_and_nothing_is_removed(la
     assert cb("lab", "down").returncode == 0 and leftovers() == []
 
 
+@pytest.mark.failure(row="state-folder-file-lies-under")
 def test_a_state_folder_that_is_a_file_creates_nothing():
     if STATE.is_file():
         cb("lab", "down")
@@ -113,6 +115,8 @@ def test_a_state_folder_that_is_a_file_creates_nothing():
         os.unlink(STATE_DIR)
 
 
+@pytest.mark.failure(row="state-file-listing-namespace-link")
+@pytest.mark.failure(row="recorded-daemon-pid-now-used")
 def test_lab_down_of_an_edited_state_file_removes_only_the_lab_s_own(lab_up, tmp_path):
     precious = tmp_path / "precious"
     precious.write_text("keep me")
@@ -148,6 +152,13 @@ def test_lab_down_of_an_edited_state_file_removes_only_the_lab_s_own(lab_up, tmp
 @pytest.mark.skipif(any(shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin") is None
                         for t in ("munged", "slurmctld", "slurmd", "sinfo")),
                     reason="Slurm and munge are not installed: apt-get install slurm-wlm munge")
+@pytest.mark.failure(
+    row="real-daemons-slurmctld-slurmd-run",
+    section="The lab's own records",
+    failure="the real daemons (`slurmctld` and `slurmd` run as `slurmctld-wlm` / `slurmd-wlm` through Debian's "
+            "alternatives)",
+    does="still pass the check (argv[0] or the process name matches) and `lab down` stops every one, no process left",
+)
 def test_the_real_daemons_pass_the_pid_start_and_program_check_and_are_stopped(lab_up):
     up = cb("lab", "slurm", "up", timeout=180)
     assert up.returncode == 0, up.stderr

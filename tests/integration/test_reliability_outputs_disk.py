@@ -86,6 +86,14 @@ def pages(n: int) -> int:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.failure(
+    row="disk-fills-up-while-writing",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="the disk fills up while writing (every output kind; a real 4 MiB tmpfs, root only), also when the "
+            "first file of a group fit and the next did not",
+    does="exit 3, one line `cannot write FILE: No space left on device`; nothing is left on the disk (no temporary, "
+         "no partial file, no lone `.md` or PNG); the same command works once there is room",
+)
 def test_a_full_disk_is_exit_3_one_line_nothing_left_and_a_rerun_works(kind, inputs, small_disk, tmp_path):
     template, files = KINDS[kind]
     args = lambda d: [a.format(d=d, **inputs) for a in template]  # noqa: E731

@@ -87,6 +87,16 @@ def _one_trial(tmp: Path, sig: int, delay: float) -> tuple[int | str, int, str]:
 
 @pytest.mark.parametrize("sig, delay", [pytest.param(s, d, id=f"{signal.Signals(s).name}-{int(d * 1000)}ms")
                                         for s, d in TRIALS])
+@pytest.mark.failure(
+    row="ctrl-c-sigterm-hammered-every",
+    section="Launcher environments, --iface, and signals at the end of a run",
+    failure="Ctrl-C or SIGTERM hammered (every 5 ms, to the whole process group) at the moment a 2-rank local sweep "
+            "stops: during rank 0's summary, the ranks' teardown, the supervisor's exit, the interpreter's shutdown",
+    does="the first signal stops the process and every later one changes nothing. Exit 130 / 143, or 0 when the run "
+         "had already ended. No traceback, no \"Exception ignored\", no kill by the signal (was -2 with "
+         "`KeyboardInterrupt` tracebacks from multiprocessing's and torch's atexit hooks in 25 of 25 tries). The "
+         "file is valid, no `.tmp` is left, and no process is left",
+)
 def test_signals_hammered_at_the_end_of_a_sweep_leave_no_traceback(tmp_path, sig, delay):
     # a stop quicker than the delay (one CI run: under 120 ms) would leave the trial without a signal:
     # it is run again with half the delay, then with none, until a signal lands

@@ -180,6 +180,37 @@ def common_checks(run: Run, out: Path, rows: int, last: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["flood", "flood-deaf", "stderr-flood", "long-line", "nccl-info-flood"])
+@pytest.mark.failure(
+    row="nccl-tests-binary-prints-without",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="an nccl-tests binary that prints without end (`nccl-tests run --timeout 3`)",
+    does="times out at 3 s however fast it prints: `all_reduce_perf timed out after 3 s: its process group was "
+         "killed; 6 rows kept in FILE` as the last line, exit 3; the rows printed before kept; log and echo cut at "
+         "32 MiB with one line saying so; commbench under 1.5 GB; no process of its group left",
+    cases="flood",
+)
+@pytest.mark.failure(
+    row="also-ignores-sigterm-child-group",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="... that also ignores SIGTERM, with a child in its group that ignores it and floods stderr",
+    does="SIGKILL to the group after the 5 s grace; as above, within --timeout + 5 s + start-up",
+    cases="flood-deaf",
+)
+@pytest.mark.failure(
+    row="floods-stderr",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="... that floods stderr",
+    does="stderr's echo and the log cut at 32 MiB each; the failure report shows its last 20 lines, each cut at "
+         "1000 characters; as above",
+    cases="stderr-flood",
+)
+@pytest.mark.failure(
+    row="prints-endless-line-without-newline",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="... that prints one endless line without a newline",
+    does="memory holds one 64 KiB line: the line is cut with a mark, the rest dropped up to its newline; as above",
+    cases="long-line",
+)
 def test_a_binary_that_prints_without_end_times_out_and_keeps_its_rows(tmp_path, mode):
     binary, mark, pids = hostile(tmp_path, mode)
     out = tmp_path / "r.parquet"
@@ -198,6 +229,13 @@ def test_a_binary_that_prints_without_end_times_out_and_keeps_its_rows(tmp_path,
     no_process_left(mark, pids)
 
 
+@pytest.mark.failure(
+    row="sigterm-nccl-tests-run-no",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="SIGTERM to `nccl-tests run` (no --timeout) while a binary deaf to SIGTERM floods",
+    does="exit 143, `interrupted: ...; 6 rows kept`, within the 5 s grace; a second SIGTERM during the grace is "
+         "held, not a hard death; no process left",
+)
 def test_sigterm_stops_a_deaf_flooding_binary_and_keeps_its_rows(tmp_path):
     binary, mark, pids = hostile(tmp_path, "flood-deaf")
     out = tmp_path / "s.parquet"
@@ -218,6 +256,13 @@ def test_sigterm_stops_a_deaf_flooding_binary_and_keeps_its_rows(tmp_path):
     no_process_left(mark, pids)
 
 
+@pytest.mark.failure(
+    row="h-probe-does-binary-know",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="the `-h` probe (does the binary know `-J`?) prints without end",
+    does="it reads 1 MiB at most and stops the probe; a cut usage text says no `-J`; the run goes on from the text "
+         "output, exit 0",
+)
 def test_a_help_text_without_end_is_cut_and_the_run_goes_on(tmp_path):
     binary, mark, pids = hostile(tmp_path, "ok", help="flood")
     out = tmp_path / "h.parquet"
@@ -233,6 +278,14 @@ def test_a_help_text_without_end_is_cut_and_the_run_goes_on(tmp_path):
     no_process_left(mark, pids)
 
 
+@pytest.mark.failure(
+    row="h-probe-never-answers-ignores",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="the `-h` probe never answers (and ignores SIGTERM)",
+    does="it runs inside --timeout (15 s at most without one): at the deadline its group is killed and `... timed "
+         "out after 3 s answering -h ...: nothing was run or written`, exit 3; the binary is not started, no file "
+         "left",
+)
 def test_a_help_probe_that_never_answers_counts_against_the_timeout(tmp_path):
     binary, mark, pids = hostile(tmp_path, "ok", help="hang")
     out = tmp_path / "p.parquet"
@@ -249,6 +302,13 @@ def test_a_help_probe_that_never_answers_counts_against_the_timeout(tmp_path):
     no_process_left(mark, pids)
 
 
+@pytest.mark.failure(
+    row="sigterm-while-h-probe-hangs",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="SIGTERM while the `-h` probe hangs",
+    does="the probe's group killed, one line `interrupted while asking all_reduce_perf -h ...; nothing was "
+         "written`, exit 143, no file",
+)
 def test_sigterm_during_a_help_probe_that_never_answers(tmp_path):
     binary, mark, pids = hostile(tmp_path, "ok", help="hang")
     out = tmp_path / "q.parquet"
@@ -265,6 +325,13 @@ def test_sigterm_during_a_help_probe_that_never_answers(tmp_path):
     no_process_left(mark, pids)
 
 
+@pytest.mark.failure(
+    row="binary-printing-500-lines-shaped",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="a binary printing 500 lines shaped like rows that are not",
+    does="the first 10 are warned about (`... (line skipped)`), then one line says the rest are not shown; the real "
+         "rows kept, exit 0",
+)
 def test_lines_that_look_like_rows_but_are_not_are_warned_about_ten_times(tmp_path):
     binary, mark, pids = hostile(tmp_path, "bad-rows")
     out = tmp_path / "w.parquet"

@@ -112,6 +112,7 @@ def test_the_commands_ran(secret_run, outputs):
         assert (d / name).stat().st_size > 0, name
 
 
+@pytest.mark.failure(row="secrets-environment-aws-secret-access")
 def test_planted_secrets_appear_in_no_file_and_no_output(secret_run, outputs):
     d, out, *_ = secret_run
     texts, _ = outputs
@@ -133,6 +134,12 @@ def test_planted_secrets_appear_in_no_file_and_no_output(secret_run, outputs):
     assert env.get(PROBE[0]) == PROBE[1]
 
 
+@pytest.mark.failure(
+    row="hostile-label-environment-value-results",
+    section="Security",
+    failure="a hostile label or environment value in a results file (`<script>alert(1)</script>`)",
+    does="escaped in HTML (and Markdown): stays text, the page has no scripts and no external URLs",
+)
 def test_a_script_label_stays_text_in_the_reports(secret_run):
     d, out, *_ = secret_run
     assert set(pq.read_table(out).column("label").to_pylist()) == {EVIL}
@@ -143,6 +150,7 @@ def test_a_script_label_stays_text_in_the_reports(secret_run):
     assert "&lt;script&gt;" in md and "<script" not in md.lower()
 
 
+@pytest.mark.failure(row="world-writable-results")
 def test_the_results_file_is_not_world_writable_even_under_umask_000(secret_run):
     _, out, *_ = secret_run
     mode = stat.S_IMODE(out.stat().st_mode)
@@ -150,6 +158,13 @@ def test_the_results_file_is_not_world_writable_even_under_umask_000(secret_run)
     assert mode == 0o644, oct(mode)
 
 
+@pytest.mark.failure(
+    row="listening-socket-left-after-run",
+    section="Security",
+    failure="a listening socket left after a run",
+    does="the rendezvous store and gloo's listeners end with the run: none of the ports the run listened on, nor "
+         "any process of the run, is left",
+)
 def test_no_listening_socket_outlives_the_run(secret_run):
     _, _, ports, pids, sid = secret_run
     assert ports, "the check saw no listening socket during the run (rendezvous store, gloo pairs)"

@@ -187,6 +187,12 @@ def test_stdout_is_the_nccl_tests_table(sweep_run):
 # ---------------------------------------------------------------- the check and its fault switch
 
 
+@pytest.mark.failure(
+    row="results-answer-wrong-rank-corrupts",
+    section="Lost ranks and broken links",
+    failure="the results answer is wrong (a rank corrupts data)",
+    does="counted per point in `#wrong`, stored, exit 1 with one line",
+)
 def test_corrupted_output_is_counted_and_fails_the_run(tmp_path):
     out = tmp_path / "bad.parquet"
     proc = commbench("sweep", "--collective", "all_reduce,all_gather", "--sizes", "4K", "--time-budget", "0.01",
@@ -303,6 +309,28 @@ def kept_rows(stderr: str, out: Path) -> int:
     pytest.param(signal.SIGINT, False, 130, id="sigint-to-supervisor"),
     pytest.param(signal.SIGTERM, True, 143, id="sigterm-preemption"),
 ])
+@pytest.mark.failure(
+    row="ctrl-c-terminal-sigint-whole",
+    section="Interruptions (Ctrl-C, Slurm preemption, scancel)",
+    failure="Ctrl-C in a terminal (SIGINT to the whole process group)",
+    does="every rank stops at the current point, rank 0 flushes and says `N finished rows kept in FILE`; exit 130; "
+         "no `.tmp` left, no process left",
+    cases="ctrl-c",
+)
+@pytest.mark.failure(
+    row="sigint-local-supervisor-only",
+    section="Interruptions (Ctrl-C, Slurm preemption, scancel)",
+    failure="SIGINT to the local supervisor only",
+    does="forwarded to every rank; exit 130, file kept",
+    cases="sigint-to-supervisor",
+)
+@pytest.mark.failure(
+    row="sigterm-process-group-slurm-preemption",
+    section="Interruptions (Ctrl-C, Slurm preemption, scancel)",
+    failure="SIGTERM to the process group (Slurm preemption, `scancel` of a step)",
+    does="exit 143, file kept",
+    cases="sigterm-preemption",
+)
 def test_interrupt_keeps_finished_points(tmp_path, sig, to_group, code):
     out = tmp_path / "long.parquet"
     proc, _, stderr = start([*LONG_SWEEP, "--out", str(out)], tmp_path)
@@ -325,6 +353,13 @@ def test_interrupt_keeps_finished_points(tmp_path, sig, to_group, code):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.failure(
+    row="rank-killed-kill-9-mid",
+    section="Lost ranks and broken links",
+    failure="a rank killed (`kill -9`) mid-sweep, local ranks",
+    does="the supervisor names it (`rank 1 (pid N) ended with SIGKILL`), stops the others within its 15 s grace, "
+         "exit 3; file valid with every finished point; no process left",
+)
 def test_dead_rank_fails_the_run_and_keeps_the_points(tmp_path):
     out = tmp_path / "dead.parquet"
     proc, stdout, stderr = start([*LONG_SWEEP, "--nproc", "2", "--timeout", "20", "--out", str(out)], tmp_path)
@@ -354,6 +389,7 @@ def test_dead_rank_fails_the_run_and_keeps_the_points(tmp_path):
 # ---------------------------------------------------------------- a taken file name
 
 
+@pytest.mark.failure(row="results-file-already-exists")
 def test_second_run_into_the_same_file_is_refused(tmp_path):
     out = tmp_path / "once.parquet"
     first = commbench("sweep", "--sizes", "1K", "--time-budget", "0.01", "--out", str(out))

@@ -477,6 +477,7 @@ def test_cli_formats_folders_and_out(files, capsys):
     (["--format", "html"], "'html' is not one of"),
     (["--out", "@x.parquet"], "is a folder or a results file"),
 ])
+@pytest.mark.failure(row="result-files-empty-truncated-foreign")
 def test_cli_bad_input_is_one_line_and_exit_2(files, capsys, extra, needle):
     d = files["dir"]
     after = str(files["same"])

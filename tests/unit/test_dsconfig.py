@@ -175,6 +175,7 @@ def test_deprecated_cpu_offload_spelling():
 
 # --------------------------------------------------------------------------- refusals
 
+@pytest.mark.failure(row="ds-config-files-missing-folder")
 def test_missing_file(tmp_path):
     bad(dsconfig.load, tmp_path / "nope.json", match="does not exist")
 
@@ -183,6 +184,7 @@ def test_directory(tmp_path):
     bad(dsconfig.load, tmp_path, match="is a directory")
 
 
+@pytest.mark.failure(row="ds-config-files-missing-folder")
 def test_not_json_names_the_line(tmp_path):
     p = write(tmp_path, '{\n  "zero_optimization": {\n    "stage": 2,\n    "reduce_bucket_size": 5e8 5\n  }\n}\n')
     msg = bad(dsconfig.load, p, match="not valid JSON")
@@ -212,6 +214,7 @@ def test_duplicate_keys(tmp_path):
 
 
 @pytest.mark.parametrize("stage", [4, -1, "2", 1.5, True, [2], {"x": 1}])
+@pytest.mark.failure(row="ds-config-files-missing-folder")
 def test_stage_must_be_0_to_3(stage):
     bad(dsconfig.parse, {"zero_optimization": {"stage": stage}}, match="use 0, 1, 2 or 3")
 
@@ -221,6 +224,7 @@ def test_stage_as_integral_float():
 
 
 @pytest.mark.parametrize("key", ["reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size"])
+@pytest.mark.failure(row="ds-config-files-missing-folder")
 def test_negative_buckets(key):
     msg = bad(dsconfig.parse, {"zero_optimization": {key: -5e8}}, match="negative")
     assert key in msg and "whole number >=" in msg
@@ -303,6 +307,7 @@ def _parse_or_refuse(doc):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON)
+@pytest.mark.failure(row="ds-config-loader-arbitrary-text")
 def test_arbitrary_json_documents(doc):
     _parse_or_refuse(doc)
 
@@ -312,6 +317,7 @@ def test_arbitrary_json_documents(doc):
 @example({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})
 @example({"zero_optimization": {"cpu_offload": True, "cpu_offload_param": True, "stage": 3}})
 @example({"zero_optimization": {"stage3_prefetch_bucket_size": "auto", "prefetch_bucket_size": 5}})
+@pytest.mark.failure(row="ds-config-loader-arbitrary-text")
 def test_arbitrary_ds_config_like_documents(doc):
     _parse_or_refuse(doc)
 
@@ -323,6 +329,11 @@ def test_arbitrary_ds_config_like_documents(doc):
 @example('{"a": ' + "1" * 5000 + "}")
 @example("NaN")
 @example("{zero_optimization: {stage: 2}")
+@pytest.mark.failure(
+    row="ds-config-loader-arbitrary-text",
+    section="Fuzzing (Hypothesis): a value or `BadInput`, never another exception",
+    failure="ds_config loader: arbitrary text and JSON; arbitrary bytes as a file",
+)
 def test_arbitrary_text(text):
     try:
         cfg = dsconfig.loads(text)

@@ -31,6 +31,7 @@ def env(rank=0):
     return RankEnv("lab", rank, 2, 0, 1, "10.238.0.1", 29400)
 
 
+@pytest.mark.failure(row="rank-killed-mid-sweep-under")
 def test_a_lost_peer_is_named_by_rank_host_pid_and_address():
     line = _failure(RESET, env(), ranks((0, "crnode1", "10.238.0.1"), (1, "crnode2", "10.238.0.2")), 20)
     assert line.startswith("lost rank 1 on crnode2 (pid 101, 10.238.0.2): Read error [10.238.0.2]:41118: "
@@ -38,17 +39,20 @@ def test_a_lost_peer_is_named_by_rank_host_pid_and_address():
     assert "pair.cc" not in line  # gloo's source location is noise to a user
 
 
+@pytest.mark.failure(row="rank-killed-mid-sweep-under")
 def test_several_ranks_behind_one_address_name_the_host():
     same = ranks((0, "vm", "10.238.0.1"), (1, "n2", "10.238.0.2"), (2, "n2", "10.238.0.2"))
     assert _failure(RESET, env(), same, 20).startswith("lost a rank on n2 (one of ranks 1, 2, 10.238.0.2): ")
 
 
+@pytest.mark.failure(row="rank-killed-mid-sweep-under")
 def test_an_unknown_peer_or_no_rank_table_keeps_the_backend_s_words():
     assert _failure(RESET, env(), [], 20).startswith("Read error [10.238.0.2]:41118")
     other = ranks((0, "a", "10.0.0.1"), (1, "b", "10.0.0.9"))
     assert _failure(RESET, env(), other, 20).startswith("Read error [10.238.0.2]")
 
 
+@pytest.mark.failure(row="link-taken-down-mid-sweep")
 def test_a_timeout_says_which_timeout():
     line = _failure(TIMEOUT, env(), ranks((0, "a", "1.1.1.1"), (1, "b", "2.2.2.2")), 20)
     assert line.startswith("no answer within --timeout 20 s (a rank, its host or the link stopped responding): "
@@ -74,6 +78,7 @@ SUPERVISED = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.failure(row="sigterm-commbench-lab-run-what", note="no root needed")
 def test_lab_run_forwards_the_signal_to_every_rank_and_waits(tmp_path, sig, code):
     marks = tmp_path / "rank"
     proc = subprocess.Popen([sys.executable, "-c", SUPERVISED, str(marks)])
@@ -97,6 +102,7 @@ def test_lab_run_forwards_the_signal_to_every_rank_and_waits(tmp_path, sig, code
     ("2(x99999999999999),1", 99999999999998, 2), ("2(x99999999999999),1", 99999999999999, 1), ("", 0, 1),
     ("junk", 0, 1),
 ])
+@pytest.mark.failure(row="inputs-would-hang-exhaust-memory")
 def test_slurm_tasks_per_node_are_walked_not_expanded(value, node, tasks):
     """The work follows the runs in the text, not the nodes they stand for: a few lines and bytes for
     99999999999999 nodes (an expansion would build that list, and stops at the budget instead)."""

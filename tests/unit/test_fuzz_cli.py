@@ -118,6 +118,14 @@ VALUES = st.one_of(st.sampled_from(NUMBERS), st.sampled_from(ODD_TEXT), st.integ
 @pytest.mark.parametrize("name,option", CASES, ids=[f"{n} {o.opts[-1]}" for n, o in CASES])
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=VALUES)
+@pytest.mark.failure(
+    row="compare-alpha-5e-324-level",
+    section="Numbers, sizes and resource-sized input",
+    failure="`compare --alpha 5e-324` (a level that underflows over the points: found by the CLI fuzz, it looped "
+            "for ever)",
+    does="`--alpha` below 1e-9 refused with one line (no run has the repetitions it needs); the statistics refuse a "
+         "level below 1e-300; the fuzz fails any command that does not end within 30 s",
+)
 def test_no_value_of_any_option_gives_a_traceback(name, option, value, capsys):
     path, base = BASE[name]
     args = [*path, option.opts[-1], value, *base]

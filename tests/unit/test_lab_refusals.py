@@ -11,6 +11,12 @@ from commbench.core.errors import BadInput
 
 @pytest.mark.parametrize("args", [["lab", "up"], ["lab", "status"], ["lab", "set", "--mtu", "9000"],
                                   ["lab", "down"], ["lab", "run", "--", "true"], ["lab", "exec", "x", "--", "true"]])
+@pytest.mark.failure(
+    row="lab-command-without-root",
+    section="Bad input",
+    failure="a lab command without root",
+    does="one line saying it needs root",
+)
 def test_every_lab_command_refuses_without_root(monkeypatch, capsys, args):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(SystemExit) as exit_info:

@@ -37,6 +37,13 @@ def test_slurm_honours_master_addr_and_port_and_the_step_nodelist():
     assert (detect(env).master_addr, detect(env).local_world_size) == ("gpu10", 3)
 
 
+@pytest.mark.failure(
+    row="broken-launcher-environments-non-numeric",
+    section="Bad input",
+    failure="broken launcher environments (non-numeric ranks, a bad Slurm host list, a missing variable, mpirun "
+            "without MASTER_ADDR)",
+    does="one line naming the variable",
+)
 def test_slurm_bad_nodelist_is_bad_input():
     with pytest.raises(BadInput, match=r"SLURM_JOB_NODELIST='node\[03-' is not a Slurm host list"):
         detect(dict(SRUN, SLURM_JOB_NODELIST="node[03-"))
@@ -51,6 +58,7 @@ def test_open_mpi():
     assert detect(dict(OMPI, MASTER_PORT="23456")).master_port == 23456
 
 
+@pytest.mark.failure(row="broken-launcher-environments-non-numeric")
 def test_open_mpi_without_master_addr_says_how_to_pass_it():
     env = {k: v for k, v in OMPI.items() if k != "MASTER_ADDR"}
     with pytest.raises(BadInput, match="-x MASTER_ADDR"):
@@ -69,6 +77,7 @@ def test_no_launcher():
     (dict(SRUN, SLURM_PROCID="x"), "SLURM_PROCID"),
     (dict(OMPI, OMPI_COMM_WORLD_SIZE=""), "OMPI_COMM_WORLD_SIZE"),
 ])
+@pytest.mark.failure(row="broken-launcher-environments-non-numeric")
 def test_non_numeric_values_are_bad_input(env, name):
     with pytest.raises(BadInput, match=rf"{name}=.* is not a number"):
         detect(env)
@@ -82,6 +91,7 @@ def test_slurm_local_world_size_follows_the_rank_s_own_node(node_id, expected):
     assert detect(env).local_world_size == expected
 
 
+@pytest.mark.failure(row="broken-launcher-environments-non-numeric")
 def test_a_missing_launcher_variable_is_bad_input():
     with pytest.raises(BadInput, match="SLURM_LOCALID is not set"):
         detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "n1"})

@@ -83,6 +83,14 @@ def down(*ranks, after, status="unreachable"):
 
 
 @pytest.mark.parametrize("bidir", [False, True])
+@pytest.mark.failure(
+    row="which-end-failed-link-blame",
+    section="Lost ranks and broken links",
+    failure="which end of a failed link is to blame (pattern rules, confirmation round)",
+    does="host (every link failed, or every link since its first failure), link (both ends work elsewhere), "
+         "undecided (two hosts, or everything failed: exit 3)",
+    name="test_*",
+)
 def test_a_host_whose_links_all_fail_is_named_and_nobody_else(bidir):
     df = df_of(mesh_rows(fail=dead(2), bidir=bidir))
     [c] = linkfaults.suspects(df)

@@ -648,6 +648,7 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON_VALUES)
+@pytest.mark.failure(row="nccl-tests-parser-arbitrary-text")
 def test_arbitrary_json_gives_rows_or_bad_input(value):
     doc = json.loads(json_doc())
     doc["results"] = value if isinstance(value, list) else [value]
@@ -662,6 +663,11 @@ def test_arbitrary_json_gives_rows_or_bad_input(value):
 @example("99999999999999999999 1 float sum -1 1 1 1 0 1 1 1 0\n")
 @example("8 2 float sum -1 0 0 0 0 0 0 0 0\n")
 @example("{\"results\": [1]}")
+@pytest.mark.failure(
+    row="nccl-tests-parser-arbitrary-text",
+    section="Fuzzing (Hypothesis): a value or `BadInput`, never another exception",
+    failure="nccl-tests parser: arbitrary text, JSON and bytes; real logs cut at any byte or with bytes changed",
+)
 def test_arbitrary_text_gives_rows_or_bad_input(text):
     _parse_any(text)
 
@@ -675,6 +681,7 @@ def test_mutated_sample_lines_give_rows_or_bad_input(data):
 
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=200))
+@pytest.mark.failure(row="nccl-tests-parser-arbitrary-text")
 def test_arbitrary_bytes_give_rows_or_bad_input(tmp_path_factory, blob):
     f = tmp_path_factory.mktemp("b") / "all_reduce.log"
     f.write_bytes(blob)

@@ -53,6 +53,15 @@ LINE_WITHOUT_END = "block = 'x' * (1 << 20)\nwhile True:\n    sys.stdout.write(b
 FLOOD = "block = ('y' * 100 + '\\n') * 1000\nwhile True:\n    sys.stdout.write(block)"
 
 
+@pytest.mark.failure(
+    row="pump-itself-deadline-under-flood",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="the pump itself: a deadline under a flood, a group deaf to SIGTERM, a child that exits and leaves its "
+            "pipes to a descendant, the byte limit, the write cap",
+    does="the deadline holds within a tick; the group is gone after the grace; reading stops 2 s after the child "
+         "ended and the group is killed; `capture` stops at its limit and its timeout; `Capped` writes up to its "
+         "cap and then one line",
+)
 def test_the_deadline_holds_however_fast_the_child_prints(tmp_path):
     child = pump.Child([str(script(tmp_path, FLOOD))], deadline=time.monotonic() + 1.0)
     t0 = time.monotonic()
@@ -64,6 +73,7 @@ def test_the_deadline_holds_however_fast_the_child_prints(tmp_path):
     assert gone_soon(child.pid)
 
 
+@pytest.mark.failure(row="prints-endless-line-without-newline")
 def test_a_line_without_end_is_cut_and_the_rest_of_it_dropped(tmp_path):
     body = "sys.stdout.write('x' * (10 << 20)); sys.stdout.write('\\nnext\\nlast')"
     child = pump.Child([str(script(tmp_path, body))], deadline=time.monotonic() + 20, line_cap=1024)
@@ -75,6 +85,7 @@ def test_a_line_without_end_is_cut_and_the_rest_of_it_dropped(tmp_path):
     assert child.bytes_read > 10 << 20 and not child.timed_out
 
 
+@pytest.mark.failure(row="pump-itself-deadline-under-flood")
 def test_stderr_lines_are_told_apart_and_a_merged_stderr_is_stdout(tmp_path):
     path = script(tmp_path, "print('o', flush=True); print('e', file=sys.stderr, flush=True)")
     child = pump.Child([str(path)], deadline=time.monotonic() + 20)
@@ -85,6 +96,7 @@ def test_stderr_lines_are_told_apart_and_a_merged_stderr_is_stdout(tmp_path):
     assert pump.capture([str(path)], timeout=20, limit=100, stderr="stdout").out in (b"o\ne\n", b"e\no\n")
 
 
+@pytest.mark.failure(row="pump-itself-deadline-under-flood")
 def test_stop_kills_a_group_that_ignores_sigterm(tmp_path):
     body = ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "subprocess.Popen([sys.executable, '-c', 'import signal, time; "
@@ -99,6 +111,7 @@ def test_stop_kills_a_group_that_ignores_sigterm(tmp_path):
     assert gone_soon(child.pid)
 
 
+@pytest.mark.failure(row="pump-itself-deadline-under-flood")
 def test_capture_stops_at_its_limit_and_at_its_timeout(tmp_path):
     got = pump.capture([str(script(tmp_path, FLOOD))], timeout=20, limit=50_000)
     assert got.over_limit and not got.ok and 49_000 < len(got.out) <= 50_000
@@ -108,6 +121,7 @@ def test_capture_stops_at_its_limit_and_at_its_timeout(tmp_path):
     assert pump.capture([str(tmp_path / "missing")], timeout=1, limit=10) is None
 
 
+@pytest.mark.failure(row="pump-itself-deadline-under-flood")
 def test_capped_writes_up_to_its_cap_then_one_line_saying_so():
     written: list[str] = []
     cap = pump.Capped(written.append, cap=2 * 1024 * 1024)
@@ -123,6 +137,14 @@ def test_capped_writes_up_to_its_cap_then_one_line_saying_so():
     assert half[-1].startswith("\n[commbench: output cut here")  # on a line of its own
 
 
+@pytest.mark.failure(
+    row="ibv-devinfo-nvidia-smi-perfquery",
+    section="Other programs' output and time (nccl-tests binaries, their `-h`, ibv_devinfo, nvidia-smi, perfquery)",
+    failure="ibv_devinfo / nvidia-smi / perfquery (doctor, host facts) that hang, print without end, print one "
+            "endless line, fail, or print bytes that are not UTF-8",
+    does="`netinfo.run_command` stops them at their timeout or at 8 MiB and gives no fact (None) rather than one "
+         "from a cut output; bad bytes are replaced",
+)
 def test_run_command_gives_the_output_or_none_past_its_bound(tmp_path, monkeypatch):
     ok = script(tmp_path, "sys.stdout.buffer.write(b'mtu 4096\\n\\xff\\n')", "ok")
     assert netinfo.run_command([str(ok)]) == "mtu 4096\n\ufffd\n"  # not UTF-8: replaced, not an exception
@@ -136,6 +158,7 @@ def test_run_command_gives_the_output_or_none_past_its_bound(tmp_path, monkeypat
 
 
 @pytest.mark.skipif(not hasattr(os, "getpgid"), reason="process groups")
+@pytest.mark.failure(row="pump-itself-deadline-under-flood")
 def test_a_child_that_leaves_its_pipes_to_a_descendant_ends_after_the_linger(tmp_path):
     body = ("subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
             "print('done', flush=True)")

@@ -105,6 +105,15 @@ def fail_on(monkeypatch, target: Path, error=None) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.failure(
+    row="output-already-exists-every-output",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="the output already exists (every output kind, including the last file of a group such as `r-zero.png` "
+            "of `report r.md`)",
+    does="refused before anything is read or drawn, exit 2, one line `FILE already exists: CMD never overwrites a "
+         "file; pass --force to replace it, or another --out`; the file is untouched (bytes and mtime), and no "
+         "other file of the group and no temporary is left",
+)
 def test_an_existing_output_is_refused_and_untouched(kind, inputs, tmp_path, capsys):
     files = KINDS[kind][1]
     taken = tmp_path / files[-1]  # the last of a group: nothing of the group may be written first
@@ -137,6 +146,14 @@ def test_an_existing_output_is_refused_and_untouched(kind, inputs, tmp_path, cap
      "{d}/hard.html already exists and is an input"),
 ], ids=["gate-bands", "gate-bands-force", "gate-hard-link", "gate-symlink", "suggest-hard-link", "compare-plot",
         "compare-out", "compare-out-results", "plot", "report", "report-baseline"])
+@pytest.mark.failure(
+    row="output-command-s-inputs-gate",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="an output that is one of the command's inputs (`gate --expect bands.yaml --out bands.yaml`, `report "
+            "run.parquet --out run.parquet`), also as a hard link or a symlink of one (`os.path.samefile`)",
+    does="refused with `--force` or without, exit 2, one line `FILE already exists and is an input of CMD: pass "
+         "another --out`; every input unchanged",
+)
 def test_an_output_that_is_an_input_is_refused_even_with_force(args, links, needle, inputs, tmp_path, capsys):
     for name, (how, what) in links.items():
         if how == "hard":
@@ -151,6 +168,13 @@ def test_an_output_that_is_an_input_is_refused_even_with_force(args, links, need
     assert listing(tmp_path) == sorted(links)  # nothing written beside them
 
 
+@pytest.mark.failure(
+    row="compare-out-plot-gate-out",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="`compare --out`/`--plot` or `gate --out` onto a file that should be replaced",
+    does="only with an explicit `--force`, which renames a complete temporary over it (a reader never sees half a "
+         "file); `--force` never replaces a FIFO, a device or a folder",
+)
 def test_force_replaces_an_existing_report_or_figure(inputs, tmp_path, capsys):
     for name in ("c.txt", "c.png", "g.txt"):
         (tmp_path / name).write_text("old\n")
@@ -165,6 +189,7 @@ def test_force_replaces_an_existing_report_or_figure(inputs, tmp_path, capsys):
     assert listing(tmp_path) == ["c.png", "c.txt", "g.txt"]
 
 
+@pytest.mark.failure(row="compare-out-plot-gate-out")
 def test_force_never_replaces_what_is_not_a_regular_file(inputs, tmp_path, capsys):
     fifo = tmp_path / "pipe.txt"
     os.mkfifo(fifo)
@@ -173,6 +198,12 @@ def test_force_never_replaces_what_is_not_a_regular_file(inputs, tmp_path, capsy
     assert listing(tmp_path) == ["pipe.txt"] and fifo.is_fifo()
 
 
+@pytest.mark.failure(
+    row="compare-out-x-plot-x",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="`compare --out X --plot X`",
+    does="refused before reading, exit 2",
+)
 def test_out_and_plot_naming_one_file_is_refused_before_reading(inputs, tmp_path, capsys):
     code, _, err = run(["compare", str(inputs["a"]), str(inputs["b"]), "--out", str(tmp_path / "x.svg"),
                         "--plot", str(tmp_path / "x.svg")], capsys)
@@ -180,6 +211,12 @@ def test_out_and_plot_naming_one_file_is_refused_before_reading(inputs, tmp_path
     assert listing(tmp_path) == []
 
 
+@pytest.mark.failure(
+    row="output-path-under-regular-file",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="an output path under a regular file, or in a folder it may not write to",
+    does="exit 2, one line naming the path and `pass another --out`",
+)
 def test_a_folder_under_a_file_is_refused(inputs, tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("keep\n")
     code, _, err = run(["plot", str(inputs["a"]), "--out", str(tmp_path / "notes.txt" / "p.png")], capsys)
@@ -191,6 +228,7 @@ def test_a_folder_under_a_file_is_refused(inputs, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.failure(row="disk-fills-up-while-writing")
 def test_a_full_disk_leaves_nothing_and_a_rerun_works(kind, inputs, tmp_path, capsys, monkeypatch):
     files = KINDS[kind][1]
     failing = tmp_path / files[-1]  # the others of a group are complete temporaries by then
@@ -205,6 +243,12 @@ def test_a_full_disk_leaves_nothing_and_a_rerun_works(kind, inputs, tmp_path, ca
 
 
 @pytest.mark.parametrize("kind", ["report-markdown", "plot-views", "compare-out-and-plot"])
+@pytest.mark.failure(
+    row="link-into-place-fails-after",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="a link into place fails after others of the group were placed (EIO)",
+    does="the placed files are taken back: exit 3, one line, nothing left",
+)
 def test_a_group_whose_last_link_fails_takes_back_the_files_already_placed(kind, inputs, tmp_path, capsys,
                                                                          monkeypatch):
     last = tmp_path / KINDS[kind][1][-1]
@@ -222,6 +266,13 @@ def test_a_group_whose_last_link_fails_takes_back_the_files_already_placed(kind,
     assert listing(tmp_path) == []
 
 
+@pytest.mark.failure(
+    row="ctrl-c-sigterm-while-writing",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="Ctrl-C or SIGTERM while writing",
+    does="the temporaries and any files already placed are removed; Ctrl-C exits 130; SIGTERM ends the command as "
+         "SIGTERM does (143), or comes back as `Terminated` to a caller with a handler of its own",
+)
 def test_ctrl_c_while_writing_leaves_nothing(inputs, tmp_path, capsys, monkeypatch):
     with monkeypatch.context() as m:
         fail_on(m, tmp_path / "r-zero.png", KeyboardInterrupt())
@@ -229,6 +280,7 @@ def test_ctrl_c_while_writing_leaves_nothing(inputs, tmp_path, capsys, monkeypat
     assert code == 130 and listing(tmp_path) == []
 
 
+@pytest.mark.failure(row="ctrl-c-sigterm-while-writing")
 def test_sigterm_while_writing_leaves_nothing_and_is_handed_on(tmp_path, monkeypatch):
     """With a handler of the caller's own, SIGTERM comes back as Terminated after the cleanup."""
     previous = signal.signal(signal.SIGTERM, lambda *_: None)
@@ -244,6 +296,12 @@ def test_sigterm_while_writing_leaves_nothing_and_is_handed_on(tmp_path, monkeyp
     assert listing(tmp_path) == []
 
 
+@pytest.mark.failure(
+    row="folders-made-output-out-new",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="folders made for an output (`--out new/sub/r.md`) when the write then fails",
+    does="removed again; a rerun makes them and writes",
+)
 def test_folders_made_for_a_failed_write_are_removed(inputs, tmp_path, capsys, monkeypatch):
     target = tmp_path / "new" / "deeper" / "r.md"
     with monkeypatch.context() as m:
@@ -255,6 +313,7 @@ def test_folders_made_for_a_failed_write_are_removed(inputs, tmp_path, capsys, m
     assert code == 0 and listing(target.parent) == ["r.md", "r.png"], err
 
 
+@pytest.mark.failure(row="output-path-under-regular-file")
 def test_an_unwritable_folder_is_bad_input_naming_the_fix(inputs, tmp_path, capsys, monkeypatch):
     def denied(*_, **__):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
@@ -266,6 +325,12 @@ def test_an_unwritable_folder_is_bad_input_naming_the_fix(inputs, tmp_path, caps
     assert listing(tmp_path) == []
 
 
+@pytest.mark.failure(
+    row="another-process-creates-file-between",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="another process creates the file between the check and the link",
+    does="theirs stays as it is, ours is removed, exit 2",
+)
 def test_a_name_taken_while_writing_is_left_to_its_owner(inputs, tmp_path, capsys, monkeypatch):
     """Another process creates the file between the check and the link: theirs stays, ours goes."""
     target = tmp_path / "p.png"
@@ -285,6 +350,13 @@ def test_a_name_taken_while_writing_is_left_to_its_owner(inputs, tmp_path, capsy
 # ---------------------------------------------------------------- the writer itself
 
 
+@pytest.mark.failure(
+    row="file-system-without-hard-links",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="a file system without hard links",
+    does="the name is reserved with an exclusive create, then the temporary is renamed over it: still never over "
+         "someone else's file",
+)
 def test_without_hard_links_the_name_is_reserved_then_renamed(tmp_path, monkeypatch):
     def no_links(*_, **__):
         raise OSError(errno.EPERM, os.strerror(errno.EPERM))
@@ -298,6 +370,12 @@ def test_without_hard_links_the_name_is_reserved_then_renamed(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("umask, mode", [(0o000, 0o644), (0o022, 0o644), (0o077, 0o600)])
+@pytest.mark.failure(
+    row="world-writable-outputs",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="world-writable outputs",
+    does="0644 narrowed by the umask (umask 000 gives 0644, 077 gives 0600)",
+)
 def test_outputs_are_never_group_or_world_writable(tmp_path, umask, mode):
     old = os.umask(umask)
     try:
@@ -307,12 +385,19 @@ def test_outputs_are_never_group_or_world_writable(tmp_path, umask, mode):
     assert path.stat().st_mode & 0o777 == mode
 
 
+@pytest.mark.failure(
+    row="name-twice-group-group-new",
+    section="Output files (reports, figures, comparison text, bands)",
+    failure="one name twice in a group; a group in a new sub-folder",
+    does="refused / written whole",
+)
 def test_one_name_twice_in_a_group_is_refused(tmp_path):
     with pytest.raises(BadInput, match="named twice"):
         outputs.write_files([outputs.Output(tmp_path / "x", b"1"), outputs.Output(tmp_path / "x", b"2")], "report")
     assert listing(tmp_path) == []
 
 
+@pytest.mark.failure(row="name-twice-group-group-new")
 def test_a_group_is_written_whole(tmp_path):
     group = [outputs.Output(tmp_path / "r.md", b"# r\n"), outputs.Output(tmp_path / "sub" / "r.png", b"png")]
     assert outputs.write_files(group, "report") == [tmp_path / "r.md", tmp_path / "sub" / "r.png"]

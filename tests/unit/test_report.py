@@ -76,6 +76,7 @@ def page(page_html):
     return Page(page_html)
 
 
+@pytest.mark.failure(row="hostile-label-environment-value-results")
 def test_html_is_self_contained_no_external_urls_no_scripts(page_html, page):
     assert not re.search(r"https?://", page_html, re.IGNORECASE)
     assert not re.search(r"(src|href)\s*=\s*[\"']?//", page_html)
@@ -96,6 +97,7 @@ def test_html_embeds_the_figure_as_a_png(page):
     assert data.startswith(PNG_MAGIC) and len(data) > 20_000
 
 
+@pytest.mark.failure(row="hostile-label-environment-value-results")
 def test_untrusted_values_are_escaped(page_html, page):
     assert EVIL not in page_html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page_html
@@ -225,6 +227,7 @@ def test_markdown_report_has_tables_and_a_linked_png_beside_it(df, tmp_path):
     assert lines and all(ln.count(" | ") == lines[0].count(" | ") for ln in lines)
 
 
+@pytest.mark.failure(row="hostile-label-environment-value-results")
 def test_md_escapes_what_markdown_would_interpret():
     assert markdown.md("a|b") == "a\\|b"
     assert markdown.md("<b>") == "&lt;b&gt;"
@@ -241,6 +244,7 @@ def test_format_follows_the_out_suffix_and_default_out_is_next_to_the_first_resu
     assert report.write_report([res]) == [tmp_path / "run.html"]
 
 
+@pytest.mark.failure(row="output-already-exists-every-output")
 def test_never_overwrites_the_report_or_its_figure(tmp_path):
     res = write(tmp_path / "run.parquet", make_rows(repetitions=1))
     (tmp_path / "r.html").write_text("mine")

@@ -53,6 +53,18 @@ def test_create_writes_a_valid_empty_file_with_the_full_schema(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["run.parquet"]  # no temporary files left
 
 
+@pytest.mark.failure(
+    row="every-finished-point-disk-constant",
+    section="The result store",
+    failure="every finished point is on disk, at a constant cost a point",
+    does="the first batch replaces the empty file; every later one is a part of its own "
+         "(`NAME.parts/part-NNNNNNNN.parquet`, about 2 ms a point at the 100,000th as at the 1,000th: "
+         "benchmarks/append_cost.py); read_results (and compare, plot, report, gate) read the file with its parts; "
+         "when the run ends (normally, on an error, Ctrl-C or SIGTERM) the parts are compacted into the file by one "
+         "atomic rename and removed; the file records the last part it holds, so parts left by a compaction killed "
+         "before its cleanup are never read twice; every 1,000 parts merge into one (a long run leaves few files), "
+         "and a single part a merged one holds is not read again",
+)
 def test_append_keeps_the_file_complete_after_every_call(tmp_path):
     path = tmp_path / "run.parquet"
     writer = ResultWriter(path)
@@ -82,6 +94,7 @@ def test_append_keeps_the_file_complete_after_every_call(tmp_path):
     assert read_results([path]).equals(frame)
 
 
+@pytest.mark.failure(row="results-file-already-exists")
 def test_create_never_overwrites_an_existing_file(tmp_path):
     path = tmp_path / "old.parquet"
     writer = ResultWriter(path)
@@ -105,6 +118,7 @@ def test_create_refuses_a_file_where_the_folder_should_be(tmp_path):
         ResultWriter(blocker / "run.parquet").create()
 
 
+@pytest.mark.failure(row="result-files-empty-truncated-foreign", name="test_read_rejects_*")
 def test_read_rejects_an_empty_file(tmp_path):
     path = tmp_path / "empty.parquet"
     path.write_bytes(b"")

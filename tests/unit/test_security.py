@@ -82,6 +82,15 @@ def shell_uses(source: str) -> list[tuple[int, str]]:
     return finder.found
 
 
+@pytest.mark.failure(
+    row="command-line-run-through-shell",
+    section="Security",
+    failure="a command line run through a shell",
+    does="subprocess argv lists only; an AST scan of the package fails on `shell=` anything but `False`, "
+         "`os.system`, `os.popen`, `subprocess.getoutput/getstatusoutput`, `asyncio.create_subprocess_shell`, and a "
+         "command string given to `subprocess.run/Popen/...` (aliases followed); the scan is itself tested on each "
+         "form",
+)
 def test_nothing_in_the_package_runs_through_a_shell():
     files = sorted(PACKAGE.rglob("*.py"))
     assert len(files) > 20, files  # the scan really covers the package
@@ -118,6 +127,7 @@ def test_the_package_does_start_processes_with_argv_lists():
     "import commands",
     "def f(**kw):\n    import subprocess\n    subprocess.run(['ls'], **kw, shell=True)",
 ])
+@pytest.mark.failure(row="command-line-run-through-shell")
 def test_the_scan_catches_every_shell_form(source):
     assert shell_uses(source), source
 
@@ -136,6 +146,13 @@ def test_the_scan_passes_argv_use(source):
 
 
 @pytest.mark.parametrize("umask, mode", [(0o000, 0o644), (0o002, 0o644), (0o022, 0o644), (0o077, 0o600)])
+@pytest.mark.failure(
+    row="world-writable-results",
+    section="Security",
+    failure="world-writable results",
+    does="result files are created 0644 narrowed by the umask, never group- or world-writable (umask 000 gives "
+         "0644, 077 gives 0600)",
+)
 def test_result_files_are_never_group_or_world_writable(tmp_path, umask, mode):
     old = os.umask(umask)
     try:

@@ -134,6 +134,15 @@ def test_one_repetition_says_no_repetition_and_an_mtu_axis_is_set_each_pass_and_
     (["MTU=1500|9000"], "use --mtu 1500,9000"),
     (["X=a b"], "must be printable ASCII without spaces"),
 ])
+@pytest.mark.failure(
+    row="env-noequals-env-nccl-algo",
+    section="Bad input",
+    failure="`--env NOEQUALS`, `--env NCCL_ALGO=` (empty), the same name or value twice, `--env RANK=...` (a "
+            "launcher's), `--env NCCL_IB_HCA=a|b` under NCCL (read once per process), an NCCL axis under gloo, "
+            "`--iface` with a *_SOCKET_IFNAME axis, a GLOO_SOCKET_IFNAME naming no interface here, `zero --engine "
+            "deepspeed --env`",
+    does="one line naming the problem and the fix, exit 2, before any rank starts, no results file",
+)
 def test_bad_axes_are_one_line(specs, says):
     with pytest.raises(BadInput) as exc:
         settings.parse_env(specs)
@@ -148,6 +157,7 @@ def test_too_many_settings_are_refused_before_any_grid():
         settings.parse_env(["A=" + "|".join(map(str, range(17)))])
 
 
+@pytest.mark.failure(row="env-noequals-env-nccl-algo")
 def test_the_backend_must_see_the_setting_change():
     with pytest.raises(BadInput, match="NCCL reads it once per process, so one run measures only its first value"):
         settings.check_backend(settings.parse_env(["NCCL_IB_HCA=mlx5_0|mlx5_1"]), "nccl")
