@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -91,7 +92,8 @@ def plot_lines(q: Query, column: str, side: str | None = None) -> list:
     groups = list(zip(*[got.column(k).to_pylist() for k in keys]))
     counts = pc.list_value_length(got.column("vals")).to_numpy().astype(np.int64)
     values = got.column("vals").combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(float)
-    summary = summarise(list(range(len(groups))), np.repeat(np.arange(len(groups)), counts), values)
+    numbered: list[tuple] = [(i,) for i in range(len(groups))]  # each group by its position
+    summary = summarise(numbered, np.repeat(np.arange(len(groups)), counts), values)
     sizes, wrong_of = got.column("size_bytes").to_pylist(), got.column("wrong").to_pylist()
     by_line: dict[tuple, list[int]] = {}
     for i, k in enumerate(groups):
@@ -100,7 +102,7 @@ def plot_lines(q: Query, column: str, side: str | None = None) -> list:
     for k, idx in by_line.items():
         idx = sorted(idx, key=lambda i: sizes[i])  # stable: sizes of one line are distinct anyway
         s = np.asarray([sizes[i] for i in idx], dtype=float)
-        med, lo, hi = (np.asarray([summary[i][j] for i in idx], dtype=float) for j in range(3))
+        med, lo, hi = (np.array([summary[(i,)][j] for i in idx], dtype=np.float64) for j in range(3))
         lines.append(dict(key=dict(zip(keys, k)), sizes=s, median=med, lo=lo, hi=hi, reps=counts[idx],
                           wrong_sizes=s[np.asarray([bool(wrong_of[i]) for i in idx])]))
     return lines
@@ -135,7 +137,7 @@ def _rows_at(gis: Sequence[int]) -> str:
             if within else "gi IN ()")
 
 
-def _bounded(text):
+def _bounded(text: Any) -> Any:
     """A JSON cell nested deeper than MAX_NESTING read as UNREADABLE, as read_results reads it."""
     import json
 
@@ -148,7 +150,8 @@ def _bounded(text):
 # wireview.py): per row, the line, the point and its numbers; per run, what its facts show.
 REPORT_COLUMNS = ("collective", "dtype", "op", "in_place", "label", "run_id", "settings", "size_bytes", "world_size",
                   "nnodes", "ranks_per_node", "busbw_GBps", "algbw_GBps", "time_us", "wrong", "repetition",
-                  "workload", "status", "wire", "wire_trouble", "wire_per_payload", "started_at", "launcher", "backend", "device",
+                  "workload", "status", "wire", "wire_trouble", "wire_per_payload", "started_at", "launcher",
+                  "backend", "device",
                   "device_name", "iface", "mtu", "link_layer", "hosts", "commbench_version", "torch_version",
                   "nccl_version", "env", "net", "plan", "schema_version")
 

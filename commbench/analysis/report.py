@@ -20,9 +20,14 @@ import gc
 import html
 import json
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib when they run
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 from commbench.analysis import plot, reportparts, settingsview, wireview
 from commbench.analysis.summary import collective_gaps
@@ -99,20 +104,21 @@ def esc(value: Any) -> str:
 # --------------------------------------------------------------------------- HTML pieces
 
 
-def _table(headers: Sequence[str] | None, rows: Iterable[Sequence], num: Sequence[int] = (), classes=None) -> str:
+def _table(headers: Sequence[str] | None, rows: Iterable[Sequence[Any]], num: Iterable[int] = (),
+           classes: Sequence[Sequence[str]] | None = None) -> str:
     """rows hold plain text (escaped here); classes[i][j] adds a CSS class to a cell; no
     headers: a two-column fact table whose first column is a row header."""
-    num = set(num)
+    numbered = set(num)
     out = ["<table>"]
     if headers is not None:
         out.append("<thead><tr>" + "".join(
-            f'<th class="num">{esc(h)}</th>' if i in num else f"<th>{esc(h)}</th>" for i, h in enumerate(headers))
+            f'<th class="num">{esc(h)}</th>' if i in numbered else f"<th>{esc(h)}</th>" for i, h in enumerate(headers))
             + "</tr></thead>")
     out.append("<tbody>")
     for r_i, row in enumerate(rows):
         cells = []
         for i, v in enumerate(row):
-            cls = [c for c in (("num" if i in num else ""), (classes[r_i][i] if classes else "")) if c]
+            cls = [c for c in (("num" if i in numbered else ""), (classes[r_i][i] if classes else "")) if c]
             attr = f' class="{" ".join(cls)}"' if cls else ""
             tag = "th" if headers is None and i == 0 else "td"
             cells.append(f"<{tag}{attr}>{esc(v)}</{tag}>")
@@ -121,11 +127,11 @@ def _table(headers: Sequence[str] | None, rows: Iterable[Sequence], num: Sequenc
     return "\n".join(out)
 
 
-def png_data_uri(fig) -> str:
+def png_data_uri(fig: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(plot.figure_bytes(fig, "png")).decode("ascii")
 
 
-def _figure_html(fig, alt: str, caption: str) -> str:
+def _figure_html(fig: Figure, alt: str, caption: str) -> str:
     return (f'<figure><img src="{png_data_uri(fig)}" alt="{esc(alt)}">'
             f"<figcaption>{esc(caption)}</figcaption></figure>")
 
@@ -179,7 +185,7 @@ def settings_html(tables: list) -> str:
     return "\n".join(out)
 
 
-def runs_html(df) -> str:
+def runs_html(df: pd.DataFrame) -> str:
     parts = []
     at = run_positions(df)  # each run's rows, found once for every run
     for row in run_rows(df):
@@ -198,7 +204,8 @@ def runs_html(df) -> str:
             parts.append("<h4>Network, per host</h4>")
             parts.append(_table(["host", "interface", "MTU", "link layer", "speed", "state"], per_host, num=[2]))
         elif net is not None:
-            parts.append(f"<h4>Network</h4><pre>{esc(json.dumps(net, indent=2) if not isinstance(net, str) else net)}</pre>")
+            shown = json.dumps(net, indent=2) if not isinstance(net, str) else net
+            parts.append(f"<h4>Network</h4><pre>{esc(shown)}</pre>")
         env = json_value(row.get("env"))
         parts.append("<h4>Environment (allow-listed)</h4>")
         if isinstance(env, dict) and env:
@@ -234,7 +241,7 @@ def _key_text(key: Any, name: str) -> str:
         return str(key)
     v = key.get(name)
     if name == "size_bytes" and not missing(v):
-        return format_size(int(v))
+        return format_size(int(v))  # type: ignore[arg-type]  # missing() ruled out None
     if name == "in_place" and isinstance(v, (bool, int)) and not missing(v):
         return placement_name(v)
     return "–" if missing(v) else str(v)
@@ -267,7 +274,7 @@ def _split_key_columns(keys: list) -> tuple[list[str], list[tuple[str, str]]]:
     return cols, same
 
 
-def _items(value) -> list:
+def _items(value: Any) -> list[Any]:
     if value is None:
         return []
     if isinstance(value, dict):
@@ -280,7 +287,7 @@ def _items(value) -> list:
         return [value]
 
 
-def _difference_text(item) -> str:
+def _difference_text(item: Any) -> str:
     if isinstance(item, dict):
         if {"field", "before", "after"} <= set(item):
             return f"{item['field']}: {item['before']} → {item['after']}"
@@ -290,11 +297,13 @@ def _difference_text(item) -> str:
     return str(item)
 
 
-def comparison_html(c, figure_html: str = "") -> str:
+def comparison_html(c: Any, figure_html: str = "") -> str:
     """A commbench.analysis.compare.Comparison as an HTML section body: the overall verdict badge, the
     numbers behind it, warnings, setup differences, (figure_html, trusted markup, if given), one
     table row per point, one-sided points."""
-    g = lambda name, default=None: getattr(c, name, default)  # noqa: E731
+    def g(name: str, default: Any = None) -> Any:
+        return getattr(c, name, default)
+
     verdict = g("verdict", "")
     parts = [f'<p><span class="badge {_verdict_class(verdict)}">{esc(str(verdict).upper() or "NO VERDICT")}</span>']
     summary = []
@@ -318,7 +327,8 @@ def comparison_html(c, figure_html: str = "") -> str:
 
     warnings = _items(g("warnings"))
     if warnings:
-        parts.append("<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul>")
+        parts.append("<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{esc(w)}</li>" for w in warnings)
+                     + "</ul>")
     differences = _items(g("differences"))
     if differences:
         parts.append("<h3>Setup differences between the sides</h3><ul>"
@@ -327,52 +337,67 @@ def comparison_html(c, figure_html: str = "") -> str:
     if figure_html:
         parts.append(figure_html)
     if points:
-        cols, same = _split_key_columns([p.key for p in points])
-        tests = {"–" if missing(getattr(p, "test", None)) else str(p.test) for p in points}
-        one_test = len(tests) == 1 and len(points) > 1
-        if one_test:
-            same.append(("test", tests.pop()))
-        if same:
-            parts.append('<p class="muted">Every point: ' + esc(", ".join(f"{_KEY_TITLES.get(c, c)} {v}" for c, v in same))
-                         + "</p>")
-        headers = [_KEY_TITLES.get(c, c) for c in cols] + [
-            "busbw before (GB/s)", "busbw after (GB/s)", "ratio", "p", "Holm p", "BH q"] + (
-            [] if one_test else ["test"]) + ["verdict", "note"]
-        body, classes = [], []
-        for p in points:
-            pv = lambda name: getattr(p, name, None)  # noqa: E731
-            body.append([_key_text(p.key, col) for col in cols] + [
-                fnum(pv("before_busbw")), fnum(pv("after_busbw")), ratio_text(pv("ratio")), fp(pv("p_value")),
-                fp(pv("p_holm")), fp(pv("q_bh"))] + ([] if one_test else ["–" if missing(pv("test")) else str(pv("test"))]) + [
-                "–" if missing(pv("verdict")) else str(pv("verdict")),
-                _note(pv("note"), pv("likely_cause"))])
-            vc = {"bad": "v-bad", "good": "v-good", "warn": "v-warn"}.get(_verdict_class(pv("verdict")), "")
-            classes.append([""] * (len(headers) - 2) + [vc, "note"])
-        n = len(cols)
-        parts.append("<h3>Per point</h3>")
-        parts.append('<div class="scroll compact">' + _table(headers, body, num=range(n, n + 6), classes=classes)
-                     + "</div>")
-
-    for name, title in (("only_before", "Only in the baseline (before)"), ("only_after", "Only in the new results (after)")):
-        keys = _items(g(name))
-        if keys:
-            cols, _ = _split_key_columns(keys)
-            parts.append(f"<h3>{esc(title)}: {counted(len(keys), 'point')}, not compared</h3>")
-            body = (_table([_KEY_TITLES.get(c, c) for c in cols], [[_key_text(k, col) for col in cols] for k in keys])
-                    if cols else "<ul>" + "".join(f"<li>{esc(k)}</li>" for k in keys) + "</ul>")
-            if len(keys) > 8:
-                body = f"<details><summary>show the {len(keys)} points</summary>{body}</details>"
-            parts.append(body)
+        parts.extend(_points_html(points))
+    for name, title in (("only_before", "Only in the baseline (before)"),
+                        ("only_after", "Only in the new results (after)")):
+        parts.extend(_one_sided_html(_items(g(name)), title))
     return "\n".join(parts)
 
 
-def _note(note, cause) -> str:
+def _points_html(points: list[Any]) -> list[str]:
+    """The "Per point" table of a comparison: the key columns that vary, the numbers, the verdict."""
+    parts = []
+    cols, same = _split_key_columns([p.key for p in points])
+    tests = {"–" if missing(getattr(p, "test", None)) else str(p.test) for p in points}
+    one_test = len(tests) == 1 and len(points) > 1
+    if one_test:
+        same.append(("test", tests.pop()))
+    if same:
+        parts.append('<p class="muted">Every point: '
+                     + esc(", ".join(f"{_KEY_TITLES.get(c, c)} {v}" for c, v in same)) + "</p>")
+    headers = [_KEY_TITLES.get(c, c) for c in cols] + [
+        "busbw before (GB/s)", "busbw after (GB/s)", "ratio", "p", "Holm p", "BH q"] + (
+        [] if one_test else ["test"]) + ["verdict", "note"]
+    body: list[list[str]] = []
+    classes: list[list[str]] = []
+    for p in points:
+        def pv(name: str, p: Any = p) -> Any:
+            return getattr(p, name, None)
+        body.append([_key_text(p.key, col) for col in cols] + [
+            fnum(pv("before_busbw")), fnum(pv("after_busbw")), ratio_text(pv("ratio")), fp(pv("p_value")),
+            fp(pv("p_holm")), fp(pv("q_bh"))]
+            + ([] if one_test else ["–" if missing(pv("test")) else str(pv("test"))]) + [
+            "–" if missing(pv("verdict")) else str(pv("verdict")),
+            _note(pv("note"), pv("likely_cause"))])
+        vc = {"bad": "v-bad", "good": "v-good", "warn": "v-warn"}.get(_verdict_class(pv("verdict")), "")
+        classes.append([""] * (len(headers) - 2) + [vc, "note"])
+    n = len(cols)
+    parts.append("<h3>Per point</h3>")
+    parts.append('<div class="scroll compact">' + _table(headers, body, num=range(n, n + 6), classes=classes)
+                 + "</div>")
+    return parts
+
+
+def _one_sided_html(keys: list[Any], title: str) -> list[str]:
+    """The points one side only measured: a table of their key columns (folded when many)."""
+    if not keys:
+        return []
+    cols, _ = _split_key_columns(keys)
+    body = (_table([_KEY_TITLES.get(c, c) for c in cols], [[_key_text(k, col) for col in cols] for k in keys])
+            if cols else "<ul>" + "".join(f"<li>{esc(k)}</li>" for k in keys) + "</ul>")
+    if len(keys) > 8:
+        body = f"<details><summary>show the {len(keys)} points</summary>{body}</details>"
+    return [f"<h3>{esc(title)}: {counted(len(keys), 'point')}, not compared</h3>", body]
+
+
+
+def _note(note: Any, cause: Any) -> str:
     """A point's note and, when compare named one, its likely cause (plain text)."""
     parts = ["" if missing(note) else str(note), "" if missing(cause) or not cause else f"likely cause: {cause}"]
     return "; ".join(x for x in parts if x)
 
 
-def comparison_figure(before_df, after_df):
+def comparison_figure(before_df: pd.DataFrame, after_df: pd.DataFrame) -> Figure | None:
     """The before/after overlay, or None when a side has no bandwidth to draw (every pairs link of
     it failed: the comparison's "link down" points say so)."""
     try:
@@ -381,7 +406,7 @@ def comparison_figure(before_df, after_df):
         return None
 
 
-def _compare(before_df, after_df):
+def _compare(before_df: pd.DataFrame, after_df: pd.DataFrame) -> Any:
     try:
         from commbench.analysis import compare
     except ImportError as exc:
@@ -392,7 +417,8 @@ def _compare(before_df, after_df):
 # --------------------------------------------------------------------------- the page
 
 
-def _large_html(paths, baseline, rate) -> str | None:
+def _large_html(paths: Sequence[str | Path], baseline: Sequence[str | Path] | None,
+                rate: float | None) -> str | None:
     """The HTML page of large inputs (analysis/engine.py: MIN_ROWS rows or more, curves only): the
     comparison and the figures aggregated over parquet, the tables from the rows' light columns.
     None: pandas reads the inputs."""
@@ -427,7 +453,7 @@ def _large_html(paths, baseline, rate) -> str | None:
                       line_rate=rate, drawn=drawn, baseline_runs=baseline_runs)
 
 
-def _where_html(df) -> str:
+def _where_html(df: pd.DataFrame) -> str:
     """Under the title: one line per run setup, what ran where."""
     described: dict[str, list[str]] = {}
     names = runs_named(df)
@@ -438,7 +464,7 @@ def _where_html(df) -> str:
     return '<ul class="sub where">' + "".join(items) + "</ul>"
 
 
-def zero_html(grid_df) -> str:
+def zero_html(grid_df: pd.DataFrame) -> str:
     from commbench.analysis import zerogrid
 
     out = ['<section id="zero"><h2>ZeRO stages x bucket sizes</h2>']
@@ -451,7 +477,7 @@ def zero_html(grid_df) -> str:
     return "\n".join(out)
 
 
-def faults_html(pairs_df) -> str:
+def faults_html(pairs_df: pd.DataFrame) -> str:
     """The "Faults" section: links of a pairs run that could not be measured ("" when none failed)."""
     runs = fault_runs(pairs_df)
     if not runs:
@@ -472,7 +498,7 @@ def faults_html(pairs_df) -> str:
     return "\n".join(out)
 
 
-def wire_html(df) -> str:
+def wire_html(df: pd.DataFrame) -> str:
     """The "Wire" section: trouble counters that moved during the run, wire bytes per payload byte,
     or the sentence that nothing moved or that no counters were read."""
     names = runs_named(df)
@@ -498,7 +524,7 @@ def wire_html(df) -> str:
     return "\n".join(out)
 
 
-def pairs_html(pairs_df) -> str:
+def pairs_html(pairs_df: pd.DataFrame) -> str:
     from commbench.analysis import linkfaults
     from commbench.analysis import pairsplot
 
@@ -509,9 +535,9 @@ def pairs_html(pairs_df) -> str:
                       f"<pre>{esc(chr(10).join(lines))}</pre>", "</section>"])
 
 
-def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=None,
-               baseline_sources: Sequence[str] = (), line_rate: float | None = None, drawn=None,
-               baseline_runs: str | None = None) -> str:
+def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.DataFrame | None = None,
+               comparison: Any = None, baseline_sources: Sequence[str] = (), line_rate: float | None = None,
+               drawn: dict[str, Any] | None = None, baseline_runs: str | None = None) -> str:
     """The whole page (no external resources, no scripts). drawn: the figures the engine drew (large inputs:
     {"curves": Figure, "comparison": Figure}); baseline_runs: the baseline's runs_html, written before."""
     if baseline_runs is None and baseline_df is not None and len(baseline_df):
@@ -548,12 +574,12 @@ def build_html(df, sources: Sequence[str] = (), baseline_df=None, comparison=Non
         out.append(f'<p class="muted">before (baseline): {esc(", ".join(map(str, baseline_sources)) or "–")}; '
                    f'after: {esc(", ".join(map(str, sources)) or "–")}</p>')
         figure = ""
-        cfig = drawn.get("comparison") if drawn else comparison_figure(baseline_df, df) if baseline_df is not None else None
+        cfig = (drawn.get("comparison") if drawn
+                else comparison_figure(baseline_df, df) if baseline_df is not None else None)
         if cfig is not None:
             figure = _figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
                                   reportparts.comparison_caption(cfig))
-        out.append(comparison_html(comparison, figure))
-        out.append("</section>")
+        out += [comparison_html(comparison, figure), "</section>"]
     if faults:
         out.append(faults)
     if views.pairs is not None:
