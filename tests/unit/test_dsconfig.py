@@ -317,9 +317,22 @@ def test_arbitrary_json_documents(doc):
 @example({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})
 @example({"zero_optimization": {"cpu_offload": True, "cpu_offload_param": True, "stage": 3}})
 @example({"zero_optimization": {"stage3_prefetch_bucket_size": "auto", "prefetch_bucket_size": 5}})
+@example({"train_micro_batch_size_per_gpu": 1_753_380_096, "gradient_accumulation_steps": 1_753_446_017})
+@example({"train_batch_size": 1_099_511_627_777})
 @pytest.mark.failure(row="ds-config-loader-arbitrary-text")
 def test_arbitrary_ds_config_like_documents(doc):
     _parse_or_refuse(doc)
+
+
+def test_a_batch_no_world_size_can_hold_is_refused():
+    """Found by the fuzz above: micro 1.75e9 x accumulation 1.75e9 parsed, then adapt_for's
+    train_batch_size for 3 ranks passed the int64 limit and its own output no longer parsed."""
+    with pytest.raises(BadInput, match=r"a rank's batch .* is 3074457345618277632 samples a step, more than any "
+                                       r"training runs \(at most 1099511627776\)"):
+        dsconfig.parse({"train_micro_batch_size_per_gpu": 1_753_380_096, "gradient_accumulation_steps": 1_753_446_017})
+    cfg = dsconfig.parse({"train_micro_batch_size_per_gpu": 1 << 20, "gradient_accumulation_steps": 1 << 20})
+    out, _ = dsconfig.adapt_for(cfg, 8_000_000, "cpu")  # the largest batch allowed, on 8 million ranks
+    assert dsconfig.parse(out).train_batch_size == (1 << 40) * 8_000_000
 
 
 @settings(max_examples=300, deadline=None)

@@ -33,6 +33,9 @@ DEFAULT_PREFETCH_BUCKET_SIZE = 50_000_000       # prefetch_bucket_size: Field(pp
 DEFAULT_PARAM_PERSISTENCE_THRESHOLD = 100_000   # stage3_param_persistence_threshold
 DEFAULT_MAX_REUSE_DISTANCE = 1_000_000_000      # stage3_max_reuse_distance
 _INT64_MAX = (1 << 63) - 1
+# A step's samples (micro batch x accumulation a rank, and train_batch_size): a trillion is past any
+# training, and a rank's times 8M ranks (adapt_for's train_batch_size) still fits an int64.
+MAX_SAMPLES_PER_RANK_STEP = 1 << 40
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
 # Adam-family optimizers that DeepSpeed builds itself (engine._configure_basic_optimizer).
@@ -269,6 +272,7 @@ def parse(document: Any, source: str = "<dict>") -> DsConfig:
     fp16, bf16 = _read_precision(r, document)
     batch = {key: r.whole(document, key, key, None, minimum=1)
              for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")}
+    _check_rank_batch(source, batch)
     opt_type = _read_optimizer_type(r, document)
 
     return DsConfig(
@@ -360,6 +364,22 @@ def _read_precision(r: _Reader, document: Mapping) -> tuple[bool, bool]:
     if fp16 and bf16:
         r.fail("fp16.enabled and bf16.enabled", "are both true", "enable one of them")
     return fp16, bf16
+
+
+def _check_rank_batch(source: str, batch: dict[str, int | None]) -> None:
+    """A rank's samples a step (micro batch x accumulation; where one is missing, adapt_for derives it
+    from train_batch_size: at one rank the whole of it) within MAX_SAMPLES_PER_RANK_STEP, so that
+    adapt_for's train_batch_size (times the ranks) stays an int64 and its output parses again."""
+    micro, gas, tbs = (batch["train_micro_batch_size_per_gpu"], batch["gradient_accumulation_steps"],
+                       batch["train_batch_size"])
+    per_rank = (micro or 1) * (gas or 1)
+    if (micro is None or gas is None) and tbs is not None:
+        per_rank = max(per_rank, tbs)
+    if per_rank > MAX_SAMPLES_PER_RANK_STEP:
+        raise BadInput(f"DeepSpeed config {source!r}: a rank's batch (train_micro_batch_size_per_gpu x "
+                       f"gradient_accumulation_steps, or train_batch_size where one is missing) is {per_rank} "
+                       f"samples a step, more than any training runs (at most {MAX_SAMPLES_PER_RANK_STEP}): "
+                       "fix the batch sizes")
 
 
 def _read_optimizer_type(r: _Reader, document: Mapping) -> str | None:
