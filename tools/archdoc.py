@@ -19,6 +19,9 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ itself: docblocks, run or imported
+from docblocks import rewrite_blocks  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "commbench"
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
@@ -50,27 +53,14 @@ def modules(package: str, pkg: Path = PKG) -> dict[str, Path]:
 
 def generate(text: str, pkg: Path = PKG) -> str:
     """`text` (the doc) with every module table rebuilt from the docstrings."""
-    out: list[str] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        out.append(line)
-        i += 1
-        begin = BEGIN.match(line)
-        if not begin:
-            continue
-        block = []
-        while i < len(lines) and lines[i] != END:
-            block.append(lines[i])
-            i += 1
-        if i == len(lines):
-            raise SystemExit(f"{DOC.name}: '{line}' has no '{END}'")
-        found = modules(begin.group(1), pkg)
+
+    def table(package: str, block: list[str]) -> list[str]:
+        found = modules(package, pkg)
         order = [m.group(1) for m in map(ROW.match, block) if m and m.group(1) in found]
         order += [name for name in found if name not in order]
-        out += HEADER + [f"| `{name}` | {summary(found[name])} |" for name in order]
-    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+        return HEADER + [f"| `{name}` | {summary(found[name])} |" for name in order]
+
+    return rewrite_blocks(text, BEGIN, END, DOC.name, table)[0]
 
 
 def differences(old: str, new: str) -> list[str]:

@@ -33,6 +33,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ itself: docblocks, run or imported
+from docblocks import rewrite_blocks  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 DOC = ROOT / "docs" / "RELIABILITY.md"
@@ -186,30 +189,13 @@ def generate(text: str, tests: Path = TESTS) -> str:
     by_section: dict[str, list[Row]] = {}
     for row in collect(tests):
         by_section.setdefault(row.section, []).append(row)
-    out: list[str] = []
-    lines = text.splitlines()
-    seen = set()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        out.append(line)
-        i += 1
-        begin = BEGIN.match(line)
-        if not begin:
-            continue
-        block = []
-        while i < len(lines) and lines[i] != END:
-            block.append(lines[i])
-            i += 1
-        if i == len(lines):
-            raise SystemExit(f"{DOC.name}: '{line}' has no '{END}'")
-        section = begin.group(1)
-        seen.add(section)
-        out += _table(section, block, by_section.get(section, []))
-    unknown = sorted(set(by_section) - seen)
+    page, seen = rewrite_blocks(
+        text, BEGIN, END, DOC.name, lambda section, block: _table(section, block, by_section.get(section, []))
+    )
+    unknown = sorted(set(by_section) - set(seen))
     if unknown:
         raise SystemExit(f"{DOC.name} has no '<!-- failures: SECTION -->' table for: {'; '.join(unknown)}")
-    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+    return page
 
 
 def differences(old: str, new: str) -> list[str]:
