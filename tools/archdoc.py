@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ itself: docblocks, run or imported
-from docblocks import rewrite_blocks  # noqa: E402
+from docblocks import check_or_write, rewrite_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "commbench"
@@ -72,20 +72,8 @@ def differences(old: str, new: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    old = DOC.read_text()
-    new = generate(old)
-    if "--check" in argv:
-        if new != old:
-            print(
-                f"{DOC.relative_to(ROOT)} differs from the docstrings at: {', '.join(differences(old, new))}; "
-                "run python tools/archdoc.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if new != old:
-        DOC.write_text(new)
-    return 0
+    new = generate(DOC.read_text())
+    return check_or_write(DOC, ROOT, new, differences, "the docstrings", "archdoc.py", "--check" in argv)
 
 
 if __name__ == "__main__":

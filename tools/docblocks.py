@@ -4,7 +4,9 @@ rebuilt from the code, everything else is kept as written (tools/archdoc.py, too
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 
 def rewrite_blocks(
@@ -32,3 +34,23 @@ def rewrite_blocks(
         seen.append(start.group(1))
         out += rebuild(start.group(1), block)
     return "\n".join(out) + ("\n" if text.endswith("\n") else ""), seen
+
+
+def check_or_write(
+    doc: Path, root: Path, new: str, differing: Callable[[str, str], list[str]], source: str, script: str, check: bool
+) -> int:
+    """--check: exit 1 naming what differs from `source` (the page is left alone); else write the
+    page when it changed. The exit code of both tools."""
+    old = doc.read_text()
+    if check:
+        if new != old:
+            print(
+                f"{doc.relative_to(root)} differs from {source} at: {'; '.join(differing(old, new))}; "
+                f"run python tools/{script}",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    if new != old:
+        doc.write_text(new)
+    return 0

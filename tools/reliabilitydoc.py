@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ itself: docblocks, run or imported
-from docblocks import rewrite_blocks  # noqa: E402
+from docblocks import check_or_write, rewrite_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -207,20 +207,10 @@ def differences(old: str, new: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    old = DOC.read_text()
-    new = generate(old)
-    if "--check" in argv:
-        if new != old:
-            print(
-                f"{DOC.relative_to(ROOT)} differs from the tests' failure markers at: "
-                f"{'; '.join(differences(old, new))}; run python tools/reliabilitydoc.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if new != old:
-        DOC.write_text(new)
-    return 0
+    new = generate(DOC.read_text())
+    return check_or_write(
+        DOC, ROOT, new, differences, "the tests' failure markers", "reliabilitydoc.py", "--check" in argv
+    )
 
 
 if __name__ == "__main__":
