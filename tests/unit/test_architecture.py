@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from .sources import tree
+
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "commbench"
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
@@ -65,7 +67,7 @@ def _modules(pkg: Path = PKG) -> dict[str, Module]:
     mods = {}
     for path in sorted(pkg.rglob("*.py")):
         name = _name_of(path, pkg)
-        mods[name] = Module(name, path, ast.parse(path.read_text(), str(path)), pkg_dir=pkg)
+        mods[name] = Module(name, path, tree(path), pkg_dir=pkg)  # parsed once a session (sources.py)
     for mod in mods.values():
         _read_imports(mod, mods)
     return mods

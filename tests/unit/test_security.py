@@ -17,6 +17,7 @@ import pytest
 
 import commbench
 from commbench.core.results import ResultWriter, read_results
+from .sources import tree
 from .synthetic import make_rows
 
 PACKAGE = Path(commbench.__file__).parent
@@ -76,9 +77,10 @@ class ShellFinder(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def shell_uses(source: str) -> list[tuple[int, str]]:
+def shell_uses(source: str | ast.Module) -> list[tuple[int, str]]:
+    """The shell uses in a module's source text or its parsed tree."""
     finder = ShellFinder()
-    finder.visit(ast.parse(source))
+    finder.visit(ast.parse(source) if isinstance(source, str) else source)
     return finder.found
 
 
@@ -95,7 +97,7 @@ def test_nothing_in_the_package_runs_through_a_shell():
     files = sorted(PACKAGE.rglob("*.py"))
     assert len(files) > 20, files  # the scan really covers the package
     found = [f"{f.relative_to(PACKAGE.parent)}:{line}: {what}"
-             for f in files for line, what in shell_uses(f.read_text(encoding="utf-8"))]
+             for f in files for line, what in shell_uses(tree(f))]  # parsed once a session (sources.py)
     assert found == [], "\n".join(found)
 
 
@@ -103,8 +105,7 @@ def test_the_package_does_start_processes_with_argv_lists():
     """The scan sees real subprocess use (so an empty answer above means something)."""
     calls = 0
     for f in PACKAGE.rglob("*.py"):
-        tree = ast.parse(f.read_text(encoding="utf-8"))
-        calls += sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        calls += sum(1 for n in ast.walk(tree(f)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                      and n.func.attr in ("run", "Popen") and isinstance(n.func.value, ast.Name)
                      and n.func.value.id == "subprocess")
     assert calls >= 3

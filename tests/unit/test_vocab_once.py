@@ -8,6 +8,8 @@ from pathlib import Path
 
 from commbench.core.vocab import COLLECTIVES, NCCL_TESTS_ONLY
 
+from .sources import tree
+
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = {c.name for c in COLLECTIVES + NCCL_TESTS_ONLY}
 MOST = 2  # two names are a pair a module picks (all_reduce against reduce_scatter); three are a list
@@ -21,12 +23,12 @@ def _all_text(nodes) -> bool:
     return all(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in nodes)
 
 
-def lists_of_collectives(source: str) -> list[tuple[int, list[str]]]:
-    """(line, names) of every literal in `source` that lists three or more collective names: a
+def lists_of_collectives(source: str | ast.Module) -> list[tuple[int, list[str]]]:
+    """(line, names) of every literal in `source` (a module's text or its parsed tree) that lists three or more collective names: a
     tuple, list or set, or a dict from names to names (keys or values; a dict from a name to code,
     such as the harness' torch bindings, is no list of names)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             groups = [node.elts]
         elif isinstance(node, ast.Dict):
@@ -54,7 +56,7 @@ def test_no_module_but_the_vocabulary_lists_collectives():
     for path in sorted((ROOT / "commbench").rglob("*.py")):
         if path == ROOT / "commbench" / "core" / "vocab.py":
             continue
-        for line, names in lists_of_collectives(path.read_text()):
+        for line, names in lists_of_collectives(tree(path)):  # parsed once a session (sources.py)
             found.append(f"{path.relative_to(ROOT)}:{line}: {', '.join(names)}")
     assert not found, ("collective names listed by hand (derive them from commbench/core/vocab.py's "
                        "CollectiveSpec entries):\n" + "\n".join(found))
