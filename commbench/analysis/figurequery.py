@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from commbench.analysis.engine import ROW_BITS, Query, Source, frame_source, large, open_source, quote
-from commbench.analysis.frames import GROUP_KEYS
+from commbench.analysis.engine import ROW_BITS, Query, Source, large, open_source, quote
+from commbench.analysis import points
 from commbench.analysis.sides import summarise
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
@@ -43,50 +43,20 @@ def plot_source(paths: Sequence[str | os.PathLike], force: bool = False) -> Quer
     return q
 
 
-def _line_keys(q: Query) -> list[str]:
-    """frames.prepare's GROUP_KEYS and the setting, as it fills them: "" where no file has the column."""
-    has = q.source.columns
-    fill = {"dtype": "'?'", "label": "''", "run_id": "'?'"}
-    out = []
-    for name in GROUP_KEYS:
-        if name not in has:
-            out.append(f"{'false' if name == 'in_place' else repr('')} AS {name}")
-        elif name == "in_place":
-            out.append("coalesce(CAST(in_place AS BOOLEAN), false) AS in_place")
-        elif name in fill:
-            out.append(f"coalesce(CAST({name} AS VARCHAR), {fill[name]}) AS {name}")
-        else:
-            out.append(f"CAST({name} AS VARCHAR) AS {name}")
-    out.append("coalesce(CAST(settings AS VARCHAR), '') AS settings" if "settings" in has else "'' AS settings")
-    return out
-
-
-def _kept(q: Query, column: str) -> str:
-    """The rows a curve of `column` is drawn from (frames.prepare): a finite value at a positive size."""
-    if column not in q.source.columns:
-        raise BadInput(f"the results have no column {column}: pass files written by commbench")
-    cond = f"coalesce(isfinite(CAST({quote(column)} AS DOUBLE)) AND size_bytes > 0, false)"
-    return cond + (f" AND {quote(column)} > 0" if column == "time_us" else "")
-
-
-def frame_lines(frame: pd.DataFrame, column: str) -> list:
-    """plot_lines over rows in memory (frames.prepare's, with their settings text)."""
-    return plot_lines(Query(frame_source(frame, "plotted", require=()), "plotted"), column)
+def frame_lines(frame: pd.DataFrame, column: str, side: str | None = None) -> list:
+    """plot_lines over rows in memory (the columns a curve reads, handed to the engine)."""
+    return plot_lines(points.rows_of(frame, column), column, side)
 
 
 def plot_lines(q: Query, column: str, side: str | None = None) -> list:
     """plot.aggregate's lines of `column` over the files, in the same order with the same numbers,
     each the fields of a plot.Line; `side`: every run of the files as one, named so (the overlay)."""
-    from commbench.analysis.settingsview import LINE_KEYS as keys
-
-    wrong = "coalesce(wrong, 0) > 0" if "wrong" in q.source.columns else "false"
-    exprs = _line_keys(q)
-    if side is not None:
-        exprs = [e if not e.endswith((" AS label", " AS run_id")) else
-                 ("'' AS label" if e.endswith(" AS label") else f"'{side}' AS run_id") for e in exprs]
-    got = q.run(f"SELECT {', '.join(exprs)}, size_bytes, min(gi) AS first, "
-                f"list(CAST({quote(column)} AS DOUBLE) ORDER BY gi) AS vals, bool_or({wrong}) AS wrong "
-                f"FROM rows WHERE {_kept(q, column)} GROUP BY ALL ORDER BY first")
+    keys = points.LINE_KEYS
+    named = {"label": "''", "run_id": "'" + side.replace("'", "''") + "'"} if side is not None else {}
+    exprs = [f"{named[k]} AS {k}" if k in named else k for k in keys]
+    got = q.run(f"SELECT {', '.join(exprs)}, size_bytes, min(gi) AS first, list(value ORDER BY gi) AS vals, "
+                f"bool_or(coalesce(wrong, 0) > 0) AS wrong FROM ({points.curve_rows(q, column)}) "
+                "GROUP BY ALL ORDER BY first")
     if not got.num_rows:
         raise BadInput(f"the results hold no finite {column} values: nothing to plot")
     groups = list(zip(*[got.column(k).to_pylist() for k in keys]))
@@ -111,9 +81,7 @@ def plot_lines(q: Query, column: str, side: str | None = None) -> list:
 def run_firsts(q: Query, column: str) -> pd.DataFrame:
     """The first row of every run that a curve of `column` is drawn from, every column but the
     per-row lists and env/plan: what the figures' titles read of a run (runs.run_rows)."""
-    firsts = q.run(f"SELECT min(gi) AS gi FROM rows WHERE {_kept(q, column)} "
-                   f"GROUP BY {'coalesce(run_id, ' + repr('?') + ')' if 'run_id' in q.source.columns else '1'}")
-    wanted = sorted(firsts.column("gi").to_pylist())
+    wanted = points.first_rows(q, column)
     names = [quote(c) for c in q.source.columns if not pa.types.is_list(q.source.columns[c])
              and not pa.types.is_large_list(q.source.columns[c])] + (["hosts"] if "hosts" in q.source.columns else [])
     frame = q.run(f"SELECT {', '.join(dict.fromkeys(names))} FROM rows WHERE {_rows_at(wanted)} "
@@ -199,7 +167,7 @@ def report_frame(source: Source, wanted: Sequence[str] = REPORT_COLUMNS) -> pd.D
                 frame[name] = frame[name].cat.rename_categories(cats)
             else:
                 frame[name] = np.asarray(cats, dtype=object)[frame[name].cat.codes.to_numpy()]
-    for name in ("label", "dtype", "run_id"):  # frames.prepare's fills, done here: a category cannot take them
+    for name in ("label", "dtype", "run_id"):  # points.py's fills, done here: a category cannot take them
         if name in frame.columns and isinstance(frame[name].dtype, pd.CategoricalDtype) and frame[name].isna().any():
             fill = "" if name == "label" else "?"
             col = frame[name]

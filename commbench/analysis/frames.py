@@ -2,7 +2,7 @@
 
 Cell values as plain Python (every kind of missing is None), JSON cells read without recursing
 into a hostile nesting (`json_cell`), the checks a table passes before it is compared or gated,
-the rows a curve is drawn from (`prepare`), and text from a file kept on one printable line
+and text from a file kept on one printable line
 (core/safetext.py), or inert in Markdown.
 """
 
@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from commbench.core.columns import LINE_KEY
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 from commbench.core.results import check_schema_versions
@@ -24,10 +23,6 @@ from commbench.core.safetext import printable  # text from the files on one line
 # The columns compare and gate cannot do without (read_results refuses files without them too).
 REQUIRED_COLUMNS = ("collective", "size_bytes", "busbw_GBps", "schema_version")
 
-# Line identity of a curve: everything that makes two rows different lines.
-GROUP_KEYS = LINE_KEY  # core/columns.py
-# A buckets row is drawn as its collective with this suffix, at its bucket size.
-BUCKETS_SUFFIX = " in buckets"
 
 
 # ---- cell values ----
@@ -128,44 +123,6 @@ def check_frame(frame: pd.DataFrame, side: str) -> None:
         raise BadInput(f"the {side} results have no column {missing[0]}: pass files written by commbench")
     check_schema_versions({scalar(v) for v in frame["schema_version"].unique()}, f"the {side} results",
                           comparing=True)
-
-
-def prepare(df: pd.DataFrame, column: str) -> pd.DataFrame:
-    """The rows a curve of `column` is drawn from: every GROUP_KEYS column present, buckets rows
-    at their bucket size, rows without a finite value (or a positive time) left out. A frame of
-    its own: changing it leaves the caller's alone."""
-    if df is None or len(df) == 0:
-        raise BadInput("the results hold no points (an empty or interrupted run): nothing to plot")
-    missing = [c for c in ("collective", "size_bytes", column) if c not in df.columns]
-    if missing:
-        raise BadInput(f"the results have no column {missing[0]}: pass files written by commbench")
-    # Changing d must not change the caller's frame. pandas >= 3 copies on write, so a shallow copy
-    # is enough there; a deep one of a million rows was most of the time a figure took.
-    d = df.copy(deep=int(pd.__version__.split(".")[0]) < 3)
-    for k in GROUP_KEYS:
-        if k not in d.columns:
-            d[k] = ""
-    d["label"] = d["label"].fillna("")
-    d["dtype"] = d["dtype"].fillna("?")
-    d["in_place"] = d["in_place"].fillna(False).astype(bool)
-    d["run_id"] = d["run_id"].fillna("?")
-    if "wrong" not in d.columns:
-        d["wrong"] = pd.NA
-    if "bucket_bytes" in d.columns and "workload" in d.columns:
-        # A buckets row measures one step reduced in buckets: its message size is the bucket.
-        buckets = d["workload"].eq("buckets") & d["bucket_bytes"].notna()
-        d.loc[buckets, "collective"] = d.loc[buckets, "collective"].astype(str) + BUCKETS_SUFFIX
-        # bucket_bytes is an object column in frames built from dicts with None: numbers first
-        d.loc[buckets, "size_bytes"] = pd.to_numeric(d.loc[buckets, "bucket_bytes"]).astype("int64")
-    values = pd.to_numeric(d[column], errors="coerce")
-    keep = np.isfinite(values.to_numpy(dtype=float)) & (pd.to_numeric(d["size_bytes"], errors="coerce") > 0)
-    if column == "time_us":
-        keep &= values.to_numpy(dtype=float) > 0
-    if not keep.all():  # filtering copies every column again: only when a row goes
-        d = d[keep]
-    if len(d) == 0:
-        raise BadInput(f"the results hold no finite {column} values: nothing to plot")
-    return d
 
 
 # ---- text from the files ----

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from commbench.analysis import plot, settingsview, wireview
-from commbench.analysis.summary import (CULPRIT_HEADERS, collective_gaps, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE,
-                                           ZERO_NOTE, fault_runs, fnum, json_value, net_rows, peak_rows, ratio_text,
+from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE,
+                                           ZERO_NOTE, curve_tables, fault_runs, fnum, json_value, net_rows, ratio_text,
                                            report_title, run_facts, runs_named, size_text, wrong_cell)
 from commbench.analysis.runs import describe_run, run_rows
 
@@ -76,10 +76,11 @@ def build_markdown(df: pd.DataFrame, figure_name: str | None, sources: Sequence[
         if figure_name:
             out += [f"![busbw and small-size latency vs message size]({quote(figure_name)})", ""]
         out += ["## Peak bus bandwidth", ""]
-        out += peaks_markdown(peak_rows(curves))
-        gaps = collective_gaps(curves)  # reduce_scatter's gap to all_reduce, where both were measured
+        tables = curve_tables(curves)
+        out += peaks_markdown(tables.peaks)
+        gaps = tables.gaps  # reduce_scatter's gap to all_reduce, where both were measured
         out += [md(line) for line in gaps] + ([""] if gaps else [])
-        out += settings_markdown(settingsview.settings_tables(curves))
+        out += settings_markdown(tables.settings)
     out += wire_markdown(df)
     out += runs_markdown(df)
     from commbench import __version__

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from commbench.analysis import bucketview
+from commbench.analysis import bucketview, points
 from commbench.analysis.figures import DPI, headroom, mpl_text, new_figure
-from commbench.analysis.frames import BUCKETS_SUFFIX, prepare, present, short
+from commbench.analysis.frames import present, short
+from commbench.analysis.points import BUCKETS_SUFFIX
 from commbench.analysis.runs import describe_run, placement_name, run_name, run_rows
-from commbench.analysis.settingsview import LINE_KEYS, setting_name, with_settings
+from commbench.analysis.settingsview import setting_name
 from commbench.core import outputs
 from commbench.core.errors import BadInput
 from commbench.core.vocab import ORDER, order_key
@@ -99,13 +100,11 @@ class Line:
 
 def aggregate(df: pd.DataFrame, column: str) -> list[Line]:
     """One Line per group (LINE_KEYS: two settings of a run are two lines): median, min and max
-    over repetitions at every size. The rows a curve is drawn from are chosen here (frames.prepare:
-    buckets rows at their bucket size); grouping them is the one aggregation's (analysis/engine.py,
-    the same query the files of a large input take)."""
+    over repetitions at every size, of the rows a curve is drawn from (analysis/points.py: the same
+    query the files of a large input take)."""
     from commbench.analysis import figurequery
 
-    d = with_settings(prepare(df, column))
-    return [Line(**ln) for ln in figurequery.frame_lines(d[[*LINE_KEYS, "size_bytes", column, "wrong"]], column)]
+    return [Line(**ln) for ln in figurequery.frame_lines(df, column)]
 
 
 def collective_colors(names: Iterable[str]) -> dict[str, str]:
@@ -317,10 +316,11 @@ def build_figure(df: pd.DataFrame, metric: str = "busbw", line_rate: float | Non
     column, ylabel = METRICS[metric]
     if line_rate is not None and metric == "time":
         raise BadInput("--line-rate is a bandwidth: use it with --metric busbw or algbw, not time")
+    # the engine's df is each run's first row already; a frame's: its runs' first rows drawn
+    d = df if lines_of is not None else points.first_frame_rows(df, column)
     lines_of = lines_of or (lambda c: aggregate(df, c))
     lines = lines_of(column)
     name_lines(lines)
-    d = prepare(df, column)
     # The latency panel only when there are small sizes to show: an empty panel is noise.
     in_buckets = np.array([str(ln.key["collective"]).endswith(BUCKETS_SUFFIX) for ln in lines])
     fig = new_figure()
@@ -414,11 +414,10 @@ def _side_lines(df: pd.DataFrame, name: str, column: str,
     """A side's lines of `column` and of time, all its runs as one named `name`."""
     if lines_of is not None:
         return lines_of(name, column), lines_of(name, "time_us")
-    d = prepare(df, column)  # a frame of its own: renaming its runs leaves the caller's alone
-    d["run_id"], d["label"] = name, ""
-    t = prepare(df, "time_us")
-    t["run_id"], t["label"] = name, ""
-    return aggregate(d, column), aggregate(t, "time_us")
+    from commbench.analysis import figurequery
+
+    return ([Line(**ln) for ln in figurequery.frame_lines(df, column, side=name)],
+            [Line(**ln) for ln in figurequery.frame_lines(df, "time_us", side=name)])
 
 
 def build_comparison_figure(before_df: pd.DataFrame, after_df: pd.DataFrame, metric: str = "busbw",

@@ -30,11 +30,10 @@ if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib
     from matplotlib.figure import Figure
 
 from commbench.analysis import plot, reportparts, settingsview, wireview
-from commbench.analysis.summary import collective_gaps
-from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE, fault_runs,
-                                           fnum, fp, json_value, missing, net_rows, peak_rows, point_rows,
-                                           ratio_text, report_title, run_facts, run_positions, runs_named, size_text,
-                                           wrong_cell)
+from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
+                                           CurveTables, curve_tables, fault_runs, fnum, fp, json_value, missing,
+                                           net_rows, ratio_text, report_title, run_facts, run_positions, runs_named,
+                                           size_text, wrong_cell)
 from commbench.analysis.markdown import build_markdown
 from commbench.analysis.runs import describe_run, placement_name, run_rows
 from commbench.core import outputs
@@ -435,6 +434,7 @@ def _large_html(paths: Sequence[str | Path], baseline: Sequence[str | Path] | No
         return None
     # the figures before the rows are read: the engine's aggregations never share memory with them
     drawn = reportparts.engine_figures(figurequery, after, before, rate)
+    tables = curve_tables(after)
     source, bsource = after.source, before.source if before is not None else None
     del after, before  # their DuckDB connections and what they cached: half a GB at 10M rows, held
     gc.collect()  # in reference cycles until a collection
@@ -450,7 +450,7 @@ def _large_html(paths: Sequence[str | Path], baseline: Sequence[str | Path] | No
         del bdf
     df = figurequery.report_frame(source)
     return build_html(df, [str(p) for p in paths], None, comparison, [str(p) for p in baseline or ()],
-                      line_rate=rate, drawn=drawn, baseline_runs=baseline_runs)
+                      line_rate=rate, drawn=drawn, baseline_runs=baseline_runs, tables=tables)
 
 
 def _where_html(df: pd.DataFrame) -> str:
@@ -502,12 +502,7 @@ def wire_html(df: pd.DataFrame) -> str:
     """The "Wire" section: trouble counters that moved during the run, wire bytes per payload byte,
     or the sentence that nothing moved or that no counters were read."""
     names = runs_named(df)
-    points = reportparts.payload_points(df)
-    if points is None:
-        w = wireview.section(df, names)
-    else:  # its payload table from one row a point: a large run's rows as text were its peak memory
-        w = wireview.section(df.drop(columns="wire_per_payload"), names)
-        w.payload = wireview.payload_rows(points, names)
+    w = wireview.section(df, names)
     out = ['<section id="wire"><h2>Wire</h2>']
     if w.read_line:
         out.append(f'<p class="muted">{esc(wireview.WIRE_NOTE)} {esc(w.read_line)}</p>')
@@ -535,11 +530,26 @@ def pairs_html(pairs_df: pd.DataFrame) -> str:
                       f"<pre>{esc(chr(10).join(lines))}</pre>", "</section>"])
 
 
+def _curves_html(cfig: Figure, tables: CurveTables) -> list[str]:
+    """The curves' sections: the figure, the peak table with the reduce-scatter gap, the settings."""
+    return ['<section id="curves"><h2>Bandwidth and latency</h2>',
+            _figure_html(cfig, "bus bandwidth and small-size latency against message size",
+                         reportparts.curves_caption(cfig)),
+            "</section>", '<section id="peaks"><h2>Peak bus bandwidth</h2>',
+            '<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
+            "over repetitions; #wrong sums every row of the line.</p>",
+            peak_table_html(tables.peaks),
+            *(f'<p class="gap">{esc(line)}</p>' for line in tables.gaps),  # rs vs all_reduce
+            "</section>", settings_html(tables.settings)]
+
+
 def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.DataFrame | None = None,
                comparison: Any = None, baseline_sources: Sequence[str] = (), line_rate: float | None = None,
-               drawn: dict[str, Any] | None = None, baseline_runs: str | None = None) -> str:
+               drawn: dict[str, Any] | None = None, baseline_runs: str | None = None,
+               tables: CurveTables | None = None) -> str:
     """The whole page (no external resources, no scripts). drawn: the figures the engine drew (large inputs:
-    {"curves": Figure, "comparison": Figure}); baseline_runs: the baseline's runs_html, written before."""
+    {"curves": Figure, "comparison": Figure}); baseline_runs: the baseline's runs_html, written before;
+    tables: the curves' tables the engine drew from the files (large inputs), else from the rows."""
     if baseline_runs is None and baseline_df is not None and len(baseline_df):
         baseline_runs = runs_html(baseline_df)
     from commbench import __version__
@@ -549,10 +559,10 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [("wire", "Wire"), ("runs", "Runs")] + (
         [("baseline-runs", reportparts.BASELINE_RUNS)] if baseline_runs is not None else [])
-    settings = settingsview.settings_tables(curves) if curves is not None else []
-    if curves is not None:
+    tables = tables if tables is not None or curves is None else curve_tables(curves)
+    if tables is not None:
         sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
-        sections[2:2] = [("settings", "Settings")] if settings else []
+        sections[2:2] = [("settings", "Settings")] if tables.settings else []
         sections.append(("points", "All points"))
     if grid is not None:
         sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
@@ -586,26 +596,16 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         out.append(pairs_html(views.pairs))
     if grid is not None:
         out.append(zero_html(grid))
-    if curves is not None:
-        out.append('<section id="curves"><h2>Bandwidth and latency</h2>')
+    if curves is not None and tables is not None:
         cfig = drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate)
-        out.append(_figure_html(cfig, "bus bandwidth and small-size latency against message size",
-                                reportparts.curves_caption(cfig)))
-        out.append("</section>")
-        out.append('<section id="peaks"><h2>Peak bus bandwidth</h2>')
-        out.append('<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
-                   "over repetitions; #wrong sums every row of the line.</p>")
-        out.append(peak_table_html(peak_rows(curves)))
-        out.extend(f'<p class="gap">{esc(line)}</p>' for line in collective_gaps(curves))  # rs vs all_reduce
-        out.append("</section>")
-        out.append(settings_html(settings))
+        out += _curves_html(cfig, tables)
     out.append(wire_html(df))
     out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df)}</section>')
     if baseline_runs is not None:  # the before side's metadata, as the after side's
         out.append(f'<section id="baseline-runs"><h2>{esc(reportparts.BASELINE_RUNS)}</h2>{baseline_runs}'
                    "</section>")
-    if curves is not None:
-        points = point_rows(curves)
+    if tables is not None:
+        points = tables.points
         out.append('<section id="points"><h2>All points</h2><details><summary>'
                    f"{counted(len(points), 'point')} (median over repetitions)</summary>")
         out.append(points_table_html(points))

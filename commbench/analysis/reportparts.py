@@ -3,8 +3,7 @@ the panels a figure has (a figure without small sizes has no latency panel), and
 runs, so that the before side's metadata is in the report as the after side's is.
 
 For large inputs (report._large_html): the figures from the engine's lines, the after side's
-passes over the files shared by its curves and its half of the overlay, and the Wire section's
-payload table from one row a point.
+passes over the files shared by its curves and its half of the overlay.
 """
 
 from __future__ import annotations
@@ -92,23 +91,3 @@ def as_side(line: dict[str, Any], side: str | None = None) -> dict[str, Any]:
     if side is not None:
         key["run_id"], key["label"] = side, ""
     return {**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in line.items()}, "key": key}
-
-
-def payload_points(df: pd.DataFrame) -> pd.DataFrame | None:
-    """One row a point (collective, run, size) with the median of its rows' finite wire_per_payload,
-    in the order of their first row: wireview.payload_rows reads the same table from it as from
-    every row (a point's median over one value is that value), without every row's collective and
-    run as text. None where the rows are not as a large report reads them (categorical collective
-    and run_id without nulls, integer sizes): payload_rows then reads the rows themselves."""
-    if not all(c in df.columns for c in ("wire_per_payload", "collective", "run_id", "size_bytes")):
-        return None
-    keys = [df["collective"], df["run_id"]]
-    if not (all(isinstance(k.dtype, pd.CategoricalDtype) and not k.isna().any() for k in keys)
-            and pd.api.types.is_integer_dtype(df["size_bytes"].dtype)):
-        return None
-    ratio = pd.to_numeric(df["wire_per_payload"], errors="coerce")
-    keep = np.isfinite(ratio.to_numpy(dtype=float))
-    med = ratio[keep].groupby([k[keep] for k in keys] + [df["size_bytes"][keep]], sort=False, observed=True).median()
-    return pd.DataFrame({"collective": [str(c) for c in med.index.get_level_values(0)],
-                         "run_id": [str(r) for r in med.index.get_level_values(1)],
-                         "size_bytes": med.index.get_level_values(2).to_numpy(), "wire_per_payload": med.to_numpy()})

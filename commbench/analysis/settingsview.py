@@ -17,32 +17,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from commbench.analysis.frames import GROUP_KEYS, prepare, printable, scalar
+from commbench.analysis import points
+from commbench.analysis.engine import Query
+from commbench.analysis.frames import printable, scalar
+from commbench.analysis.points import SETTINGS
 from commbench.analysis.runs import placement_name
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 from commbench.core.vocab import order_key
 
-SETTINGS = "settings"
 NO_SETTING = "(no setting)"
-# A curve's identity with its setting: two settings of one run are two lines.
-LINE_KEYS = GROUP_KEYS + (SETTINGS,)
 HEADERS = ["size", "best setting", "best busbw (GB/s)", "worst setting", "worst busbw (GB/s)", "best/worst"]
 NOTE = ("The same collective measured under each setting (--env, --mtu): per size, the setting with the "
         "highest median busbw over every run and repetition, the one with the lowest, and the ratio of the two. "
         "Only sizes measured under at least two settings are listed.")
-
-
-def with_settings(d: pd.DataFrame) -> pd.DataFrame:
-    """A prepared frame (frames.prepare: the caller's own copy) with a `settings` column of text:
-    "" where the cell is null or the file has no such column."""
-    if SETTINGS not in d.columns or not d[SETTINGS].notna().any():
-        d[SETTINGS] = ""
-    else:  # a million rows: the distinct values are few, map those
-        codes, values = pd.factorize(d[SETTINGS], use_na_sentinel=True)
-        names = np.array([str(v) for v in values] + [""], dtype=object)
-        d[SETTINGS] = names[codes]  # code -1 (null) reads the last name, ""
-    return d
 
 
 def setting_name(value: object) -> str:
@@ -85,16 +73,14 @@ class SettingsTable:
     rows: list[list[str]]
 
 
-def settings_tables(df: pd.DataFrame | None) -> list[SettingsTable]:
-    """The "Settings" section of a report: [] unless the rows hold more than one setting."""
-    if df is None or len(df) == 0 or len(distinct(df)) < 2:
+def settings_tables(rows: pd.DataFrame | Query | None) -> list[SettingsTable]:
+    """The "Settings" section of a report: [] unless the rows drawn hold more than one setting."""
+    if rows is None or (isinstance(rows, pd.DataFrame) and (len(rows) == 0 or len(distinct(rows)) < 2)):
         return []
-    d = with_settings(prepare(df, "busbw_GBps"))
-    if "world_size" not in d.columns:
-        d["world_size"] = 0
-    d["world_size"] = d["world_size"].fillna(0)
     keys = ["collective", "dtype", "in_place", "world_size"]
-    med = (d.groupby(keys + ["size_bytes", SETTINGS], sort=False)["busbw_GBps"].median().reset_index())
+    med = points.medians(rows, [*keys, SETTINGS]).rename(columns={"busbw": "busbw_GBps"})
+    if med[SETTINGS].nunique() < 2:
+        return []
     several_worlds = med["world_size"].nunique() > 1
     out = []
     for key, g in sorted(med.groupby(keys, sort=False), key=lambda kg: (order_key(kg[0][0]), str(kg[0][1]),

@@ -6,20 +6,22 @@ and the Markdown (markdown.py) escape these values; nothing here is markup.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from commbench.analysis.frames import GROUP_KEYS, as_list, is_true, json_cell, prepare
+import pandas as pd
+
+from commbench.analysis import points
+from commbench.analysis.engine import Query
+from commbench.analysis.frames import as_list, is_true, json_cell
+from commbench.analysis.points import LINE_KEYS, SETTINGS
 from commbench.analysis.runs import compact_hosts, placement_name, run_rows
-from commbench.analysis.settingsview import LINE_KEYS, SETTINGS, distinct, setting_name, settings_text, with_settings
-from commbench.core.errors import BadInput
+from commbench.analysis.settingsview import SettingsTable, distinct, setting_name, settings_tables, settings_text
 from commbench.core.linkrate import host_rate
 from commbench.core.units import format_size
 from commbench.core.vocab import order_key
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def missing(value: Any) -> bool:
@@ -74,27 +76,16 @@ def runs_named(df: pd.DataFrame) -> dict[str, str]:
     return names
 
 
-def peak_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+def peak_rows(rows: pd.DataFrame | Query) -> list[dict[str, Any]]:
     """Per collective / dtype / placement / run / setting: the size with the highest median busbw,
-    the algbw and time there, the repetitions, and the #wrong summed over every row of the group."""
-    d = with_settings(prepare(df, "busbw_GBps"))
-    for col in ("algbw_GBps", "time_us"):
-        if col not in d.columns:
-            d[col] = float("nan")
-    names = runs_named(d)
-    keys = list(LINE_KEYS)
-    med = (d.groupby(keys + ["size_bytes"], sort=False)
-            .agg(busbw=("busbw_GBps", "median"), algbw=("algbw_GBps", "median"), time=("time_us", "median"),
-                 reps=("busbw_GBps", "size"))
-            .reset_index())
-    wrong = d.groupby(keys, sort=False)["wrong"].agg(
-        total=lambda s: int(s.dropna().astype("int64").sum()) if s.notna().any() else None,
-        unchecked=lambda s: int(s.isna().sum()))
+    the algbw and time there, the repetitions, and the #wrong summed over every row of the line."""
+    med = points.medians(rows)
+    names = _names(med)
     out = []
-    for key, g in med.groupby(keys, sort=False):
+    for key, g in med.groupby(list(LINE_KEYS), sort=False):
         best = g.loc[g["busbw"].idxmax()]
-        w = wrong.loc[key]
-        k = dict(zip(keys, key))
+        k = dict(zip(LINE_KEYS, key))
+        checked = [w for w in g["wrong"] if w is not None]
         out.append({
             "collective": k["collective"], "dtype": k["dtype"], "placement": placement_name(k["in_place"]),
             "run": names.get(str(k["run_id"]), str(k["run_id"])), "run_id": k["run_id"], "settings": k["settings"],
@@ -102,29 +93,50 @@ def peak_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
             "peak_busbw": float(best["busbw"]), "size_bytes": int(best["size_bytes"]),
             "algbw": float(best["algbw"]), "time_us": float(best["time"]),
             "reps": int(g["reps"].max()), "sizes": len(g),
-            "wrong": None if missing(w["total"]) else int(w["total"]), "unchecked": int(w["unchecked"]),
+            "wrong": int(sum(checked)) if checked else None, "unchecked": int(g["unchecked"].sum()),
         })
     out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
                             r["settings"]))
     return out
 
 
-def point_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+def point_rows(rows: pd.DataFrame | Query) -> list[dict[str, Any]]:
     """Every point: medians over repetitions."""
-    d = with_settings(prepare(df, "busbw_GBps"))
-    names = runs_named(d)
-    g = (d.groupby(list(LINE_KEYS) + ["size_bytes"], sort=False)
-          .agg(time=("time_us", "median"), algbw=("algbw_GBps", "median"), busbw=("busbw_GBps", "median"),
-               reps=("busbw_GBps", "size"), wrong=("wrong", lambda s: s.dropna().sum() if s.notna().any() else None))
-          .reset_index())
-    rows = [{"collective": r.collective, "dtype": r.dtype, "placement": placement_name(r.in_place),
-             "run": names.get(str(r.run_id), str(r.run_id)), "settings": r.settings,
-             "setting": setting_name(r.settings), "size_bytes": int(r.size_bytes), "time_us": r.time,
-             "algbw": r.algbw, "busbw": r.busbw, "reps": int(r.reps), "wrong": r.wrong}
-            for r in g.itertuples()]
-    rows.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
-                             r["settings"], r["size_bytes"]))
-    return rows
+    med = points.medians(rows)
+    names = _names(med)
+    out = [{"collective": r.collective, "dtype": r.dtype, "placement": placement_name(r.in_place),
+            "run": names.get(str(r.run_id), str(r.run_id)), "settings": r.settings,
+            "setting": setting_name(r.settings), "size_bytes": int(r.size_bytes), "time_us": _value(r.time),
+            "algbw": _value(r.algbw), "busbw": float(r.busbw), "reps": int(r.reps), "wrong": r.wrong}
+           for r in med.itertuples()]
+    out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
+                            r["settings"], r["size_bytes"]))
+    return out
+
+
+def _value(x: Any) -> float | None:
+    return None if missing(x) else float(x)
+
+
+def _names(med: pd.DataFrame) -> dict[str, str]:
+    """runs_named over a points table: each run by its label where that label is its own, else by its id."""
+    return runs_named(med[["run_id", "label"]].drop_duplicates(subset=["run_id"]))
+
+
+@dataclass
+class CurveTables:
+    """What the report shows of curves besides the figure: the peak and point tables, the
+    reduce-scatter gap sentences and the Settings tables, all from points.medians."""
+
+    peaks: list[dict[str, Any]]
+    points: list[dict[str, Any]]
+    gaps: list[str]
+    settings: list[SettingsTable]
+
+
+def curve_tables(rows: pd.DataFrame | Query) -> CurveTables:
+    """The report's tables of curves, from rows in memory or the files of a large input."""
+    return CurveTables(peak_rows(rows), point_rows(rows), collective_gaps(rows), settings_tables(rows))
 
 
 def wrong_cell(wrong: Any, unchecked: int = 0) -> tuple[str, bool]:
@@ -305,46 +317,32 @@ def fault_runs(pairs_df: pd.DataFrame | None) -> list[dict[str, Any]]:
     return out
 
 
-# What collective_gaps reads of the rows (frames.prepare's keys and buckets rows, the run's name).
-GAP_COLUMNS = (*GROUP_KEYS, "collective", "size_bytes", "in_place", "busbw_GBps", "backend", "run_id", "label",
-               SETTINGS, "dtype", "world_size", "workload", "bucket_bytes", "wrong")
-
-
-def collective_gaps(df: pd.DataFrame) -> list[str]:
+def collective_gaps(rows: pd.DataFrame | Query) -> list[str]:
     """reduce_scatter's busbw next to all_reduce's (core/runsummary.py Gap), one sentence per run,
     setting and dtype where that run measured both; [] otherwise. The sweep ends with the same."""
     from commbench.core.runsummary import reduce_scatter_gap
 
-    if df is None or len(df) == 0 or "collective" not in df.columns:
+    if isinstance(rows, pd.DataFrame) and (len(rows) == 0 or "collective" not in rows.columns):
         return []
-    # Only the two collectives' rows and the columns read here are prepared (a copy of every row
-    # and column of a large run was most of this function's time and memory); where none of them
-    # can be drawn, the whole frame is, which says why or leaves nothing.
-    pair = df["collective"].isin(["all_reduce", "reduce_scatter"]).to_numpy(dtype=bool)
-    part = df[[c for c in df.columns if c in GAP_COLUMNS]]
-    try:
-        d = with_settings(prepare(part if pair.all() else part[pair], "busbw_GBps"))
-    except BadInput:
-        d = with_settings(prepare(df, "busbw_GBps"))
-    d = d[d["collective"].isin(["all_reduce", "reduce_scatter"])]  # buckets rows are renamed by prepare
-    if d.empty:
+    keys = ["run_id", "label", "settings", "dtype", "world_size"]
+    med = points.medians(rows, [*keys, "backend", "collective", "in_place"])
+    med = med[med["collective"].isin(["all_reduce", "reduce_scatter"])]  # buckets rows are drawn apart
+    if med.empty:
         return []
-    names = runs_named(d)
-    keys = [k for k in ("run_id", "settings", "dtype", "world_size") if k in d.columns]
-    several = {k: d[k].nunique(dropna=False) > 1 for k in keys}
+    names = _names(med)
+    several = {k: med[k].nunique(dropna=False) > 1 for k in keys}
     out = []
-    for key, g in d.groupby(keys, sort=False, dropna=False):
-        key = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        med = g.groupby(["collective", "size_bytes", "in_place"], sort=False)["busbw_GBps"].median().reset_index()
-        backend = str(g["backend"].iloc[0]) if "backend" in g.columns else ""
-        points = [{"collective": r.collective, "size_bytes": int(r.size_bytes), "busbw": float(r.busbw_GBps),
-                   "backend": backend} for r in med.itertuples()]
+    for key, g in med.groupby(keys, sort=False, dropna=False):
+        key = dict(zip(keys, key))
+        backend = str(g["backend"].iloc[0])
+        pts = [{"collective": r.collective, "size_bytes": int(r.size_bytes), "busbw": float(r.busbw),
+                "backend": backend} for r in g.itertuples()]
         label = ", ".join(part for part in (
             f"run {names.get(str(key['run_id']), key['run_id'])}" if several.get("run_id") else "",
             setting_name(key.get("settings")) if key.get("settings") else "",
             str(key["dtype"]) if several.get("dtype") else "",
             f"{key['world_size']} ranks" if several.get("world_size") else "") if part)
-        gap = reduce_scatter_gap(points, label)
+        gap = reduce_scatter_gap(pts, label)
         if gap is not None:
             out.append(gap.sentence())
     return out

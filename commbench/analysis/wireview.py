@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from commbench.analysis import points
 from commbench.analysis.frames import column, is_true, present
 from commbench.core import wire
 from commbench.core.units import counted, format_size
@@ -163,18 +164,15 @@ def section(df: pd.DataFrame, run_names: dict[str, str] | None = None) -> WireSe
     return WireSection(sentence, read_line, rows, payload_rows(df, run_names))
 
 
-def payload_rows(df: pd.DataFrame, run_names: dict[str, str] | None = None) -> list[list[str]]:
+def payload_rows(rows: pd.DataFrame, run_names: dict[str, str] | None = None) -> list[list[str]]:
     """Per collective and run: the points with a wire/payload ratio, the median of their medians
-    over repetitions, min..max over those, and the median at the largest size."""
-    if "wire_per_payload" not in df.columns:
+    over repetitions (points.ratio_medians), min..max over those, and the median at the largest size."""
+    if "wire_per_payload" not in rows.columns or len(rows) == 0:
         return []
-    ratio = pd.to_numeric(df["wire_per_payload"], errors="coerce")
-    keep = np.isfinite(ratio.to_numpy(dtype=float))
-    if not keep.any():
+    per_point = points.ratio_medians(rows).rename(columns={"run_id": "run", "size_bytes": "size",
+                                                          "wire_per_payload": "ratio"})
+    if per_point.empty:
         return []
-    d = pd.DataFrame({"collective": df["collective"].astype(str), "size": df["size_bytes"], "ratio": ratio,
-                      "run": df["run_id"].astype(str) if "run_id" in df.columns else "?"})[keep]
-    per_point = d.groupby(["collective", "run", "size"], sort=False)["ratio"].median().reset_index()
     out = []
     for (coll, run), g in per_point.groupby(["collective", "run"], sort=False):
         largest = g.loc[g["size"].idxmax()]

@@ -140,7 +140,7 @@ def test_planted_secrets_appear_in_no_file_and_no_output(secret_run, outputs):
     failure="a hostile label or environment value in a results file (`<script>alert(1)</script>`)",
     does="escaped in HTML (and Markdown): stays text, the page has no scripts and no external URLs",
 )
-def test_a_script_label_stays_text_in_the_reports(secret_run):
+def test_a_script_label_stays_text_in_the_reports(secret_run, outputs):  # outputs: the reports written
     d, out, *_ = secret_run
     assert set(pq.read_table(out).column("label").to_pylist()) == {EVIL}
     page = (d / "report.html").read_text()
