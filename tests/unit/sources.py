@@ -1,8 +1,8 @@
-"""Source files parsed once a session. Several unit tests scan every module of the package with `ast`
-(test_architecture, test_security, test_vocab_once) or every test file (test_reliability_doc); a
-pass of `ast.parse` over the package costs 0.4 s on 2 cores, so they share the trees here. A file
-changed since it was parsed (its mtime or size) is parsed again. Readers only read a tree; none
-changes one."""
+"""The package's modules parsed once a session. Several unit tests scan every module with `ast`
+(test_architecture, test_security, test_vocab_once); a pass of `ast.parse` over the package costs
+0.4 s on 2 cores, so they share the trees here (test_architecture keeps them all for the session
+anyway). A file changed since it was parsed (its mtime or size) is parsed again. Readers only read
+a tree; none changes one."""
 
 from __future__ import annotations
 

@@ -11,8 +11,6 @@ import re
 import sys
 from pathlib import Path
 
-from .sources import tree
-
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "RELIABILITY.md"
 _spec = importlib.util.spec_from_file_location("reliabilitydoc", ROOT / "tools" / "reliabilitydoc.py")
@@ -37,11 +35,13 @@ def test_every_named_test_exists():
     names = named_tests()
     assert len(names) >= 50, names
     missing = []
+    defined: dict[str, list[str]] = {}  # a file parsed once, however many of its tests the page names
     for rel, pattern in names:
         path = ROOT / "tests" / rel
         assert path.exists(), rel
-        defined = [n.name for n in ast.walk(tree(path)) if isinstance(n, ast.FunctionDef)]  # a file parsed once
-        if not fnmatch.filter(defined, pattern):
+        if rel not in defined:
+            defined[rel] = [n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)]
+        if not fnmatch.filter(defined[rel], pattern):
             missing.append(f"{rel}::{pattern}")
     assert missing == []
 
@@ -56,8 +56,8 @@ def test_the_reliability_tests_are_all_in_the_doc():
     for rel in ("integration/test_lost_rank.py", "integration/test_result_store.py",
                 "integration/test_security_run.py", "unit/test_security.py", "unit/test_fuzz.py",
                 "unit/test_failure_paths.py"):
-        tests = {n.name for n in tree(ROOT / "tests" / rel).body
-                 if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+        tree = ast.parse((ROOT / "tests" / rel).read_text())
+        tests = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
         named = {name for r, name in named_tests() if r == rel}
         unnamed = {t for t in tests if not any(fnmatch.fnmatch(t, n) for n in named)}
         # the scan's own checks and the commands' smoke test back the rows, they are not failure modes
