@@ -114,11 +114,12 @@ def _bounded(text: Any) -> Any:
 
 # ---- report: every row, but only the columns a report reads, strings as categories ----
 
-# What the report's sections read of a curves-only run (summary.py, runs.py, settingsview.py,
-# wireview.py): per row, the line, the point and its numbers; per run, what its facts show.
+# What the report's sections read of a curves-only run's frame (runs.py, wireview.py; the curves' tables and
+# the wire/payload ratios come from the files, summary.curve_tables): per row, the line, the point and its
+# numbers; per run, what its facts show.
 REPORT_COLUMNS = ("collective", "dtype", "op", "in_place", "label", "run_id", "settings", "size_bytes", "world_size",
                   "nnodes", "ranks_per_node", "busbw_GBps", "algbw_GBps", "time_us", "wrong", "repetition",
-                  "workload", "status", "wire", "wire_trouble", "wire_per_payload", "started_at", "launcher",
+                  "workload", "status", "wire", "wire_trouble", "started_at", "launcher",
                   "backend", "device",
                   "device_name", "iface", "mtu", "link_layer", "hosts", "commbench_version", "torch_version",
                   "nccl_version", "env", "net", "plan", "schema_version")
@@ -128,7 +129,7 @@ REPORT_COLUMNS = ("collective", "dtype", "op", "in_place", "label", "run_id", "s
 # run, its collectives, dtypes, sizes, repetitions, rows and settings; not the measured values.
 BASELINE_COLUMNS = tuple(c for c in REPORT_COLUMNS if c not in (
     "op", "in_place", "busbw_GBps", "algbw_GBps", "time_us", "wrong", "status", "wire", "wire_trouble",
-    "wire_per_payload", "plan", "schema_version"))
+    "plan", "schema_version"))
 
 
 def report_frame(source: Source, wanted: Sequence[str] = REPORT_COLUMNS) -> pd.DataFrame:

@@ -127,9 +127,17 @@ def ratio_medians(rows: pd.DataFrame | Query, column: str = "wire_per_payload") 
     of `column` (the Wire section's wire bytes per payload byte, a row's own ratio); no row where
     none is finite, and an empty table where no row holds the column."""
     if isinstance(rows, pd.DataFrame) and column not in rows.columns:
-        return pd.DataFrame({"collective": [], "run_id": [], "size_bytes": [], column: []})
+        return pd.DataFrame({c: [] for c in (*RATIO_COLUMNS[:3], column)})
     q = rows_of(rows, column)
     run = "coalesce(CAST(run_id AS VARCHAR), '?')" if "run_id" in q.source.columns else "'?'"
     return q.run(f"SELECT CAST(collective AS VARCHAR) AS collective, {run} AS run_id, size_bytes, "
                  f"median(value) AS {quote(column)} FROM (SELECT *, CAST({quote(column)} AS DOUBLE) AS value "
                  "FROM rows) WHERE coalesce(isfinite(value), false) GROUP BY ALL ORDER BY min(gi)").to_pandas()
+
+
+RATIO_COLUMNS = ("collective", "run_id", "size_bytes", "wire_per_payload")  # ratio_medians' table
+
+
+def is_ratio_table(frame: pd.DataFrame) -> bool:
+    """A table of ratio_medians (one row a point) rather than rows."""
+    return tuple(frame.columns) == RATIO_COLUMNS

@@ -434,7 +434,7 @@ def _large_html(paths: Sequence[str | Path], baseline: Sequence[str | Path] | No
         return None
     # the figures before the rows are read: the engine's aggregations never share memory with them
     drawn = reportparts.engine_figures(figurequery, after, before, rate)
-    tables = curve_tables(after)
+    tables = curve_tables(after, with_ratios=True)
     source, bsource = after.source, before.source if before is not None else None
     del after, before  # their DuckDB connections and what they cached: half a GB at 10M rows, held
     gc.collect()  # in reference cycles until a collection
@@ -498,11 +498,11 @@ def faults_html(pairs_df: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def wire_html(df: pd.DataFrame) -> str:
+def wire_html(df: pd.DataFrame, ratios: pd.DataFrame | None = None) -> str:
     """The "Wire" section: trouble counters that moved during the run, wire bytes per payload byte,
-    or the sentence that nothing moved or that no counters were read."""
+    or the sentence that nothing moved or that no counters were read (`ratios`: wireview.section's)."""
     names = runs_named(df)
-    w = wireview.section(df, names)
+    w = wireview.section(df, names, ratios)
     out = ['<section id="wire"><h2>Wire</h2>']
     if w.read_line:
         out.append(f'<p class="muted">{esc(wireview.WIRE_NOTE)} {esc(w.read_line)}</p>')
@@ -599,7 +599,7 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
     if curves is not None and tables is not None:
         cfig = drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate)
         out += _curves_html(cfig, tables)
-    out.append(wire_html(df))
+    out.append(wire_html(df, tables.ratios if tables is not None else None))
     out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df)}</section>')
     if baseline_runs is not None:  # the before side's metadata, as the after side's
         out.append(f'<section id="baseline-runs"><h2>{esc(reportparts.BASELINE_RUNS)}</h2>{baseline_runs}'

@@ -132,11 +132,19 @@ class CurveTables:
     points: list[dict[str, Any]]
     gaps: list[str]
     settings: list[SettingsTable]
+    ratios: pd.DataFrame | None = None  # the Wire section's per-point wire/payload medians, where read here
 
 
-def curve_tables(rows: pd.DataFrame | Query) -> CurveTables:
-    """The report's tables of curves, from rows in memory or the files of a large input."""
-    return CurveTables(peak_rows(rows), point_rows(rows), collective_gaps(rows), settings_tables(rows))
+def curve_tables(rows: pd.DataFrame | Query, with_ratios: bool = False) -> CurveTables:
+    """The report's tables of curves, from rows in memory or the files of a large input; with
+    `with_ratios`, the Wire section's per-point ratios too (a large input: its frame then need not
+    hold every row's ratio)."""
+    ratios = points.ratio_medians(rows) if with_ratios and "wire_per_payload" in _columns(rows) else None
+    return CurveTables(peak_rows(rows), point_rows(rows), collective_gaps(rows), settings_tables(rows), ratios)
+
+
+def _columns(rows: pd.DataFrame | Query) -> list[str]:
+    return list(rows.columns) if isinstance(rows, pd.DataFrame) else list(rows.source.columns)
 
 
 def wrong_cell(wrong: Any, unchecked: int = 0) -> tuple[str, bool]:

@@ -148,8 +148,10 @@ class WireSection:
     payload: list[list[str]] = field(default_factory=list)
 
 
-def section(df: pd.DataFrame, run_names: dict[str, str] | None = None) -> WireSection:
-    """The Wire section of a results table (every row a point measured once)."""
+def section(df: pd.DataFrame, run_names: dict[str, str] | None = None,
+            ratios: pd.DataFrame | None = None) -> WireSection:
+    """The Wire section of a results table (every row a point measured once); `ratios`: its points'
+    wire/payload medians (points.ratio_medians) where they were read from the files, not from df."""
     read, trouble = row_flags(df)
     n, points = int(read.sum()), len(df)
     if n == 0:
@@ -161,16 +163,17 @@ def section(df: pd.DataFrame, run_names: dict[str, str] | None = None) -> WireSe
         for t, moved in troubles_at(df, np.flatnonzero(trouble)):
             rows.append([t.host, t.where, t.counter, t.kind, f"+{t.delta:,}", f"{moved} of {n}"])
     sentence = None if rows else f"No {KINDS_TEXT} counter moved during {counted(n, 'point')}."
-    return WireSection(sentence, read_line, rows, payload_rows(df, run_names))
+    return WireSection(sentence, read_line, rows, payload_rows(df if ratios is None else ratios, run_names))
 
 
 def payload_rows(rows: pd.DataFrame, run_names: dict[str, str] | None = None) -> list[list[str]]:
     """Per collective and run: the points with a wire/payload ratio, the median of their medians
-    over repetitions (points.ratio_medians), min..max over those, and the median at the largest size."""
+    over repetitions (points.ratio_medians of `rows`, or `rows` already those medians), min..max
+    over those, and the median at the largest size."""
     if "wire_per_payload" not in rows.columns or len(rows) == 0:
         return []
-    per_point = points.ratio_medians(rows).rename(columns={"run_id": "run", "size_bytes": "size",
-                                                          "wire_per_payload": "ratio"})
+    medians = rows if points.is_ratio_table(rows) else points.ratio_medians(rows)
+    per_point = medians.rename(columns={"run_id": "run", "size_bytes": "size", "wire_per_payload": "ratio"})
     if per_point.empty:
         return []
     out = []
