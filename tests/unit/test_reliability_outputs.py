@@ -4,7 +4,8 @@ write (ENOSPC, EIO, Ctrl-C, SIGTERM) leaves nothing behind (no temporary, no par
 lone figure), and a rerun after the failure works. Every output kind: compare --out (table,
 markdown, json) and --plot, gate --out and --suggest --out, plot (png, svg, a figure per view),
 report (html, markdown with its figures). Failures are injected in-process on the exact file
-that should fail; the real full disk is in integration/test_reliability_outputs_disk.py."""
+that should fail, with the figures built but not drawn (`undrawn`: these tests are about the writer);
+the real full disk is in integration/test_reliability_outputs_disk.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.analysis import gate
+from commbench.analysis import gate, plot
 from commbench.cli.app import main
 from commbench.core import outputs
 from commbench.core.errors import BadInput
@@ -58,6 +59,20 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     bands = base / "bands.yaml"
     bands.write_text(gate.suggest(read_results([a]), sources=[str(a)], allow_wide=True).text)  # outputs, not bands
     return {"a": a, "b": b, "m": m, "bands": bands}
+
+
+# What drawing a figure gives in the tests of failed writes below: fixed bytes of its format, instead of
+# matplotlib's 0.1-0.4 s a figure, which was most of their time (each output kind is written twice, failing and
+# again). What they check is the writer: that every file a command writes goes through it, that a failure leaves
+# none of them and a rerun writes them all. The figures are still built; drawing them is tested in test_plot.py,
+# test_report.py and test_golden_results.py, and through the writer here by test_force_replaces_an_existing_*.
+FIGURE_BYTES = {"png": b"\x89PNG\r\n\x1a\n(a figure, not drawn)", "svg": b"<svg>(a figure, not drawn)</svg>\n"}
+
+
+@pytest.fixture
+def undrawn(monkeypatch) -> None:
+    """plot.figure_bytes (every figure a command writes or embeds) gives FIGURE_BYTES of its format."""
+    monkeypatch.setattr(plot, "figure_bytes", lambda fig, fmt="png": FIGURE_BYTES[fmt])
 
 
 def argv(kind: str, inputs: dict[str, Path], d: Path) -> list[str]:
@@ -229,7 +244,7 @@ def test_a_folder_under_a_file_is_refused(inputs, tmp_path, capsys):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.failure(row="disk-fills-up-while-writing")
-def test_a_full_disk_leaves_nothing_and_a_rerun_works(kind, inputs, tmp_path, capsys, monkeypatch):
+def test_a_full_disk_leaves_nothing_and_a_rerun_works(kind, inputs, tmp_path, capsys, monkeypatch, undrawn):
     files = KINDS[kind][1]
     failing = tmp_path / files[-1]  # the others of a group are complete temporaries by then
     with monkeypatch.context() as m:
@@ -250,7 +265,7 @@ def test_a_full_disk_leaves_nothing_and_a_rerun_works(kind, inputs, tmp_path, ca
     does="the placed files are taken back: exit 3, one line, nothing left",
 )
 def test_a_group_whose_last_link_fails_takes_back_the_files_already_placed(kind, inputs, tmp_path, capsys,
-                                                                         monkeypatch):
+                                                                         monkeypatch, undrawn):
     last = tmp_path / KINDS[kind][1][-1]
     real = os.link
 
@@ -273,7 +288,7 @@ def test_a_group_whose_last_link_fails_takes_back_the_files_already_placed(kind,
     does="the temporaries and any files already placed are removed; Ctrl-C exits 130; SIGTERM ends the command as "
          "SIGTERM does (143), or comes back as `Terminated` to a caller with a handler of its own",
 )
-def test_ctrl_c_while_writing_leaves_nothing(inputs, tmp_path, capsys, monkeypatch):
+def test_ctrl_c_while_writing_leaves_nothing(inputs, tmp_path, capsys, monkeypatch, undrawn):
     with monkeypatch.context() as m:
         fail_on(m, tmp_path / "r-zero.png", KeyboardInterrupt())
         code, _, _ = run(argv("report-markdown", inputs, tmp_path), capsys)
@@ -302,7 +317,7 @@ def test_sigterm_while_writing_leaves_nothing_and_is_handed_on(tmp_path, monkeyp
     failure="folders made for an output (`--out new/sub/r.md`) when the write then fails",
     does="removed again; a rerun makes them and writes",
 )
-def test_folders_made_for_a_failed_write_are_removed(inputs, tmp_path, capsys, monkeypatch):
+def test_folders_made_for_a_failed_write_are_removed(inputs, tmp_path, capsys, monkeypatch, undrawn):
     target = tmp_path / "new" / "deeper" / "r.md"
     with monkeypatch.context() as m:
         fail_on(m, target.with_name("r.png"))
@@ -331,7 +346,7 @@ def test_an_unwritable_folder_is_bad_input_naming_the_fix(inputs, tmp_path, caps
     failure="another process creates the file between the check and the link",
     does="theirs stays as it is, ours is removed, exit 2",
 )
-def test_a_name_taken_while_writing_is_left_to_its_owner(inputs, tmp_path, capsys, monkeypatch):
+def test_a_name_taken_while_writing_is_left_to_its_owner(inputs, tmp_path, capsys, monkeypatch, undrawn):
     """Another process creates the file between the check and the link: theirs stays, ours goes."""
     target = tmp_path / "p.png"
     real = os.fsync
