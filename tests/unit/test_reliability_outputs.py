@@ -4,8 +4,9 @@ write (ENOSPC, EIO, Ctrl-C, SIGTERM) leaves nothing behind (no temporary, no par
 lone figure), and a rerun after the failure works. Every output kind: compare --out (table,
 markdown, json) and --plot, gate --out and --suggest --out, plot (png, svg, a figure per view),
 report (html, markdown with its figures). Failures are injected in-process on the exact file
-that should fail, with the figures built but not drawn (`undrawn`: these tests are about the writer);
-the real full disk is in integration/test_reliability_outputs_disk.py."""
+that should fail, with the figures built but not drawn (conftest.py's `undrawn`: these tests are about
+the writer; test_force_replaces_an_existing_report_or_figure draws them); the real full disk is in
+integration/test_reliability_outputs_disk.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.analysis import gate, plot
+from commbench.analysis import gate
 from commbench.cli.app import main
 from commbench.core import outputs
 from commbench.core.errors import BadInput
@@ -59,20 +60,6 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     bands = base / "bands.yaml"
     bands.write_text(gate.suggest(read_results([a]), sources=[str(a)], allow_wide=True).text)  # outputs, not bands
     return {"a": a, "b": b, "m": m, "bands": bands}
-
-
-# What drawing a figure gives in the tests of failed writes below: fixed bytes of its format, instead of
-# matplotlib's 0.1-0.4 s a figure, which was most of their time (each output kind is written twice, failing and
-# again). What they check is the writer: that every file a command writes goes through it, that a failure leaves
-# none of them and a rerun writes them all. The figures are still built; drawing them is tested in test_plot.py,
-# test_report.py and test_golden_results.py, and through the writer here by test_force_replaces_an_existing_*.
-FIGURE_BYTES = {"png": b"\x89PNG\r\n\x1a\n(a figure, not drawn)", "svg": b"<svg>(a figure, not drawn)</svg>\n"}
-
-
-@pytest.fixture
-def undrawn(monkeypatch) -> None:
-    """plot.figure_bytes (every figure a command writes or embeds) gives FIGURE_BYTES of its format."""
-    monkeypatch.setattr(plot, "figure_bytes", lambda fig, fmt="png": FIGURE_BYTES[fmt])
 
 
 def argv(kind: str, inputs: dict[str, Path], d: Path) -> list[str]:

@@ -221,7 +221,7 @@ def test_a_runs_findings_are_judged_again_from_its_rows():
     assert stragglers.run_findings([{**r, "iters": 2} for r in slow_host_rows([0.0] * 4)]) is None  # no usable point
 
 
-def test_the_report_shows_a_runs_late_arrivals_from_the_file(tmp_path):
+def test_the_report_shows_a_runs_late_arrivals_from_the_file(tmp_path, undrawn):
     from commbench.analysis.summary import run_facts
 
     rows = make_rows(hosts=("a", "b"), repetitions=1)
@@ -313,7 +313,7 @@ def test_the_late_rank_sleeps_before_each_call_outside_its_own_timed_span(monkey
 
 # --- files without the columns ---------------------------------------------------------------------
 
-def test_files_without_the_per_rank_columns_read_compare_and_report(tmp_path):
+def test_files_without_the_per_rank_columns_read_compare_and_report(tmp_path, undrawn):
     old_schema = pa.schema([f for f in SCHEMA if f.name not in ("rank_time_us", "rank_skew_us")])
     old = tmp_path / "old.parquet"
     pq.write_table(pa.Table.from_pylist(make_rows(label="before"), schema=old_schema), old)

@@ -87,7 +87,7 @@ def test_a_second_plot_of_the_same_file_needs_force_and_the_refusal_says_so(tmp_
 
 
 @pytest.mark.parametrize("suffix", [".html", ".md"])
-def test_report_force_replaces_the_report(tmp_path, capsys, suffix):
+def test_report_force_replaces_the_report(tmp_path, capsys, suffix, undrawn):
     res = write(tmp_path / "run.parquet", make_rows(sizes=BIG, repetitions=1))
     target = tmp_path / f"r{suffix}"
     assert run_cli(["report", str(res), "--out", str(target)], capsys)[0] == 0
@@ -124,7 +124,7 @@ def _captions(html: str) -> list[str]:
     return re.findall(r"<figcaption>(.*?)</figcaption>", html)
 
 
-def test_report_captions_name_only_the_panels_drawn(tmp_path, capsys):
+def test_report_captions_name_only_the_panels_drawn(tmp_path, capsys, undrawn):
     for sizes, bottom in ((BIG, False), (MIXED, True)):
         before = write(tmp_path / f"b{len(sizes)}.parquet", make_rows(sizes=sizes, run_id="20250101-000000-aaaaaa"))
         after = write(tmp_path / f"a{len(sizes)}.parquet", make_rows(sizes=sizes, run_id="20250102-000000-bbbbbb"))
@@ -144,7 +144,7 @@ def test_curves_clear_the_top_frame(tmp_path):
         assert top.get_ylim()[1] >= 1.08 * max(highest, float(top.dataLim.y1))
 
 
-def test_the_report_shows_the_baseline_s_run_metadata(tmp_path, capsys):
+def test_the_report_shows_the_baseline_s_run_metadata(tmp_path, capsys, undrawn):
     before = write(tmp_path / "b.parquet", make_rows(sizes=BIG, run_id="20250101-000000-aaaaaa", mtu=1500,
                                                        hosts=("old01", "old02")))
     after = write(tmp_path / "a.parquet", make_rows(sizes=BIG, run_id="20250102-000000-bbbbbb"))

@@ -182,7 +182,7 @@ def test_row_flags_read_the_json_when_the_flag_column_is_missing(files):
 # ---- report ----
 
 
-def test_report_wire_section_names_the_counters_that_moved(files, tmp_path):
+def test_report_wire_section_names_the_counters_that_moved(files, tmp_path, undrawn):
     df = read_results([files[1]])
     page = report.build_html(df, [str(files[1])])
     assert '<section id="wire"><h2>Wire</h2>' in page and '<a href="#wire">Wire</a>' in page
@@ -202,7 +202,7 @@ def test_report_wire_section_names_the_counters_that_moved(files, tmp_path):
     assert "|---|---|---|---|---:|---|" in md_section and "1.046 (1 MiB)" in md_section
 
 
-def test_report_says_when_nothing_moved_and_when_no_counters_were_read(files, tmp_path):
+def test_report_says_when_nothing_moved_and_when_no_counters_were_read(files, tmp_path, undrawn):
     clean = read_results([files[0]])
     page = report.build_html(clean, ["before.parquet"])
     assert "No link, error, drop, retransmit, pause or congestion counter moved during 4 points." in page
@@ -217,7 +217,7 @@ def test_report_says_when_nothing_moved_and_when_no_counters_were_read(files, tm
         assert wireview.NOT_READ_TEXT in markdown.build_markdown(df, None)
 
 
-def test_report_of_old_files_writes_html_and_markdown_with_a_baseline(files, tmp_path, capsys):
+def test_report_of_old_files_writes_html_and_markdown_with_a_baseline(files, tmp_path, capsys, undrawn):
     old = strip_wire(write(tmp_path / "old.parquet", rows_with_wire(label="old")))
     for out in ("r.html", "r.md"):
         code, res = run_cli(["report", str(old), "--baseline", str(files[0]), "--out", str(tmp_path / out)], capsys)
