@@ -72,8 +72,11 @@ class Row:
 
 def _marks(path: Path, rel: str) -> list[tuple[str, int, dict[str, str]]]:
     """(function name, line, the marker's keywords) of every `pytest.mark.failure(...)` in a file."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    found: list[tuple[str, int, dict[str, str]]] = []
+    text = path.read_text()
+    if "failure" not in text:  # no marker without the word: most test files need no parse (0.8 s for all)
+        return found
+    for node in ast.walk(ast.parse(text, str(path))):
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         for dec in node.decorator_list:
