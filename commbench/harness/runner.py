@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 import commbench
-from commbench.harness import faults
+from commbench.harness import arrival, faults
 from commbench.harness.backend import choose_backend
 from commbench.harness.closing import closing_lines
 from commbench.harness.console import Reporter
@@ -473,20 +473,34 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
 
 
 def _join_group(plan: RunOptions, backend: str, env: RankEnv) -> ControlPlane:
-    """The control plane's store, then the process group on it, with --timeout; a rank that cannot
-    join says where it tried and what to check."""
+    """The control plane's store, every rank counted in, then the process group on it, all within
+    --timeout (harness/arrival.py): rank 0 names a rank that never came; a rank that cannot join
+    says where it tried and what to check."""
     from datetime import timedelta
 
+    deadline = arrival.reach_rank0(env, plan.timeout)  # c10d's own connect retries print native stack frames
     try:
         control = ControlPlane.serve(env.master_addr, env.master_port, env.rank, env.world_size,
                                      _local_addr(env.master_addr), plan.timeout)
+    except (RuntimeError, ValueError) as exc:
+        raise _not_joined(env, exc) from None
+    try:
+        arrival.arrive(control.main, env, plan.timeout, deadline)  # every rank is in, or one line says who is not
         dist.init_process_group(backend, store=control.group_store(), rank=env.rank, world_size=env.world_size,
                                 timeout=timedelta(seconds=plan.timeout))
     except (RuntimeError, ValueError) as exc:  # DistError and gloo's connect errors are RuntimeErrors
-        raise RuntimeFailure(f"rank {env.rank} on {socket.gethostname()} could not join the process group at "
-                             f"{env.master_addr}:{env.master_port}: {_first_line(exc)} (check MASTER_ADDR, "
-                             f"the firewall and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME or --iface)") from None
+        control.close()
+        raise _not_joined(env, exc) from None
+    except RuntimeFailure:
+        control.close()
+        raise
     return control
+
+
+def _not_joined(env: RankEnv, exc: BaseException) -> RuntimeFailure:
+    return RuntimeFailure(f"rank {env.rank} on {socket.gethostname()} could not join the process group at "
+                          f"{env.master_addr}:{env.master_port}: {_first_line(exc)} (check MASTER_ADDR, "
+                          f"the firewall and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME or --iface)")
 
 
 def _run_context(plan, env: RankEnv, backend: str, device, device_name: str, ranks: list[dict]) -> RunContext:
