@@ -14,6 +14,12 @@ only probes use), which the kernel answers while the host is up, also while the 
 - hung: the connection opens, the process does not answer (SIGSTOP, a deadlock, a busy loop);
 - gone: the connection is refused: the host is up, the process is not there (killed, crashed);
 - unreachable: no answer at all (a link down, a blackhole route, a dead host).
+
+Nothing here blocks past its deadline whatever the network does: the peers' addresses are gathered
+by a thread of their own as the ranks publish them (bounded by --timeout; rank 0's store is never
+read after that), every read of a mailbox and every probe has its timeout, and a rank asked to stop
+(SIGINT / SIGTERM) whose main thread stays blocked in a call the network does not give back (a
+collective on a dead link, a store read) leaves by itself STOP_GRACE_S later (ControlPlane.serve).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import select
+import signal
 import socket
 import sys
 import threading
@@ -38,6 +46,10 @@ PROBE_S = 2.0
 REMOTE_S = 3.0  # a read from another rank's mailbox gives up after this long
 STUCK_SLACK_S = 15.0  # beyond --timeout before a rank that the backend does not give back leaves
 SUSPENDED_S = 5.0  # a heartbeat (due every HEARTBEAT_S) this late: the process itself did not run
+GATHER_SLACK_S = 15.0  # beyond --timeout: how long the start-time gather looks for a rank's address
+STOP_GRACE_S = 5.0  # a rank asked to stop whose main thread has not moved for this long leaves by itself
+_STOP_TICK_S = 0.25
+_STOP_CODES = {int(signal.SIGINT): ("SIGINT", 130), int(signal.SIGTERM): ("SIGTERM", 143)}
 _PEERS = "commbench/ctl/peer/"
 
 
@@ -72,6 +84,115 @@ class RollCall:
         if rank in self.hung:
             return "timeout"
         return "error" if rank in self.gone else None
+
+
+def _peer_of(rank: int, info: dict) -> Peer:
+    return Peer(rank, str(info["host"]), str(info["addr"]), int(info["port"]), int(info["pair_port"]),
+                int(info["probe_port"]))
+
+
+class _StopGuard:
+    """A rank asked to stop stops within seconds, whatever the network does. Python runs a signal's
+    handler in the main thread only, between two bytecodes: a main thread blocked in a call the
+    network does not give back (a collective on a dead link, a read of rank 0's store) never gets
+    there. The C-level handler still writes the signal's number to the wakeup fd, read here on a
+    thread of its own, and the SIGINT / SIGTERM handlers are wrapped so that this thread learns
+    whether Python's handler ran and what it decided: not run STOP_GRACE_S after the signal (the
+    main thread is stuck), or run and raised (the rank is stopping) but the plane still not closed
+    STOP_GRACE_S later (its teardown is stuck): the rank says so and leaves with the signal's code. A
+    handler that let the signal by (a rank reporting a failure ignores a launcher's SIGTERM on
+    purpose, core/signals.py stop_once) is obeyed."""
+
+    def __init__(self, plane: ControlPlane, read_fd: int, write_fd: int, previous: int) -> None:
+        self.plane, self._read, self._write, self._previous = plane, read_fd, write_fd, previous
+        self._ended = threading.Event()
+        self._restored = False
+        self.tick = 0  # this thread's looks so far
+        self.asked: int | None = None  # the stop signal being waited on
+        self.since = 0  # the look before the one that read it: a handler run from then on is for it
+        self.still = 0.0  # seconds since then without the rank stopping
+        self.handled = -1  # the look during which Python's handler last ran (the wrapper says)
+        self.raised = False  # whether that run raised (the rank is stopping) or let the signal by
+        self._handlers: dict[int, object] = {}
+        for sig in _STOP_CODES:
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                self._handlers[sig] = handler
+                signal.signal(sig, self._wrap(handler))
+        threading.Thread(target=self._run, name="commbench-stop-guard", daemon=True).start()
+
+    @classmethod
+    def install(cls, plane: ControlPlane) -> _StopGuard | None:
+        """On the main thread, when no wakeup fd is set yet (nothing else's is replaced); else None."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        if previous != -1:
+            signal.set_wakeup_fd(previous)
+            os.close(read_fd)
+            os.close(write_fd)
+            return None
+        return cls(plane, read_fd, write_fd, previous)
+
+    def _wrap(self, handler):
+        def guarded(signum, frame):
+            self.handled, self.raised = self.tick, True
+            handler(signum, frame)
+            self.raised = False  # it returned: the signal was let by on purpose
+
+        return guarded
+
+    def _run(self) -> None:
+        while not self._ended.is_set():
+            self.tick += 1
+            ready, _, _ = select.select([self._read], [], [], _STOP_TICK_S)
+            code = self.step(os.read(self._read, 64) if ready else b"", 0.0 if ready else _STOP_TICK_S)
+            if code is not None and not self._ended.is_set():
+                self.leave(code)
+        if self._restored:  # the wakeup fd is no longer the pipe: nothing writes to it any more
+            os.close(self._write)
+            os.close(self._read)
+
+    def step(self, signals: bytes, waited: float) -> int | None:
+        """One look: the signals that arrived and the seconds since the last look. The signal's exit
+        code once STOP_GRACE_S passed after it without Python's handler letting it by."""
+        if self.asked is None:
+            self.asked = next((b for b in signals if b in _STOP_CODES), None)
+            self.since, self.still = self.tick - 1, 0.0
+            return None
+        if self.handled >= self.since and not self.raised:
+            self.asked = None  # the handler let it by: the rank goes on (and a later signal is looked at anew)
+            return None
+        self.still += waited
+        return _STOP_CODES[self.asked][1] if self.still >= STOP_GRACE_S else None
+
+    def leave(self, code: int) -> None:
+        plane = self.plane
+        name = _STOP_CODES[self.asked or int(signal.SIGTERM)][0]
+        print(f"commbench: rank {plane.rank} on {plane.host}: asked to stop ({name}) {self.still:.0f} s ago and "
+              f"still blocked in {plane._progress[1]} (a call into the backend or rank 0's store that the network "
+              "does not give back); leaving without it (every finished row is already written)",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
+
+    def close(self) -> None:
+        """Stop watching; on the main thread put the previous handlers and wakeup fd back (the thread
+        then closes the pipe; off the main thread the pipe stays open, the signal handler may still
+        write to it)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in self._handlers.items():
+                if getattr(signal.getsignal(sig), "__qualname__", "").endswith("_wrap.<locals>.guarded"):
+                    signal.signal(sig, handler)  # type: ignore[arg-type]
+            signal.set_wakeup_fd(self._previous)
+            self._restored = True
+        self._ended.set()
+        try:
+            os.write(self._write, b"\0")  # wakes the thread's select
+        except OSError:
+            pass
 
 
 def _probe_listener() -> socket.socket:
@@ -177,10 +298,15 @@ class ControlPlane:
         self._progress = (0, "the start", time.monotonic())  # the last point boundary: (seq, what, when)
         self._tick = time.monotonic()  # the last heartbeat
         self._naps: list[tuple[float, float]] = []  # (when it woke, seconds): times this process did not run
-        me = {"host": socket.gethostname(), "addr": addr or "127.0.0.1", "port": self._own.server_address[1],
+        self.host = socket.gethostname()
+        me = {"host": self.host, "addr": addr or "127.0.0.1", "port": self._own.server_address[1],
               "pair_port": self.pair_store.port, "probe_port": self._probe.getsockname()[1]}
         main.set(_PEERS + str(rank), json.dumps(me))
-        self._peers: dict[int, Peer] = {}
+        self._peers: dict[int, Peer] = {rank: _peer_of(rank, me)}
+        self._gathered = threading.Event()  # the start-time gather of the peers' addresses has ended
+        self._closing = threading.Event()  # close() was called (the threads of this module stop)
+        self._guard: _StopGuard | None = None
+        threading.Thread(target=self._gather, name="commbench-peers", daemon=True).start()
         threading.Thread(target=self._heartbeat, name="commbench-heartbeat", daemon=True).start()
 
     @classmethod
@@ -194,7 +320,9 @@ class ControlPlane:
                                          timeout=timedelta(seconds=timeout), wait_for_workers=False)
         if agent:
             main = dist.PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", main)
-        return cls(main, rank, world, addr, timeout)
+        plane = cls(main, rank, world, addr, timeout)
+        plane._guard = _StopGuard.install(plane)
+        return plane
 
     def group_store(self) -> dist.Store:
         """The store the process group under test rendezvouses on."""
@@ -202,15 +330,53 @@ class ControlPlane:
 
     # ---- mailboxes ---------------------------------------------------------------------------
 
-    def peers(self) -> dict[int, Peer]:
-        """Every rank's host, address and mailbox (read from the main store; call it at start,
-        while every rank can reach rank 0)."""
-        if len(self._peers) < self.world:
+    def _gather(self) -> None:
+        """The start-time gather (on a thread of its own): each rank's entry from the main store as
+        soon as it is there, polled with `check` so that the store's connection is never held by a
+        wait (the process group rendezvouses on it meanwhile); given up --timeout + GATHER_SLACK_S
+        after the start (a rank that never published its address never joined either). The main
+        store is never read after this."""
+        budget, waited, pause = self.timeout + GATHER_SLACK_S, 0.0, 0.05
+        while not self._closing.is_set():
             for r in range(self.world):
-                info = json.loads(self.main.get(_PEERS + str(r)))
-                self._peers[r] = Peer(r, info["host"], info["addr"], int(info["port"]), int(info["pair_port"]),
-                                      int(info["probe_port"]))
-        return self._peers
+                if r not in self._peers and (entry := self._entry(r)) is not None:
+                    self._peers[r] = entry
+            if len(self._peers) >= self.world or waited >= budget:
+                break
+            self._closing.wait(pause)
+            waited, pause = waited + pause, min(0.5, pause * 2)
+        self._gathered.set()
+
+    def _entry(self, rank: int) -> Peer | None:
+        """`rank`'s published address, or None while it is not there (or the store fails)."""
+        key = _PEERS + str(rank)
+        try:
+            check = getattr(self.main, "check", None)
+            if check is not None and not check([key]):
+                return None
+            return _peer_of(rank, json.loads(self.main.get(key)))
+        except Exception:  # noqa: BLE001 - absent (KeyError), a store error or a damaged entry: not there yet
+            return None
+
+    def gather(self, wait_s: float | None = None) -> list[int]:
+        """Wait (at most wait_s, default --timeout + GATHER_SLACK_S) for the start-time gather of
+        the peers' addresses; the ranks whose address is still unknown. For the runner, right after
+        the group is joined, while every rank can reach rank 0."""
+        self._gathered.wait(self.timeout + GATHER_SLACK_S if wait_s is None else wait_s)
+        return [r for r in range(self.world) if r not in self._peers]
+
+    def peers(self, wait_s: float | None = None) -> dict[int, Peer]:
+        """Every rank's host, address and mailbox known so far: gathered once at start (never read
+        from the store here). While the gather still runs this waits for it, at most wait_s (default
+        the patience of a read, REMOTE_S or less): a rank whose address never came is left out."""
+        if not self._gathered.is_set():
+            self._gathered.wait(self._patience(REMOTE_S) if wait_s is None else wait_s)
+        return dict(sorted(self._peers.items()))
+
+    def _named(self) -> dict[int, Peer]:
+        """Every rank's entry, a stand-in naming an unknown host for a rank whose address never came."""
+        known = self.peers()
+        return {r: known.get(r) or Peer(r, "an unknown host", "address unknown", 0, 0, 0) for r in range(self.world)}
 
     def put(self, key: str, value: str) -> None:
         """Into this rank's own mailbox (always reachable: it is served by this process)."""
@@ -227,7 +393,9 @@ class ControlPlane:
         if rank == self.rank:
             with self._own.lock:
                 return json.dumps(self._own.keys) if not key else self._own.keys.get(key)
-        peer = self.peers()[rank]
+        peer = self.peers().get(rank)
+        if peer is None:
+            return None  # its address never reached this rank: it cannot be read
         conn = http.client.HTTPConnection(peer.addr, peer.port, timeout=self._patience(REMOTE_S))
         try:
             conn.request("GET", "/" + key)
@@ -270,7 +438,9 @@ class ControlPlane:
         """The pair store of `rank` (this rank's own for itself), for a pair's rendezvous."""
         if rank == self.rank:
             return self.pair_store
-        peer = self.peers()[rank]
+        peer = self.peers().get(rank)
+        if peer is None:
+            raise RuntimeError(f"rank {rank}'s address never reached rank {self.rank}: its pair store is unknown")
         return dist.TCPStore(peer.addr, peer.pair_port, 1, False, timeout=timedelta(seconds=self.timeout),
                              wait_for_workers=False)
 
@@ -332,7 +502,8 @@ class ControlPlane:
             silent = [r for r in ranks if not _answered(before[r], after[r])]
             peers = self.peers()
             probes = dict(zip(silent, pool.map(lambda r: probe(peers[r].addr, peers[r].probe_port,
-                                                               self._patience(PROBE_S)), silent)))
+                                                               self._patience(PROBE_S)) if r in peers else "silent",
+                                               silent)))
         call = RollCall(answered=sorted([self.rank] + [r for r in ranks if r not in probes]),
                         last={r: after[r] or before[r] or {} for r in ranks})
         for r, said in probes.items():
@@ -341,7 +512,7 @@ class ControlPlane:
 
     def describe(self, call: RollCall) -> str:
         """One line: who did not answer and what that points at; or that every rank answered."""
-        peers = self.peers()
+        peers = self._named()
         if not call.silent:
             return "every rank answered the roll call (nothing hung or unreachable: see the backend's message)"
         parts = [f"rank {r} on {peers[r].host} ({peers[r].addr}) is unreachable: neither it nor its host answers "
@@ -392,7 +563,7 @@ class ControlPlane:
         call = self.roll_call()
         if not call.silent:
             return  # every peer answers: a long point, not a dead one
-        peers = self.peers()
+        peers = self._named()
         asleep = self.suspended_s(within=waited)
         if asleep:
             self._leave(say, f"commbench: rank {self.rank} on {peers[self.rank].host}: in {label}, "
@@ -428,7 +599,7 @@ class ControlPlane:
         return "; ".join(parts + ([f"{ranks(others)} answered"] if others else []))
 
     def _hang_line(self, seq: int, label: str, started: float) -> str:
-        peers = self.peers()
+        peers = self._named()
         call = self.roll_call()
         behind = [r for r, box in call.last.items() if int(box.get("at", 0)) < seq]
         parts = [f"{label} has waited {time.monotonic() - started:.0f} s of --timeout {self.timeout:g} s"]
@@ -440,6 +611,9 @@ class ControlPlane:
 
     def close(self) -> None:
         self._stop.set()
+        self._closing.set()
+        if self._guard is not None:
+            self._guard.close()
         self._own.shutdown()
         self._own.server_close()
         self._probe.close()

@@ -7,8 +7,12 @@ wherever a deadline or a sleep matters: nothing here waits on the wall clock."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import threading
+import time
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -552,3 +556,184 @@ def test_a_reader_that_gave_up_is_no_error_but_anything_else_is_one_line(capsys)
         box.handle_error(None, ("10.0.0.2", 5555))
     assert capsys.readouterr().err == ("commbench: control plane: a read from 10.0.0.2 failed: ValueError: "
                                        "bad request line\n")
+
+
+# ---- bounded ends: the peers gathered at start, a stop that the network cannot hold up ----------
+
+
+class CountingStore(MainStore):
+    """Rank 0's store that counts its reads; `hold` makes every read block (the network went away)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.hold = threading.Event()
+        self.held = threading.Event()
+
+    def check(self, keys: list[str]) -> bool:
+        self.reads += 1
+        if self.held.is_set():
+            self.hold.wait(60)
+        return all(k in self.data for k in keys)
+
+    def get(self, key: str) -> bytes:
+        self.reads += 1
+        return self.data[key]
+
+
+def entry(r: int) -> str:
+    return json.dumps({"host": f"host{r}", "addr": f"10.0.0.{r}", "port": 7000 + r, "pair_port": 8000 + r,
+                       "probe_port": 9000 + r})
+
+
+@pytest.mark.failure(row="network-gone-control-plane")
+def test_the_peers_are_gathered_once_at_start_and_the_store_is_never_read_again(fakes, monkeypatch):
+    store = CountingStore()
+    for r in (1, 2):
+        store.set(control._PEERS + str(r), entry(r))
+    plane = ControlPlane(store, 0, 3, "10.0.0.0", 10.0)
+    try:
+        assert plane.gather(5.0) == [] and sorted(plane.peers()) == [0, 1, 2]
+        reads = store.reads
+        monkeypatch.setattr(control, "probe", lambda addr, port, timeout: "silent")
+        monkeypatch.setattr(control, "time", Clock())
+        monkeypatch.setattr(plane, "read_all", lambda r: None)
+        call = plane.roll_call()
+        assert call.unreachable == [1, 2] and "rank 2 on host2 (10.0.0.2)" in plane.describe(call)
+        assert plane.peers()[2].probe_port == 9002 and store.reads == reads  # the roll call read no store
+    finally:
+        plane.close()
+
+
+@pytest.mark.failure(row="network-gone-control-plane")
+def test_a_rank_whose_address_never_came_is_unknown_and_nothing_waits_for_it(fakes, monkeypatch):
+    store = CountingStore()
+    store.set(control._PEERS + "1", entry(1))
+    plane = ControlPlane(store, 0, 3, "10.0.0.0", 2.0)  # rank 2 never publishes its address
+    try:
+        started = time.monotonic()
+        assert sorted(plane.peers()) == [0, 1]  # waited at most a read's patience (0.2 s under --timeout 2)
+        assert time.monotonic() - started < 1.0
+        assert plane.read(2, "beat") is None
+        probed = []
+        monkeypatch.setattr(control, "probe", lambda addr, port, timeout: probed.append(port) or "open")
+        monkeypatch.setattr(control, "time", Clock())
+        monkeypatch.setattr(plane, "read_all", lambda r: None)
+        call = plane.roll_call()
+        assert call.unreachable == [2] and call.hung == [1] and probed == [9001]  # no probe of an unknown port
+        assert "rank 2 on an unknown host (address unknown) is unreachable" in plane.describe(call)
+        with pytest.raises(RuntimeError, match="rank 2's address never reached rank 0"):
+            plane.store_of(2)
+        assert plane.gather(0.1) == [2]  # still unknown: the gather goes on until --timeout + GATHER_SLACK_S
+    finally:
+        plane.close()
+
+
+@pytest.mark.failure(row="network-gone-control-plane")
+def test_a_store_that_no_longer_answers_holds_no_control_plane_call(fakes, monkeypatch):
+    store = CountingStore()
+    store.held.set()  # every read of rank 0's store blocks: the network went away before the gather ended
+    plane = ControlPlane(store, 0, 3, "10.0.0.0", 2.0)
+    try:
+        monkeypatch.setattr(control, "probe", lambda addr, port, timeout: "silent")
+        monkeypatch.setattr(control, "time", Clock())  # the roll call's own wait between its reads
+        monkeypatch.setattr(plane, "read_all", lambda r: None)
+        started = time.monotonic()
+        call = plane.roll_call()  # waits a read's patience (0.2 s under --timeout 2) for the peers, no probe
+        line = plane.describe(call)
+        assert time.monotonic() - started < 2.0
+        assert call.unreachable == [1, 2] and line.startswith("rank 1 on an unknown host")
+    finally:
+        store.hold.set()
+        plane.close()
+
+
+def test_the_gather_finds_late_ranks_through_a_real_store_without_holding_it():
+    import torch.distributed as dist
+
+    server = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=5), wait_for_workers=False)
+    plane = ControlPlane(server, 0, 2, "127.0.0.1", 5.0)
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        server.set("other", "x")  # the store's connection is free while rank 1 is awaited (check, not get)
+        assert time.monotonic() - started < 0.5
+        server.set(control._PEERS + "1", entry(1))
+        assert plane.gather(5.0) == [] and plane.peers()[1].host == "host1"
+    finally:
+        plane.close()
+
+
+def test_the_stop_guard_leaves_unless_python_s_handler_let_the_signal_by():
+    guard = object.__new__(control._StopGuard)
+    guard.asked, guard.still, guard.tick, guard.handled, guard.raised = None, 0.0, 5, -1, False
+
+    def look(signals: bytes, waited: float):
+        guard.tick += 1
+        return guard.step(signals, waited)
+
+    assert look(b"\x00\x11", 0.0) is None and guard.asked is None  # neither SIGINT nor SIGTERM
+    assert look(bytes([signal.SIGTERM]), 0.0) is None and guard.asked == signal.SIGTERM
+    assert [look(b"", 1.0) for _ in range(5)] == [None] * 4 + [143]  # the handler never ran: stuck
+    guard.asked, guard.handled, guard.raised = None, guard.tick, False  # an old run, before the next signal
+    look(bytes([signal.SIGINT, signal.SIGTERM]), 0.0)
+    guard.handled, guard.raised = guard.tick, True  # it ran and raised: stopping, but not closed
+    assert [look(b"", 2.5) for _ in range(2)] == [None, 130]  # the first signal's code
+    guard.asked = None
+    guard.handled, guard.raised = guard.tick, False  # it ran (just before the byte was read) and let it by
+    look(bytes([signal.SIGTERM]), 0.0)
+    assert [look(b"", 9.0) for _ in range(3)] == [None] * 3 and guard.asked is None
+
+
+@pytest.mark.failure(
+    row="network-gone-control-plane",
+    section="Lost ranks and broken links",
+    failure="the network goes away while the ranks are blocked in a collective or a read of rank 0's store, and "
+            "they are asked to stop",
+    does="the peers' addresses were gathered at start (rank 0's store is never read later; a roll call waits for "
+         "nothing that cannot answer); a rank whose main thread stays blocked 5 s after SIGTERM / SIGINT says "
+         "`asked to stop (SIGTERM) but blocked for 5 s in ...; leaving without it` and exits 143 / 130, rows kept",
+)
+def test_a_rank_blocked_in_a_store_read_leaves_when_asked_to_stop(fakes, monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(control, "STOP_GRACE_S", 0.3)
+    left: list[tuple[int, float]] = []
+    monkeypatch.setattr(control._StopGuard, "leave", lambda self, code: left.append((code, time.monotonic())))
+    handled: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: handled.append(signum))
+    server = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=1.5), wait_for_workers=False)
+    plane = ControlPlane.serve("127.0.0.1", 1, 0, 1, None, 10.0)  # the fakes' store; the guard is real
+    try:
+        assert plane._guard is not None
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        started = time.monotonic()
+        with pytest.raises(RuntimeError):
+            server.get("never")  # the main thread inside a C++ call that does not give back for 1.5 s
+        assert left and left[0][0] == 143 and left[0][1] - started < 1.2, left  # while the read still blocked
+        assert handled == [signal.SIGTERM]  # Python's own handler ran only once the call returned
+    finally:
+        plane.close()
+        signal.signal(signal.SIGTERM, previous)
+    assert signal.set_wakeup_fd(-1) == -1  # close() put the previous wakeup fd (none) back
+
+
+def test_the_stop_guard_obeys_a_handler_that_lets_the_signal_by_and_puts_everything_back(fakes, monkeypatch):
+    monkeypatch.setattr(control, "STOP_GRACE_S", 0.3)
+    left: list[int] = []
+    monkeypatch.setattr(control._StopGuard, "leave", lambda self, code: left.append(code))
+    ignore = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: ignore.append(signum))  # a rank reporting
+    plane = ControlPlane.serve("127.0.0.1", 1, 0, 1, None, 10.0)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.8)
+        assert ignore == [signal.SIGTERM] and left == []
+    finally:
+        plane.close()
+    try:
+        assert signal.getsignal(signal.SIGTERM) is not previous and signal.getsignal(signal.SIGTERM).__name__ == \
+            "<lambda>"  # the test's own handler, unwrapped
+        assert signal.set_wakeup_fd(-1) == -1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
