@@ -249,7 +249,7 @@ def resolve(host: str, timeout: float = 2.0) -> str | None:
     def look() -> None:
         try:
             box.append(str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]))
-        except (OSError, IndexError):
+        except (OSError, IndexError, UnicodeError):  # no such name, no address, a name IDNA refuses
             pass
 
     t = threading.Thread(target=look, name="commbench-resolve", daemon=True)
