@@ -20,6 +20,12 @@ least: a real straggler is late again and again, a noisy moment hits a point or 
 alone never names a rank: a single 1 KiB point once named a rank for one scheduler stall). Points
 timed with fewer than MIN_ITERS iterations do not count: their median is one stall away from any
 value (gloo on busy cores stalls for multiples of the 4 ms tick).
+
+Every point of a run is judged at once (`judge`, over a points x ranks matrix with numpy: a million
+points in seconds, not minutes); late_at_point is the same rule for one point, value for value
+(tests/unit/test_stragglers_matrix.py keeps the row-by-row judgement as its oracle). The `*_matrix`
+functions take a run's usable points as that matrix, as usable_points builds it from rows or a
+large report reads it from the files (summary.late_arrivals_by_run).
 """
 
 from __future__ import annotations
@@ -53,16 +59,21 @@ def rank_summary(own_s: Sequence[float], slowest_s: Sequence[float]) -> tuple[fl
 
 def robust_z(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """(x - median) / MAD (normal-scaled); a MAD of zero gives +-inf for values off the median."""
+    x = np.asarray(values, dtype=float)
+    return np.asarray(robust_z_rows(x.reshape(1, -1))[0], dtype=float)
+
+
+def robust_z_rows(x: np.ndarray) -> np.ndarray:
+    """robust_z of every row of a (points x ranks) matrix at once, value for value."""
     # scipy.stats here, not at the top: every rank imports this module through harness/runner.py,
     # and scipy.stats is about 0.7 s of a rank's start while only worlds of MIN_WORLD_FOR_Z reach this
     from scipy.stats import median_abs_deviation
 
-    x = np.asarray(values, dtype=float)
-    mad = median_abs_deviation(x, scale="normal")
-    dev = x - np.median(x)
-    if mad > 0:
-        return np.asarray(dev / mad, dtype=float)
-    return np.where(dev > 0, np.inf, np.where(dev < 0, -np.inf, 0.0))
+    mad = np.asarray(median_abs_deviation(x, axis=1, scale="normal"), dtype=float)[:, None]
+    dev = x - np.median(x, axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = dev / mad
+    return np.asarray(np.where(mad > 0, z, np.where(dev > 0, np.inf, np.where(dev < 0, -np.inf, 0.0))), dtype=float)
 
 
 @dataclass(frozen=True)
@@ -76,31 +87,62 @@ class Late:
 
 def late_at_point(skew_us: Sequence[float] | np.ndarray, time_us: float) -> list[Late]:
     """The ranks whose arrival skew stands out at one point (see the module's docstring)."""
+    x = np.asarray(skew_us, dtype=float).reshape(1, -1)
+    j = judge(x, np.asarray([time_us], dtype=float))
+    return [Late(int(r), float(j.excess[0, r]), None if j.z is None else float(j.z[0, r]))
+            for r in np.flatnonzero(j.hits[0])]
+
+
+@dataclass(frozen=True)
+class Judged:
+    """late_at_point of every point at once: where each rank (column) is late, its excess over the
+    others' median and its robust z (None below MIN_WORLD_FOR_Z columns); a point of a non-finite
+    skew, or of fewer than 2 columns, names none (its excess and z are 0 there)."""
+
+    hits: np.ndarray  # (points, ranks) bool
+    excess: np.ndarray  # (points, ranks)
+    z: np.ndarray | None  # (points, ranks)
+
+
+def judge(skew_us: np.ndarray, time_us: np.ndarray) -> Judged:
+    """The module's rule for a (points x ranks) matrix of skews and each point's time, every point
+    at once; late_at_point's answers, value for value."""
     x = np.asarray(skew_us, dtype=float)
-    n = x.size
-    if n < 2 or not np.all(np.isfinite(x)):
-        return []
-    floor = max(ABS_FLOOR_US, REL_FLOOR * time_us)
-    z = robust_z(x) if n >= MIN_WORLD_FOR_Z else None
-    excess = x - median_of_others(x)
-    hits = excess >= floor
+    points, n = x.shape
+    hits = np.zeros((points, n), dtype=bool)
+    excess = np.zeros((points, n))
+    z = np.zeros((points, n)) if n >= MIN_WORLD_FOR_Z else None
+    ok = np.all(np.isfinite(x), axis=1) if n >= 2 else np.zeros(points, dtype=bool)
+    if not ok.any():
+        return Judged(hits, excess, z)
+    good = x[ok]
+    rel = REL_FLOOR * np.asarray(time_us, dtype=float)[ok]
+    floor = np.where(rel > ABS_FLOOR_US, rel, ABS_FLOOR_US)  # max(ABS_FLOOR_US, rel) as Python's: NaN time -> ABS
+    excess[ok] = good - median_of_others_rows(good)
+    hits[ok] = excess[ok] >= floor[:, None]
     if z is not None:
-        hits &= z >= Z_MIN
-    return [Late(int(r), float(excess[r]), None if z is None else float(z[r])) for r in np.flatnonzero(hits)]
+        z[ok] = robust_z_rows(good)
+        hits[ok] &= z[ok] >= Z_MIN
+    return Judged(hits, excess, z)
 
 
 def median_of_others(x: np.ndarray) -> np.ndarray:
     """Per index r, the median of x without x[r] (np.median(np.delete(x, r)), value for value), from
     one sort: a rank's lateness is judged against the others in O(n log n), not O(n^2) (8,192
     ranks: one sort, not 8,192 medians of 8,191 values)."""
-    n = x.size
-    order = np.argsort(x, kind="stable")
-    s = x[order]
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
+    return np.asarray(median_of_others_rows(np.asarray(x).reshape(1, -1))[0], dtype=float)
+
+
+def median_of_others_rows(x: np.ndarray) -> np.ndarray:
+    """median_of_others of every row of a (points x n) matrix, n >= 1, from one sort of each row."""
+    n = x.shape[1]
+    order = np.argsort(x, axis=1, kind="stable")
+    s = np.take_along_axis(x, order, axis=1)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.broadcast_to(np.arange(n), order.shape), axis=1)
 
     def left(j: int) -> np.ndarray:  # the j-th smallest of the others: s[j] below r's place, else s[j + 1]
-        return np.asarray(np.where(j < pos, s[j], s[min(j + 1, n - 1)]), dtype=float)
+        return np.asarray(np.where(j < pos, s[:, j, None], s[:, min(j + 1, n - 1), None]), dtype=float)
 
     m = n - 1
     if m % 2:
@@ -148,11 +190,11 @@ def format_us(us: float) -> str:
     return f"{us:.0f} us"
 
 
-def usable_points(rows: Iterable[Mapping[str, Any]], world: int) -> list[tuple[np.ndarray, float]]:
-    """(per-rank skews, time_us) of every row that counts: rows without per-rank skews
-    (broadcast, reduce, sendrecv, old files, nccl-tests imports) or of another world size, and rows
-    of fewer than MIN_ITERS iterations, are left out."""
-    points = []
+def usable_points(rows: Iterable[Mapping[str, Any]], world: int) -> tuple[np.ndarray, np.ndarray]:
+    """(per-rank skews as a (points x world) matrix, each point's time_us) of every row that
+    counts: rows without per-rank skews (broadcast, reduce, sendrecv, old files, nccl-tests imports)
+    or of another world size, and rows of fewer than MIN_ITERS iterations, are left out."""
+    skews, times = [], []
     for row in rows:
         skew = row.get("rank_skew_us")
         if skew is None or (isinstance(skew, float) and math.isnan(skew)) or len(skew) != world:
@@ -160,32 +202,46 @@ def usable_points(rows: Iterable[Mapping[str, Any]], world: int) -> list[tuple[n
         iters = row.get("iters")
         if iters is not None and not (isinstance(iters, float) and math.isnan(iters)) and iters < MIN_ITERS:
             continue
-        points.append((np.asarray(skew, dtype=float), float(row["time_us"])))
-    return points
+        skews.append(skew)
+        times.append(float(row["time_us"]))
+    matrix = np.asarray(skews, dtype=float).reshape(len(skews), world) if skews else np.zeros((0, world))
+    return matrix, np.asarray(times, dtype=float)
 
 
-def late_again(points: list[tuple[np.ndarray, float]]) -> dict[int, list[Late]]:
-    """Per index (a rank, or a host in host_groups' order), its Late hits where it was late at
-    enough of the points (MIN_SHARE of them, MIN_LATE_POINTS at least)."""
-    late: dict[int, list[Late]] = {}
-    for values, time_us in points:
-        for hit in late_at_point(values, time_us):
-            late.setdefault(hit.rank, []).append(hit)
-    needed = max(MIN_LATE_POINTS, math.ceil(MIN_SHARE * len(points)))
-    return {i: hits for i, hits in sorted(late.items()) if len(hits) >= needed}
+@dataclass(frozen=True)
+class Again:
+    """An index (a rank, or a host in host_groups' order) late again: at how many points, its median
+    excess over those points and its median z (None below MIN_WORLD_FOR_Z)."""
+
+    late_points: int
+    excess_us: float
+    z: float | None
 
 
-def _effect(hits: list[Late]) -> tuple[float, float | None]:
-    zs = [h.z for h in hits if h.z is not None]
-    return float(np.median([h.excess_us for h in hits])), float(np.median(zs)) if zs else None
+def late_again(skew_us: np.ndarray, time_us: np.ndarray) -> dict[int, Again]:
+    """Per index (a column of the matrix), how it was late where it was late at enough of the
+    points (MIN_SHARE of them, MIN_LATE_POINTS at least); every row counts as a point."""
+    j = judge(skew_us, time_us)
+    counts = j.hits.sum(axis=0)
+    needed = max(MIN_LATE_POINTS, math.ceil(MIN_SHARE * len(j.hits)))
+    out = {}
+    for i in np.flatnonzero(counts >= needed).tolist():
+        at = j.hits[:, i]
+        z = None if j.z is None else float(np.median(j.z[at, i]))
+        out[i] = Again(int(counts[i]), float(np.median(j.excess[at, i])), z)
+    return out
 
 
 def find(rows: Iterable[Mapping[str, Any]], hosts: Sequence[str]) -> list[Straggler]:
     """Stragglers over result rows (dicts or DataFrame records) with `rank_skew_us` and `time_us`;
     `hosts[r]` is rank r's host."""
-    points = usable_points(rows, len(hosts))
-    return [Straggler(rank, hosts[rank], len(hits), len(points), *_effect(hits))
-            for rank, hits in late_again(points).items()]
+    return find_matrix(*usable_points(rows, len(hosts)), hosts)
+
+
+def find_matrix(skew_us: np.ndarray, time_us: np.ndarray, hosts: Sequence[str]) -> list[Straggler]:
+    """find over usable_points' matrix: one column a rank."""
+    return [Straggler(rank, hosts[rank], a.late_points, len(skew_us), a.excess_us, a.z)
+            for rank, a in late_again(skew_us, time_us).items()]
 
 
 # ----------------------------------------------------------------------------- slow hosts
@@ -225,23 +281,32 @@ def host_groups(hosts: Sequence[str]) -> dict[str, list[int]]:
 
 def find_hosts(rows: Iterable[Mapping[str, Any]], hosts: Sequence[str]) -> list[SlowHost]:
     """Hosts of 2 or more ranks whose ranks all arrive late (see the comment above)."""
+    return find_hosts_matrix(*usable_points(rows, len(hosts)), hosts)
+
+
+def find_hosts_matrix(skew_us: np.ndarray, time_us: np.ndarray, hosts: Sequence[str]) -> list[SlowHost]:
+    """find_hosts over usable_points' matrix: a host's column is the least skew of its ranks."""
     groups = host_groups(hosts)
     if len(groups) < 2 or all(len(ranks) == 1 for ranks in groups.values()):
         return []
     order = np.concatenate([np.asarray(ranks) for ranks in groups.values()])  # the ranks host by host
     starts = np.cumsum([0] + [len(ranks) for ranks in groups.values()])[:-1]
-    points = [(np.minimum.reduceat(skew[order], starts), time_us) for skew, time_us in usable_points(rows, len(hosts))]
+    least = np.minimum.reduceat(np.asarray(skew_us, dtype=float)[:, order], starts, axis=1)
     names = list(groups)
-    return [SlowHost(names[i], tuple(groups[names[i]]), len(hits), len(points), *_effect(hits))
-            for i, hits in late_again(points).items() if len(groups[names[i]]) >= 2]
+    return [SlowHost(names[i], tuple(groups[names[i]]), a.late_points, len(skew_us), a.excess_us, a.z)
+            for i, a in late_again(least, time_us).items() if len(groups[names[i]]) >= 2]
 
 
 def findings(rows: Iterable[Mapping[str, Any]], hosts: Sequence[str]) -> list[SlowHost | Straggler]:
     """The slow hosts, then the straggler ranks on other hosts (none on a quiet run)."""
-    rows = list(rows)
-    slow = find_hosts(rows, hosts)
+    return findings_matrix(*usable_points(rows, len(hosts)), hosts)
+
+
+def findings_matrix(skew_us: np.ndarray, time_us: np.ndarray, hosts: Sequence[str]) -> list[SlowHost | Straggler]:
+    """findings over usable_points' matrix (or the same read from files: one row a usable point)."""
+    slow = find_hosts_matrix(skew_us, time_us, hosts)
     named = {h.host for h in slow}
-    return [*slow, *(s for s in find(rows, hosts) if s.host not in named)]
+    return [*slow, *(s for s in find_matrix(skew_us, time_us, hosts) if s.host not in named)]
 
 
 def straggler_warnings(rows: Iterable[Mapping[str, Any]], hosts: Sequence[str]) -> list[str]:
@@ -268,5 +333,12 @@ def run_findings(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], int] | N
     hosts = next((h for h in map(rank_hosts, rows) if h is not None), None)
     if hosts is None:
         return None
-    points = len(usable_points(rows, len(hosts)))
-    return ([f.text() for f in findings(rows, hosts)], points) if points else None
+    return run_findings_matrix(*usable_points(rows, len(hosts)), hosts)
+
+
+def run_findings_matrix(skew_us: np.ndarray, time_us: np.ndarray,
+                        hosts: Sequence[str]) -> tuple[list[str], int] | None:
+    """run_findings over a run's usable points as a matrix (usable_points', or read from its files)."""
+    if not len(skew_us):
+        return None
+    return [f.text() for f in findings_matrix(skew_us, time_us, hosts)], len(skew_us)
