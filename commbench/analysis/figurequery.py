@@ -9,7 +9,7 @@ columns, each string column categorical and hosts one shared list per distinct v
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from commbench.analysis import points
 from commbench.analysis.sides import summarise
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
+from commbench.core.stragglers import MIN_ITERS, rank_hosts
 
 PLOT_WORKLOADS = ("sweep", "nccl-tests")  # curves only; zero, buckets and pairs rows stay with pandas
 HEAVY_COLUMNS = ("samples_us", "rank_time_us", "rank_skew_us", "env", "plan")
@@ -207,4 +208,69 @@ def _run_hosts(source: Source, frame: pd.DataFrame) -> np.ndarray:
     at = dict(zip(got.column("gi").to_pylist(), got.column("hosts").to_pylist()))
     for row, gi in zip(firsts.tolist(), gis.tolist()):
         out[row] = at.get(gi)
+    return out
+
+
+# ---- report: each run's per-rank skews, for its "late arrivals" fact ----
+
+SKEW_BATCH = 65_536  # rows a batch of rank_skew_us read from the files
+
+
+def rank_skews(source: Source) -> Iterator[tuple[str, list[str], np.ndarray, np.ndarray]]:
+    """Per run (run_id, '?' where missing), what core/stragglers.run_findings judges of its rows,
+    read from the files: rank r's host (rank_hosts of its first row that says it), its usable
+    points' skews as a (points x ranks) matrix and their time_us. Only rank_skew_us, time_us and
+    iters are read of every row, a batch at a time; memory follows the usable points (10M rows of
+    2 ranks: 160 MB), not the rows' other columns. Nothing for files without those columns."""
+    if not {"rank_skew_us", "rank_host", "hosts", "time_us", "run_id"} <= set(source.columns):
+        return
+    q = Query(source, "reported")
+    hosts = _run_rank_hosts(q)
+    runs = list(hosts)
+    if not runs:
+        return
+    worlds = np.asarray([len(hosts[r]) for r in runs], dtype=np.int64)
+    q.con.register("_worlds", pa.table({"k": np.arange(len(runs)), "run": runs, "world": worlds}))
+    iters = f" AND NOT coalesce(r.iters < {MIN_ITERS}, false)" if "iters" in source.columns else ""
+    skews: list[list[np.ndarray]] = [[] for _ in runs]
+    times: list[list[np.ndarray]] = [[] for _ in runs]
+    for batch in q.batches("SELECT w.k, CAST(r.rank_skew_us AS DOUBLE[]) AS s, CAST(r.time_us AS DOUBLE) AS t "
+                           "FROM rows r JOIN _worlds w ON coalesce(r.run_id, '?') = w.run "
+                           f"WHERE len(r.rank_skew_us) = w.world{iters}", SKEW_BATCH):
+        k = batch.column("k").to_numpy()
+        lists = batch.column("s")
+        lengths = pc.list_value_length(lists).to_numpy().astype(np.int64)
+        values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(float)
+        starts = np.cumsum(lengths) - lengths
+        t = batch.column("t").to_numpy(zero_copy_only=False).astype(float)
+        for code in np.unique(k).tolist():
+            mine = k == code
+            skews[code].append(values[starts[mine][:, None] + np.arange(worlds[code])])
+            times[code].append(t[mine])
+    for code, run in enumerate(runs):
+        skew = np.concatenate(skews[code]) if skews[code] else np.zeros((0, int(worlds[code])))
+        time_us = np.concatenate(times[code]) if times[code] else np.zeros(0)
+        skews[code] = times[code] = []  # each run's blocks let go once joined
+        yield run, hosts[run], skew, time_us
+
+
+def _run_rank_hosts(q: Query) -> dict[str, list[str]]:
+    """Per run, in the order of its first row, rank r's host as run_findings finds it: from the
+    run's first row whose rank_host and hosts say it (stragglers.rank_hosts)."""
+    run = "coalesce(run_id, '?')"
+    said = "rank_host IS NOT NULL AND hosts IS NOT NULL"
+    firsts = q.run(f"SELECT {run} AS run, min(gi) AS first FROM rows WHERE {said} GROUP BY ALL ORDER BY first")
+    gis = firsts.column("first").to_pylist()
+    got = q.run(f"SELECT gi, rank_host, hosts FROM rows WHERE {_rows_at(gis)}")
+    rows = dict(zip(got.column("gi").to_pylist(), got.select(["rank_host", "hosts"]).to_pylist()))
+    out = {}
+    for name, gi in zip(firsts.column("run").to_pylist(), gis):
+        hosts = rank_hosts(rows[gi])
+        if hosts is None:  # an index past its hosts: the run's next rows, as run_findings reads them
+            literal = "'" + str(name).replace("'", "''") + "'"
+            hosts = next((h for b in q.batches(f"SELECT rank_host, hosts FROM rows WHERE {run} = {literal} "
+                                               f"AND {said} ORDER BY gi") for h in map(rank_hosts, b.to_pylist())
+                          if h is not None), None)
+        if hosts is not None:
+            out[str(name)] = hosts
     return out

@@ -20,7 +20,7 @@ import gc
 import html
 import json
 from pathlib import Path
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,9 +31,9 @@ if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib
 
 from commbench.analysis import plot, reportparts, settingsview, wireview
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
-                                           CurveTables, curve_tables, fault_runs, fnum, fp, json_value, missing,
-                                           net_rows, ratio_text, report_title, run_facts, run_positions, runs_named,
-                                           size_text, wrong_cell)
+                                           CurveTables, curve_tables, fault_runs, fnum, fp, json_value,
+                                           late_arrivals_by_run, missing, net_rows, ratio_text, report_title, run_facts,
+                                           run_positions, runs_named, size_text, wrong_cell)
 from commbench.analysis.markdown import build_markdown
 from commbench.analysis.runs import describe_run, placement_name, run_rows
 from commbench.core import outputs
@@ -184,14 +184,15 @@ def settings_html(tables: list) -> str:
     return "\n".join(out)
 
 
-def runs_html(df: pd.DataFrame) -> str:
+def runs_html(df: pd.DataFrame, late: Mapping[str, str] | None = None) -> str:
+    """The "Runs" section's body; late: as run_facts takes it."""
     parts = []
     at = run_positions(df)  # each run's rows, found once for every run
     for row in run_rows(df):
         title = f"Run {row['run_id']}" + (f" — {row['label']}" if row.get("label") else "")
         parts.append(f"<h3>{esc(title)}</h3>")
         parts.append(f'<p class="muted">{esc(describe_run(row))}</p>')
-        facts = run_facts(row, df, at.get(row["run_id"], np.zeros(0, dtype=np.int64)))
+        facts = run_facts(row, df, at.get(row["run_id"], np.zeros(0, dtype=np.int64)), late)
         parts.append('<div class="runs">')
         half = (len(facts) + 1) // 2
         for chunk in (facts[:half], facts[half:]):
@@ -440,17 +441,18 @@ def _large_html(paths: Sequence[str | Path], baseline: Sequence[str | Path] | No
     gc.collect()  # in reference cycles until a collection
     if source.rows == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
+    late = late_arrivals_by_run(source)  # from the files' per-rank columns, which no frame here holds
     # the baseline's runs' metadata, without its plan, as write_report reads the baseline; only the
     # columns its "Runs" section reads (not the measured values nor the wire counters), written out
     # and let go before the after side's rows are read: the two frames are never held together
     baseline_runs = None
     if bsource is not None:
         bdf = figurequery.report_frame(bsource, figurequery.BASELINE_COLUMNS)
-        baseline_runs = runs_html(bdf) if len(bdf) else None
+        baseline_runs = runs_html(bdf, late_arrivals_by_run(bsource)) if len(bdf) else None
         del bdf
     df = figurequery.report_frame(source)
     return build_html(df, [str(p) for p in paths], None, comparison, [str(p) for p in baseline or ()],
-                      line_rate=rate, drawn=drawn, baseline_runs=baseline_runs, tables=tables)
+                      line_rate=rate, drawn=drawn, baseline_runs=baseline_runs, tables=tables, late=late)
 
 
 def _where_html(df: pd.DataFrame) -> str:
@@ -546,10 +548,10 @@ def _curves_html(cfig: Figure, tables: CurveTables) -> list[str]:
 def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.DataFrame | None = None,
                comparison: Any = None, baseline_sources: Sequence[str] = (), line_rate: float | None = None,
                drawn: dict[str, Any] | None = None, baseline_runs: str | None = None,
-               tables: CurveTables | None = None) -> str:
+               tables: CurveTables | None = None, late: Mapping[str, str] | None = None) -> str:
     """The whole page (no external resources, no scripts). drawn: the figures the engine drew (large inputs:
     {"curves": Figure, "comparison": Figure}); baseline_runs: the baseline's runs_html, written before;
-    tables: the curves' tables the engine drew from the files (large inputs), else from the rows."""
+    tables, late: the curves' tables and each run's "late arrivals" from the files (large inputs), else the rows'."""
     if baseline_runs is None and baseline_df is not None and len(baseline_df):
         baseline_runs = runs_html(baseline_df)
     from commbench import __version__
@@ -600,7 +602,7 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         cfig = drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate)
         out += _curves_html(cfig, tables)
     out.append(wire_html(df, tables.ratios if tables is not None else None))
-    out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df)}</section>')
+    out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df, late)}</section>')
     if baseline_runs is not None:  # the before side's metadata, as the after side's
         out.append(f'<section id="baseline-runs"><h2>{esc(reportparts.BASELINE_RUNS)}</h2>{baseline_runs}'
                    "</section>")

@@ -6,6 +6,7 @@ and the Markdown (markdown.py) escape these values; nothing here is markup.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis import points
-from commbench.analysis.engine import Query
+from commbench.analysis.engine import Query, Source
 from commbench.analysis.frames import as_list, is_true, json_cell
 from commbench.analysis.points import LINE_KEYS, SETTINGS
 from commbench.analysis.runs import compact_hosts, placement_name, run_rows
@@ -192,9 +193,12 @@ def _run_part(row: dict[str, Any], df: pd.DataFrame, at: np.ndarray | None) -> p
     return part if len(at) == len(df) else part.iloc[at]
 
 
-def run_facts(row: dict[str, Any], df: pd.DataFrame, at: np.ndarray | None = None) -> list[tuple[str, str]]:
+def run_facts(row: dict[str, Any], df: pd.DataFrame, at: np.ndarray | None = None,
+              late: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """(name, value) pairs describing one run; values are plain text, escaped by the caller.
-    at: the positions of the run's rows in df (run_positions), found here when not given."""
+    at: the positions of the run's rows in df (run_positions), found here when not given; late:
+    each run's "late arrivals" by run_id where they were judged from the files (a large input's
+    frame holds no per-rank columns: late_arrivals_by_run), else judged here from df's rows."""
     mine = _run_part(row, df, at)
     hosts = [str(h) for h in as_list(row.get("hosts"))]
     started = row.get("started_at")
@@ -227,9 +231,9 @@ def run_facts(row: dict[str, Any], df: pd.DataFrame, at: np.ndarray | None = Non
     held = distinct(mine)
     if any(held):  # only a run with a settings axis: an older file's facts stay as they were
         facts.insert([k for k, _ in facts].index("link layer") + 1, ("settings", settings_text(held)))
-    late = late_arrivals(mine)
-    if late is not None:  # a file that records each rank's skew and host (not older ones, nor imports)
-        facts.append(("late arrivals", late))
+    text = late.get(str(row.get("run_id"))) if late is not None else late_arrivals(mine)
+    if text is not None:  # a file that records each rank's skew and host (not older ones, nor imports)
+        facts.append(("late arrivals", text))
     return [(k, "–" if missing(v) or v == "" else str(v)) for k, v in facts]
 
 
@@ -240,11 +244,29 @@ def late_arrivals(mine: pd.DataFrame) -> str | None:
     from commbench.core.stragglers import run_findings
 
     wanted = [c for c in ("rank_skew_us", "rank_host", "hosts", "time_us", "iters") if c in mine.columns]
-    found = run_findings(mine[wanted].to_dict("records"))
+    return late_text(run_findings(mine[wanted].to_dict("records")))
+
+
+def late_text(found: tuple[list[str], int] | None) -> str | None:
+    """The "late arrivals" fact of a run's findings (stragglers.run_findings), None without one."""
     if found is None:
         return None
     texts, points = found
     return "; ".join(texts) if texts else f"none: no rank or host stood out ({points} points with per-rank timing)"
+
+
+def late_arrivals_by_run(source: Source) -> dict[str, str]:
+    """late_arrivals of every run of a large input, by run_id, judged from its files' per-rank columns
+    (figurequery.rank_skews: one run's skews in memory at a time) rather than from a frame's rows."""
+    from commbench.analysis.figurequery import rank_skews
+    from commbench.core.stragglers import run_findings_matrix
+
+    out = {}
+    for run, hosts, skew, time_us in rank_skews(source):
+        text = late_text(run_findings_matrix(skew, time_us, hosts))
+        if text is not None:
+            out[run] = text
+    return out
 
 
 def net_rows(net: Any) -> list[list[str]]:
