@@ -124,6 +124,10 @@ class CollectiveSpec:
     nccl_func: str = ""
     # The record names DeepSpeed's comms logger writes for it (integrations/deepspeed/engine.py).
     deepspeed_ops: tuple[str, ...] = ()
+    # The parallel dimensions (core/layout.py's DIMENSIONS) that run it unless `--group` says
+    # otherwise, as training issues them: tensor- and data-parallel gradients all-reduced, context
+    # parallel's keys and values all-gathered, experts' tokens all-to-all, pipeline stages send/recv.
+    parallel_dims: tuple[str, ...] = ()
 
     def supports(self, placement: str) -> bool:
         return placement in self.placements
@@ -144,21 +148,22 @@ class CollectiveSpec:
 COLLECTIVES: tuple[CollectiveSpec, ...] = (
     CollectiveSpec("all_reduce", ("allreduce",), _full, lambda n: 2 * (n - 1) / n, reduces=True,
                    placements=("in",), volume=2.0, zero_step=True, nccl_func="AllReduce",
-                   deepspeed_ops=("all_reduce", "all_reduce_coalesced", "inference_all_reduce")),
+                   deepspeed_ops=("all_reduce", "all_reduce_coalesced", "inference_all_reduce"),
+                   parallel_dims=("tp", "dp")),
     CollectiveSpec("reduce_scatter", ("reducescatter",), _scatter_family, ring_factor, reduces=True,
                    zero_step=True, nccl_func="ReduceScatter",
                    deepspeed_ops=("reduce_scatter", "reduce_scatter_tensor")),
     CollectiveSpec("all_gather", ("allgather",), _gather_family, ring_factor, zero_step=True, nccl_func="AllGather",
-                   deepspeed_ops=("all_gather", "all_gather_into_tensor", "all_gather_base")),
+                   deepspeed_ops=("all_gather", "all_gather_into_tensor", "all_gather_base"), parallel_dims=("cp",)),
     CollectiveSpec("all_to_all", ("alltoall", "a2a"), _alltoall, ring_factor, placements=("out",),
-                   nccl_func="AlltoAll", deepspeed_ops=("all_to_all", "all_to_all_single")),
+                   nccl_func="AlltoAll", deepspeed_ops=("all_to_all", "all_to_all_single"), parallel_dims=("ep",)),
     CollectiveSpec("broadcast", ("bcast",), _full, lambda n: 1.0, rooted=True, placements=("in",),
                    exits_together=False, nccl_func="Broadcast", deepspeed_ops=("broadcast",)),
     CollectiveSpec("reduce", (), _full, lambda n: 1.0, reduces=True, rooted=True, placements=("in",),
                    exits_together=False, zero_step=True, nccl_func="Reduce", deepspeed_ops=("reduce",)),
     CollectiveSpec("sendrecv", ("send_recv", "p2p", "ring"), _full, lambda n: 1.0, placements=("out",),
                    exits_together=False, nccl_func="SendRecv",
-                   deepspeed_ops=("send", "recv", "isend", "irecv", "batch_isend_irecv")),
+                   deepspeed_ops=("send", "recv", "isend", "irecv", "batch_isend_irecv"), parallel_dims=("pp",)),
 )
 
 # nccl-tests binaries commbench does not run: their results are read under their own names,
