@@ -324,6 +324,7 @@ def down() -> list[str]:
 
     labslurm.cancel_jobs(state)  # a job step outlives its slurmd: end the jobs while slurmctld runs
     removed += labprocs.stop_recorded(state)
+    removed += labprocs.stop_on_hosts(state)  # a running `lab run`: named, stopped while the network is up
     for kind, name in reversed(state.created):
         if not labstate.owns_resource(kind, name):
             continue  # load_for_down dropped it already; never delete what the lab does not make

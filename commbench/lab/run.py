@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from commbench.core import launch
 from commbench.lab import nsexec
 from commbench.core.errors import BadInput
@@ -102,13 +104,15 @@ def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT) -> in
         for p in procs:
             p.kill()
         raise BadInput(f"command not found: {argv[0]}") from None
-    return _wait_all(procs)
+    return _wait_all(procs, [f"rank {r} on {node.name}" for r, node in enumerate(state.nodes)])
 
 
+STOP_WAIT_S = 10.0  # after a forwarded Ctrl-C / SIGTERM: how long every rank gets, together, before SIGKILL
+WAITING_NOTE_S = 1.0  # ranks still running this long after the signal are named on stderr
 LINGER_AFTER_RANK0_S = 10.0  # a rank cut off by a dead link may never return from its backend
 
 
-def _wait_all(procs: list[subprocess.Popen]) -> int:
+def _wait_all(procs: list[subprocess.Popen], names: list[str] | None = None) -> int:
     """Wait for every rank; forward Ctrl-C / SIGTERM; rank 0's code unless one failed worse. A rank
     still running LINGER_AFTER_RANK0_S after rank 0 ended (blocked on a dead link, as torchrun's
     agent would see it) is killed and named; rank 0's code stands, since its rows are complete."""
@@ -124,7 +128,7 @@ def _wait_all(procs: list[subprocess.Popen]) -> int:
         finally:
             stopping()
     except (KeyboardInterrupt, Terminated) as exc:
-        return _forward(procs, exc)
+        return _forward(procs, exc, names or [f"rank {r}" for r in range(len(procs))])
     finally:
         ignore_signals_until_exit()  # the run is over: its code stands, whatever arrives now
     codes = [p.returncode for p in procs]
@@ -135,20 +139,48 @@ def _wait_all(procs: list[subprocess.Popen]) -> int:
     return codes[0] if codes[0] != 0 else max(c for r, c in enumerate(codes) if r not in killed)
 
 
-def _forward(procs: list[subprocess.Popen], exc: BaseException) -> int:
-    """Send the signal that stopped `lab run` to every rank still running, let them report what
-    they kept (30 s each at most), and return the signal's exit code."""
+def _forward(procs: list[subprocess.Popen], exc: BaseException, names: list[str]) -> int:
+    """Send the signal that stopped `lab run` to every rank still running at once, let them report
+    what they kept under one shared deadline (STOP_WAIT_S), naming on stderr whom it waits for, then
+    kill (with whatever they started) those still running, naming them; the signal's exit code."""
     sig, code = (signal.SIGINT, 130) if isinstance(exc, KeyboardInterrupt) else (signal.SIGTERM, 143)
     for p in procs:
         if p.poll() is None:
             p.send_signal(sig)
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    start = time.monotonic()
+    noted = False
+    while any(p.poll() is None for p in procs) and time.monotonic() - start < STOP_WAIT_S:
+        if not noted and time.monotonic() - start >= WAITING_NOTE_S:
+            noted = True
+            print(f"commbench: lab run: {sig.name} sent to every rank; waiting up to {STOP_WAIT_S:g} s for "
+                  f"{_names(procs, names)}", file=sys.stderr, flush=True)
+        time.sleep(0.05)
+    left = [r for r, p in enumerate(procs) if p.poll() is None]
+    for r in left:
+        _kill_tree(procs[r])
+    if left:
+        print(f"commbench: lab run: killed {', '.join(names[r] for r in left)} (still running {STOP_WAIT_S:g} s "
+              f"after {sig.name}: stopped, or blocked where no signal is handled)", file=sys.stderr, flush=True)
     return code
+
+
+def _names(procs: list[subprocess.Popen], names: list[str]) -> str:
+    return ", ".join(names[r] for r, p in enumerate(procs) if p.poll() is None)
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a rank and whatever it started (a wrapper's children would outlive it)."""
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    proc.kill()
+    for child in children:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
 
 
 def _stop_lingering(procs: list[subprocess.Popen]) -> list[int]:
