@@ -334,10 +334,12 @@ def reach_rank0(env: RankEnv, timeout: float) -> float:
     return deadline
 
 
-def arrive(store: Store, env: RankEnv, timeout: float, deadline: float) -> None:
+def arrive(store: Store, env: RankEnv, timeout: float, deadline: float,
+           quiet: Callable[[], None] = lambda: None) -> None:
     """Count this rank in and wait for every rank until `deadline`. Rank 0 then gives up for
     everyone and raises RuntimeFailure naming the ranks that never came; the others raise a short
-    one (rank 0 names them)."""
+    one (rank 0 names them), after `quiet` has stopped every other use of the store on this rank
+    (the control plane's start-time gather) and before they tell rank 0 that it may go."""
     where, world = f"{env.master_addr}:{env.master_port}", env.world_size
     try:
         count = register(store, env.rank, socket.gethostname())
@@ -347,6 +349,7 @@ def arrive(store: Store, env: RankEnv, timeout: float, deadline: float) -> None:
             return
         if env.rank != 0:
             if count < 0:
+                quiet()
                 acknowledge(store)
             raise RuntimeFailure(joined_line(env.rank, where, timeout))
         joined = give_up(store)

@@ -484,17 +484,25 @@ def _join_group(plan: RunOptions, backend: str, env: RankEnv) -> ControlPlane:
                                      _local_addr(env.master_addr), plan.timeout)
     except (RuntimeError, ValueError) as exc:
         raise _not_joined(env, exc) from None
+    quiet = functools.cache(functools.partial(_quiet, control))  # once
     try:
-        arrival.arrive(control.main, env, plan.timeout, deadline)  # every rank is in, or one line says who is not
+        arrival.arrive(control.main, env, plan.timeout, deadline, quiet)  # all in, or one line says who is not
         dist.init_process_group(backend, store=control.group_store(), rank=env.rank, world_size=env.world_size,
                                 timeout=timedelta(seconds=plan.timeout))
     except (RuntimeError, ValueError) as exc:  # DistError and gloo's connect errors are RuntimeErrors
-        control.close()
+        quiet()
         raise _not_joined(env, exc) from None
     except RuntimeFailure:
-        control.close()
+        quiet()
         raise
     return control
+
+
+def _quiet(control: ControlPlane) -> None:
+    """The control plane closed and its start-time gather (which polls rank 0's store) ended: a
+    c10d store call after rank 0's store is gone prints native stack frames."""
+    control.close()
+    control.gather(1.0)
 
 
 def _not_joined(env: RankEnv, exc: BaseException) -> RuntimeFailure:

@@ -154,10 +154,14 @@ def test_arrive_rank_0_names_the_absent_rank_and_the_other_says_a_short_line(mon
     store = server_store(3)
     port = closed_port()
     errors: dict[int, str] = {}
+    acks_when_quiet: list[int] = []
 
     def rank(r: int, s) -> None:
+        def quiet() -> None:
+            acks_when_quiet.append(int(store.add(arrival.ACK, 0)))
+
         try:
-            arrival.arrive(s, env_of(r, 3, port), 0.5, time.monotonic() + 0.5)
+            arrival.arrive(s, env_of(r, 3, port), 0.5, time.monotonic() + 0.5, quiet)
         except RuntimeFailure as exc:
             errors[r] = str(exc)
 
@@ -172,6 +176,7 @@ def test_arrive_rank_0_names_the_absent_rank_and_the_other_says_a_short_line(mon
                                 "rank started there")
     assert "h0" not in errors[0] and "h1" not in errors[0]
     assert int(store.add(arrival.ACK, 0)) == 1  # rank 1 read that rank 0 gave up
+    assert acks_when_quiet == [0]  # rank 1 stopped its other store use first; rank 0 never calls it
 
 
 def test_arrive_goes_on_when_everyone_came():
