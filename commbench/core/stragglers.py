@@ -104,10 +104,24 @@ class Judged:
     z: np.ndarray | None  # (points, ranks)
 
 
+JUDGE_POINTS = 1 << 18  # points judged together: the sort's and z's temporaries follow it, not the run
+
+
 def judge(skew_us: np.ndarray, time_us: np.ndarray) -> Judged:
     """The module's rule for a (points x ranks) matrix of skews and each point's time, every point
-    at once; late_at_point's answers, value for value."""
+    at once (JUDGE_POINTS at a time); late_at_point's answers, value for value."""
     x = np.asarray(skew_us, dtype=float)
+    t = np.asarray(time_us, dtype=float)
+    if len(x) <= JUDGE_POINTS:
+        return _judge(x, t)
+    parts = [_judge(x[i:i + JUDGE_POINTS], t[i:i + JUDGE_POINTS]) for i in range(0, len(x), JUDGE_POINTS)]
+    zs = [p.z for p in parts if p.z is not None]
+    return Judged(np.concatenate([p.hits for p in parts]), np.concatenate([p.excess for p in parts]),
+                  np.concatenate(zs) if zs else None)
+
+
+def _judge(x: np.ndarray, time_us: np.ndarray) -> Judged:
+    """judge of one chunk of points."""
     points, n = x.shape
     hits = np.zeros((points, n), dtype=bool)
     excess = np.zeros((points, n))
@@ -116,7 +130,7 @@ def judge(skew_us: np.ndarray, time_us: np.ndarray) -> Judged:
     if not ok.any():
         return Judged(hits, excess, z)
     good = x[ok]
-    rel = REL_FLOOR * np.asarray(time_us, dtype=float)[ok]
+    rel = REL_FLOOR * time_us[ok]
     floor = np.where(rel > ABS_FLOOR_US, rel, ABS_FLOOR_US)  # max(ABS_FLOOR_US, rel) as Python's: NaN time -> ABS
     excess[ok] = good - median_of_others_rows(good)
     hits[ok] = excess[ok] >= floor[:, None]
