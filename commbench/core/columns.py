@@ -9,7 +9,7 @@ fails when the two differ: regenerate with `python -m commbench.core.columns`).
 
 Schema versions: 1 is every file written before the registry (columns were added to it one by
 one, so a version-1 file may lack any but the required ones); 2 is the registry's first: every
-column typed as declared here. A column added later says so in `since`, and the version rises.
+column typed as declared here; 3 adds `group_index`. A column added later says so in `since`, and the version rises.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Roles: what analysis does with a column (names_with(role) gives them, in registry order).
 KEY = "key"  # identifies a point across runs: compare pairs points on it, gate's entries match on part of it
@@ -79,6 +79,11 @@ REGISTRY: tuple[Column, ...] = (
     _c("in_place", _B, "", "always", "in-place (true) or out-of-place (false)", "key gate line"),
     _c("world_size", _I32, "ranks", "always", "ranks", "key gate topology run warn"),
     _c("nnodes", _I32, "hosts", "always", "distinct hosts", "key gate topology"),
+    _c("group_index", _I32, "", "nccl-tests logs of a split run (NCCL_TESTS_SPLIT; null otherwise)",
+       "the rank group a row measured when the ranks ran in several groups at once; `world_size`, `nnodes`, "
+       "`ranks_per_node` and `hosts` are then that group's. An nccl-tests split log prints the results of rank 0's "
+       "group (its `Group` in the Rank lines, the color nccl-tests gave it), busbw taken with that group's size",
+       writers=("nccl-tests",), since=3),
     _c("ranks_per_node", _I32, "ranks", "always", "most ranks on one host", "key topology run warn"),
     _c("backend", _S, "", "always", "`gloo` or `nccl`", "run warn"),
     _c("device", _S, "", "always", "`cpu` or `cuda`"),
@@ -206,7 +211,7 @@ REGISTRY: tuple[Column, ...] = (
        "the algorithm (`Ring`, `Tree`, `NVLS`, `CollNetDirect`, ...) NCCL chose for the point's collective and "
        "size (docs/NCCL_TESTS.md)"),
     _c("nccl_proto", _S, "", "as `nccl_algo`", "the protocol (`LL`, `LL128`, `Simple`) NCCL chose"),
-    _c("schema_version", _I32, "", "always", "the version of this table a file follows (the registry's, now 2)",
+    _c("schema_version", _I32, "", "always", "the version of this table a file follows (the registry's, now 3)",
        "run required"),
 )
 

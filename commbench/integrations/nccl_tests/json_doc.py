@@ -117,7 +117,9 @@ def _stream_of(doc: dict, source: str) -> Stream:
         r = _jint(d.get("rank"), f"config.devices[{i}].rank", source, 0, INT32_MAX)
         if r in s.ranks:
             s.dup_rank = True
-        s.ranks[r] = RankInfo(r, str(d.get("hostname") or "?"), None, None, str(d.get("device_info") or ""))
+        group = d.get("group")
+        group = None if group is None else _jint(group, f"config.devices[{i}].group", source, 0, INT32_MAX)
+        s.ranks[r] = RankInfo(r, str(d.get("hostname") or "?"), None, None, str(d.get("device_info") or ""), group)
     return s
 
 

@@ -14,6 +14,7 @@ class RankInfo:
     pid: int | None = None
     device: int | None = None
     device_name: str = ""
+    group: int | None = None  # the Rank line's Group: its color under NCCL_TESTS_SPLIT (0 unsplit)
 
 
 @dataclass
@@ -88,15 +89,29 @@ class Stream:
     def several_processes(self) -> bool:
         return self.headers > 1 or self.dup_rank
 
+    def split_group(self) -> int | None:
+        """The Group of the printing rank (the lowest) when the Rank lines show more than one
+        (NCCL_TESTS_SPLIT): nccl-tests prints that rank's results, busbw taken with its group's
+        size (src/common.cu: nProcs is the split communicator's size); None when unsplit."""
+        groups = {i.group for i in self.ranks.values()}
+        if len(groups) < 2 or None in groups:
+            return None
+        return self.ranks[min(self.ranks)].group
+
+    def _members(self) -> list[RankInfo]:
+        """The ranks the rows measured: the printing rank's group when split, else every rank."""
+        group = self.split_group()
+        return [self.ranks[r] for r in sorted(self.ranks) if group is None or self.ranks[r].group == group]
+
     def world(self) -> int | None:
         if self.several_processes and self.nthread and self.ngpus:
             return self.nthread * self.ngpus
         if self.ranks:
-            return len(self.ranks)
+            return len(self._members())
         return None
 
     def topology(self) -> tuple[list[str], int | None, int | None, str | None]:
-        infos = [self.ranks[r] for r in sorted(self.ranks)]
+        infos = self._members()
         hosts = list(dict.fromkeys(i.host for i in infos))
         names = list(dict.fromkeys(i.device_name for i in infos if i.device_name))
         device_name = ", ".join(names) if names else None

@@ -79,7 +79,7 @@ class RecordBuilder:
             **self.run,
             "collective": coll, "dtype": dtype, "op": op, "root": root,
             "size_bytes": h.size, "count": h.count, "in_place": h.in_place,
-            "world_size": world, "nnodes": nnodes, "ranks_per_node": per_node,
+            "world_size": world, "nnodes": nnodes, "ranks_per_node": per_node, "group_index": stream.split_group(),
             "device_name": device_name,
             "iters": h.iters if h.iters is not None else stream.iters,
             "warmup": stream.warmup, "repetition": rep,
@@ -96,9 +96,18 @@ class RecordBuilder:
                                 "program": stream.program, "nccl_tests_version": stream.tests_version,
                                 "time_column": stream.layout.time_name if stream.layout else "time",
                                 "agg_iters": stream.agg_iters, "nthread": stream.nthread, "ngpus": stream.ngpus,
-                                "validation": stream.validation, "graph": stream.graph, "line": h.line},
+                                "validation": stream.validation, "graph": stream.graph, "line": h.line,
+                                **_split_plan(stream)},
                                sort_keys=True),
         }
+
+
+def _split_plan(stream: Stream) -> dict:
+    """What a split log says of the whole run (its rows are the printing rank's group's): every
+    rank and how many groups ran at once; nothing when unsplit."""
+    if stream.split_group() is None:
+        return {}
+    return {"split_ranks": len(stream.ranks), "split_groups": len({i.group for i in stream.ranks.values()})}
 
 
 def finalize(records: list[dict]) -> None:

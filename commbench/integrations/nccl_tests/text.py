@@ -352,7 +352,9 @@ class TextParser:
             if r in s.ranks:
                 s.dup_rank = True
             else:
-                s.ranks[r] = RankInfo(r, m.group(4), int(m.group(3)), int(m.group(5)), m.group(7) or "")
+                g = m.group(2)  # a C int (the color); anything larger is no Group nccl-tests printed
+                group = int(g) if g is not None and len(g) <= 10 and int(g) <= INT32_MAX else None
+                s.ranks[r] = RankInfo(r, m.group(4), int(m.group(3)), int(m.group(5)), m.group(7) or "", group)
             return True
         return False
 
