@@ -339,6 +339,8 @@ class ControlPlane:
         budget, waited, pause = self.timeout + GATHER_SLACK_S, 0.0, 0.05
         while not self._closing.is_set():
             for r in range(self.world):
+                if self._closing.is_set():  # close() between two reads: no store call after it
+                    break
                 if r not in self._peers and (entry := self._entry(r)) is not None:
                     self._peers[r] = entry
             if len(self._peers) >= self.world or waited >= budget:

@@ -31,6 +31,8 @@ def rank_env(state: LabState, rank: int, port: int = LAB_PORT) -> dict[str, str]
         "MASTER_ADDR": state.nodes[0].addr, "MASTER_PORT": str(port),
         "GLOO_SOCKET_IFNAME": NS_IFACE, "NCCL_SOCKET_IFNAME": NS_IFACE,
         "COMMBENCH_LAUNCHER": "lab",
+        # every rank's host, so that rank 0 can name one that never joined (harness/arrival.py)
+        "COMMBENCH_RANK_HOSTS": ",".join(n.name for n in state.nodes),
     })
     return env
 

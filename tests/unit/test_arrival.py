@@ -304,3 +304,13 @@ def test_torchrun_blocks_name_an_absent_rank_by_a_rank_of_its_node():
     hosts = {0: "a", 1: "a", 3: "b"}
     found = arrival.block_hosts([2, 4, 5], 2, hosts.get, 6)
     assert found == {2: "b"}  # ranks 4 and 5: nobody of their node came
+
+
+def test_lab_run_tells_every_rank_each_ranks_host_in_rank_order():
+    from commbench.lab.run import rank_env
+    from commbench.lab.state import LabNode, LabState
+
+    nodes = [LabNode(f"xn{i}", f"10.9.0.{i}", f"xv{i}", 1500, "1gbit") for i in (1, 2, 3)]
+    env = rank_env(LabState("10.9.0.0/24", "xbr", nodes), 2)
+    assert env["COMMBENCH_RANK_HOSTS"] == "xn1,xn2,xn3"
+    assert arrival.launcher_hosts("lab", 3, env) == {0: "xn1", 1: "xn2", 2: "xn3"}
