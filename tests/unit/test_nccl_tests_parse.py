@@ -731,3 +731,16 @@ def test_cuda_graph_launches_are_kept_from_the_header_and_from_json(tmp_path):
     f = tmp_path / "g.json"
     f.write_text(json.dumps(doc))
     assert {json.loads(p)["graph"] for p in frame(parse_file(f, "20250101-000000-abcdef")).plan} == {1}
+
+
+@pytest.mark.parametrize("field, header", [
+    ("nThread", "# nThread 99999999999999999999 nGpus 8 minBytes 1 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20"),
+    ("iters", "# nThread 1 nGpus 8 minBytes 1 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 99999999999999999999"),
+    ("warmup iters", "# nThread 1 nGpus 8 minBytes 1 maxBytes 8 step: 2(factor) warmup iters: 2147483648 iters: 20"),
+])
+def test_a_header_count_past_a_c_int_is_refused_in_one_line(field, header):
+    # found by test_mutated_sample_lines_give_rows_or_bad_input: the count overflowed the int32 column on write
+    row = "           4             1   float     sum    34.73    0.00    0.00    N/A    35.30    0.00    0.00    N/A"
+    with pytest.raises(BadInput, match=f"{field} '[0-9]+' is more than nccl-tests can run"):
+        text_parsed("\n".join([header, row]))
+    assert text_parsed("\n".join([header.replace("99999999999999999999", "7").replace("2147483648", "7"), row]))

@@ -320,6 +320,13 @@ class TextParser:
         layout = self._stream(key).layout
         self.builder.skipped[_CUT] += layout.groups if layout else 1
 
+    def _count(self, tok: str, what: str) -> int:
+        """A count of the header (nThread, nGpus, iterations): nccl-tests reads each into a C int."""
+        if len(tok) > 10 or int(tok) > INT32_MAX:
+            raise BadInput(f"{where(self.source, self.last_line)}: {what} {tok[:40]!r} is more than nccl-tests "
+                           "can run (a C int): not a log nccl-tests wrote")
+        return int(tok)
+
     def _section_header(self, s: Stream, content: str) -> bool:
         """A line of the header nccl-tests prints before its table (version, test name, nThread,
         Rank): what it says is kept in the stream, and a header after rows starts a new section."""
@@ -335,11 +342,11 @@ class TextParser:
         if m := _NTHREAD.match(content):
             self._section_line(s, "nthread")
             s.headers += 1
-            s.nthread, s.ngpus = int(m.group(1)), int(m.group(2))
+            s.nthread, s.ngpus = self._count(m.group(1), "nThread"), self._count(m.group(2), "nGpus")
             if it := _ITERS.search(content):
-                s.warmup, s.iters = int(it.group(1)), int(it.group(2))
+                s.warmup, s.iters = self._count(it.group(1), "warmup iters"), self._count(it.group(2), "iters")
             if agg := _AGG.search(content):
-                s.agg_iters = int(agg.group(1))
+                s.agg_iters = self._count(agg.group(1), "agg iters")
             if val := _VALIDATION.search(content):
                 s.validation = int(val.group(1))
             if graph := _GRAPH.search(content):
