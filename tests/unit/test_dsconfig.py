@@ -305,7 +305,10 @@ def _parse_or_refuse(doc):
     return cfg
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 150 examples (300 until issue #36's 2-minute unit tier): each costs ~4 ms, nearly all of it hypothesis'
+# generating a JSON document (parse and adapt_for take 0.2 ms); DS_LIKE below keeps its 400 documents shaped like
+# a ds_config, where the one bug this fuzz found (a batch past int64) was.
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON)
 @pytest.mark.failure(row="ds-config-loader-arbitrary-text")
 def test_arbitrary_json_documents(doc):
