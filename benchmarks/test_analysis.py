@@ -120,3 +120,37 @@ def test_report_points(benchmark, frames):
 
     points = benchmark(summary.point_rows, frames[1])
     assert sum(p["reps"] for p in points) == len(frames[1])
+
+
+@pytest.fixture(scope="module", params=[2, 8], ids=["2 ranks on 2 hosts", "8 ranks on 2 hosts"])
+def skew_run(request, bench_rows):
+    """One run of --bench-rows points with per-rank skews: rank world-1 late at 70% of them."""
+    import numpy as np
+
+    world = request.param
+    rng = np.random.default_rng(1)
+    skew = rng.gamma(2.0, 30.0, size=(bench_rows, world))
+    skew[:, world - 1] += np.where(rng.random(bench_rows) < 0.7, 5000.0, 0.0)
+    time_us = rng.uniform(100, 10_000, size=bench_rows)
+    hosts = ["a"] * (world // 2) + ["b"] * (world - world // 2)
+    rows = [{"rank_skew_us": s, "rank_host": [0 if h == "a" else 1 for h in hosts], "hosts": ["a", "b"],
+             "time_us": float(t), "iters": 20} for s, t in zip(skew, time_us)]
+    return skew, time_us, hosts, rows
+
+
+@pytest.mark.benchmark(group="analysis: late arrivals")
+def test_stragglers_run_findings(benchmark, skew_run):
+    """A run's late arrivals judged from its rows as dicts (the report's pandas path)."""
+    from commbench.core import stragglers
+
+    texts, points = benchmark(stragglers.run_findings, skew_run[3])
+    assert points == len(skew_run[0]) and len(texts) == 1 and "arrives late" in texts[0]
+
+
+@pytest.mark.benchmark(group="analysis: late arrivals")
+def test_stragglers_run_findings_matrix(benchmark, skew_run):
+    """The same from the points as a matrix (the large report's path, after reading the files)."""
+    from commbench.core import stragglers
+
+    found = benchmark(stragglers.run_findings_matrix, *skew_run[:3])
+    assert found == stragglers.run_findings(skew_run[3])

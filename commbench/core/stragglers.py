@@ -71,7 +71,7 @@ def robust_z_rows(x: np.ndarray) -> np.ndarray:
 
     mad = np.asarray(median_abs_deviation(x, axis=1, scale="normal"), dtype=float)[:, None]
     dev = x - np.median(x, axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # MAD 0: chosen below; tiny: inf, as before
         z = dev / mad
     return np.asarray(np.where(mad > 0, z, np.where(dev > 0, np.inf, np.where(dev < 0, -np.inf, 0.0))), dtype=float)
 
