@@ -244,7 +244,8 @@ def late_arrivals(mine: pd.DataFrame) -> str | None:
     from commbench.core.stragglers import run_findings
 
     wanted = [c for c in ("rank_skew_us", "rank_host", "hosts", "time_us", "iters") if c in mine.columns]
-    return late_text(run_findings(mine[wanted].to_dict("records")))
+    # the rows as dicts from each column's values (to_dict("records") boxes cell by cell: 3x slower)
+    return late_text(run_findings([dict(zip(wanted, cells)) for cells in zip(*(mine[c].tolist() for c in wanted))]))
 
 
 def late_text(found: tuple[list[str], int] | None) -> str | None:
