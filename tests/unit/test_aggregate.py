@@ -272,7 +272,10 @@ def test_report_page_with_late_arrivals_equals_pandas_exactly(tmp_path, monkeypa
     after = [*_late_rows("run-late", "late", slow_host), *_late_rows("run-rank", "rank", straggler, seed=2),
              *_late_rows("run-quiet", "quiet", lambda i, r: [1.0, 2.0, 3.0, 4.0 + i], seed=3)]
     older = _late_rows("run-older", "older", lambda i, r: None, seed=4)  # no skews: no fact
-    a = write_rows(tmp_path / "late-a.parquet", after + older)
+    odd = _late_rows("run-odd", "odd", straggler, seed=6)
+    for r in odd[:3]:  # its first rows' rank_host points past its hosts: its hosts come from the 4th row
+        r["rank_host"] = [0, 0, 1, 7]
+    a = write_rows(tmp_path / "late-a.parquet", after + older + odd)
     b = write_rows(tmp_path / "late-b.parquet", _late_rows("run-before", "before", straggler, seed=5))
     pages = {}
     for rows in (0, 10 ** 12):  # always the engine, never
@@ -286,6 +289,7 @@ def test_report_page_with_late_arrivals_equals_pandas_exactly(tmp_path, monkeypa
     assert late[0].startswith("host b arrives late: all 2 of its ranks (2-3) at least +20.1 ms")
     assert late[1].startswith("rank 1 on host a arrives late: +9.0 ms median arrival skew over the other ranks at ")
     assert late[2].startswith("none: no rank or host stood out (")
-    assert len(late) == (4 if with_baseline else 3)  # run-older's file cannot say
+    assert late[3].startswith("rank 1 on host a arrives late: +9.0 ms")  # run-odd
+    assert len(late) == (5 if with_baseline else 4)  # run-older's file cannot say
     if with_baseline:
-        assert late[3].startswith("rank 1 on host a arrives late: +9.0 ms")
+        assert late[4].startswith("rank 1 on host a arrives late: +9.0 ms")
