@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from commbench.analysis import linkrank, railrank
-from commbench.analysis.linkrank import FAILED, PAIRS_COLLECTIVES, column, endpoint_names, pairs_rows
+from commbench.analysis.linkrank import FAILED, PAIRS_COLLECTIVES, UNOBSERVED, column, endpoint_names, pairs_rows
 from commbench.core import wire
 
 if TYPE_CHECKING:
@@ -124,6 +124,7 @@ class FaultVerdict:
     culprits: list[Culprit]
     failed: list[dict]  # per failed link and round: src, dst, status, error, confirm (True or None), bidir
     undecided: str | None = None  # why no verdict can be reached for (some) failed links
+    unobserved: int = 0  # links rank 0 never learnt the outcome of: it was cut off from both ends (not failed)
 
     @property
     def named(self) -> list[Culprit]:
@@ -168,6 +169,7 @@ class _Mesh:
     several_hosts: bool = False  # set once every row is in
     per_host: bool = True
     last_ok: dict[tuple[str, str], int] = field(default_factory=dict)  # a pair's last row that worked (seq)
+    unseen: set = field(default_factory=set)  # {a, b} of links whose rows are `unobserved`: no evidence either way
     _judged: dict[str, list] = field(default_factory=dict)  # judged(), once the rows are in
 
     def key(self, a: str, b: str) -> tuple[str, str]:
@@ -227,6 +229,9 @@ def _meshes(df: pd.DataFrame | None) -> tuple[_Mesh | None, _Mesh | None]:
     # one pass over the rows, the columns read once each (not a pandas lookup a row)
     for seq, (a, b, st, err, conf_row, bi, w) in enumerate(zip(*ends, status, error, confirm, bidir, wires)):
         err = None if err is None else " ".join(str(err).split())
+        if st == UNOBSERVED:  # rank 0 was cut off from both ends: neither a failure nor a success
+            (conf if conf_row else main).unseen.add(frozenset((a, b)))
+            continue
         (conf if conf_row else main).add(_Row(a, b, st, err, bool(conf_row), bi, seq, w if st in FAILED else None))
     for mesh in (main, conf):
         mesh.rank = {e: where[e][1] for e in mesh.by_end}
@@ -318,7 +323,8 @@ def _judge(mesh: _Mesh) -> tuple[list[Culprit], list[tuple[str, str]], list[str]
                                                  f"(2 {what} cannot be told apart): measure at least 3 hosts"])
                 for k in bad], [], []
     works = {e for e in ends if mesh.works(e)}
-    hosts = [c for e in ends if (c := _dead_host(mesh, e, works, what))]
+    hosts = [own] if (own := _observer(mesh)) else []
+    hosts += [c for e in ends if e not in {h.name for h in hosts} and (c := _dead_host(mesh, e, works, what))]
     later, unsure = _failed_during(mesh, [e for e in ends if e not in {c.name for c in hosts}], works, what)
     hosts = sorted(hosts + later, key=lambda c: (mesh.rank[c.name], c.name))
     named = {c.name for c in hosts}
@@ -331,6 +337,24 @@ def _judge(mesh: _Mesh) -> tuple[list[Culprit], list[tuple[str, str]], list[str]
         else:
             left.append(k)
     return hosts + links, left, unsure
+
+
+def _observer(mesh: _Mesh) -> Culprit | None:
+    """Rank 0's endpoint, cut off: rows are `unobserved` and each of its links failed since its first failure."""
+    e0 = next((e for e in mesh.endpoints() if mesh.rank[e] == 0), "")
+    links = mesh.judged(e0) if mesh.unseen else []
+    seen = links and (_since_failure(mesh, e0) or ((links, []) if all(k in mesh.bad for k in links) else None))
+    if not seen:
+        return None
+    since, before = seen
+    rows = [r for k in since for r in mesh.pairs[k]]
+    status, n, m = _dominant(rows), len(since), len(mesh.unseen)
+    return Culprit("host", e0, status, (
+        f"rank 0's own {'host' if mesh.per_host else 'endpoint'}, which collects the rows: every link since its "
+        f"first failure failed: {n} of {n} ({status}): " + _listed([_pair_text(mesh, k, e0) for k in since]),
+        f"{m} link{'s' if m > 1 else ''} among the others could not be observed from it (status {UNOBSERVED}): "
+        "it was cut off from both ends, they were not cut off from each other",
+        *_reason(rows)), worked_before=len(before), lossy=_lossy(rows))
 
 
 def _dead_host(mesh: _Mesh, e: str, works: set[str], what: str) -> Culprit | None:
@@ -574,15 +598,16 @@ def faults(df: pd.DataFrame | None) -> FaultVerdict:
     rows = pairs_rows(df)
     if rows is None or not railrank.has_rails(rows):
         return faults_on_rows(df)
-    culprits, failed, undecided = [], [], []
+    culprits, failed, undecided, unobserved = [], [], [], 0
     for rail in dict.fromkeys(column(rows, "rail")):
         part = rows[rows["rail"].isna()] if rail is None else rows[rows["rail"] == rail]
         v = faults_on_rows(part)
         culprits += [replace(c, rail=rail) for c in v.culprits]
         failed += [f | {"rail": rail} for f in v.failed]
+        unobserved += v.unobserved
         if v.undecided:
             undecided.append(f"rail {rail}: {v.undecided}")
-    return FaultVerdict(culprits, failed, "; ".join(undecided) or None)
+    return FaultVerdict(culprits, failed, "; ".join(undecided) or None, unobserved)
 
 
 def faults_on_rows(df: pd.DataFrame | None) -> FaultVerdict:
@@ -604,7 +629,8 @@ def faults_on_rows(df: pd.DataFrame | None) -> FaultVerdict:
              else c)
         decided.setdefault((d.kind, d.name), d)  # two links of one end that both point at its host: once
     ordered = sorted(decided.values(), key=lambda c: _KIND_ORDER.get(c.kind, 3))
-    return FaultVerdict(ordered, _failed_links(main, conf), _why_undecided(main, ordered, left, unsure))
+    return FaultVerdict(ordered, _failed_links(main, conf), _why_undecided(main, ordered, left, unsure),
+                        len(main.unseen | conf.unseen))
 
 
 def faults_by_run(df: pd.DataFrame | None) -> dict[str, FaultVerdict]:
@@ -657,6 +683,9 @@ def render_faults(v: FaultVerdict, shown: int = 24) -> list[str]:
     for c in v.culprits:
         lines.append(f"# {_headline(c, v)}")
         lines += [f"#   {e}" for e in c.evidence]
+    if v.unobserved:
+        lines.append(f"# Not observed ({v.unobserved} link(s), status {UNOBSERVED}): rank 0 was cut off from both "
+                     "ends, so their outcome never reached it (not failed, not measured here)")
     if v.undecided:
         lines.append(f"# No verdict{' on the other failed links' if v.named else ''}: {v.undecided}.")
     if v.failed:

@@ -182,7 +182,9 @@ REGISTRY: tuple[Column, ...] = (
        "(the `wrong` column counts the bytes); otherwise why the link could not be measured: `unreachable` (the "
        "peer's host did not answer: a link down, a blackhole route, a dead host), `timeout` (the peer's process "
        "exists but did not answer within --timeout: hung, stopped), `error` (the transfer failed: the peer's "
-       "process is gone, or the backend raised). The time and bandwidth columns of a failed row are NaN",
+       "process is gone, or the backend raised), `unobserved` (not measured as far as the run knows: rank 0, which "
+       "collects the rows, judged its own host cut off from both ends, so their outcome never reached it). The "
+       "time and bandwidth columns of a failed row are NaN",
        writers=("pairs",)),
     _c("error", _S, "", "`pairs`, a failed row", "the one-line reason", writers=("pairs",)),
     _c("confirm", _B, "", "`pairs`",
@@ -234,6 +236,7 @@ GATE_KEY = names_with(GATE)  # what a band entry matches on (analysis/gate.py)
 LINE_KEY = names_with(LINE)  # a curve's identity within its setting (analysis/frames.py)
 CURVE_POINT = tuple(c for c in POINT_KEY if c in LINE_KEY or c == "size_bytes")  # a size on a curve
 TOPOLOGY_COLUMNS = names_with(TOPOLOGY)
+UNOBSERVED = "unobserved"  # a pairs link's status: rank 0, cut off from both its ends, never learnt its outcome
 LINK_KEY = names_with(LINK)  # a pairs link: src_host, dst_host, src_rank, dst_rank
 RUN_COLUMNS = names_with(RUN)
 WARN_COLUMNS = names_with(WARN)

@@ -40,6 +40,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch.distributed as dist
 
+from commbench.core.columns import UNOBSERVED
+from commbench.net.envinfo import iface_facts, traffic_iface
+from commbench.harness import observer
+from commbench.harness.observer import OwnLink, Sight
+
 HEARTBEAT_S = 0.5
 ROLL_CALL_S = 2.0  # how long a roll call waits for heartbeats to move (several heartbeats)
 PROBE_S = 2.0
@@ -72,6 +77,13 @@ class RollCall:
     gone: list[int] = field(default_factory=list)  # its host answers, the process is not there
     unreachable: list[int] = field(default_factory=list)  # neither host nor process answers
     last: dict[int, dict] = field(default_factory=dict)  # each rank's mailbox as last read ({}: never)
+    observer: int = -1  # the rank that called it
+    sight: Sight | None = None  # the caller reaches nobody and judged itself (harness/observer.py)
+
+    @property
+    def cut_off(self) -> bool:
+        """The caller is certain its own host or link is to blame: no silent peer is named."""
+        return self.sight is not None and self.sight.certain
 
     @property
     def silent(self) -> list[int]:
@@ -84,6 +96,17 @@ class RollCall:
         if rank in self.hung:
             return "timeout"
         return "error" if rank in self.gone else None
+
+    def link_status(self, a: int, b: int) -> str | None:
+        """The failure status of the link a <-> b when neither end reported it: its silent end's
+        status (a before b); `unobserved` (linkrank.UNOBSERVED) when the caller is neither end and
+        judged itself cut off: two ends it cannot reach are not unreachable on its word alone."""
+        silent = [r for r in (a, b) if r in self.silent]
+        if not silent:
+            return None
+        if self.sight is not None and self.observer not in (a, b):
+            return UNOBSERVED
+        return self.status(silent[0])
 
 
 def _peer_of(rank: int, info: dict) -> Peer:
@@ -285,8 +308,10 @@ def _answered(before: dict | None, after: dict | None) -> bool:
 class ControlPlane:
     """One rank's end of the control plane (see the module docstring)."""
 
-    def __init__(self, main: dist.Store, rank: int, world: int, addr: str | None, timeout: float):
+    def __init__(self, main: dist.Store, rank: int, world: int, addr: str | None, timeout: float,
+                 iface: str | None = None):
         self.main, self.rank, self.world, self.timeout = main, rank, world, timeout
+        self.iface = iface  # this rank's interface towards the others, whose state judges it (observer.py)
         self._own = _Mailbox()
         self._probe = _probe_listener()
         # Pairs of which this rank is the lower end rendezvous here (a c10d store, as gloo needs).
@@ -320,7 +345,7 @@ class ControlPlane:
                                          timeout=timedelta(seconds=timeout), wait_for_workers=False)
         if agent:
             main = dist.PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", main)
-        plane = cls(main, rank, world, addr, timeout)
+        plane = cls(main, rank, world, addr, timeout, traffic_iface(master_addr))
         plane._guard = _StopGuard.install(plane)
         return plane
 
@@ -462,6 +487,7 @@ class ControlPlane:
             waiting = [r for r in waiting if boxes[r] is not None and ("at/" + name) not in boxes[r]]
             if waiting:
                 time.sleep(0.05)
+        self._progress = (self._seq, f"what follows the barrier {name}", time.monotonic())  # not stuck: it returned
         return waiting
 
     def relay(self, key: str, ranks: list[int], deadline_s: float, silence_s: float | None = None) -> str | None:
@@ -507,16 +533,59 @@ class ControlPlane:
                                                                self._patience(PROBE_S)) if r in peers else "silent",
                                                silent)))
         call = RollCall(answered=sorted([self.rank] + [r for r in ranks if r not in probes]),
-                        last={r: after[r] or before[r] or {} for r in ranks})
+                        last={r: after[r] or before[r] or {} for r in ranks}, observer=self.rank)
         for r, said in probes.items():
             {"open": call.hung, "refused": call.gone, "silent": call.unreachable}[said].append(r)
+        self.put("sees", json.dumps(call.answered))  # who answered whom: the others judge themselves by it
+        if call.unreachable:
+            call.sight = self._judge_self(call, ranks)
         return call
+
+    def own_link(self) -> OwnLink:
+        """This rank's interface towards the others and its state now (net/envinfo.iface_facts)."""
+        if not self.iface:
+            return OwnLink(None, None)
+        try:
+            return OwnLink(self.iface, iface_facts(self.iface).get("operstate"))
+        except Exception:  # noqa: BLE001 - a judgement without the link's state, never a failure of its own
+            return OwnLink(self.iface, None)
+
+    def _judge_self(self, call: RollCall, ranks: list[int]) -> Sight | None:
+        """Before the unreachable peers are blamed: this rank's own link, its route to them, and what
+        the peers it read say they reach (harness/observer.py). The ranks left out of a partial roll
+        call are probed (at once: a host that is up answers at once) unless its own link is down."""
+        link = self.own_link()
+        reached = [r for r in call.answered + call.hung + call.gone if r != self.rank]
+        peers = self.peers()
+        rest = [r for r in range(self.world) if r != self.rank and r not in ranks and r in peers]
+        if not link.down and not reached and rest:
+            with ThreadPoolExecutor(max_workers=min(32, len(rest))) as pool:
+                said = pool.map(lambda r: probe(peers[r].addr, peers[r].probe_port, self._patience(PROBE_S)), rest)
+                reached = [r for r, s in zip(rest, said) if s != "silent"]
+        lost = call.unreachable + ([r for r in rest if r not in reached] if not reached else [])
+        views = {r: json.loads(box["sees"]) for r, box in call.last.items() if box.get("sees")}
+        routes = observer.no_route({r: peers[r].addr for r in lost if r in peers})
+        return observer.judge(self.rank, lost, reached, views, link, routes)
+
+    def together(self, call: RollCall) -> str | None:
+        """A rank that answers others while some rank is unreachable: one line from the lowest of
+        those that still reach each other (harness/observer.still_together), else None."""
+        together = observer.still_together(self.rank, call.unreachable, call.answered)
+        if together is None or call.sight is not None:
+            return None
+        peers = self._named()
+        silent = ", ".join(f"rank {r} on {peers[r].host}" for r in call.unreachable)
+        verb = "do not answer" if len(call.unreachable) > 1 else "does not answer"
+        return (f"commbench: rank {self.rank} on {peers[self.rank].host}: {silent} {verb}; ranks "
+                f"{', '.join(map(str, together))} still reach each other")
 
     def describe(self, call: RollCall) -> str:
         """One line: who did not answer and what that points at; or that every rank answered."""
         peers = self._named()
         if not call.silent:
             return "every rank answered the roll call (nothing hung or unreachable: see the backend's message)"
+        if call.sight is not None and call.cut_off:
+            return observer.line(self.rank, peers[self.rank].host, call.sight)
         parts = [f"rank {r} on {peers[r].host} ({peers[r].addr}) is unreachable: neither it nor its host answers "
                  "(a link down, a blackhole route or a dead host)" for r in call.unreachable]
         parts += [f"rank {r} on {peers[r].host} is hung: it does not answer but its process is there (stopped, "
@@ -524,6 +593,8 @@ class ControlPlane:
         parts += [f"rank {r} on {peers[r].host} is gone: its host answers but the process is not there (killed "
                   "or crashed)" for r in call.gone]
         others = [r for r in call.answered if r != self.rank]
+        if call.sight is not None:  # not certain: the others are named, and so is this rank's own host
+            parts.append(observer.line(self.rank, peers[self.rank].host, call.sight))
         return "; ".join(parts) + (f"; ranks {', '.join(map(str, others))} answered" if others else "")
 
     # ---- naming a hang while it happens --------------------------------------------------------
@@ -572,7 +643,7 @@ class ControlPlane:
                              f"{self.absence(asleep)} ({self.who_answered(call)})")
         others = set(range(self.world)) - {self.rank}
         why = ("no other rank answers it: this rank's own link or host is the likely cause"
-               if set(call.silent) == others else self.describe(call))
+               if set(call.silent) == others and not call.cut_off else self.describe(call))
         self._leave(say, f"commbench: rank {self.rank} on {peers[self.rank].host}: {label} has not returned after "
                          f"{waited:.0f} s (--timeout {self.timeout:g} s) and {why}: "
                          "the backend is blocked on a dead link")
@@ -603,7 +674,7 @@ class ControlPlane:
     def _hang_line(self, seq: int, label: str, started: float) -> str:
         peers = self._named()
         call = self.roll_call()
-        behind = [r for r, box in call.last.items() if int(box.get("at", 0)) < seq]
+        behind = [] if call.cut_off else [r for r, box in call.last.items() if int(box.get("at", 0)) < seq]
         parts = [f"{label} has waited {time.monotonic() - started:.0f} s of --timeout {self.timeout:g} s"]
         if behind:
             parts.append("not entered by " + ", ".join(f"rank {r} on {peers[r].host}" for r in behind))

@@ -576,11 +576,14 @@ def _stopped_by(exc: BaseException, env: RankEnv, writer: ResultWriter | None, r
                       f"{control.absence(asleep)}: {_SOURCE.sub('', _first_line(exc))}")
             _kept(env, writer)
             return EXIT_RUNTIME
-        call = _roll_call(control, env, _first_line(exc))
-        _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: "
+        call, called = _roll_call(control, env, _first_line(exc))
+        own = f"{control.describe(call)}: " if call is not None and call.cut_off else ""
+        _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: {own}"
                   f"{_failure(exc, env, ranks, timeout, call)}")
-        if call is not None:
+        if call is not None and not own:
             _say(env, f"commbench: roll call: {control.describe(call)}")
+        if not called:
+            _judge_without_rank0(control, env)
         _kept(env, writer)
         return EXIT_RUNTIME
     _kept(env, writer)
@@ -591,19 +594,34 @@ ROLL_CALL_SLACK_S = 15.0  # beyond --timeout: how long a failed rank waits for r
 ROLL_CALL_SILENCE_S = 5.0  # ... unless rank 0 does not answer for this long: no roll call is coming
 
 
-def _roll_call(control: ControlPlane, env: RankEnv, why: str) -> RollCall | None:
+def _roll_call(control: ControlPlane, env: RankEnv, why: str) -> tuple[RollCall | None, bool]:
     """Every rank reports its failure on the control plane (a report is an answer); rank 0 then
-    calls the roll, so the ranks that stopped answering are named, not the first to complain."""
+    calls the roll, so the ranks that stopped answering are named, not the first to complain.
+    (rank 0's roll call or None elsewhere, whether rank 0 called it)."""
     try:
         control.report(why)
         if env.rank != 0:  # stay up (a report is only read while its mailbox exists) until rank 0 called
-            control.relay("rollcall", [0], control.timeout + ROLL_CALL_SLACK_S, silence_s=ROLL_CALL_SILENCE_S)
-            return None
+            heard = control.relay("rollcall", [0], control.timeout + ROLL_CALL_SLACK_S,
+                                  silence_s=ROLL_CALL_SILENCE_S)
+            return None, heard is not None
         call = control.roll_call()
         control.put("rollcall", "done")
-        return call
+        return call, True
     except Exception:  # noqa: BLE001 - the control plane is gone too (rank 0's host): the backend's words must do
-        return None
+        return None, True
+
+
+def _judge_without_rank0(control: ControlPlane, env: RankEnv) -> None:
+    """A rank that rank 0 never called the roll for calls its own: cut off itself, it names its own
+    host (harness/observer.py); still reaching others, the lowest of them says so in one line."""
+    try:
+        call = control.roll_call()
+    except Exception:  # noqa: BLE001 - the control plane is gone too: the lines above must do
+        return
+    if call.cut_off:
+        _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: {control.describe(call)}")
+    elif (line := control.together(call)) is not None:
+        _say(env, line)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -631,6 +649,8 @@ def _failure(exc: BaseException, env: RankEnv, ranks: list[dict], timeout: float
     and host where the address tells), then the backend's own words. With a roll call (rank 0) a
     peer is called lost only when the roll call found it silent; one that answered is not blamed."""
     text = _SOURCE.sub("", _first_line(exc))
+    if call is not None and call.cut_off:  # this rank's own host is to blame: no peer is named
+        return text
     if "timed out" in text.lower() or "timeout" in text.lower():
         return (f"no answer within --timeout {timeout:g} s (a rank, its host or the link stopped "
                 f"responding): {text}")

@@ -23,7 +23,9 @@ import time
 
 import torch
 
+from commbench.analysis.linkrank import FAILED
 from commbench.core import wire
+from commbench.core.columns import UNOBSERVED
 from commbench.harness import faults
 from commbench.harness.control import PROBE_S, ControlPlane, probe
 from commbench.harness.pairgroup import PairGroup
@@ -225,9 +227,11 @@ class LinkTester:
             time.sleep(0.05)
         call = self.control.roll_call(list(link))
         silent = [r for r in link if r in call.silent]
-        status = call.status(silent[0]) if silent else "timeout"
+        status = call.link_status(*link) or "timeout"
         if not silent:
             return _failure(status, "neither end reported in time")
+        if status == UNOBSERVED:  # this rank is cut off from both ends: not theirs to answer for
+            return _failure(status, f"not observed: {self.control.describe(call)}")
         return _failure(status, self._silent_text(silent[0], call), silent[0])
 
     def _both_ends_wire(self, step: str, link: tuple[int, int], outcome: dict) -> dict | None:
@@ -276,7 +280,7 @@ class LinkTester:
         arrow = "<->" if self.plan.mode == "bidir" else "->"
         link = f"{self.names[src]} {arrow} {self.names[dst]}" + (f" ({row['rail']})" if row.get("rail") else "")
         where = f"{'c' if confirm else ''}{number}"
-        if row["status"] in ("unreachable", "timeout", "error"):
+        if row["status"] in FAILED:
             self.session.reporter.line(f"   {where:>5}  {link:<40} {'FAILED':>12} {row['status']:>9}  {row['error']}"
                                        + wire.mark(row.get("wire")))
             return

@@ -25,6 +25,8 @@ within each round, so the rails of a host never compete; each row carries its ra
 from __future__ import annotations
 
 import socket
+import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -65,6 +67,21 @@ def participants(hosts: list[str], hosts_only: bool) -> list[int]:
     for rank, host in enumerate(hosts):
         first.setdefault(host, rank)
     return sorted(first.values())
+
+
+def _nobody_reaches_rank0(control, call) -> bool:
+    """Whether every peer that answered `call` says rank 0 does not answer it either (their `rank0`
+    keys, waited for at most --timeout: they reach the end of the main rounds about together)."""
+    others = [r for r in call.answered if r not in (0, control.rank)]
+    end = time.monotonic() + control.timeout
+    while others and time.monotonic() < end:
+        said = [control.read(r, "rank0") or ("unreachable" if not control.answers(r) else None) for r in others]
+        if "answers" in said:
+            return False
+        if all(s == "unreachable" for s in said):  # (one that left since is no witness for rank 0 either)
+            return True
+        time.sleep(0.1)
+    return not others
 
 
 def endpoint_names(hosts: list[str], ranks: list[int]) -> dict[int, str]:
@@ -130,9 +147,34 @@ class PairsWorkload:
                         where = f"{repetition}.{number}.{phase}" + (f".{pairlinks.rail_token(rail)}" if rail else "")
                         tester.step(where, links, repetition, number, rail=rail)
                     session.reporter.advance(f"round {number}/{len(schedule)}")
+        if self._without_rank0(session, players):
+            return False  # nobody can read this rank's outcomes any more: no plan or "done" will come
         tester.confirm(self._phases() == 1)
         tester.finish()
         return self._conclude(session, tester)
+
+    @staticmethod
+    def _without_rank0(session: Session, players: list[int]) -> bool:
+        """After the main rounds each rank says in its mailbox whether rank 0 answers it (`rank0`). A
+        rank that rank 0's host does not answer either names its own host when it is the one cut off;
+        else, when every peer it reaches says the same, the lowest of them says in one line that they
+        still reach each other (rank 0 may be the one cut off, and cannot say it). True then: this
+        rank is done (rank 0 can neither plan a confirmation round with it nor collect from it)."""
+        control = session.control
+        if session.rank == 0 or session.rank not in players or control.suspended_s():
+            return False
+        call = None if control.answers(0) else control.roll_call(players)
+        if call is None or 0 not in call.unreachable:  # hung or gone: its host answers
+            control.put("rank0", "answers")
+            return False
+        control.put("rank0", "unreachable")
+        if not call.cut_off and not _nobody_reaches_rank0(control, call):
+            return False
+        line = (f"commbench: rank {session.rank} on {control.host}: {control.describe(call)}"
+                if call.cut_off else control.together(call))
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
+        return True
 
     def _gather(self, session: Session) -> tuple[list[str], list[dict[str, str]]]:
         """Every rank's host name and, with --per-rail, its rails (at start: the fabric is whole)."""

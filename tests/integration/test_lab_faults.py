@@ -5,7 +5,10 @@
 - host 2's rank SIGSTOPped mid-run: named as hung while it hangs and in the verdict;
 - a blackhole route inside host 1 to host 4: that link is named, neither host;
 - `sweep` with host 3's link taken down mid-run: stderr names host 3 as unreachable, exit 3, the
-  finished points kept.
+  finished points kept;
+- rank 0's own link (host 1's port) taken down mid-`sweep` and mid-`pairs`: host 1 is named (rank 0
+  judges itself before blaming the others, harness/observer.py), none of hosts 2-4; under `pairs`
+  no link among hosts 2-4 is stored as `unreachable`.
 """
 
 from __future__ import annotations
@@ -131,6 +134,7 @@ def links_of(df: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 BLAME = re.compile(rf"(?:rank \d+ on ({PREFIX}node\d)(?: \([0-9.]+\))? is (?:unreachable|hung|gone)"
+                   rf"|rank \d+'s own host ({PREFIX}node\d) (?:lost its link|has no route|cannot reach)"
                    rf"|(?:Unreachable|Hung|Failing) host: ({PREFIX}node\d)"
                    rf"|lost (?:rank \d+|a rank) on ({PREFIX}node\d))")
 
@@ -260,3 +264,67 @@ def test_sweep_names_the_host_whose_link_went_down_and_keeps_what_it_measured(la
     kept = pd.read_parquet(out)
     assert len(kept) >= 1 and (kept.wrong == 0).all()
     assert re.search(rf"{len(kept)} finished rows kept in {re.escape(str(out))}", text), text
+
+
+OWN = rf"rank 0's own host {host(1)} lost its link \(\S+ (?:down|lowerlayerdown)\)"
+
+
+@pytest.mark.failure(
+    row="rank-0-s-own-link-down-mid-sweep",
+    section="Lost ranks and broken links",
+    failure="rank 0's own link taken down mid-`sweep` (host 1's port, 4 lab hosts)",
+    does="rank 0 checks itself before blaming the others (its link's state, its route, whether they reach each "
+         "other): the hang line, the roll call and its failure line say `rank 0's own host cf5node1 lost its link "
+         "(eth0 down): ranks 1, 2, 3 cannot be reached from it`; hosts 2-4 are not named as culprits; the lowest "
+         "rank of those that still reach each other says so in one line; exit 3; finished points kept",
+)
+def test_rank_0_whose_own_link_goes_down_mid_sweep_names_its_own_host_not_the_others(lab, tmp_path):
+    out = tmp_path / "own.parquet"
+    run = Run("sweep", "--collective", "allreduce", "-b", "1M", "-e", "4M", "-R", "50", "-n", "5", "-w", "1",
+              "--timeout", str(TIMEOUT), "--out", str(out))
+    run.wait_for(r"^\s+1048576\s", timeout=60)  # a first point printed
+    link_down(1)
+    code = run.finish(timeout=3 * TIMEOUT + 60)
+    text, err = run.text(), "".join(run.err)
+    assert code == 3, text
+    assert re.search(rf"commbench: rank 0 on {host(1)}: collective failed: {OWN}", err), text  # its final word
+    assert re.search(rf"hang: .*{OWN}", err), text
+    assert_nobody_else_blamed(err, host(1))
+    assert not re.search(rf"(?:lost rank|not entered by).*{PREFIX}node[234]", err), text
+    kept = pd.read_parquet(out)
+    assert len(kept) >= 1 and (kept.wrong == 0).all()
+    assert re.search(rf"{len(kept)} finished rows kept in {re.escape(str(out))}", text), text
+    assert "Traceback" not in text and "frame #" not in text, text
+
+
+@pytest.mark.failure(
+    row="rank-0-s-own-link-down-mid-pairs",
+    section="Lost ranks and broken links",
+    failure="rank 0's own link taken down mid-`pairs` (host 1's port, after round 1 of 4 lab hosts)",
+    does="host 1 named in the verdict (`Unreachable host: cf5node1`, evidence `rank 0's own host, which collects "
+         "the rows`); the links among hosts 2-4 that rank 0 could not see are stored as `unobserved` (not "
+         "measured as far as the run knows), never `unreachable`; `ranks 1, 2, 3 still reach each other` said once; "
+         "exit 1",
+)
+def test_rank_0_whose_own_link_goes_down_mid_pairs_is_named_and_the_others_links_are_not_failed(lab, tmp_path):
+    out = tmp_path / "ownpairs.parquet"
+    run = Run("pairs", "--mode", "bidir", "--size", "16M", "-w", "1", "-n", "3", "--timeout", str(TIMEOUT),
+              "--out", str(out))
+    end = time.monotonic() + 60
+    while rows_of_round(run, 1) < 2:  # round 1 of 4 hosts, both directions at once: 2 rows
+        assert time.monotonic() < end and run.proc.poll() is None, run.text()
+        time.sleep(0.05)
+    link_down(1)
+    code = run.finish(timeout=2 * (5 + 3 * TIMEOUT) + 60)
+    text = run.text()
+    assert code == 1, text
+    assert re.search(rf"Unreachable host: {host(1)}\b", text), text
+    assert_nobody_else_blamed(text, host(1))
+    df = main_rows(out)
+    others = df[(df.src_host != host(1)) & (df.dst_host != host(1))]
+    assert len(others) == 3 and set(others.status.dropna()) <= {"unobserved"}, others[["src_host", "dst_host",
+                                                                                       "status"]]
+    after = df.iloc[2:]  # round 1 was measured before the fault
+    assert (after[(after.src_host == host(1)) | (after.dst_host == host(1))].status == "unreachable").all()
+    together = [line for line in run.err if "still reach each other" in line]
+    assert len(together) == 1 and "ranks 1, 2, 3 still reach each other" in together[0], text
