@@ -6,6 +6,8 @@ fake stores of test_control.py); and the pairs verdict when rank 0 was cut off m
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from commbench.analysis import linkfaults
@@ -162,3 +164,58 @@ def test_without_unobserved_rows_the_old_rules_hold():
     df = df_of(round_rows(fail=lambda s, d, number, rep: "unreachable" if number > 1 else None))
     v = linkfaults.faults(df)
     assert not v.named and v.exit_code == 3 and v.unobserved == 0
+
+
+# ----------------------------------------------------------------------------- the ranks that still reach each other
+
+
+class FakePlane:
+    """What _nobody_reaches_rank0 and _judge_without_rank0 ask of a control plane."""
+
+    def __init__(self, rank: int, keys: dict[int, str | None], call=None, timeout: float = 0.3):
+        self.rank, self.keys, self.call, self.timeout = rank, keys, call, timeout
+
+    def read(self, rank: int, key: str) -> str | None:
+        return self.keys.get(rank)
+
+    def answers(self, rank: int) -> bool:
+        return rank in self.keys
+
+    def roll_call(self):
+        return self.call
+
+    def describe(self, call) -> str:
+        return "described"
+
+    def together(self, call) -> str | None:
+        return ControlPlane.together(self, call)  # type: ignore[arg-type]
+
+    def _named(self):
+        return {r: SimpleNamespace(host=f"node{r + 1}") for r in range(4)}
+
+
+@pytest.mark.failure(row="rank-0-s-own-link-down-mid-pairs")
+def test_pairs_ranks_leave_only_when_every_peer_they_reach_lost_rank_0_too():
+    from commbench.harness.control import RollCall
+    from commbench.workloads.pairs import _nobody_reaches_rank0
+
+    call = RollCall(answered=[1, 2, 3], unreachable=[0], observer=1)
+    assert _nobody_reaches_rank0(FakePlane(1, {2: "unreachable", 3: "unreachable"}), call)
+    assert _nobody_reaches_rank0(FakePlane(1, {2: "unreachable"}), call)  # rank 3 left since: no witness
+    assert not _nobody_reaches_rank0(FakePlane(1, {2: "unreachable", 3: "answers"}), call)  # a blackhole, not rank 0
+    assert not _nobody_reaches_rank0(FakePlane(1, {2: "unreachable", 3: None}), call)  # rank 3 never said: wait, go on
+
+
+def test_a_sweep_rank_that_rank_0_never_called_says_once_that_the_others_still_reach_each_other(capsys):
+    from commbench.harness.control import RollCall
+    from commbench.harness.runner import _judge_without_rank0
+
+    env = SimpleNamespace(rank=1)
+    _judge_without_rank0(FakePlane(1, {}, RollCall(answered=[1, 2, 3], unreachable=[0], observer=1)), env)
+    assert capsys.readouterr().err.endswith("rank 0 on node1 does not answer; ranks 1, 2, 3 still reach each other\n")
+    env.rank = 2
+    _judge_without_rank0(FakePlane(2, {}, RollCall(answered=[1, 2, 3], unreachable=[0], observer=2)), env)
+    assert capsys.readouterr().err == ""  # rank 1 says it
+    cut = RollCall(answered=[2], unreachable=[0, 1, 3], observer=2, sight=observer.Sight(True, "lost its link", (0,)))
+    _judge_without_rank0(FakePlane(2, {}, cut), env)
+    assert capsys.readouterr().err.endswith(": described\n")  # cut off itself: its own host, no "together"
