@@ -53,20 +53,27 @@ def _runs(proc: psutil.Process, program: str) -> bool:
     return program in names or (len(program) > 15 and program[:15] in names)
 
 
+def terminate(procs: list[psutil.Process], grace_s: float, kill_wait_s: float) -> list[psutil.Process]:
+    """SIGTERM to all of `procs` at once, SIGKILL to those still running `grace_s` later (waited for
+    at most `kill_wait_s`); the ones that had to be killed."""
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    alive = _wait_exited(procs, grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    _wait_exited(alive, kill_wait_s)
+    return alive
+
+
 def stop_recorded(state, timeout: float = 10.0) -> list[str]:
     procs = [(e["name"], p) for e in reversed(state.daemons) if (p := running(e)) is not None]
-    for _, p in procs:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    alive = _wait_exited([p for _, p in procs], timeout)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    _wait_exited(alive, timeout)
+    terminate([p for _, p in procs], timeout, timeout)
     return [f"process {name} (pid {p.pid})" for name, p in procs]
 
 
@@ -151,18 +158,7 @@ def stop_on_hosts(state) -> list[str]:
     print(f"commbench: lab down: cutting what still runs on the lab's hosts: {what}"
           f"{_launcher([p for _, p in found])}; SIGTERM now, SIGKILL after {HOST_STOP_S:g} s",
           file=sys.stderr, flush=True)
-    for _, proc in found:
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    alive = _wait_exited([p for _, p in found], HOST_STOP_S)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    _wait_exited(alive, 5.0)
+    alive = terminate([p for _, p in found], HOST_STOP_S, 5.0)
     if alive:
         where = {p.pid: h for h, p in found}
         print("commbench: lab down: killed " + ", ".join(f"pid {p.pid} on {where[p.pid]}" for p in alive)

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +57,64 @@ def first_run(side: Path) -> Path:
     """The run of a side of conftest.py's `lab_sides` that was measured first (its files are named
     by their place in the schedule)."""
     return min(side.glob("*.parquet"), key=lambda p: int(p.stem))
+
+
+class LabRun:
+    """`lab run -- commbench ...` in `env`, its stdout and stderr read as they come."""
+
+    def __init__(self, env: dict[str, str], *args: str):
+        self.started = time.monotonic()
+        self.elapsed = 0.0
+        self.proc = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m",
+                                      "commbench", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(s, sink), daemon=True)
+                         for s, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for r in self._readers:
+            r.start()
+
+    @staticmethod
+    def _read(stream, sink: list[str]) -> None:
+        for line in stream:
+            sink.append(line)
+
+    def wait_for(self, pattern: str, timeout: float, where: str = "out") -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(re.search(pattern, line) for line in (self.out if where == "out" else self.err)):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"no {pattern!r} in {where}:\n{self.text()}")
+
+    def finish(self, timeout: float) -> int:
+        """Its exit code; past `timeout` it and every process it started are killed and the test fails."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"still running after {timeout} s:\n{self.text()}") from None
+        for r in self._readers:
+            r.join(5)
+        self.elapsed = time.monotonic() - self.started
+        return code
+
+    def kill(self) -> None:
+        import psutil
+
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        for p in children:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.kill()
+
+    def text(self) -> str:
+        return "".join(self.out) + "\n--- stderr ---\n" + "".join(self.err)

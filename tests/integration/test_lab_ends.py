@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
-import threading
 import time
 from functools import partial
 
@@ -22,7 +20,7 @@ import pytest
 
 import helpers  # tests/helpers.py
 from commbench.core.results import read_results
-from labkit import NEEDS_LAB, lab_env
+from labkit import NEEDS_LAB, LabRun, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -47,24 +45,11 @@ def lab():
     cb("lab", "down")
 
 
-class Run:
-    """`lab run -- commbench ...` with its output read as it comes and its ranks known."""
+class Run(LabRun):
+    """`lab run -- commbench ...` on this file's lab (labkit.LabRun), its ranks known."""
 
     def __init__(self, *args: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m",
-                                      "commbench", *args], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self._readers = [threading.Thread(target=self._read, args=(s, sink), daemon=True)
-                         for s, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for r in self._readers:
-            r.start()
-
-    @staticmethod
-    def _read(stream, sink: list[str]) -> None:
-        for line in stream:
-            sink.append(line)
+        super().__init__(ENV, *args)
 
     def first_point(self) -> list[psutil.Process]:
         """Wait until a first point is printed; the rank processes."""
@@ -73,24 +58,6 @@ class Run:
             assert time.monotonic() < end and self.proc.poll() is None, self.text()
             time.sleep(0.05)
         return psutil.Process(self.proc.pid).children()
-
-    def finish(self, timeout: float) -> int:
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"still running after {timeout} s:\n{self.text()}") from None
-        for r in self._readers:
-            r.join(5)
-        return code
-
-    def kill(self) -> None:
-        for p in [*psutil.Process(self.proc.pid).children(recursive=True)]:
-            p.kill()
-        self.proc.kill()
-
-    def text(self) -> str:
-        return "".join(self.out) + "\n--- stderr ---\n" + "".join(self.err)
 
 
 def alive(procs: list[psutil.Process]) -> list[int]:

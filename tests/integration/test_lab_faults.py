@@ -17,8 +17,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -28,7 +26,7 @@ import psutil
 import pytest
 
 import helpers  # tests/helpers.py
-from labkit import NEEDS_LAB, lab_env
+from labkit import NEEDS_LAB, LabRun, lab_env
 
 pytestmark = NEEDS_LAB
 
@@ -63,49 +61,11 @@ def lab():
     cb("lab", "down")
 
 
-class Run:
-    """`lab run -- commbench ...` with its stdout and stderr read as they come."""
+class Run(LabRun):
+    """`lab run -- commbench ...` on this file's lab (labkit.LabRun)."""
 
     def __init__(self, *args: str):
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m",
-                                      "commbench", *args], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self._readers = [threading.Thread(target=self._read, args=(s, sink), daemon=True)
-                         for s, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for r in self._readers:
-            r.start()
-
-    @staticmethod
-    def _read(stream, sink: list[str]) -> None:
-        for line in stream:
-            sink.append(line)
-
-    def wait_for(self, pattern: str, timeout: float, where: str = "out") -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if any(re.search(pattern, line) for line in (self.out if where == "out" else self.err)):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"no {pattern!r} in {where}:\n{self.text()}")
-
-    def finish(self, timeout: float) -> int:
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise AssertionError(f"still running after {timeout} s:\n{self.text()}") from None
-        for r in self._readers:
-            r.join(5)
-        self.elapsed = time.monotonic() - self.started
-        return code
-
-    def text(self) -> str:
-        return "".join(self.out) + "\n--- stderr ---\n" + "".join(self.err)
+        super().__init__(ENV, *args)
 
 
 def rows_of_round(run: Run, number: int) -> int:
