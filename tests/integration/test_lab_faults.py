@@ -35,6 +35,8 @@ ENV = lab_env(PREFIX)
 SUBNET = "10.244.5"
 TIMEOUT = 5  # a fault costs about one --timeout per round; a healthy 16 MiB transfer takes 0.14 s at 1gbit
 PAIRS = ["pairs", "--size", "16M", "-w", "1", "-n", "3", "--timeout", str(TIMEOUT)]
+SWEEP = ["sweep", "--collective", "allreduce", "-b", "1M", "-e", "4M", "-R", "50", "-n", "5", "-w", "1",
+         "--timeout", str(TIMEOUT)]  # long enough that a fault lands mid-run
 LIMIT_GBPS = 1e9 / 8 * 1448 / 1538 / 1e9  # TCP payload per wire byte at MTU 1500 (docs/PAIRS.md)
 FAILED = {"unreachable", "timeout", "error"}
 
@@ -212,8 +214,7 @@ def test_a_blackholed_link_is_named_and_neither_host(lab, tmp_path):
 )
 def test_sweep_names_the_host_whose_link_went_down_and_keeps_what_it_measured(lab, tmp_path):
     out = tmp_path / "sweep.parquet"
-    run = Run("sweep", "--collective", "allreduce", "-b", "1M", "-e", "4M", "-R", "50", "-n", "5", "-w", "1",
-              "--timeout", str(TIMEOUT), "--out", str(out))
+    run = Run(*SWEEP, "--out", str(out))
     run.wait_for(r"^\s+1048576\s", timeout=60)  # a first point printed
     link_down(3)
     code = run.finish(timeout=3 * TIMEOUT + 60)
@@ -240,8 +241,7 @@ OWN = rf"rank 0's own host {host(1)} lost its link \(\S+ (?:down|lowerlayerdown)
 )
 def test_rank_0_whose_own_link_goes_down_mid_sweep_names_its_own_host_not_the_others(lab, tmp_path):
     out = tmp_path / "own.parquet"
-    run = Run("sweep", "--collective", "allreduce", "-b", "1M", "-e", "4M", "-R", "50", "-n", "5", "-w", "1",
-              "--timeout", str(TIMEOUT), "--out", str(out))
+    run = Run(*SWEEP, "--out", str(out))
     run.wait_for(r"^\s+1048576\s", timeout=60)  # a first point printed
     link_down(1)
     code = run.finish(timeout=3 * TIMEOUT + 60)
