@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from commbench.core.columns import LINK_KEY, UNOBSERVED
+from commbench.core.columns import LINK_KEY, NEVER_JOINED, UNOBSERVED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -220,7 +220,7 @@ def _best_text(e: Endpoint, r: Ranking) -> str:
 
 
 PAIRS_COLLECTIVES = {"sendrecv": False, "sendrecv_bidir": True}
-FAILED = ("unreachable", "timeout", "error", UNOBSERVED)  # statuses of a link that could not be measured
+FAILED = ("unreachable", "timeout", "error", UNOBSERVED, NEVER_JOINED)  # statuses of a link that could not be measured
 LINK_ENDS = LINK_KEY  # core/columns.py
 
 

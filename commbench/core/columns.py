@@ -183,8 +183,9 @@ REGISTRY: tuple[Column, ...] = (
        "peer's host did not answer: a link down, a blackhole route, a dead host), `timeout` (the peer's process "
        "exists but did not answer within --timeout: hung, stopped), `error` (the transfer failed: the peer's "
        "process is gone, or the backend raised), `unobserved` (not measured as far as the run knows: rank 0, which "
-       "collects the rows, judged its own host cut off from both ends, so their outcome never reached it). The "
-       "time and bandwidth columns of a failed row are NaN",
+       "collects the rows, judged its own host cut off from both ends, so their outcome never reached it), `never "
+       "joined` (one end's rank never joined the run: its host was named at the start, the others went on without "
+       "it; docs/PAIRS.md, \"Who arrived\"). The time and bandwidth columns of a failed row are NaN",
        writers=("pairs",)),
     _c("error", _S, "", "`pairs`, a failed row", "the one-line reason", writers=("pairs",)),
     _c("confirm", _B, "", "`pairs`",
@@ -237,6 +238,7 @@ LINE_KEY = names_with(LINE)  # a curve's identity within its setting (analysis/f
 CURVE_POINT = tuple(c for c in POINT_KEY if c in LINE_KEY or c == "size_bytes")  # a size on a curve
 TOPOLOGY_COLUMNS = names_with(TOPOLOGY)
 UNOBSERVED = "unobserved"  # a pairs link's status: rank 0, cut off from both its ends, never learnt its outcome
+NEVER_JOINED = "never joined"  # a pairs link's status: one end's rank never joined the run (the others went on)
 LINK_KEY = names_with(LINK)  # a pairs link: src_host, dst_host, src_rank, dst_rank
 RUN_COLUMNS = names_with(RUN)
 WARN_COLUMNS = names_with(WARN)

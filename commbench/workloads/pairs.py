@@ -56,6 +56,7 @@ class PairsPlan(RunOptions):
     workload: str = "pairs"
     per_rail: bool = False
     rails: list[str] | None = None  # --rails; None: every rail all hosts have
+    capture: bool = False  # --capture: headers-only packet captures of the suspect links' confirmation round
 
 
 def participants(hosts: list[str], hosts_only: bool) -> list[int]:
