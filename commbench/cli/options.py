@@ -208,9 +208,10 @@ def shared_option(name: str, default, how: Flag):
 
 def run_options(command):
     """The options every measuring command shares (iteration policy, launch, output): RunOptions'
-    flagged fields, and --nproc."""
+    flagged fields that the command takes (by its name, as click names it: the function's), and
+    --nproc."""
     options = []
-    for name, default, how in shared_options():
+    for name, default, how in shared_options(command.__name__.replace("_", "-")):
         options.append(shared_option(name, default, how))
         if name == NPROC_AFTER:
             options.append(shared_option("nproc", None, NPROC))

@@ -9,7 +9,9 @@ fails when the two differ: regenerate with `python -m commbench.core.columns`).
 
 Schema versions: 1 is every file written before the registry (columns were added to it one by
 one, so a version-1 file may lack any but the required ones); 2 is the registry's first: every
-column typed as declared here; 3 adds `group_index`. A column added later says so in `since`, and the version rises.
+column typed as declared here; 3 adds `group_index`; 4 adds sweep's parallel groups (`group_dim`,
+`group_ranks`, `group_hosts`, `concurrent`, `contention`; docs/LAYOUTS.md). A column added later
+says so in `since`, and the version rises.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Roles: what analysis does with a column (names_with(role) gives them, in registry order).
 KEY = "key"  # identifies a point across runs: compare pairs points on it, gate's entries match on part of it
@@ -79,11 +81,29 @@ REGISTRY: tuple[Column, ...] = (
     _c("in_place", _B, "", "always", "in-place (true) or out-of-place (false)", "key gate line"),
     _c("world_size", _I32, "ranks", "always", "ranks", "key gate topology run warn"),
     _c("nnodes", _I32, "hosts", "always", "distinct hosts", "key gate topology"),
-    _c("group_index", _I32, "", "nccl-tests logs of a split run (NCCL_TESTS_SPLIT; null otherwise)",
-       "the rank group a row measured when the ranks ran in several groups at once; `world_size`, `nnodes`, "
-       "`ranks_per_node` and `hosts` are then that group's. An nccl-tests split log prints the results of rank 0's "
-       "group (its `Group` in the Rank lines, the color nccl-tests gave it), busbw taken with that group's size",
-       writers=("nccl-tests",), since=3),
+    _c("group_index", _I32, "", "`sweep --layout`/`--split`, nccl-tests logs of a split run (NCCL_TESTS_SPLIT); "
+       "null otherwise",
+       "the rank group a row measured when the ranks ran in several groups at once; `world_size`, `nnodes` and "
+       "`ranks_per_node` are then that group's, and busbw is taken with its size. sweep: the group's index among "
+       "those of `group_dim`, in Megatron-LM's order (docs/LAYOUTS.md); the per-rank lists (`rank_time_us`, "
+       "`rank_skew_us`, `rank_cpus`, `rank_host`) are indexed by the rank's place in `group_ranks`, and `hosts` "
+       "stays the run's. An nccl-tests split log prints the results of rank 0's group (its `Group` in the Rank "
+       "lines, the color nccl-tests gave it), and `hosts` is that group's",
+       "key", writers=("sweep", "nccl-tests"), since=3),
+    _c("group_dim", _S, "", "`sweep --layout`/`--split` (null otherwise)",
+       "the parallel dimension whose groups ran: `tp`, `cp`, `ep`, `dp`, `pp` (`--group`), or `split` (`--split`); "
+       "part of the point", "key", writers=("sweep",), since=4),
+    _c("group_ranks", _S, "", "as `group_dim`", "the group's ranks, comma-separated, in the group's own order "
+       "(a pipeline's stages in order): `0,2`", writers=("sweep",), since=4),
+    _c("group_hosts", _S, "", "as `group_dim`", "the group's distinct hosts in the order of its ranks, "
+       "comma-separated", writers=("sweep",), since=4),
+    _c("concurrent", _B, "", "as `group_dim`",
+       "true: every group of `group_dim` ran at once; false: this group ran alone, the others idle (`--solo`). "
+       "Part of the point", "key", writers=("sweep",), since=4),
+    _c("contention", _F64, "", "`sweep --solo`, the concurrent rows (null otherwise)",
+       "the group's contention factor at this point and repetition: its median busbw with every group running "
+       "over its median busbw alone (the solo row's), from the same repetition's iterations; below 1: the "
+       "groups slowed each other (docs/LAYOUTS.md, \"The contention factor\")", writers=("sweep",), since=4),
     _c("ranks_per_node", _I32, "ranks", "always", "most ranks on one host", "key topology run warn"),
     _c("backend", _S, "", "always", "`gloo` or `nccl`", "run warn"),
     _c("device", _S, "", "always", "`cpu` or `cuda`"),
@@ -214,7 +234,7 @@ REGISTRY: tuple[Column, ...] = (
        "the algorithm (`Ring`, `Tree`, `NVLS`, `CollNetDirect`, ...) NCCL chose for the point's collective and "
        "size (docs/NCCL_TESTS.md)"),
     _c("nccl_proto", _S, "", "as `nccl_algo`", "the protocol (`LL`, `LL128`, `Simple`) NCCL chose"),
-    _c("schema_version", _I32, "", "always", "the version of this table a file follows (the registry's, now 3)",
+    _c("schema_version", _I32, "", "always", "the version of this table a file follows (the registry's, now 4)",
        "run required"),
 )
 

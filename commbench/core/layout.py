@@ -344,3 +344,49 @@ def parse_split_mask(text: str) -> Split:
     if not read:
         raise BadInput(f"split mask {text!r} is not a hex number (nccl-tests would not split at all): e.g. 0x7")
     return Split("AND", value, text)
+
+
+# ---- a sweep's groups, from its options ------------------------------------------------------------
+
+SPLIT = "split"  # group_dim of --split's groups: nccl-tests' colors, no parallel dimension
+
+
+def split_work(text: str, collectives: Iterable[str], world: int) -> tuple[GroupWork, ...]:
+    """--split's groups (nccl-tests' colors, ascending), each running every collective of the run in
+    turn, all groups at once; every group needs MIN_GROUP ranks."""
+    groups = tuple(parse_split(text).groups(world).values())
+    small = next((g for g in groups if len(g) < MIN_GROUP), None)
+    if small is not None:
+        raise BadInput(f"--split {text!r} on {world} ranks leaves rank {small[0]} in a group of its own, too few "
+                       f"for a collective (it needs {MIN_GROUP} or more): use a split whose every color holds "
+                       f"{MIN_GROUP} or more ranks, e.g. --split 'MOD 2'")
+    return tuple(GroupWork(SPLIT, c, groups) for c in collectives)
+
+
+def group_work(world: int, collectives: Iterable[str], layout: str | None = None, order: str | None = None,
+               group: str | None = None, split: str | None = None, solo: bool = False) -> tuple[GroupWork, ...]:
+    """What sweep's --layout/--order/--group/--split/--solo ask for on `world` ranks: () for a plain
+    sweep; BadInput for options that need another, or contradict each other."""
+    if layout is not None and split is not None:
+        raise BadInput("--layout and --split both cut the ranks into groups: give one of them")
+    if layout is None:
+        lone = next((name for name, v in (("--order", order), ("--group", group)) if v is not None), None)
+        if lone is not None:
+            raise BadInput(f"{lone} needs --layout: add e.g. {_EXAMPLE} --group dp")
+        if split is None:
+            if solo:
+                raise BadInput(f"--solo measures groups alone, and there are none: add e.g. {_EXAMPLE} --group dp, "
+                               "or --split 'MOD 2'")
+            return ()
+        return split_work(split, collectives, world)
+    cut = parse_layout(layout, world, order)
+    return parse_groups(group if group is not None else _default_group(cut), cut)
+
+
+def _default_group(layout: Layout) -> str:
+    """dp when it has MIN_GROUP ranks or more, else the first such dimension of the order."""
+    dims = [d for d in layout.order if layout.size(d) >= MIN_GROUP]
+    if not dims:
+        raise BadInput(f"--layout {layout.text()} has no dimension of {MIN_GROUP} or more ranks, so no group to "
+                       f"run: give one dimension more ranks, e.g. {_EXAMPLE}")
+    return "dp" if "dp" in dims else dims[0]

@@ -48,6 +48,12 @@ class Flag:
     choices: tuple[str, ...] = ()
     most: int | None = None
     show_default: bool = True
+    # The commands that take it (cli/options.py run_options, by the command's name); () every
+    # measuring command. --layout and its kin are sweep's until buckets and zero run in groups.
+    commands: tuple[str, ...] = ()
+
+    def taken_by(self, command: str) -> bool:
+        return not self.commands or command in self.commands
 
 
 def flag(default: Any, *names: str, kind: str, **how: Any) -> Any:
@@ -103,6 +109,24 @@ class RunOptions:
                          help="Live progress bar on rank 0: auto (only on a terminal that no launcher such as "
                               "mpirun, srun or torchrun handed out, not with TERM=dumb or CI set), on (whenever "
                               "stdout is a terminal), off (plain lines).")
+    # --layout and its kin (core/layout.py; docs/LAYOUTS.md): the ranks cut into parallel groups, every
+    # group of the chosen dimensions running at once
+    layout: str | None = flag(None, "--layout", kind="text", most=200, show_default=False, commands=("sweep",),
+                              help="Cut the ranks into parallel groups, e.g. tp=2,pp=2,dp=auto (tp, cp, ep, dp, "
+                                   "pp; Megatron-LM's order, tp fastest): every group of the --group dimensions "
+                                   "runs at once, each its own row (docs/LAYOUTS.md).")
+    order: str | None = flag(None, "--order", kind="text", most=200, show_default=False, commands=("sweep",),
+                             help="The rank order of --layout, fastest first [default: tp-cp-ep-dp-pp].")
+    group: str | None = flag(None, "--group", kind="text", most=200, show_default=False, commands=("sweep",),
+                             help="With --layout: the dimensions whose groups run, each with its collective, e.g. "
+                                  "dp or dp:all_reduce,tp:all_gather [default: dp; tp/dp all_reduce, cp "
+                                  "all_gather, ep all_to_all, pp send/recv between neighbouring stages].")
+    split: str | None = flag(None, "--split", kind="text", most=200, show_default=False, commands=("sweep",),
+                             help="nccl-tests' NCCL_TESTS_SPLIT: groups of ranks by color, e.g. 'MOD 2', "
+                                  "'AND 0x7', 'DIV 8'; every group runs --collective at once.")
+    solo: bool = flag(False, "--solo/--no-solo", kind="switch", commands=("sweep",),
+                      help="With --layout or --split: also measure each group alone (A B B A), and give each "
+                           "group's contention factor (concurrent / solo busbw).")
     run_id: str = ""
     workload: str = "sweep"
     # --cuda-graph (sweep; as nccl-tests -G): calls per captured CUDA graph, each replay one sample; 0: plain loop
@@ -120,9 +144,11 @@ class RunOptions:
         return cls(**json.loads(text))
 
 
-def shared_options() -> list[tuple[str, Any, Flag]]:
-    """(field name, default, Flag) of every shared command-line option, in the help's order."""
-    return [(f.name, f.default, f.metadata[FLAG]) for f in dataclasses.fields(RunOptions) if FLAG in f.metadata]
+def shared_options(command: str | None = None) -> list[tuple[str, Any, Flag]]:
+    """(field name, default, Flag) of every shared command-line option (those `command` takes),
+    in the help's order."""
+    return [(f.name, f.default, f.metadata[FLAG]) for f in dataclasses.fields(RunOptions)
+            if FLAG in f.metadata and (command is None or f.metadata[FLAG].taken_by(command))]
 
 
 def child_flags(run: dict[str, Any], leave: tuple[str, ...] = ()) -> list[str]:

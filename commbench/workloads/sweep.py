@@ -3,13 +3,14 @@ as the nccl-tests table."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
 
 from commbench.harness import faults
 from commbench.core.vocab import Layout, check_backend_support
-from commbench.harness.collectives import CallArgs, Collective
+from commbench.harness.collectives import BY_NAME, CallArgs, Collective
 from commbench.harness.console import Cell, format_row, placement_header, precision_mark, repetition_text
 from commbench.harness.data import allocate, count_wrong, fill
 from commbench.harness.dtypes import DType, get_dtype
@@ -17,7 +18,10 @@ from commbench.core.launch import RankEnv
 from commbench.harness.memory import check_fits
 from commbench.core import wire
 from commbench.core.units import format_size
+from commbench.core.errors import BadInput
+from commbench.core.layout import GroupWork, group_work
 from commbench.harness.plan import Point, SweepPlan, validate
+from commbench.workloads import groupsweep
 from commbench.harness.runner import Measurement, Session
 
 
@@ -47,7 +51,16 @@ class SweepWorkload:
     plan: SweepPlan
 
     def validate(self, world: int) -> None:
-        validate(self.plan, world)
+        works = self.works(world)
+        if not works:
+            validate(self.plan, world)
+        for work in works:
+            _check_work(self.plan, work)
+
+    def works(self, world: int) -> tuple[GroupWork, ...]:
+        """--layout/--split's groups (core/layout.py); () for a plain sweep."""
+        p = self.plan
+        return _works(world, tuple(p.collectives), p.layout, p.order, p.group, p.split, p.solo)
 
     def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
         reduces = any(c.reduces for c in self.plan.entries())
@@ -55,6 +68,8 @@ class SweepWorkload:
         check_fits(self.plan, env.world_size, env.local_world_size, device)
 
     def total_points(self, world: int) -> int:
+        if self.works(world):
+            return groupsweep.total_points(self.plan, self.works(world))
         return sum(len(pts) for c in self.plan.entries() for _, pts in self.plan.points(c, world))
 
     def run(self, session: Session, repetitions: range) -> bool:
@@ -62,6 +77,8 @@ class SweepWorkload:
 
     def _grid(self, session: Session, repetitions: range, extra: dict) -> bool:
         plan, rank, world = self.plan, session.rank, session.world
+        if self.works(world):
+            return groupsweep.run_groups(session, plan, self.works(world), repetitions, extra)
         dtype = get_dtype(plan.dtype)
         work = [(c, plan.points(c, world, rank)) for c in plan.entries()]
         reporter = session.reporter
@@ -98,3 +115,23 @@ class SweepWorkload:
                                   + precision_mark(records, plan) + marks)
                 reporter.line(f"# Collective test concluded: {collective.name}")
         return any_wrong
+
+
+_works = functools.lru_cache(maxsize=8)(group_work)  # asked for by every step of a run, on every rank
+
+
+def _check_work(plan: SweepPlan, work: GroupWork) -> None:
+    """What a group of the work needs: a placement of its collective, a size that is not empty at
+    its group size, its root among its ranks."""
+    collective = BY_NAME[work.collective]
+    smallest = min(len(g) for g in work.groups)
+    where = f"{work.dim} groups" if work.dim != "split" else "--split's groups"
+    if not plan.placements_for(collective):
+        raise BadInput(f"{collective.name} ({where}) cannot run with placement {plan.placement!r}: use --placement "
+                       f"{collective.placements[0]} or both")
+    if collective.rooted and plan.root >= smallest:
+        raise BadInput(f"--root {plan.root} is not a rank of every one of the {where} ({smallest} ranks): the root "
+                       f"of a group is its place in the group; pick one below {smallest}")
+    if not groupsweep.kept_sizes(plan, collective, {len(g) for g in work.groups}):
+        raise BadInput(f"every size rounds to 0 elements for {collective.name} in {where} of {smallest} ranks: "
+                       "raise --max-bytes")

@@ -16,8 +16,11 @@ def test_every_measuring_command_takes_every_shared_option_with_its_default():
     assert {"warmup", "iters", "time_budget", "precision", "timeout", "backend", "out", "label"} <= set(shared)
     for command in (sweep, buckets, pairs, zero, tune):
         params = {p.name: p.default for p in command.params}
-        assert {name: params.get(name) for name in shared} == shared, command.name
+        own = {name: default for name, default, _ in shared_options(command.name)}
+        assert {name: params.get(name) for name in own} == own, command.name
+        assert not (set(shared) - set(own)) & set(params), command.name  # another command's option: not here
         assert "nproc" in params
+    assert {"layout", "group", "solo"} <= set(p.name for p in sweep.params) - set(p.name for p in pairs.params)
 
 
 def test_a_child_runs_flags_read_back_as_the_same_options():

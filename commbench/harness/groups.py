@@ -1,0 +1,169 @@
+"""Parallel groups on every rank (`sweep --layout`/`--split`, docs/LAYOUTS.md): a process group for
+every group of the chosen dimensions, each rank's group running its collective while every other
+group runs its own (the concurrent pass), and with --solo each group alone in turn, the others
+idle (A B B A); rank 0 gets every group's times in one gather a point.
+
+The timing loop is the harness's own (Session.time_call) on the rank's group: the per-iteration
+maximum and the per-rank columns are the group's, busbw is taken with the group's size. The groups
+of a pass start together (a barrier of the world), and each fills --time-budget (or runs -n
+iterations) rather than stopping at --precision: a group that stopped early would leave the others
+running alone, and the pass would no longer be concurrent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from commbench.core.layout import GroupWork
+from commbench.harness.collectives import Buffers, CallArgs, Collective
+from commbench.harness.data import count_wrong, fill
+from commbench.harness.runner import Session, Timing
+
+
+@dataclass(frozen=True)
+class RankGroup:
+    """This rank's group of one GroupWork: its index among the work's groups, its ranks (global, in
+    the group's order), its process group and this rank's place in it."""
+
+    work: GroupWork
+    index: int
+    ranks: tuple[int, ...]
+    pg: Any  # torch's ProcessGroup
+    local: int
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+def build(works: Sequence[GroupWork], rank: int) -> list[RankGroup]:
+    """Every group's process group, made on every rank in the same order (torch requires it, member
+    or not); this rank's group of each work, in the works' order. Every work's groups cover every
+    rank once (a layout's dimension, a split's colors), so each rank has one of each."""
+    made: dict[tuple[int, ...], Any] = {}
+    mine: list[RankGroup] = []
+    for work in works:
+        for index, ranks in enumerate(work.groups):
+            if ranks not in made:
+                made[ranks] = dist.new_group(list(ranks))
+            if rank in ranks:
+                mine.append(RankGroup(work, index, ranks, made[ranks], ranks.index(rank)))
+    return mine
+
+
+def group_session(session: Session, group: RankGroup) -> Session:
+    """`session` measuring on `group`: its loop's maxima and gathers over the group only, no counter
+    gathers (their probe spans the world), and no early stop at --precision (see above)."""
+    plan = dataclasses.replace(session.ctx.plan, precision=0.0)
+    return dataclasses.replace(session, ctx=dataclasses.replace(session.ctx, plan=plan), group=group.pg,
+                               wire=None, ops=None, warmup_done=None)
+
+
+def check_args(group: RankGroup, root: int, op: str | None) -> CallArgs:
+    """The collective's arguments in the group's own numbering: the inputs and the #wrong check are
+    those of a run of the group's size (nccl-tests' split runs)."""
+    return CallArgs(group.local, group.size, root, op, group.pg)
+
+
+def bind(collective: Collective, bufs: Buffers, group: RankGroup, args: CallArgs) -> Callable[[], None]:
+    """The call one iteration makes. torch names a root and a peer by its global rank, so the
+    rooted collectives get the group's root there, and send/recv its own peers: a pipeline's stage
+    sends to the next and receives from the one before (neighbouring stages, no wrap), other groups
+    pass a ring as nccl-tests' sendrecv does."""
+    if collective.name == "sendrecv":
+        return _p2p(bufs, group)
+    if collective.rooted:
+        return collective.bind(bufs, dataclasses.replace(args, root=group.ranks[args.root]))
+    return collective.bind(bufs, args)
+
+
+def chain(group: RankGroup) -> bool:
+    return group.work.dim == "pp"
+
+
+def _p2p(bufs: Buffers, group: RankGroup) -> Callable[[], None]:
+    i, n, ranks = group.local, group.size, group.ranks
+    last = chain(group)
+    to = ranks[i + 1] if i + 1 < n else (None if last else ranks[0])
+    frm = ranks[i - 1] if i > 0 else (None if last else ranks[-1])
+    ops = ([dist.P2POp(dist.isend, bufs.send, to, group=group.pg)] if to is not None else []) + (
+        [dist.P2POp(dist.irecv, bufs.recv, frm, group=group.pg)] if frm is not None else [])
+
+    def step() -> None:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+    return step
+
+
+def wrong_in_group(sub: Session, collective: Collective, layout, bufs: Buffers, group: RankGroup,
+                   args: CallArgs, dtype, in_place: bool, call: Callable[[], None]) -> int:
+    """nccl-tests' #wrong over the group's ranks: the inputs again, one call, each rank's output
+    checked (a pipeline's first stage receives nothing), summed over the group."""
+    fill(bufs, args, dtype, in_place)
+    call()
+    if sub.device.type == "cuda":
+        torch.cuda.synchronize(sub.device)
+    first_stage = collective.name == "sendrecv" and chain(group) and group.local == 0
+    own = 0 if first_stage else count_wrong(collective, layout, bufs, args, dtype)
+    return sub.sum_over_ranks(own)
+
+
+@dataclass
+class Passes:
+    """One group's passes of one kind at one point: iteration times (the group's max over its
+    ranks, s) in pass order, and each pass's per-rank medians (index = place in the group)."""
+
+    samples_s: list[float] = dataclasses.field(default_factory=list)
+    iters: int = 0
+    warmup: int | None = None
+    rank_time_s: list[list[float]] = dataclasses.field(default_factory=list)
+    rank_skew_s: list[list[float]] = dataclasses.field(default_factory=list)
+
+    def add(self, timing: Timing, warmup: int | None) -> None:
+        self.samples_s += timing.samples_s
+        self.iters += timing.iters
+        self.warmup = warmup if self.warmup is None else self.warmup
+        self.rank_time_s.append(timing.ranks.time_s)
+        if timing.ranks.skew_s is not None:
+            self.rank_skew_s.append(timing.ranks.skew_s)
+
+
+def concurrent_pass(session: Session, sub: Session, call: Callable[[], None], label: str, into: Passes) -> None:
+    """Every group at once: one barrier of the world, then each its own timing loop."""
+    dist.barrier(group=_world(session))
+    into.add(sub.time_call(call, f"{label} (every group at once)"), sub.warmup_done)
+
+
+def solo_pass(session: Session, sub: Session, group: RankGroup, call: Callable[[], None], label: str,
+              into: Passes) -> None:
+    """Each group alone, in index order: its ranks time while the others wait in a barrier of the
+    world, which lets the next group start once this one is done."""
+    for index in range(len(group.work.groups)):
+        if index == group.index:
+            into.add(sub.time_call(call, f"{label} (group {index} alone)"), sub.warmup_done)
+        dist.barrier(group=_world(session))
+
+
+def gather_passes(session: Session, group: RankGroup, mine: dict[bool, Passes], wrong: int | None
+                  ) -> list[dict] | None:
+    """Rank 0: every group's passes ({index, wrong, passes: {concurrent: Passes}}, in index order),
+    from each group's first rank, in one gather over the world; None elsewhere."""
+    item = {"index": group.index, "wrong": wrong, "passes": mine} if group.local == 0 else None
+    everyone: list[dict | None] = [None] * dist.get_world_size(_world(session))
+    dist.all_gather_object(everyone, item, group=_world(session))
+    if session.rank != 0:
+        return None
+    return sorted((e for e in everyone if e is not None), key=lambda e: e["index"])
+
+
+def _world(session: Session) -> Any:
+    """The group every rank is in: the session's (None: the default one; a fresh one per --env/--mtu
+    setting)."""
+    return session.group

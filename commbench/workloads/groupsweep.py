@@ -1,0 +1,203 @@
+"""The size sweep in parallel groups (`sweep --layout`/`--split`, docs/LAYOUTS.md): at every size,
+every group of a dimension runs its collective at once (harness/groups.py), with --solo each group
+alone too (A B B A); a row per group and kind of pass, and a live line per point naming the slowest
+group, the groups' aggregate bytes a second and, with --solo, its contention factor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+from commbench.core import stragglers
+from commbench.core.contention import Contention, aggregate_bps, contention
+from commbench.core.layout import GroupWork
+from commbench.core.units import format_size
+from commbench.harness import groups as grouping
+from commbench.harness.collectives import BY_NAME, Collective
+from commbench.harness.data import allocate, fill
+from commbench.harness.dtypes import DType, get_dtype
+from commbench.harness.groups import Passes, RankGroup
+from commbench.harness.plan import SweepPlan
+from commbench.harness.runner import Measurement, RankTimes, Session
+
+_HEAD = (f"#{'size':>11s} {'count':>11s} {'type':>8s} {'redop':>6s} {'place':>5s}  {'slowest group':<22s} "
+         f"{'time':>9s} {'busbw':>7s}  {'median':>7s}  {'aggregate':>9s}")
+_UNITS = f"#{'(B)':>11s} {'(elements)':>11s} {'':>8s} {'':>6s} {'':>5s}  {'':<22s} {'(us)':>9s} {'(GB/s)':>7s}  " \
+         f"{'(GB/s)':>7s}  {'(GB/s)':>9s}"
+
+
+def kept_sizes(plan: SweepPlan, collective: Collective, sizes: Iterable[int]) -> list[int]:
+    """The requested sizes every group measures, in lockstep: those that round to a new, non-empty
+    point (plan.points' rule) for every group size of the work (a split's colors may differ)."""
+    itemsize = get_dtype(plan.dtype).itemsize
+    seen: dict[int, set[int]] = {n: set() for n in sizes}
+    kept = []
+    for requested in plan.sizes:
+        lays = {n: collective.for_size(requested, itemsize, n, 0) for n in seen}
+        if all(lay.send_numel and lay.recv_numel and lay.size_bytes(itemsize) not in seen[n]
+               for n, lay in lays.items()):
+            kept.append(requested)
+            for n, lay in lays.items():
+                seen[n].add(lay.size_bytes(itemsize))
+    return kept
+
+
+def total_points(plan: SweepPlan, works: Sequence[GroupWork]) -> int:
+    return sum(len(kept_sizes(plan, BY_NAME[w.collective], {len(g) for g in w.groups}))
+               * len(plan.placements_for(BY_NAME[w.collective])) for w in works)
+
+
+def run_groups(session: Session, plan: SweepPlan, works: Sequence[GroupWork], repetitions: range,
+               extra: dict) -> bool:
+    """Every work's sizes, repetition after repetition; True if any output was wrong."""
+    mine = grouping.build(works, session.rank)
+    any_wrong = False
+    for repetition in repetitions:
+        for group in mine:
+            any_wrong = _work(session, plan, group, repetition, extra) or any_wrong
+    if session.writer is not None:
+        for line in group_straggler_lines(session.writer.rows, session):
+            session.reporter.line(line)
+    return any_wrong
+
+
+def _work(session: Session, plan: SweepPlan, group: RankGroup, repetition: int, extra: dict) -> bool:
+    work, collective, dtype = group.work, BY_NAME[group.work.collective], get_dtype(plan.dtype)
+    for line in header_lines(work, plan, repetition):
+        session.reporter.line(line)
+    sub = grouping.group_session(session, group)
+    any_wrong = False
+    for requested in kept_sizes(plan, collective, {len(g) for g in work.groups}):
+        for in_place in plan.placements_for(collective):
+            any_wrong = _point(session, sub, plan, group, collective, dtype, requested, in_place,
+                               repetition, extra) or any_wrong
+    session.reporter.line(f"# Groups concluded: {work.dim} {work.collective}")
+    return any_wrong
+
+
+def header_lines(work: GroupWork, plan: SweepPlan, repetition: int) -> list[str]:
+    sizes = sorted({len(g) for g in work.groups})
+    shown = " ".join(f"{i}:[{','.join(map(str, g))}]" for i, g in enumerate(work.groups))
+    solo = "; with each alone too (--solo: A B B A)" if plan.solo else ""
+    rep = f"  (repetition {repetition + 1} of {plan.repetitions})" if plan.repetitions > 1 else ""
+    count = f"{len(work.groups)} groups" if len(work.groups) > 1 else "1 group"
+    return [f"# Groups starting: {work.dim} {work.collective}, {count} of "
+            f"{'/'.join(map(str, sizes))} ranks at once{solo}{rep}", f"#   {shown}", _HEAD, _UNITS]
+
+
+def _point(session: Session, sub: Session, plan: SweepPlan, group: RankGroup, collective: Collective, dtype: DType,
+           requested: int, in_place: bool, repetition: int, extra: dict) -> bool:
+    """One point: the passes, the #wrong check, every group's rows and the live line on rank 0."""
+    layout = collective.for_size(requested, dtype.itemsize, group.size, group.local)
+    bufs = allocate(collective, layout, dtype, in_place, session.device)
+    args = grouping.check_args(group, plan.root, plan.op if collective.reduces else None)
+    fill(bufs, args, dtype, in_place)
+    call = grouping.bind(collective, bufs, group, args)
+    label = f"{group.work.dim} {collective.name} {format_size(layout.size_bytes(dtype.itemsize))}"
+    passes = {True: Passes(), False: Passes()}
+    grouping.concurrent_pass(session, sub, call, label, passes[True])
+    if plan.solo:  # A B B A: drift over the point's time falls on both kinds alike
+        grouping.solo_pass(session, sub, group, call, label, passes[False])
+        grouping.solo_pass(session, sub, group, call, label, passes[False])
+        grouping.concurrent_pass(session, sub, call, label, passes[True])
+    wrong = (grouping.wrong_in_group(sub, collective, layout, bufs, group, args, dtype, in_place, call)
+             if plan.check else None)
+    results = grouping.gather_passes(session, group, passes, wrong)
+    session.reporter.advance(f"{label}")
+    if results is None:
+        return bool(wrong)
+    rows = point_rows(session, plan, group.work, collective, dtype, requested, in_place, results, repetition, extra)
+    session.write(rows)
+    session.reporter.line(point_line(rows, dtype, plan))
+    return any(r["wrong"] for r in rows)
+
+
+def point_rows(session: Session, plan: SweepPlan, work: GroupWork, collective: Collective, dtype: DType,
+               requested: int, in_place: bool, results: list[dict], repetition: int, extra: dict) -> list[dict]:
+    """Rank 0: a row per group and kind of pass; the concurrent row carries the contention factor."""
+    rows = []
+    for e in results:
+        ranks = work.groups[e["index"]]
+        lay = collective.for_size(requested, dtype.itemsize, len(ranks), 0)
+        passes: dict[bool, Passes] = e["passes"]
+        factor = (contention(passes[True].samples_s, passes[False].samples_s).factor
+                  if passes[False].samples_s else None)
+        for concurrent in (True, False):
+            p = passes[concurrent]
+            if not p.samples_s:
+                continue
+            m = Measurement(p.samples_s, p.iters, e["wrong"], _rank_times(p, collective), None)
+            row = session.record(collective=collective.name, dtype=dtype.name,
+                                 op=plan.op if collective.reduces else None,
+                                 root=plan.root if collective.rooted else -1, size_bytes=lay.size_bytes(dtype.itemsize),
+                                 count=lay.count, in_place=in_place, busbw_factor=collective.busbw_factor(len(ranks)),
+                                 m=m, repetition=repetition, **extra)
+            row.update(group_columns(session, work, e["index"], concurrent, factor if concurrent else None),
+                       warmup=p.warmup)
+            rows.append(row)
+    return rows
+
+
+def _rank_times(p: Passes, collective: Collective) -> RankTimes:
+    """Each rank's own median over the passes of a kind: the passes' mean (each its own loop)."""
+    def mean(lists: list[list[float]]) -> list[float]:
+        return [sum(v) / len(v) for v in zip(*lists)]
+
+    skew = mean(p.rank_skew_s) if collective.exits_together and p.rank_skew_s else None
+    return RankTimes(mean(p.rank_time_s), skew)
+
+
+def group_columns(session: Session, work: GroupWork, index: int, concurrent: bool, factor: float | None) -> dict:
+    """The columns a group's row holds instead of the world's: its size and hosts, the per-rank lists
+    by place in the group (docs/RESULTS.md, group_index)."""
+    ctx, ranks = session.ctx, work.groups[index]
+    host_of = [ctx.hosts[ctx.rank_host[r]] for r in ranks] if ctx.rank_host else []
+    hosts = list(dict.fromkeys(host_of))
+    return {"world_size": len(ranks), "nnodes": len(hosts) or None,
+            "ranks_per_node": max((host_of.count(h) for h in hosts), default=None),
+            "rank_cpus": [ctx.rank_cpus[r] for r in ranks] if ctx.rank_cpus else None,
+            "rank_host": [ctx.rank_host[r] for r in ranks] if ctx.rank_host else None,
+            "group_dim": work.dim, "group_index": index, "group_ranks": ",".join(map(str, ranks)),
+            "group_hosts": ",".join(hosts), "concurrent": concurrent, "contention": factor}
+
+
+def point_line(rows: list[dict], dtype: DType, plan: SweepPlan) -> str:
+    """The live line of a point: its slowest group (lowest busbw) while all ran at once, that
+    group's time and busbw, the groups' median busbw, what they moved together a second and, with
+    --solo, the slowest group's contention factor."""
+    concurrent = [r for r in rows if r["concurrent"]]
+    slow = min(concurrent, key=lambda r: r["busbw_GBps"])
+    median = sorted(r["busbw_GBps"] for r in concurrent)[len(concurrent) // 2]
+    total = aggregate_bps(slow["size_bytes"], [r["time_us"] * 1e-6 for r in concurrent]) / 1e9
+    name = f"{slow['group_dim']}{slow['group_index']} [{slow['group_ranks']}]"
+    line = (f" {slow['size_bytes']:>11d} {slow['count']:>11d} {dtype.nccl_name:>8s} {slow['op'] or 'none':>6s} "
+            f"{'in' if slow['in_place'] else 'out':>5s}  {name:<22s} {slow['time_us']:9.1f} "
+            f"{slow['busbw_GBps']:7.3f}  {median:7.3f}  {total:9.3f}")
+    if any(r["wrong"] for r in rows):
+        line += f"  #wrong {sum(r['wrong'] for r in concurrent)}"
+    solo = next((r for r in rows if not r["concurrent"] and r["group_index"] == slow["group_index"]), None)
+    if solo is not None:
+        line += "  " + contention_of(slow, solo).text()
+    return line
+
+
+def contention_of(concurrent: dict, solo: dict) -> Contention:
+    return contention([t * 1e-6 for t in concurrent["samples_us"]], [t * 1e-6 for t in solo["samples_us"]])
+
+
+def group_straggler_lines(rows: list[dict], session: Session) -> list[str]:
+    """Per group: its late ranks and hosts (core/stragglers.py) over its concurrent rows, named by
+    their global ranks."""
+    ctx, lines = session.ctx, list[str]()
+    if not ctx.rank_host:
+        return lines
+    keys = dict.fromkeys((r["group_dim"], r["group_index"], r["group_ranks"]) for r in rows if r.get("group_dim"))
+    for dim, index, text in keys:
+        ranks = [int(r) for r in text.split(",")]
+        mine = [r for r in rows if r.get("group_dim") == dim and r["group_index"] == index and r["concurrent"]]
+        for f in stragglers.findings(mine, [ctx.hosts[ctx.rank_host[r]] for r in ranks]):
+            f = (dataclasses.replace(f, rank=ranks[f.rank]) if isinstance(f, stragglers.Straggler)
+                 else dataclasses.replace(f, ranks=tuple(ranks[r] for r in f.ranks)))
+            lines.append(f"# {dim} group {index} [{text}]: {f.text()}")
+    return lines

@@ -1,0 +1,92 @@
+"""sweep --layout/--group/--split/--solo (issue #38; docs/LAYOUTS.md): every group of a dimension at
+once on real gloo ranks, a row per group and kind of pass, the live line naming the slowest group
+and the contention factor; bad input in one line, exit 2; the contention statistics alone."""
+
+from __future__ import annotations
+
+import glob
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import cb, clean_env
+
+from commbench.cli.app import main
+from commbench.core.contention import aggregate_bps, contention
+from commbench.core.layout import group_work
+
+POINT = ("sweep", "--nproc", "4", "--backend", "gloo", "-b", "64K", "-e", "64K", "-n", "3", "-w", "1",
+         "--progress", "off", "--bind", "none")
+
+
+def _rows(out) -> pd.DataFrame:
+    return pd.read_parquet(glob.glob(str(out / "*.parquet"))[0])
+
+
+def test_every_dp_and_tp_group_at_once_and_alone(tmp_path):
+    proc = cb(*POINT, "--layout", "tp=2,dp=2", "--group", "dp,tp", "--solo", "--out", str(tmp_path),
+              env=clean_env(), timeout=120, check=True)
+    rows = _rows(tmp_path)
+    groups = {(r.group_dim, r.group_index, r.group_ranks) for r in rows.itertuples()}
+    # Megatron's order, tp fastest: tp groups are neighbours, dp groups one tp apart
+    assert groups == {("dp", 0, "0,2"), ("dp", 1, "1,3"), ("tp", 0, "0,1"), ("tp", 1, "2,3")}
+    assert sorted(rows.groupby(["group_dim", "group_index"]).concurrent.apply(sorted).map(tuple)) == [
+        (False, True)] * 4
+    assert (rows.world_size == 2).all() and (rows.wrong == 0).all() and (rows.iters == 6).all()
+    assert rows.rank_time_us.map(len).eq(2).all()
+    assert rows[rows.concurrent].contention.between(0, 100).all() and rows[~rows.concurrent].contention.isna().all()
+    lines = [line for line in proc.stdout.splitlines() if "contention" in line]
+    assert len(lines) == 2 and all(" [" in line and "Mann-Whitney p=" in line for line in lines), proc.stdout
+    assert "Groups starting: dp all_reduce, 2 groups of 2 ranks at once" in proc.stdout
+
+
+def test_pipeline_stages_send_to_their_neighbours(tmp_path):
+    proc = cb(*POINT, "--layout", "pp=2,dp=2", "--group", "pp", "--out", str(tmp_path), env=clean_env(),
+              timeout=120, check=True)
+    rows = _rows(tmp_path)
+    assert list(rows.group_ranks) == ["0,2", "1,3"] and (rows.collective == "sendrecv").all()
+    assert (rows.wrong == 0).all() and rows.concurrent.all() and rows.contention.isna().all()
+    assert "pp sendrecv, 2 groups of 2 ranks at once" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layout", "tp=3"], "tp=3 = 3 ranks, but the world size is 4"),
+    (["--layout", "xx=4"], "unknown dimension 'xx' in --layout"),
+    (["--layout", "tp=2,dp=2", "--group", "pp"], "--group names pp, which --layout tp=2,dp=2 does not have"),
+    (["--layout", "tp=4,dp=1", "--group", "dp"], "too few for all_reduce"),
+    (["--split", "DIV 3"], "leaves rank 3 in a group of its own"),
+    (["--split", "MOD 0"], "divides by 0"),
+    (["--group", "dp"], "--group needs --layout"),
+    (["--solo"], "--solo measures groups alone, and there are none"),
+    (["--layout", "tp=2,dp=2", "--split", "MOD 2"], "give one of them"),
+    (["--layout", "tp=2,dp=2", "--group", "dp:broadcast", "-r", "2"], "pick one below 2"),
+])
+def test_bad_layouts_are_one_line_exit_2(tmp_path, capsys, monkeypatch, args, message):
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", "--nproc", "4", "--backend", "gloo", "--out", str(tmp_path), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_split_groups_run_the_sweeps_collectives():
+    works = group_work(4, ["all_reduce", "all_gather"], split="AND 0x1")
+    assert [(w.dim, w.collective, w.groups) for w in works] == [
+        ("split", "all_reduce", ((0, 2), (1, 3))), ("split", "all_gather", ((0, 2), (1, 3)))]
+    assert group_work(4, ["all_reduce"]) == ()
+    assert group_work(8, ["all_reduce"], "tp=2,pp=2,dp=auto")[0].groups == ((0, 2), (1, 3), (4, 6), (5, 7))
+
+
+def test_contention_factor_its_interval_and_verdict():
+    rng = np.random.default_rng(1)
+    solo = 1e-3 * (1 + 0.02 * rng.random(50))
+    slowed = contention(2 * solo, solo)  # every group at once: twice the time, half the busbw
+    assert slowed.factor == pytest.approx(0.5, rel=0.05) and slowed.verdict == "contended"
+    assert slowed.low is not None and slowed.high is not None and slowed.low < slowed.factor < slowed.high
+    assert slowed.p_value < 1e-6 and "contention 0.50 [" in slowed.text()
+    same = contention(solo[::-1], solo)
+    assert same.verdict == "unchanged" and same.factor == pytest.approx(1)
+    few = contention([2e-3, 2.1e-3], [1e-3, 1.1e-3])  # too few iterations for an interval or a verdict
+    assert few.low is None and few.verdict == "inconclusive"
+    assert aggregate_bps(1000, [1e-3, 2e-3]) == pytest.approx(1.5e6)
