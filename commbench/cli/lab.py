@@ -128,14 +128,18 @@ def rsh(args) -> int:
 
 @lab.command(context_settings={"ignore_unknown_options": True})
 @click.option("--port", type=int, default=29400, show_default=True, help="Rendezvous port on the first host.")
+@click.option("--ranks-per-host", "per_host", default=1, show_default=True,
+              type=Number(int, 1, 64, rule="is outside 1..64", example="2"),
+              help="Ranks on every host, numbered block-wise (host 1: ranks 0..N-1), each with its LOCAL_RANK; "
+                   "with `lab up --rails N`, `--iface eth0,eth1` of the command puts local rank i on rail i.")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
-def run(port, argv) -> int:
-    """Run a command on every host, one rank each: commbench lab run -- commbench sweep."""
+def run(port, per_host, argv) -> int:
+    """Run a command on every host, one rank each (or --ranks-per-host N): commbench lab run -- commbench sweep."""
     from commbench.lab import run as labrun
 
     labrun.check_port(port)  # before the lab (or root) is looked at: 0 would hang, 70000 fail later
     labstate.require_root()
-    return labrun.run_everywhere(labstate.require_state(), list(argv), port)
+    return labrun.run_everywhere(labstate.require_state(), list(argv), port, per_host)
 
 
 @lab.command()

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import NoReturn
 
+from commbench.core import ifaces
 from commbench.core.errors import BadInput
 
 
@@ -56,6 +57,31 @@ def _check_iface(backend: str) -> None:
         what = ("is not an interface" if missing == [value]
                 else f"names {', '.join(map(_shown, missing))}, which is not an interface")
         raise BadInput(f"{label} {what} with an address on {socket.gethostname()} (have: {have}): {fix}")
+
+
+def _iface_list(value: str | None) -> bool:
+    return bool(value) and "," in str(value)
+
+
+def _own_iface(value: str | None, backend: str, env, told: bool | None = True) -> None:
+    """This rank's interface of an --iface list (core/ifaces.py: local rank i the i-th) in its own
+    environment, before its process group: GLOO/NCCL_SOCKET_IFNAME (set to the whole list while
+    the options were read), and with NCCL the HCA behind it. One name: as the options set it.
+    `told`: whether the launcher named the local ranks (None: ask its environment)."""
+    if not _iface_list(value):
+        return
+    from commbench.net.netinfo import SYSFS, rdma_ports
+
+    told = ifaces.local_ranks_told(os.environ) if told is None else told
+    chosen = ifaces.for_rank(str(value), env.local_rank, env.local_world_size, told, env.launcher)
+    ports = rdma_ports(SYSFS) if backend == "nccl" else []
+    os.environ.update(ifaces.rank_environ(chosen, backend, ports, os.environ))
+
+
+def _on_own_iface(target, value: str, backend: str, env) -> int:
+    """A spawned local rank: its interface of the --iface list, then the rank."""
+    _own_iface(value, backend, env)
+    return target(env)
 
 
 def _shown(text: str) -> str:
@@ -141,11 +167,13 @@ def launch_workload(workload, nproc: int | None) -> NoReturn:
 
     env = launch.detect()  # a launcher environment that contradicts itself is refused here
     _check_iface(workload.plan.backend)
-    _warn_socket_ifname(env)
     if env is not None:
         if nproc is not None:
             raise BadInput(f"--nproc is for local runs, but {env.launcher} started {env.world_size} ranks: "
                            "drop --nproc or set the rank count in the launcher")
+        _own_iface(workload.plan.iface, workload.plan.backend, env, told=None)
+    _warn_socket_ifname(env)
+    if env is not None:
         workload.validate(env.world_size)
         _rebind_rank(workload, env)
         _end_now(launch.run_as_rank(functools.partial(rank_main, workload), env))
@@ -154,13 +182,17 @@ def launch_workload(workload, nproc: int | None) -> NoReturn:
     if nproc is None:
         nproc = torch.cuda.device_count() if backend == "nccl" else 2
     workload.validate(nproc)
+    target = functools.partial(rank_main, workload)
+    if _iface_list(workload.plan.iface):
+        ifaces.check(workload.plan.iface, nproc, True, f"--nproc {nproc}")
+        target = functools.partial(_on_own_iface, target, workload.plan.iface, backend)
     device = torch.device("cpu") if backend == "gloo" else torch.device("cuda", 0)
     workload.prepare(backend, device, launch.RankEnv("local", 0, nproc, 0, nproc, "127.0.0.1", 0))
     results.check_writable(results.resolve_out(workload.plan.out, workload.plan.run_id))
     cpus = bind_plan(workload.plan.bind, backend, nproc)
     # gloo ranks fork from here, where torch is imported; NCCL's start fresh (CUDA is per process)
     fork = backend == "gloo" and not getattr(workload, "fresh_ranks", False)
-    _end_now(launch.spawn_local(nproc, functools.partial(rank_main, workload), cpus=cpus, fork=fork))
+    _end_now(launch.spawn_local(nproc, target, cpus=cpus, fork=fork))
 
 
 def _end_now(code: int) -> NoReturn:

@@ -37,9 +37,14 @@ def settings_of(plan) -> list[Setting]:
 
 
 def axis_interfaces(plan) -> list[str]:
-    """The interfaces the axes send over (GLOO_SOCKET_IFNAME=eth0,eth1|eth1), for the wire counters."""
+    """The interfaces the run sends over besides the reading rank's own, for the wire counters: the
+    axes' (GLOO_SOCKET_IFNAME=eth0,eth1|eth1) and an --iface list's (each local rank its own name,
+    core/ifaces.py), so that a host's counters cover every local rank's rail."""
     names = [v for axis in from_plan(getattr(plan, "axes", [])) if axis.name.endswith("_SOCKET_IFNAME")
              for value in axis.values for v in value.lstrip("^=").split(",")]
+    iface = getattr(plan, "iface", None)
+    if iface and "," in iface:
+        names += [n.strip() for n in iface.split(",")]
     return list(dict.fromkeys(n for n in names if n))
 
 

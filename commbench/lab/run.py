@@ -1,8 +1,11 @@
-"""`lab run -- CMD`: one rank per lab host, rendezvous on the first host.
+"""`lab run -- CMD`: one rank per lab host (`--ranks-per-host N`: N), rendezvous on the first host.
 
 Each rank gets the torchrun-style variables commbench's launcher detection reads (RANK,
-WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...) plus GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME so that
-the traffic goes over the lab link, and runs under the host's own hostname.
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, ...) plus GLOO_SOCKET_IFNAME /
+NCCL_SOCKET_IFNAME so that the traffic goes over the lab link (eth0; `--iface eth0,eth1` of a
+commbench command puts local rank i on the i-th rail instead, core/ifaces.py), and runs under the
+host's own hostname. With N ranks a host they are numbered block-wise, as Slurm's block
+distribution and torchrun number them: host 1 holds ranks 0..N-1, host 2 ranks N..2N-1.
 """
 
 from __future__ import annotations
@@ -24,17 +27,28 @@ from commbench.lab.state import NS_IFACE, STATE_DIR, LabState
 LAB_PORT = 29400
 
 
-def rank_env(state: LabState, rank: int, port: int = LAB_PORT) -> dict[str, str]:
+MAX_RANKS_PER_HOST = 64
+
+
+def rank_env(state: LabState, rank: int, port: int = LAB_PORT, per_host: int = 1) -> dict[str, str]:
+    """Rank `rank`'s environment, `per_host` ranks on each host, numbered block-wise."""
     env = dict(os.environ)
     env.update({
-        "RANK": str(rank), "WORLD_SIZE": str(len(state.nodes)), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": state.nodes[0].addr, "MASTER_PORT": str(port),
+        "RANK": str(rank), "WORLD_SIZE": str(len(state.nodes) * per_host),
+        "LOCAL_RANK": str(rank % per_host), "LOCAL_WORLD_SIZE": str(per_host),
+        "GROUP_RANK": str(rank // per_host), "MASTER_ADDR": state.nodes[0].addr, "MASTER_PORT": str(port),
         "GLOO_SOCKET_IFNAME": NS_IFACE, "NCCL_SOCKET_IFNAME": NS_IFACE,
         "COMMBENCH_LAUNCHER": "lab",
-        # every rank's host, so that rank 0 can name one that never joined (harness/arrival.py)
-        "COMMBENCH_RANK_HOSTS": ",".join(n.name for n in state.nodes),
+        # every rank's host, so that rank 0 can name one that never joined (harness/arrival.py): it
+        # takes this list before the lab's hosts file, whose r-th host holds rank r only at one a host
+        "COMMBENCH_RANK_HOSTS": ",".join(n.name for n in state.nodes for _ in range(per_host)),
     })
     return env
+
+
+def check_ranks_per_host(per_host: int) -> None:
+    if not 1 <= per_host <= MAX_RANKS_PER_HOST:
+        raise BadInput(f"--ranks-per-host {per_host} is outside 1..{MAX_RANKS_PER_HOST}: e.g. --ranks-per-host 2")
 
 
 def exec_on(state: LabState, node: str, argv: list[str]) -> int:
@@ -93,20 +107,23 @@ def check_port(port: int) -> None:
     launch.check_port(port, f"--port {port}", f"--port {LAB_PORT}")
 
 
-def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT) -> int:
+def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT, per_host: int = 1) -> int:
+    """`argv` as `per_host` ranks on every lab host (block-wise: host 1 ranks 0..per_host-1)."""
     check_port(port)
+    check_ranks_per_host(per_host)
     if not argv:
         raise BadInput("lab run needs a command after --: e.g. commbench lab run -- commbench sweep")
+    hosts = [node for node in state.nodes for _ in range(per_host)]  # index = rank
     procs = []
     try:
-        for rank, node in enumerate(state.nodes):
+        for rank, node in enumerate(hosts):
             procs.append(nsexec.popen(argv, node.name, hostname=node.name, hosts_file=str(STATE_DIR / "hosts"),
-                                     env=rank_env(state, rank, port)))
+                                     env=rank_env(state, rank, port, per_host)))
     except FileNotFoundError:
         for p in procs:
             p.kill()
         raise BadInput(f"command not found: {argv[0]}") from None
-    return _wait_all(procs, [f"rank {r} on {node.name}" for r, node in enumerate(state.nodes)])
+    return _wait_all(procs, [f"rank {r} on {node.name}" for r, node in enumerate(hosts)])
 
 
 STOP_WAIT_S = 10.0  # after a forwarded Ctrl-C / SIGTERM: how long every rank gets, together, before SIGKILL
