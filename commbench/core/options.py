@@ -95,10 +95,12 @@ class RunOptions:
                      help="CPUs of each local rank: auto (the cores of each GPU's NUMA node with NCCL, else "
                           "cores), cores (an even share of this process's CPUs each), numa (a NUMA node each), "
                           "none (the scheduler's). Under torchrun/srun/mpirun only when given.")
-    # the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's
-    iface: str | None = flag(None, "--iface", kind="text", most=64, show_default=False,
+    # the traffic interface (GLOO/NCCL_SOCKET_IFNAME), and --mtu's; a comma list: one name a local
+    # rank (core/ifaces.py), room for 16 names of 15 characters
+    iface: str | None = flag(None, "--iface", kind="text", most=256, show_default=False,
                              help="Network interface for the traffic (sets GLOO_SOCKET_IFNAME and "
-                                  "NCCL_SOCKET_IFNAME).")
+                                  "NCCL_SOCKET_IFNAME); a comma list eth0,eth1 gives local rank i the i-th "
+                                  "(rail-aligned ranks; not gloo's own list of devices, docs/SETTINGS.md).")
     timeout: float = flag(300.0, "--timeout", kind="float", low=0, high=WEEK_S, low_open=True, example="300",
                           help="Seconds any collective may take before the run fails.")
     out: str = flag("results", "--out", kind="path", help="Folder for <run_id>.parquet, or a .parquet file name.")
