@@ -260,9 +260,26 @@ def run_fields(nproc: int | None, workload: str, **run) -> dict:
     if nproc is not None:
         check_nproc(nproc, fields["backend"])
     if fields["iface"]:
+        check_iface_list(fields["iface"], nproc)
         os.environ["GLOO_SOCKET_IFNAME"] = fields["iface"]
         os.environ["NCCL_SOCKET_IFNAME"] = fields["iface"]
     return dict(fields, run_id=results.make_run_id(), workload=workload)
+
+
+def check_iface_list(value: str, nproc: int | None) -> None:
+    """An --iface list (core/ifaces.py: local rank i the i-th) against the launcher's local ranks, or
+    --nproc's, before the workload loads torch (2 s a rank); each rank sets its own name before its
+    process group (cli/launcher.py)."""
+    from commbench.core import ifaces, launch
+
+    if "," not in value:
+        return
+    env = launch.detect(resolve=False)
+    if env is not None:
+        ifaces.for_rank(value, env.local_rank, env.local_world_size, ifaces.local_ranks_told(os.environ),
+                        env.launcher)
+    elif nproc is not None:
+        ifaces.check(value, nproc, True, f"--nproc {nproc}")
 
 
 def env_option(command):

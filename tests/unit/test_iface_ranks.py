@@ -138,3 +138,17 @@ def test_the_wire_counters_cover_every_interface_of_an_iface_list():
 
     assert axis_interfaces(SimpleNamespace(axes=[], iface="eth0,eth1")) == ["eth0", "eth1"]
     assert axis_interfaces(SimpleNamespace(axes=[], iface="eth0")) == []  # the reading rank's own already
+
+
+def test_a_list_longer_than_nproc_is_refused_before_any_rank_starts(monkeypatch, capsys, tmp_path):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "SLURM_PROCID",
+                 "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "--backend", "gloo", "--nproc", "2", "--iface", "lo,lo,lo", "-b", "1K", "-e", "1K",
+              "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err.strip() == ("commbench: --iface lo,lo,lo names 3 interfaces for 2 rank(s) on this host (--nproc 2): "
+                           "local rank i takes the i-th, so give at most 2, e.g. --iface lo,lo, or --nproc 3")
+    assert not list(tmp_path.iterdir())
