@@ -57,6 +57,13 @@ def build(works: Sequence[GroupWork], rank: int) -> list[RankGroup]:
     return mine
 
 
+def release(mine: Sequence[RankGroup]) -> None:
+    """This rank's groups closed after a run that went well (each --env/--mtu setting and repetition
+    builds its own; a broken group is left alone: its teardown can block on a dead link)."""
+    for pg in {id(g.pg): g.pg for g in mine}.values():
+        dist.destroy_process_group(pg)
+
+
 def group_session(session: Session, group: RankGroup) -> Session:
     """`session` measuring on `group`: its loop's maxima and gathers over the group only, no counter
     gathers (their probe spans the world), and no early stop at --precision (see above)."""

@@ -15,6 +15,7 @@ from commbench.core.layout import GroupWork
 from commbench.core.units import format_size
 from commbench.harness import groups as grouping
 from commbench.harness.collectives import BY_NAME, Collective
+from commbench.harness.console import bw
 from commbench.harness.data import allocate, fill
 from commbench.harness.dtypes import DType, get_dtype
 from commbench.harness.groups import Passes, RankGroup
@@ -22,9 +23,9 @@ from commbench.harness.plan import SweepPlan
 from commbench.harness.runner import Measurement, RankTimes, Session
 
 _HEAD = (f"#{'size':>11s} {'count':>11s} {'type':>8s} {'redop':>6s} {'place':>5s}  {'slowest group':<22s} "
-         f"{'time':>9s} {'busbw':>7s}  {'median':>7s}  {'aggregate':>9s}")
-_UNITS = f"#{'(B)':>11s} {'(elements)':>11s} {'':>8s} {'':>6s} {'':>5s}  {'':<22s} {'(us)':>9s} {'(GB/s)':>7s}  " \
-         f"{'(GB/s)':>7s}  {'(GB/s)':>9s}"
+         f"{'time':>9s} {'busbw':>8s} {'median':>8s} {'aggregate':>10s}")
+_UNITS = (f"#{'(B)':>11s} {'(elements)':>11s} {'':>8s} {'':>6s} {'':>5s}  {'':<22s} {'(us)':>9s} {'(GB/s)':>8s} "
+          f"{'(GB/s)':>8s} {'(GB/s)':>10s}")
 
 
 def kept_sizes(plan: SweepPlan, collective: Collective, sizes: Iterable[int]) -> list[int]:
@@ -52,12 +53,14 @@ def run_groups(session: Session, plan: SweepPlan, works: Sequence[GroupWork], re
                extra: dict) -> bool:
     """Every work's sizes, repetition after repetition; True if any output was wrong."""
     mine = grouping.build(works, session.rank)
+    first = len(session.writer.rows) if session.writer is not None else 0  # this call's rows (a setting's pass)
     any_wrong = False
     for repetition in repetitions:
         for group in mine:
             any_wrong = _work(session, plan, group, repetition, extra) or any_wrong
+    grouping.release(mine)
     if session.writer is not None:
-        for line in group_straggler_lines(session.writer.rows, session):
+        for line in group_straggler_lines(session.writer.rows[first:], session):
             session.reporter.line(line)
     return any_wrong
 
@@ -173,7 +176,7 @@ def point_line(rows: list[dict], dtype: DType, plan: SweepPlan) -> str:
     name = f"{slow['group_dim']}{slow['group_index']} [{slow['group_ranks']}]"
     line = (f" {slow['size_bytes']:>11d} {slow['count']:>11d} {dtype.nccl_name:>8s} {slow['op'] or 'none':>6s} "
             f"{'in' if slow['in_place'] else 'out':>5s}  {name:<22s} {slow['time_us']:9.1f} "
-            f"{slow['busbw_GBps']:7.3f}  {median:7.3f}  {total:9.3f}")
+            f"{bw(slow['busbw_GBps'], 8)} {bw(median, 8)} {bw(total, 10)}")
     if any(r["wrong"] for r in rows):
         line += f"  #wrong {sum(r['wrong'] for r in concurrent)}"
     solo = next((r for r in rows if not r["concurrent"] and r["group_index"] == slow["group_index"]), None)

@@ -19,7 +19,7 @@ from commbench.harness.memory import check_fits
 from commbench.core import wire
 from commbench.core.units import format_size
 from commbench.core.errors import BadInput
-from commbench.core.layout import GroupWork, group_work
+from commbench.core.layout import DEFAULT_COLLECTIVE, GroupWork, group_work
 from commbench.harness.plan import Point, SweepPlan, validate
 from commbench.workloads import groupsweep
 from commbench.harness.runner import Measurement, Session
@@ -54,6 +54,9 @@ class SweepWorkload:
         works = self.works(world)
         if not works:
             validate(self.plan, world)
+        elif self.plan.layout is not None and self.plan.collectives != [DEFAULT_COLLECTIVE["dp"]]:
+            raise BadInput(f"with --layout the collectives come from --group (e.g. --group dp:"
+                           f"{self.plan.collectives[0]}): drop --collective {','.join(self.plan.collectives)}")
         for work in works:
             _check_work(self.plan, work)
 

@@ -24,20 +24,23 @@ def _rows(out) -> pd.DataFrame:
 
 
 def test_every_dp_and_tp_group_at_once_and_alone(tmp_path):
-    proc = cb(*POINT, "--layout", "tp=2,dp=2", "--group", "dp,tp", "--solo", "--out", str(tmp_path),
-              env=clean_env(), timeout=120, check=True)
+    # rank 3 enters every call 5 ms late: named per group, by its global rank (late at 2 points or more)
+    proc = cb(*POINT, "-b", "32K", "--layout", "tp=2,dp=2", "--group", "dp,tp", "--solo", "--out", str(tmp_path),
+              env=clean_env(COMMBENCH_TEST_FAULT="delay:3:5"), timeout=120, check=True)
     rows = _rows(tmp_path)
     groups = {(r.group_dim, r.group_index, r.group_ranks) for r in rows.itertuples()}
     # Megatron's order, tp fastest: tp groups are neighbours, dp groups one tp apart
     assert groups == {("dp", 0, "0,2"), ("dp", 1, "1,3"), ("tp", 0, "0,1"), ("tp", 1, "2,3")}
-    assert sorted(rows.groupby(["group_dim", "group_index"]).concurrent.apply(sorted).map(tuple)) == [
-        (False, True)] * 4
+    assert sorted(rows.groupby(["group_dim", "group_index", "size_bytes"]).concurrent.apply(sorted).map(tuple)) == [
+        (False, True)] * 8
     assert (rows.world_size == 2).all() and (rows.wrong == 0).all() and (rows.iters == 6).all()
     assert rows.rank_time_us.map(len).eq(2).all()
     assert rows[rows.concurrent].contention.between(0, 100).all() and rows[~rows.concurrent].contention.isna().all()
     lines = [line for line in proc.stdout.splitlines() if "contention" in line]
-    assert len(lines) == 2 and all(" [" in line and "Mann-Whitney p=" in line for line in lines), proc.stdout
+    assert len(lines) == 4 and all(" [" in line and "Mann-Whitney p=" in line for line in lines), proc.stdout
     assert "Groups starting: dp all_reduce, 2 groups of 2 ranks at once" in proc.stdout
+    assert "# dp group 1 [1,3]: rank 3 on host" in proc.stdout and "# tp group 1 [2,3]: rank 3 on host" in proc.stdout
+    assert "dp group 0" not in proc.stdout and "tp group 0" not in proc.stdout
 
 
 def test_pipeline_stages_send_to_their_neighbours(tmp_path):
@@ -60,6 +63,7 @@ def test_pipeline_stages_send_to_their_neighbours(tmp_path):
     (["--solo"], "--solo measures groups alone, and there are none"),
     (["--layout", "tp=2,dp=2", "--split", "MOD 2"], "give one of them"),
     (["--layout", "tp=2,dp=2", "--group", "dp:broadcast", "-r", "2"], "pick one below 2"),
+    (["--layout", "tp=2,dp=2", "--collective", "all_gather"], "the collectives come from --group"),
 ])
 def test_bad_layouts_are_one_line_exit_2(tmp_path, capsys, monkeypatch, args, message):
     for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID", "SLURM_PROCID"):
