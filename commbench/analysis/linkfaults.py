@@ -644,7 +644,7 @@ def faults_by_run(df: pd.DataFrame | None) -> dict[str, FaultVerdict]:
 # --------------------------------------------------------------------------- text
 
 
-_LABEL = {"unreachable": "Unreachable", "timeout": "Hung", "error": "Failing"}
+_LABEL = {"unreachable": "Unreachable", "timeout": "Hung", "error": "Failing", linkrank.NEVER_JOINED: "Never joined"}
 
 
 def _headline(c: Culprit, v: FaultVerdict) -> str:

@@ -10,7 +10,10 @@ Every rank that reached the store counts itself in (`register`) and waits until 
 (`await_all`), polling one counter on rank 0's store rather than c10d's `wait`; only then does the
 process group rendezvous, so it never waits on an absent rank. At the deadline rank 0 gives up for
 everyone (the counter goes negative), finds the ranks whose key is absent, probes their hosts and
-names them; the ranks that did arrive say one short line.
+names them; the ranks that did arrive say one short line. A workload that can measure without
+them (`pairs`: the links among the hosts that came) asks to go on: rank 0 then puts the ranks that
+joined under JOINED (empty: too few to go on), and those ranks rendezvous again among themselves,
+renumbered in order (harness/runner.py), while rank 0 names the absent ones.
 
 Hosts of ranks that never arrived come from the launcher: COMMBENCH_RANK_HOSTS (a comma list, one
 host a rank, for any wrapper that knows the placement), Slurm (SLURM_JOB_NODELIST with
@@ -37,6 +40,7 @@ from commbench.core.launch import RankEnv
 
 COUNT = "commbench/arrival/count"
 ACK = "commbench/arrival/ack"
+JOINED = "commbench/arrival/joined"  # rank 0, going on without the absent ranks: those that joined, "0,1,3"
 HOST = "commbench/arrival/host/"
 GAVE_UP = 1 << 40  # subtracted from the count by rank 0 at its deadline: every rank stops waiting
 PROBE_S = 3.0  # a host's kernel answers a connection within this (an ARP failure takes about 3 s)
@@ -231,6 +235,20 @@ def block_hosts(absent: list[int], local_world: int, host_of: Callable[[int], st
 # ---- the diagnosis --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Joined:
+    """The ranks that go on without the absent ones (their numbers at launch, ascending) and, on rank
+    0, what it found of the absent ones and its line naming them."""
+
+    ranks: list[int]
+    absent: Absent | None = None
+    line: str = ""
+
+    def rank_of(self, rank: int) -> int:
+        """`rank`'s number among the ranks that joined (the run's rank from now on)."""
+        return self.ranks.index(rank)
+
+
 @dataclass
 class Absent:
     """The ranks that never joined, their hosts where known, and what each host's probe said."""
@@ -280,7 +298,8 @@ _EVIDENCE = {
 }
 
 
-def _one(rank: int, absent: Absent) -> str:
+def who(rank: int, absent: Absent) -> str:
+    """An absent rank as rank 0 names it: with its host and its probe's evidence where known."""
     host = absent.hosts.get(rank)
     if host is None:
         return f"rank {rank}"
@@ -303,14 +322,16 @@ def _fix(absent: Absent) -> str:
     return "check that it started, its link (ip link, ibstat) and MASTER_ADDR"
 
 
-def never_joined_line(absent: Absent, where: str, timeout: float) -> str:
+def never_joined_line(absent: Absent, where: str, timeout: float, going_on: int = 0) -> str:
     """Rank 0's one line: who never joined the process group at `where` within --timeout, with
-    each host's evidence, and what to check."""
-    named = [_one(r, absent) for r in absent.ranks[:MAX_NAMED]]
+    each host's evidence, and what to check; `going_on`: how many ranks go on without them."""
+    named = [who(r, absent) for r in absent.ranks[:MAX_NAMED]]
     more = len(absent.ranks) - len(named)
-    who = ", ".join(named) + (f" and {more} more" if more > 0 else "")
+    listed = ", ".join(named) + (f" and {more} more" if more > 0 else "")
     count = "" if len(absent.ranks) == 1 else f"{len(absent.ranks)} of {absent.world} ranks, "
-    return f"{count}{who} never joined the process group at {where} within {timeout:g} s; {_fix(absent)}"
+    on = (f"; the {going_on} ranks that did go on without {'it' if len(absent.ranks) == 1 else 'them'}, "
+          f"renumbered 0-{going_on - 1} in order") if going_on else ""
+    return f"{count}{listed} never joined the process group at {where} within {timeout:g} s{on}; {_fix(absent)}"
 
 
 def joined_line(rank: int, where: str, timeout: float) -> str:
@@ -335,19 +356,24 @@ def reach_rank0(env: RankEnv, timeout: float) -> float:
 
 
 def arrive(store: Store, env: RankEnv, timeout: float, deadline: float,
-           quiet: Callable[[], None] = lambda: None) -> None:
-    """Count this rank in and wait for every rank until `deadline`. Rank 0 then gives up for
-    everyone and raises RuntimeFailure naming the ranks that never came; the others raise a short
-    one (rank 0 names them), after `quiet` has stopped every other use of the store on this rank
-    (the control plane's start-time gather) and before they tell rank 0 that it may go."""
+           quiet: Callable[[], None] = lambda: None, go_on: bool = False) -> Joined | None:
+    """Count this rank in and wait for every rank until `deadline` (None: all came). Rank 0 then
+    gives up for everyone and raises RuntimeFailure naming the ranks that never came; the others
+    raise a short one (rank 0 names them), after `quiet` has stopped every other use of the store on
+    this rank (the control plane's start-time gather) and before they tell rank 0 that it may go.
+    With `go_on` (every rank runs the same workload, so all pass the same) two ranks or more that
+    joined go on without the others instead: each returns the Joined ranks, rank 0's with the line."""
     where, world = f"{env.master_addr}:{env.master_port}", env.world_size
     try:
         count = register(store, env.rank, socket.gethostname())
         if count >= 0:
             count = await_all(store, world, deadline if env.rank == 0 else deadline + GRACE_S)
         if count >= world:
-            return
+            return None
         if env.rank != 0:
+            ranks = await_joined(store, deadline + GRACE_S + 2 * PROBE_S) if count < 0 and go_on else None
+            if ranks and env.rank in ranks:
+                return Joined(ranks)
             if count < 0:
                 quiet()
                 acknowledge(store)
@@ -355,17 +381,33 @@ def arrive(store: Store, env: RankEnv, timeout: float, deadline: float,
         joined = give_up(store)
         if joined >= world:  # the last one came in the meantime: go on
             store.add(COUNT, GAVE_UP)
-            return
+            return None
+        gone = missing(store, world)
+        ranks = [r for r in range(world) if r not in gone]
+        if go_on:  # said at once, before the probes: the others wait for it
+            store.set(JOINED, ",".join(map(str, ranks)) if len(ranks) >= 2 else "")
     except RuntimeError:  # rank 0's store stopped answering (its process ended); ours is no RuntimeError
         raise RuntimeFailure(joined_line(env.rank, where, timeout)) from None
-    absent = diagnose(store, env)  # probes take seconds: the others read that rank 0 gave up meanwhile
+    absent = diagnose(store, env, gone)  # probes take seconds: the others read that rank 0 gave up meanwhile
+    if go_on and len(ranks) >= 2:
+        return Joined(ranks, absent, never_joined_line(absent, where, timeout, len(ranks)))
     linger(store)
     raise RuntimeFailure(never_joined_line(absent, where, timeout))
 
 
-def diagnose(store: Store, env: RankEnv) -> Absent:
-    """Rank 0: which ranks never came, their hosts where the launcher tells, their hosts' probes."""
-    absent = Absent(missing(store, env.world_size), env.world_size)
+def await_joined(store: Store, deadline: float, sleep: Callable[[float], None] = time.sleep) -> list[int] | None:
+    """A rank that saw rank 0 give up, in a run that may go on: the ranks that go on, as rank 0
+    put them ([] when too few joined; None when rank 0 said nothing by `deadline`)."""
+    while not store.check([JOINED]):
+        if time.monotonic() >= deadline:
+            return None
+        sleep(0.05)
+    return [int(r) for r in store.get(JOINED).decode().split(",") if r]
+
+
+def diagnose(store: Store, env: RankEnv, ranks: list[int]) -> Absent:
+    """Rank 0: the absent ranks' hosts where the launcher tells, and their hosts' probes."""
+    absent = Absent(ranks, env.world_size)
     told = launcher_hosts(env.launcher, env.world_size)
     absent.hosts = {r: told[r] for r in absent.ranks if r in told}
     if env.launcher == "torchrun" and not absent.hosts:

@@ -345,7 +345,13 @@ class ControlPlane:
                                          timeout=timedelta(seconds=timeout), wait_for_workers=False)
         if agent:
             main = dist.PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", main)
-        plane = cls(main, rank, world, addr, timeout, traffic_iface(master_addr))
+        return cls.on(main, rank, world, addr, timeout, traffic_iface(master_addr))
+
+    @classmethod
+    def on(cls, main: dist.Store, rank: int, world: int, addr: str | None, timeout: float,
+           iface: str | None) -> ControlPlane:
+        """A plane on the main store `main`, guarding this process's stop (see _StopGuard)."""
+        plane = cls(main, rank, world, addr, timeout, iface)
         plane._guard = _StopGuard.install(plane)
         return plane
 

@@ -30,11 +30,12 @@ import torch
 import torch.distributed as dist
 
 import commbench
-from commbench.harness import arrival, faults
+from commbench.harness import faults
 from commbench.harness.backend import choose_backend
 from commbench.harness.closing import closing_lines
 from commbench.harness.console import Reporter
 from commbench.harness.control import ControlPlane, RollCall
+from commbench.harness.joining import first_line, join_group, local_addr
 from commbench.harness.pairgroup import DistOps, PairGroup
 from commbench.net.envinfo import env_snapshot, iface_facts, traffic_iface
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, BadInput, CommbenchError, RuntimeFailure
@@ -373,7 +374,7 @@ def _gather_ranks(env: RankEnv, device: torch.device, device_name: str) -> list[
     iface = traffic_iface(env.master_addr)
     mine = {"rank": env.rank, "host": socket.gethostname(), "pid": os.getpid(), "device": str(device),
             "device_name": device_name, **iface_facts(iface), "host_net": host_summary(iface),
-            "addr": _local_addr(env.master_addr), "cpus": current_cpulist()}
+            "addr": local_addr(env.master_addr), "cpus": current_cpulist()}
     everyone: list[dict] = [None] * env.world_size  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
     return everyone
@@ -428,7 +429,11 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
     workload.prepare(backend, device, env)
     # the timer itself unless a test delays this rank
     timer = faults.late_timer(timer_for(device, plan.cuda_graph), env.rank)
-    control = _join_group(plan, backend, env)
+    control, env, joined = join_group(plan, backend, env, getattr(workload, "goes_on_without_absent", False))
+    if joined is not None:  # some ranks never came: the workload measures what it can without them
+        workload.absent = joined.absent  # type: ignore[attr-defined]  # set where goes_on_without_absent is
+        if joined.line:
+            _say(env, f"commbench: {joined.line}")
     broken = False
     writer: ResultWriter | None = None
     reporter = Reporter(False, 0)
@@ -470,45 +475,6 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
         control.close()
         if probe is not None:
             probe.close()
-
-
-def _join_group(plan: RunOptions, backend: str, env: RankEnv) -> ControlPlane:
-    """The control plane's store, every rank counted in, then the process group on it, all within
-    --timeout (harness/arrival.py): rank 0 names a rank that never came; a rank that cannot join
-    says where it tried and what to check."""
-    from datetime import timedelta
-
-    deadline = arrival.reach_rank0(env, plan.timeout)  # c10d's own connect retries print native stack frames
-    try:
-        control = ControlPlane.serve(env.master_addr, env.master_port, env.rank, env.world_size,
-                                     _local_addr(env.master_addr), plan.timeout)
-    except (RuntimeError, ValueError) as exc:
-        raise _not_joined(env, exc) from None
-    quiet = functools.cache(functools.partial(_quiet, control))  # once
-    try:
-        arrival.arrive(control.main, env, plan.timeout, deadline, quiet)  # all in, or one line says who is not
-        dist.init_process_group(backend, store=control.group_store(), rank=env.rank, world_size=env.world_size,
-                                timeout=timedelta(seconds=plan.timeout))
-    except (RuntimeError, ValueError) as exc:  # DistError and gloo's connect errors are RuntimeErrors
-        quiet()
-        raise _not_joined(env, exc) from None
-    except RuntimeFailure:
-        quiet()
-        raise
-    return control
-
-
-def _quiet(control: ControlPlane) -> None:
-    """The control plane closed and its start-time gather (which polls rank 0's store) ended: a
-    c10d store call after rank 0's store is gone prints native stack frames."""
-    control.close()
-    control.gather(1.0)
-
-
-def _not_joined(env: RankEnv, exc: BaseException) -> RuntimeFailure:
-    return RuntimeFailure(f"rank {env.rank} on {socket.gethostname()} could not join the process group at "
-                          f"{env.master_addr}:{env.master_port}: {_first_line(exc)} (check MASTER_ADDR, "
-                          f"the firewall and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME or --iface)")
 
 
 def _run_context(plan, env: RankEnv, backend: str, device, device_name: str, ranks: list[dict]) -> RunContext:
@@ -573,10 +539,10 @@ def _stopped_by(exc: BaseException, env: RankEnv, writer: ResultWriter | None, r
         asleep = control.suspended_s()
         if asleep:  # its peers went on while it did not run: what it finds on waking is not theirs to answer for
             _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed after "
-                      f"{control.absence(asleep)}: {_SOURCE.sub('', _first_line(exc))}")
+                      f"{control.absence(asleep)}: {_SOURCE.sub('', first_line(exc))}")
             _kept(env, writer)
             return EXIT_RUNTIME
-        call, called = _roll_call(control, env, _first_line(exc))
+        call, called = _roll_call(control, env, first_line(exc))
         own = f"{control.describe(call)}: " if call is not None and call.cut_off else ""
         _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: {own}"
                   f"{_failure(exc, env, ranks, timeout, call)}")
@@ -624,21 +590,6 @@ def _judge_without_rank0(control: ControlPlane, env: RankEnv) -> None:
         _say(env, line)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _local_addr(master_addr: str) -> str | None:
-    """This rank's address towards MASTER_ADDR (the one its peers see), to name a lost peer later."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((master_addr, 9))  # picks the route; nothing is sent
-            return s.getsockname()[0]
-    except OSError:
-        return None
-
-
 _SOURCE = re.compile(r"^\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\]\s*")  # gloo's "[.../pair.cc:537] "
 _PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")  # gloo names the peer as [addr]:port
 
@@ -648,7 +599,7 @@ def _failure(exc: BaseException, env: RankEnv, ranks: list[dict], timeout: float
     """One line on why a collective failed: the timeout, or the peer whose connection broke (by rank
     and host where the address tells), then the backend's own words. With a roll call (rank 0) a
     peer is called lost only when the roll call found it silent; one that answered is not blamed."""
-    text = _SOURCE.sub("", _first_line(exc))
+    text = _SOURCE.sub("", first_line(exc))
     if call is not None and call.cut_off:  # this rank's own host is to blame: no peer is named
         return text
     if "timed out" in text.lower() or "timeout" in text.lower():

@@ -29,6 +29,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import ClassVar
 
 import psutil
 import torch
@@ -38,10 +39,12 @@ from commbench.analysis import linkfaults, linkrank, railrank
 from commbench.workloads import pairlinks, pairrails
 from commbench.workloads.pairlinks import pattern
 from commbench.workloads import tournament
+from commbench.core.columns import NEVER_JOINED
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.harness.arrival import Absent, who
 from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
-from commbench.harness.runner import Session
+from commbench.harness.runner import Measurement, Session
 from commbench.core.units import format_size
 
 MODES = ("sendrecv", "bidir")
@@ -95,6 +98,8 @@ def endpoint_names(hosts: list[str], ranks: list[int]) -> dict[int, str]:
 class PairsWorkload:
     plan: PairsPlan
     failure_message: str | None = None
+    absent: Absent | None = None  # rank 0: the ranks that never joined (the runner went on without them)
+    goes_on_without_absent: ClassVar[bool] = True  # the links among the hosts that came are worth measuring
 
     def validate(self, world: int) -> None:
         if world < 2:
@@ -139,6 +144,7 @@ class PairsWorkload:
                 session.reporter.line(f"# Rail {text}: not on every host, not measured (name it with --rails to "
                                       "be told which host lacks it)")
         buffers = self._buffers(session, players)
+        absent = self._absent_rows(session, hosts, players, rails)  # kept first: the verdict names their host
         tester = pairlinks.LinkTester(session, plan, hosts, names, buffers, players, here)
         for repetition in repetitions:
             for number, pairs in enumerate(schedule, 1):
@@ -152,7 +158,7 @@ class PairsWorkload:
             return False  # nobody can read this rank's outcomes any more: no plan or "done" will come
         tester.confirm(self._phases() == 1)
         tester.finish()
-        return self._conclude(session, tester)
+        return self._conclude(session, tester, absent)
 
     @staticmethod
     def _without_rank0(session: Session, players: list[int]) -> bool:
@@ -195,17 +201,49 @@ class PairsWorkload:
                       + (f"; rail after rail: {', '.join(rails)}" if rails != [None] else ""))
         reporter.line(f"#  {'round':>5}  {'link':<40} {'time (us)':>12} {'GB/s':>9} {'#wrong':>7}")
 
+    def _absent_rows(self, session: Session, hosts: list[str], players: list[int],
+                     rails: list[str | None]) -> list[dict]:
+        """Rank 0: a row with status `never joined` for each link (on each rail) of a host none of
+        whose ranks joined, to every host that did (both directions in sendrecv), written at once.
+        Its ranks are numbered after the run's (the run's ranks were renumbered without it)."""
+        if session.rank != 0 or self.absent is None:
+            return []
+        gone = {h: r for r, h in sorted(self.absent.hosts.items(), reverse=True) if h not in hosts}
+        gone.update({f"rank {r} (host unknown)": r for r in self.absent.ranks if r not in self.absent.hosts})
+        rows = []
+        for n, (host, launched) in enumerate(sorted(gone.items(), key=lambda x: x[1])):
+            text = f"{who(launched, self.absent)} never joined the run (its rank number at launch)"
+            session.reporter.line(f"# Never joined: {host} (rank {launched} at launch): its links are stored with "
+                                  f"status `{NEVER_JOINED}`")
+            for p, rail in ((p, rail) for rail in rails for p in players):
+                for link in ([(p, None)] if self.plan.mode == "bidir" else [(p, None), (None, p)]):
+                    rows.append(self._absent_row(session, hosts, link, host, session.world + n, text, rail))
+        session.write(rows)
+        return rows
+
+    def _absent_row(self, session: Session, hosts: list[str], link: tuple[int | None, int | None], host: str,
+                    rank: int, text: str, rail: str | None) -> dict:
+        """One never-joined link's row: None in `link` stands for the absent end."""
+        (src, src_host), (dst, dst_host) = ((rank, host) if r is None else (r, hosts[r]) for r in link)
+        row = session.record(collective=pairlinks.COLLECTIVE[self.plan.mode], dtype="uint8", op=None, root=-1,
+                             size_bytes=self.plan.size_bytes, count=self.plan.size_bytes, in_place=False,
+                             busbw_factor=1.0, m=Measurement([float("nan")], 0, None), repetition=0,
+                             src_host=src_host, dst_host=dst_host, src_rank=src, dst_rank=dst, status=NEVER_JOINED,
+                             error=text, confirm=None, rail=rail)
+        row["samples_us"] = []
+        return row
+
     def _buffers(self, session: Session, players: list[int]):
         if session.rank not in players:
             return None
         send = pattern(session.rank, self.plan.size_bytes, session.device)
         return send, torch.zeros(self.plan.size_bytes, dtype=torch.uint8, device=session.device)
 
-    def _conclude(self, session: Session, tester: pairlinks.LinkTester) -> bool:
+    def _conclude(self, session: Session, tester: pairlinks.LinkTester, absent: list[dict]) -> bool:
         """Rank 0 ranks the links, names slow hosts and failed hosts or links; the others are done."""
         if session.rank != 0:
             return False
-        rows = tester.rows
+        rows = absent + tester.rows
         lines, slow = [], None
         if rows:
             import pandas as pd

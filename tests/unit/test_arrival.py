@@ -191,6 +191,54 @@ def test_arrive_goes_on_when_everyone_came():
     assert done.is_set()
 
 
+def run_three_ranks_without_rank_2(go_on: bool, world: int = 3, port: int = 1) -> dict[int, object]:
+    """Ranks 0 and 1 of `world` arrive (rank 1 on a thread), the others never do; what each arrive()
+    returned or raised (its text)."""
+    store = server_store(world)
+    got: dict[int, object] = {}
+
+    def rank(r: int, s) -> None:
+        try:
+            got[r] = arrival.arrive(s, env_of(r, world, port), 0.5, time.monotonic() + 0.5, go_on=go_on)
+        except RuntimeFailure as exc:
+            got[r] = str(exc)
+
+    one = threading.Thread(target=rank, args=(1, client_store(store)))
+    one.start()
+    rank(0, store)
+    one.join(15)
+    return got
+
+
+def test_a_run_that_may_go_on_goes_on_with_the_ranks_that_joined(monkeypatch):
+    monkeypatch.setenv("COMMBENCH_RANK_HOSTS", "h0,h1,localhost,localhost")
+    got = run_three_ranks_without_rank_2(go_on=True, world=4, port=closed_port())
+    zero, one = got[0], got[1]
+    assert isinstance(zero, arrival.Joined) and isinstance(one, arrival.Joined), got
+    assert zero.ranks == one.ranks == [0, 1]
+    assert [zero.rank_of(0), one.rank_of(1)] == [0, 1]
+    assert one.absent is None and one.line == ""  # rank 0 alone names them
+    assert zero.absent is not None and zero.absent.ranks == [2, 3]
+    assert "2 of 4 ranks, rank 2 (host localhost" in zero.line
+    assert "the 2 ranks that did go on without them, renumbered 0-1 in order" in zero.line
+
+
+def test_two_ranks_are_enough_to_go_on_and_a_run_that_may_not_stops():
+    got = run_three_ranks_without_rank_2(go_on=True, world=3)
+    assert isinstance(got[0], arrival.Joined)  # two ranks are enough
+    got = run_three_ranks_without_rank_2(go_on=False, world=3)
+    assert "rank 2 never joined the process group" in str(got[0]), got
+    assert "did not form" in str(got[1]), got
+
+
+def test_a_rank_that_came_after_rank_0_went_on_stops_with_a_short_line():
+    store = server_store(3)
+    store.set(arrival.JOINED, "0,1")
+    store.add(arrival.COUNT, 2 - arrival.GAVE_UP)  # ranks 0 and 1 were in when rank 0 gave up
+    with pytest.raises(RuntimeFailure, match="rank 2: the process group at .* did not form"):
+        arrival.arrive(client_store(store), env_of(2, 3, 1), 0.5, time.monotonic() + 0.5, go_on=True)
+
+
 def test_a_store_that_went_away_is_one_short_line():
     class Gone:
         def set(self, key, value):

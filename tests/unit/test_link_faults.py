@@ -625,3 +625,66 @@ def test_a_failed_rail_between_two_hosts_is_no_verdict_on_that_rail(tmp_path, ca
     with pytest.raises(SystemExit) as info:
         main(["pairs", "--from", str(write(tmp_path / "two.parquet", rows))])
     assert info.value.code == 3 and "no verdict: rail eth1: " in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- a host that never joined
+
+
+class _Session:
+    """What PairsWorkload._absent_rows uses of a Session: rank 0 of the 3 ranks that joined."""
+
+    rank, world = 0, 3
+
+    def __init__(self):
+        self.lines, self.written = [], []
+        self.reporter = type("Reporter", (), {"line": lambda _, text: self.lines.append(text)})()
+
+    def record(self, *, m, **columns):
+        return {**row(HOSTS, 0, 1), "busbw_GBps": math.nan, "algbw_GBps": math.nan, "time_us": math.nan,
+                "wrong": None, **columns}
+
+    def write(self, rows):
+        self.written += rows
+
+
+@pytest.mark.parametrize("mode", ["sendrecv", "bidir"])
+def test_a_host_that_never_joined_is_named_from_its_rows_and_nobody_else(mode):
+    """n3 (rank 2 at launch) never joined; the three that did were renumbered 0-2 (n1, n2, n4)."""
+    from commbench.harness.arrival import Absent
+    from commbench.workloads.pairs import PairsPlan, PairsWorkload
+
+    absent = Absent([2], 4, {2: "n3"}, {"n3": "no answer"}, {"n3": "10.0.0.3"})
+    work = PairsWorkload(PairsPlan(size_bytes=16 << 20, mode=mode), absent=absent)
+    session, joined = _Session(), ["n1", "n2", "n4"]
+    rows = work._absent_rows(session, joined, [0, 1, 2], [None])  # type: ignore[arg-type]
+    assert session.written == rows and len(rows) == (3 if mode == "bidir" else 6)
+    assert {r["status"] for r in rows} == {"never joined"}
+    assert {(r["src_rank"], r["dst_rank"]) for r in rows} >= {(0, 3), (1, 3), (2, 3)}  # numbered after the run's
+    assert rows[0]["error"] == ("rank 2 (host n3, 10.0.0.3: no answer from it) never joined the run (its rank number "
+                                "at launch)")
+    assert session.lines == ["# Never joined: n3 (rank 2 at launch): its links are stored with status `never joined`"]
+    bidir = mode == "bidir"
+    measured = mesh_rows(joined, bidir=bidir)
+    v = linkfaults.faults(df_of(rows + measured))
+    [c] = v.named
+    assert (c.kind, c.name, c.status) == ("host", "n3", "never joined")
+    assert linkfaults.render_faults(v)[0] == "# Never joined host: n3 (every link failed: 3 of 3, never joined)"
+    assert v.exit_code == 1
+
+
+def test_no_row_for_an_absent_rank_whose_host_joined_with_another_rank():
+    from commbench.harness.arrival import Absent
+    from commbench.workloads.pairs import PairsPlan, PairsWorkload
+
+    work = PairsWorkload(PairsPlan(), absent=Absent([1], 4, {1: "n1"}))
+    assert work._absent_rows(_Session(), ["n1", "n2", "n4"], [0, 1, 2], [None]) == []  # type: ignore[arg-type]
+
+
+def test_with_rails_a_host_that_never_joined_has_its_rows_on_every_rail():
+    from commbench.harness.arrival import Absent
+    from commbench.workloads.pairs import PairsPlan, PairsWorkload
+
+    work = PairsWorkload(PairsPlan(mode="bidir", per_rail=True), absent=Absent([2], 4, {2: "n3"}))
+    rows = work._absent_rows(_Session(), ["n1", "n2", "n4"], [0, 1, 2], ["eth0", "eth1"])  # type: ignore[arg-type]
+    assert sorted((r["rail"], r["src_host"]) for r in rows) == sorted(
+        (rail, h) for rail in ("eth0", "eth1") for h in ("n1", "n2", "n4"))
