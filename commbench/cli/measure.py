@@ -170,9 +170,12 @@ def buckets(params, grad_bytes, dtype, bucket_size, op, overlap, env_axes, nproc
 @click.option("--rails", default=None, metavar="IF,IF",
               help="With --per-rail: the rails, e.g. eth0,eth1 [default: every interface with an IPv4 address "
                    "on every host].")
+@click.option("--capture", is_flag=True,
+              help="Measure the suspect links (failed, or of a host named slow) again while tcpdump keeps their "
+                   "packet headers (root or CAP_NET_RAW); the verdict counts retransmissions and names each .pcap.")
 @run_options
 @launcher_checked
-def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, nproc, **run) -> int:
+def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, capture, nproc, **run) -> int:
     """Bandwidth between every pair of hosts, in rounds of disjoint pairs; ranks the slowest links.
 
     Exit 1 when a host is singled out as slow (or data arrived wrong). See docs/PAIRS.md.
@@ -183,6 +186,9 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, npr
     if rails is not None and not per_rail:
         raise BadInput("--rails names the rails of --per-rail: add --per-rail, or drop --rails")
     if from_results:
+        if capture:
+            raise BadInput("--capture keeps the packets of a run while it measures, and --from measures nothing: "
+                           "drop --capture, or drop --from and run pairs under a launcher")
         if size is not None or mode is not None or hosts_only or per_rail:
             raise BadInput("--from ranks results already measured: drop --size, --mode, --hosts-only, --per-rail "
                            "and --rails")
@@ -217,7 +223,7 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, npr
             raise BadInput("--hosts-only pairs the hosts of a launcher's ranks, but no launcher started this run: "
                            "run under torchrun/srun/lab run, or drop --hosts-only")
     plan = PairsPlan(size_bytes=nbytes, mode=mode or "sendrecv", hosts_only=hosts_only, threshold=threshold,
-                     per_rail=per_rail, rails=named_rails, **fields)
+                     per_rail=per_rail, rails=named_rails, capture=capture, **fields)
     return launch_workload(PairsWorkload(plan), nproc)
 
 

@@ -11,10 +11,14 @@ ranks that still answer (a rank cut off from some peers waits only for those it 
 
 With --per-rail a step is one rail's links: the pair groups are bound to that interface
 (harness/pairgroup.py) and the rows carry the rail; the confirmation round runs per rail too.
+
+With --capture the confirmation round also measures the links of the hosts named slow, and each
+of its links is captured on its first end while it runs (workloads/paircapture.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -30,6 +34,7 @@ from commbench.harness import faults
 from commbench.harness.control import PROBE_S, ControlPlane, probe
 from commbench.harness.pairgroup import PairGroup
 from commbench.harness.runner import Measurement, Session, TransferFailed
+from commbench.workloads import paircapture
 
 WIRE_WAIT_S = 2.0  # for the second end's counters, once the first end's outcome is in
 STEP_SLACK_S = 10.0  # beyond --timeout, for a barrier or a step's outcomes to arrive
@@ -57,6 +62,7 @@ class LinkTester:
         self.rows: list[dict] = []
         self.any_wrong = False
         self._said: set[int] = set()  # ranks already named as silent
+        self.captures = paircapture.LinkCaptures(self) if getattr(plan, "capture", False) else None
 
     # ---- every rank ------------------------------------------------------------------------------
 
@@ -65,30 +71,39 @@ class LinkTester:
         self.control.barrier(step, self.players, self.plan.timeout + STEP_SLACK_S)
         mine = next(((s, d) for s, d in links if self.session.rank in (s, d)), None)
         if mine is not None:
-            outcome = self._measure(step, mine, rail)
+            outcome = self._measure(step, mine, rail, confirm and self.captures is not None)
             self.control.put(_key(step, mine), json.dumps(outcome))
         if self.session.rank == 0:
             self._collect(step, links, repetition, number, confirm, rail)
 
-    def _measure(self, step: str, link: tuple[int, int], rail: str | None = None) -> dict:
+    def _measure(self, step: str, link: tuple[int, int], rail: str | None = None, capture: bool = False) -> dict:
         """This end's outcome of one link: the pair's samples, or why it could not be measured."""
         rank = self.session.rank
         src, dst = link
         peer = dst if rank == src else src
         if not self.control.answers(peer):
             call = self.control.roll_call([peer])
-            return _failure(call.status(peer) or "error", self._silent_text(peer, call), peer)
+            return self._unmeasured(step, link, capture,
+                                    _failure(call.status(peer) or "error", self._silent_text(peer, call), peer))
         if rail is not None:
             dead = self._rail_silent(peer, rail)
             if dead:
-                return _failure("unreachable", dead)
-        try:
-            lower = min(src, dst)
-            group = PairGroup(self.control.store_of(lower), f"{step}/{lower}-{max(src, dst)}",
-                              0 if rank == lower else 1, self.session.ctx.backend, self.plan.timeout, rail)
-            return self._transfer(group, link, peer, rank == src, rank == dst or self.plan.mode == "bidir")
-        except (RuntimeError, ValueError) as exc:  # gloo's timeouts and closed connections are RuntimeErrors
-            return self._after_error(peer, exc)
+                return self._unmeasured(step, link, capture, _failure("unreachable", dead))
+        watch = self.captures.around(step, link, rail) if capture and self.captures else contextlib.nullcontext()
+        with watch:  # from before the pair's connection is made, so the capture holds it whole
+            try:
+                lower = min(src, dst)
+                group = PairGroup(self.control.store_of(lower), f"{step}/{lower}-{max(src, dst)}",
+                                  0 if rank == lower else 1, self.session.ctx.backend, self.plan.timeout, rail)
+                return self._transfer(group, link, peer, rank == src, rank == dst or self.plan.mode == "bidir")
+            except (RuntimeError, ValueError) as exc:  # gloo's timeouts and closed connections are RuntimeErrors
+                return self._after_error(peer, exc)
+
+    def _unmeasured(self, step: str, link: tuple[int, int], capture: bool, failure: dict) -> dict:
+        """A link that failed before its connection was tried: with --capture, why it has no capture."""
+        if capture and self.captures is not None:
+            self.captures.skipped(step, link, f"no connection was tried ({failure['error']})")
+        return failure
 
     def _rail_silent(self, peer: int, rail: str) -> str | None:
         """Why the peer cannot be reached on the rail while its control plane answers, or None. A
@@ -159,17 +174,26 @@ class LinkTester:
         the plan in its mailbox; every rank reads it from whichever peer has it and runs it."""
         if self.session.rank == 0:
             pairs = self._plan_confirmation()
-            self.control.put("confirm", json.dumps(pairs))
+            self.control.put("confirm", json.dumps({"pairs": pairs, "run": self.plan.run_id}))
         others = [r for r in self.players if r != self.session.rank]
         text = self.control.relay("confirm", [0] + [r for r in others if r != 0],
                                   2 * self.plan.timeout + STEP_SLACK_S)
-        planned = json.loads(text) if text else []  # [a, b] each, or [a, b, rail] with --per-rail
+        told = json.loads(text) if text else {}
+        planned = told.get("pairs", [])  # [a, b] each, or [a, b, rail] with --per-rail
+        if self.captures is not None:
+            self.captures.run_id = told.get("run", self.plan.run_id)  # pcaps named after the rows' run
         rails = list(dict.fromkeys(p[2] if len(p) > 2 else None for p in planned))
+        ran = []
         for rail in rails:  # rail after rail, as in the main rounds
             pairs = [(p[0], p[1]) for p in planned if (p[2] if len(p) > 2 else None) == rail]
             where = f"confirm.{rail_token(rail)}" if rail else "confirm"
             for number, batch in enumerate(_disjoint(pairs), 1):
                 self.step(f"{where}.{number}", batch, 0, number, confirm=True, rail=rail)
+                ran += [(f"{where}.{number}", link, rail) for link in batch]
+        if self.captures is not None:
+            self.captures.publish()
+            if self.session.rank == 0:
+                self.captures.collect(ran, self.plan.timeout + STEP_SLACK_S)
 
     def finish(self) -> None:
         """Mailboxes must outlive rank 0's collection: rank 0 says "done" when it has every row;
@@ -192,12 +216,41 @@ class LinkTester:
         if not self.rows:
             return []
         frame = pd.DataFrame(self.rows)
-        if "rail" not in frame.columns or frame["rail"].isna().all():
-            return [list(p) for p in linkfaults.confirm_plan(frame, linkfaults.suspects(frame))]
         planned: list[list] = []
-        for rail, rows in frame.groupby("rail", sort=False):
-            planned += [[a, b, rail] for a, b in linkfaults.confirm_plan(rows, linkfaults.suspects(rows))]
+        culprits = []
+        if "rail" not in frame.columns or frame["rail"].isna().all():
+            culprits = [(c, None) for c in linkfaults.suspects(frame)]
+            planned = [list(p) for p in linkfaults.confirm_plan(frame, [c for c, _ in culprits])]
+        else:
+            for rail, rows in frame.groupby("rail", sort=False):
+                found = linkfaults.suspects(rows)
+                culprits += [(c, rail) for c in found]
+                planned += [[a, b, rail] for a, b in linkfaults.confirm_plan(rows, found)]
+        if self.captures is not None:  # the slow hosts' links too: a lossy link is often only slow
+            planned += self._plan_slow(frame, planned, culprits)
         return planned
+
+    def _plan_slow(self, frame, planned: list[list], culprits: list) -> list[list]:
+        """--capture: each slow endpoint against endpoints that are not (paircapture.slow_plan), and
+        for every planned link, the suspect it checks (for the evidence lines)."""
+        assert self.captures is not None
+        slow = paircapture.slow_endpoints(frame, self.plan.per_rail, self.plan.run_id, self.plan.threshold)
+        blamed = {e for c, _ in culprits if c.kind in ("host", "link") for e in c.name.split(" <-> ")}
+        added = paircapture.slow_plan(slow, self.names, self.hosts, blamed, planned)
+        what = [(f"failed {c.kind} {c.name}", c.name.split(" <-> "), rail)
+                for c, rail in culprits if c.kind in ("host", "link")]
+        what += [(f"slow host {s.name}" + (f" rail {s.rail}" if s.rail else ""), [s.name], s.rail) for s in slow]
+        for p in planned + added:
+            rail = p[2] if len(p) > 2 else None
+            ends = {self.names[p[0]], self.names[p[1]]}
+            why = [text for text, names, r in what if r == rail and ends & set(names)]
+            if why:
+                self.captures.why[(p[0], p[1], rail)] = ", ".join(dict.fromkeys(why))
+        return added
+
+    def capture_lines(self) -> list[str]:
+        """--capture, rank 0: the evidence lines of the confirmation round's packet captures."""
+        return self.captures.lines() if self.captures is not None and self.session.rank == 0 else []
 
     # ---- rank 0: the rows ----------------------------------------------------------------------
 

@@ -262,6 +262,7 @@ class PairsWorkload:
             verdict = linkfaults.faults(frame)
             if verdict.failed:
                 lines += linkfaults.render_faults(verdict)
+            lines += tester.capture_lines()  # --capture: the packets of the suspect links (paircapture.py)
         session.reporter.line("#")
         for line in lines:
             session.reporter.line(line)
