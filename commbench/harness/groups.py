@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,12 +65,15 @@ def release(mine: Sequence[RankGroup]) -> None:
         dist.destroy_process_group(pg)
 
 
-def group_session(session: Session, group: RankGroup) -> Session:
+def group_session(session: Session, group: RankGroup, watched: bool = True) -> Session:
     """`session` measuring on `group`: its loop's maxima and gathers over the group only, no counter
-    gathers (their probe spans the world), and no early stop at --precision (see above)."""
+    gathers (their probe spans the world), and no early stop at --precision (see above). Not
+    `watched`: no point marks on the control plane, whose marks are one rank's one point at a time
+    (several dimensions time in threads of their own; a hang there ends at --timeout unnamed)."""
     plan = dataclasses.replace(session.ctx.plan, precision=0.0)
     return dataclasses.replace(session, ctx=dataclasses.replace(session.ctx, plan=plan), group=group.pg,
-                               wire=None, ops=None, warmup_done=None)
+                               wire=None, ops=None, warmup_done=None,
+                               control=session.control if watched else None)
 
 
 def check_args(group: RankGroup, root: int, op: str | None) -> CallArgs:
@@ -142,10 +146,42 @@ class Passes:
             self.rank_skew_s.append(timing.ranks.skew_s)
 
 
-def concurrent_pass(session: Session, sub: Session, call: Callable[[], None], label: str, into: Passes) -> None:
-    """Every group at once: one barrier of the world, then each its own timing loop."""
+@dataclass(frozen=True)
+class Job:
+    """One dimension's part of a concurrent pass on this rank: its group's session and call."""
+
+    sub: Session
+    call: Callable[[], None]
+    label: str
+    into: Passes
+
+
+def concurrent_pass(session: Session, jobs: Sequence[Job]) -> None:
+    """Every group of every dimension at once: one barrier of the world, then each group its own
+    timing loop. A rank in groups of several dimensions (a tp and a dp group) runs each in a thread
+    of its own, on a CUDA stream of its own (on one stream NCCL's calls would queue behind each
+    other); torch's collectives let go of the GIL while they wait."""
     dist.barrier(group=_world(session))
-    into.add(sub.time_call(call, f"{label} (every group at once)"), sub.warmup_done)
+    if len(jobs) == 1:
+        done = [_timed(jobs[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            done = [f.result() for f in [pool.submit(_timed, job) for job in jobs]]
+    for job, (timing, warmup) in zip(jobs, done):
+        job.into.add(timing, warmup)
+
+
+def _timed(job: Job) -> tuple[Timing, int | None]:
+    label = f"{job.label} (every group at once)"
+    if job.sub.device.type != "cuda":
+        return job.sub.time_call(job.call, label), job.sub.warmup_done
+    device = job.sub.device
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))  # the buffers were filled on the default stream
+    with torch.cuda.stream(stream):
+        timed = job.sub.time_call(job.call, label), job.sub.warmup_done
+    torch.cuda.current_stream(device).wait_stream(stream)  # the #wrong check reads the outputs there
+    return timed
 
 
 def solo_pass(session: Session, sub: Session, group: RankGroup, call: Callable[[], None], label: str,

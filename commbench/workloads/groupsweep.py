@@ -7,14 +7,16 @@ group, the groups' aggregate bytes a second and, with --solo, its contention fac
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from commbench.core import stragglers
 from commbench.core.contention import Contention, aggregate_bps, contention
 from commbench.core.layout import GroupWork
 from commbench.core.units import format_size
+from commbench.core.vocab import Layout
 from commbench.harness import groups as grouping
-from commbench.harness.collectives import BY_NAME, Collective
+from commbench.harness.collectives import BY_NAME, Buffers, CallArgs, Collective
 from commbench.harness.console import bw
 from commbench.harness.data import allocate, fill
 from commbench.harness.dtypes import DType, get_dtype
@@ -51,13 +53,12 @@ def total_points(plan: SweepPlan, works: Sequence[GroupWork]) -> int:
 
 def run_groups(session: Session, plan: SweepPlan, works: Sequence[GroupWork], repetitions: range,
                extra: dict) -> bool:
-    """Every work's sizes, repetition after repetition; True if any output was wrong."""
+    """Every point of every work, repetition after repetition; True if any output was wrong."""
     mine = grouping.build(works, session.rank)
     first = len(session.writer.rows) if session.writer is not None else 0  # this call's rows (a setting's pass)
     any_wrong = False
     for repetition in repetitions:
-        for group in mine:
-            any_wrong = _work(session, plan, group, repetition, extra) or any_wrong
+        any_wrong = _repetition(session, plan, mine, repetition, extra) or any_wrong
     grouping.release(mine)
     if session.writer is not None:
         for line in group_straggler_lines(session.writer.rows[first:], session):
@@ -65,55 +66,101 @@ def run_groups(session: Session, plan: SweepPlan, works: Sequence[GroupWork], re
     return any_wrong
 
 
-def _work(session: Session, plan: SweepPlan, group: RankGroup, repetition: int, extra: dict) -> bool:
-    work, collective, dtype = group.work, BY_NAME[group.work.collective], get_dtype(plan.dtype)
-    for line in header_lines(work, plan, repetition):
+def shared_points(plan: SweepPlan, works: Sequence[GroupWork]) -> list[tuple[int, tuple[tuple[int, bool], ...]]]:
+    """(requested size, the (work, in place) pairs that run together) in the grid's order: at each
+    size every work that keeps it runs its first placement together with the others' first, then
+    its second with their second (all_reduce runs in place only and send/recv out of place only,
+    yet they run together)."""
+    kept = [set(kept_sizes(plan, BY_NAME[w.collective], {len(g) for g in w.groups})) for w in works]
+    placements = [plan.placements_for(BY_NAME[w.collective]) for w in works]
+    out: list[tuple[int, tuple[tuple[int, bool], ...]]] = []
+    for requested in plan.sizes:
+        for k in range(2):
+            active = tuple((i, p[k]) for i, p in enumerate(placements) if requested in kept[i] and k < len(p))
+            if active:
+                out.append((requested, active))
+    return out
+
+
+def _repetition(session: Session, plan: SweepPlan, mine: list[RankGroup], repetition: int, extra: dict) -> bool:
+    for line in header_lines([g.work for g in mine], plan, repetition):
         session.reporter.line(line)
-    sub = grouping.group_session(session, group)
+    subs = [grouping.group_session(session, g, watched=len(mine) == 1) for g in mine]
     any_wrong = False
-    for requested in kept_sizes(plan, collective, {len(g) for g in work.groups}):
-        for in_place in plan.placements_for(collective):
-            any_wrong = _point(session, sub, plan, group, collective, dtype, requested, in_place,
-                               repetition, extra) or any_wrong
-    session.reporter.line(f"# Groups concluded: {work.dim} {work.collective}")
+    for requested, active in shared_points(plan, [g.work for g in mine]):
+        groups = [(mine[i], subs[i], in_place) for i, in_place in active]
+        any_wrong = _point(session, plan, groups, requested, repetition, extra) or any_wrong
+    session.reporter.line(f"# Groups concluded: {', '.join(f'{g.work.dim} {g.work.collective}' for g in mine)}")
     return any_wrong
 
 
-def header_lines(work: GroupWork, plan: SweepPlan, repetition: int) -> list[str]:
-    sizes = sorted({len(g) for g in work.groups})
-    shown = " ".join(f"{i}:[{','.join(map(str, g))}]" for i, g in enumerate(work.groups))
+def header_lines(works: Sequence[GroupWork], plan: SweepPlan, repetition: int) -> list[str]:
+    parts, shown = [], []
+    for work in works:
+        sizes = sorted({len(g) for g in work.groups})
+        count = f"{len(work.groups)} groups" if len(work.groups) > 1 else "1 group"
+        parts.append(f"{work.dim} {work.collective}, {count} of {'/'.join(map(str, sizes))} ranks")
+        shown.append(f"#   {work.dim} " + " ".join(f"{i}:[{','.join(map(str, g))}]" for i, g in enumerate(work.groups)))
     solo = "; with each alone too (--solo: A B B A)" if plan.solo else ""
     rep = f"  (repetition {repetition + 1} of {plan.repetitions})" if plan.repetitions > 1 else ""
-    count = f"{len(work.groups)} groups" if len(work.groups) > 1 else "1 group"
-    return [f"# Groups starting: {work.dim} {work.collective}, {count} of "
-            f"{'/'.join(map(str, sizes))} ranks at once{solo}{rep}", f"#   {shown}", _HEAD, _UNITS]
+    return [f"# Groups starting: {'; '.join(parts)}, all at once{solo}{rep}", *shown, _HEAD, _UNITS]
 
 
-def _point(session: Session, sub: Session, plan: SweepPlan, group: RankGroup, collective: Collective, dtype: DType,
-           requested: int, in_place: bool, repetition: int, extra: dict) -> bool:
-    """One point: the passes, the #wrong check, every group's rows and the live line on rank 0."""
+@dataclass
+class _Setup:
+    """One group's part of a point on this rank."""
+
+    group: RankGroup
+    sub: Session
+    collective: Collective
+    layout: Layout
+    bufs: Buffers
+    args: CallArgs
+    call: Callable[[], None]
+    label: str
+    passes: dict[bool, Passes]
+    in_place: bool
+
+
+def _setup(session: Session, plan: SweepPlan, group: RankGroup, sub: Session, dtype: DType, requested: int,
+           in_place: bool) -> _Setup:
+    collective = BY_NAME[group.work.collective]
     layout = collective.for_size(requested, dtype.itemsize, group.size, group.local)
     bufs = allocate(collective, layout, dtype, in_place, session.device)
     args = grouping.check_args(group, plan.root, plan.op if collective.reduces else None)
     fill(bufs, args, dtype, in_place)
-    call = grouping.bind(collective, bufs, group, args)
     label = f"{group.work.dim} {collective.name} {format_size(layout.size_bytes(dtype.itemsize))}"
-    passes = {True: Passes(), False: Passes()}
-    grouping.concurrent_pass(session, sub, call, label, passes[True])
+    return _Setup(group, sub, collective, layout, bufs, args, grouping.bind(collective, bufs, group, args), label,
+                  {True: Passes(), False: Passes()}, in_place)
+
+
+def _point(session: Session, plan: SweepPlan, groups: list[tuple[RankGroup, Session, bool]], requested: int,
+           repetition: int, extra: dict) -> bool:
+    """One point: the passes (A, with --solo B B A), the #wrong check, every group's rows and a
+    live line per work on rank 0."""
+    dtype = get_dtype(plan.dtype)
+    setups = [_setup(session, plan, g, sub, dtype, requested, in_place) for g, sub, in_place in groups]
+    jobs = [grouping.Job(s.sub, s.call, s.label, s.passes[True]) for s in setups]
+    grouping.concurrent_pass(session, jobs)
     if plan.solo:  # A B B A: drift over the point's time falls on both kinds alike
-        grouping.solo_pass(session, sub, group, call, label, passes[False])
-        grouping.solo_pass(session, sub, group, call, label, passes[False])
-        grouping.concurrent_pass(session, sub, call, label, passes[True])
-    wrong = (grouping.wrong_in_group(sub, collective, layout, bufs, group, args, dtype, in_place, call)
-             if plan.check else None)
-    results = grouping.gather_passes(session, group, passes, wrong)
-    session.reporter.advance(f"{label}")
-    if results is None:
-        return bool(wrong)
-    rows = point_rows(session, plan, group.work, collective, dtype, requested, in_place, results, repetition, extra)
-    session.write(rows)
-    session.reporter.line(point_line(rows, dtype, plan))
-    return any(r["wrong"] for r in rows)
+        for _ in range(2):
+            for s in setups:
+                grouping.solo_pass(session, s.sub, s.group, s.call, s.label, s.passes[False])
+        grouping.concurrent_pass(session, jobs)
+    any_wrong = False
+    for s in setups:
+        wrong = (grouping.wrong_in_group(s.sub, s.collective, s.layout, s.bufs, s.group, s.args, dtype, s.in_place,
+                                         s.call) if plan.check else None)
+        results = grouping.gather_passes(session, s.group, s.passes, wrong)
+        session.reporter.advance(s.label)
+        any_wrong = any_wrong or bool(wrong)
+        if results is not None:
+            rows = point_rows(session, plan, s.group.work, s.collective, dtype, requested, s.in_place, results,
+                              repetition, extra)
+            session.write(rows)
+            session.reporter.line(point_line(rows, dtype, plan))
+            any_wrong = any_wrong or any(r["wrong"] for r in rows)
+    return any_wrong
 
 
 def point_rows(session: Session, plan: SweepPlan, work: GroupWork, collective: Collective, dtype: DType,
