@@ -13,7 +13,10 @@ from helpers import cb, clean_env
 
 from commbench.cli.app import main
 from commbench.core.contention import aggregate_bps, contention
-from commbench.core.layout import group_work
+from commbench.core.layout import GroupWork, group_work
+from commbench.harness.collectives import BY_NAME
+from commbench.harness.plan import SweepPlan
+from commbench.workloads.groupsweep import kept_sizes, shared_points, total_points
 
 POINT = ("sweep", "--nproc", "4", "--backend", "gloo", "-b", "64K", "-e", "64K", "-n", "3", "-w", "1",
          "--progress", "off", "--bind", "none")
@@ -98,3 +101,15 @@ def test_contention_factor_its_interval_and_verdict():
     few = contention([2e-3, 2.1e-3], [1e-3, 1.1e-3])  # too few iterations for an interval or a verdict
     assert few.low is None and few.verdict == "inconclusive"
     assert aggregate_bps(1000, [1e-3, 2e-3]) == pytest.approx(1.5e6)
+
+
+def test_dimensions_run_together_placement_by_placement():
+    plan = SweepPlan(sizes=[64, 1024, 4096], dtype="float32")
+    works = [GroupWork("tp", "all_reduce", ((0, 1), (2, 3))), GroupWork("cp", "all_gather", ((0, 2), (1, 3))),
+             GroupWork("pp", "sendrecv", ((0, 2), (1, 3)))]
+    points = shared_points(plan, works)
+    # all_reduce runs in place only, send/recv out of place only: their first placements run together
+    assert points[:2] == [(64, ((0, True), (1, False), (2, False))), (64, ((1, True),))]
+    assert len(points) == 6 and total_points(plan, works) == sum(len(a) for _, a in points) == 12
+    # a split's groups of 4 and 2 ranks measure the sizes both keep, in lockstep (16-byte chunks)
+    assert kept_sizes(SweepPlan(sizes=[32, 64, 128], dtype="float32"), BY_NAME["all_gather"], {4, 2}) == [64, 128]
