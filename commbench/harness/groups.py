@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from commbench.core.layout import GroupWork
+from commbench.harness import faults
 from commbench.harness.collectives import Buffers, CallArgs, Collective
 from commbench.harness.data import count_wrong, fill
 from commbench.harness.runner import Session, Timing
@@ -121,6 +122,8 @@ def wrong_in_group(sub: Session, collective: Collective, layout, bufs: Buffers, 
     call()
     if sub.device.type == "cuda":
         torch.cuda.synchronize(sub.device)
+    if faults.corrupts_output(group.ranks[group.local]):
+        bufs.recv.view(-1)[0] += 1
     first_stage = collective.name == "sendrecv" and chain(group) and group.local == 0
     own = 0 if first_stage else count_wrong(collective, layout, bufs, args, dtype)
     return sub.sum_over_ranks(own)

@@ -49,11 +49,13 @@ def test_every_dp_and_tp_group_at_once_and_alone(tmp_path):
 
 
 def test_pipeline_stages_send_to_their_neighbours(tmp_path):
-    proc = cb(*POINT, "--layout", "pp=2,dp=2", "--group", "pp", "--out", str(tmp_path), env=clean_env(),
-              timeout=120, check=True)
+    # rank 3, pipeline 1's second stage, corrupts what it received: that group's #wrong, exit 1
+    proc = cb(*POINT, "--layout", "pp=2,dp=2", "--group", "pp", "--out", str(tmp_path),
+              env=clean_env(COMMBENCH_TEST_FAULT="corrupt:3"), timeout=120)
     rows = _rows(tmp_path)
+    assert proc.returncode == 1 and "#wrong 1" in proc.stdout, proc.stdout + proc.stderr
     assert list(rows.group_ranks) == ["0,2", "1,3"] and (rows.collective == "sendrecv").all()
-    assert (rows.wrong == 0).all() and rows.concurrent.all() and rows.contention.isna().all()
+    assert list(rows.wrong) == [0, 1] and rows.concurrent.all() and rows.contention.isna().all()
     assert "pp sendrecv, 2 groups of 2 ranks, all at once" in proc.stdout
 
 
