@@ -193,7 +193,7 @@ class LinkTester:
         if self.captures is not None:
             self.captures.publish()
             if self.session.rank == 0:
-                self.captures.collect(ran, self.plan.timeout + STEP_SLACK_S)
+                self.captures.collect(ran, self.plan.timeout + STEP_SLACK_S + paircapture.SUMMARY_S * len(ran))
 
     def finish(self) -> None:
         """Mailboxes must outlive rank 0's collection: rank 0 says "done" when it has every row;

@@ -152,3 +152,32 @@ def test_capture_with_from_is_refused_in_one_line(cli, tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "--capture" in lines[0] and "drop --capture" in lines[0], res.stderr
     assert "Traceback" not in res.stderr
+
+
+def captures_of(got: list) -> paircapture.LinkCaptures:
+    """Rank 0's LinkCaptures with these (label, record) pairs collected."""
+    from types import SimpleNamespace
+
+    caps = paircapture.LinkCaptures(SimpleNamespace(plan=SimpleNamespace(run_id="R")))
+    caps.got = got
+    return caps
+
+
+def test_the_evidence_names_each_file_and_says_why_one_is_missing():
+    summary = {"packets": 3081, "seconds": 0.5, "tcp_segments": 3081, "retransmissions": 506, "dup_acks": 675,
+               "connections": 1}
+    lines = captures_of([
+        ("n2 -> n3, checking slow host n3", {"host": "n2", "iface": "eth0", "file": "/r/R-n2-n3.pcap",
+                                             "summary": summary, "dropped": 7}),
+        ("n1 -> n3, checking slow host n3", {"host": "n1", "error": "tcpdump is not installed here (apt-get ...)"}),
+    ]).lines()
+    assert lines[0].startswith("# Packet captures of the confirmation round (--capture: headers only, 128 B a packet")
+    assert lines[1] == ("#   n2 -> n3, checking slow host n3: 3,081 packets in 0.5 s (1 TCP connection): 506 "
+                        "retransmissions, 675 duplicate ACKs, 0 zero windows, 0 resets (captured at n2 eth0, 7 dropped "
+                        "by the kernel): /r/R-n2-n3.pcap")
+    assert lines[2] == "#   n1 -> n3, checking slow host n3: no capture at n1: tcpdump is not installed here (apt-get ...)"
+
+
+def test_no_suspect_link_is_said_in_one_line():
+    assert captures_of([]).lines() == ["# Packet captures (--capture): no link was suspect (none failed or was named "
+                                       "slow), so none was captured."]
