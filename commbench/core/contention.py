@@ -29,7 +29,7 @@ class Contention:
     """concurrent busbw / solo busbw of one group at one point (times in seconds)."""
 
     factor: float
-    low: float | None  # the 95% interval; None when a side has too few iterations (5 or fewer)
+    low: float | None  # the 95% interval; None when a side has too few iterations (6 or fewer)
     high: float | None
     p_value: float  # one-sided Mann-Whitney U on the iteration times, in the direction seen
     verdict: str  # "contended", "faster", "unchanged" or "inconclusive", as compare words them

@@ -7,6 +7,8 @@ group, the groups' aggregate bytes a second and, with --solo, its contention fac
 from __future__ import annotations
 
 import dataclasses
+import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -61,9 +63,40 @@ def run_groups(session: Session, plan: SweepPlan, works: Sequence[GroupWork], re
         any_wrong = _repetition(session, plan, mine, repetition, extra) or any_wrong
     grouping.release(mine)
     if session.writer is not None:
-        for line in group_straggler_lines(session.writer.rows[first:], session):
+        rows = session.writer.rows[first:]
+        for line in slowest_lines(rows) + group_straggler_lines(rows, session):
             session.reporter.line(line)
     return any_wrong
+
+
+def slowest_lines(rows: Sequence[dict]) -> list[str]:
+    """Per dimension: how often each group was the slowest of a concurrent pass (the lowest busbw
+    at a point), the most often first, and with --solo its median contention factor over them."""
+    points: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("group_dim") and r["concurrent"]:
+            key = (r["group_dim"], r["collective"], r["size_bytes"], r["in_place"], r["repetition"], r.get("settings"))
+            points.setdefault(key, []).append(r)
+    lines = []
+    for dim in dict.fromkeys(k[0] for k in points):
+        mine = [p for k, p in points.items() if k[0] == dim]
+        counts = Counter(min(p, key=lambda r: r["busbw_GBps"])["group_index"] for p in mine)
+        ranks = {r["group_index"]: r["group_ranks"] for p in mine for r in p}
+        shown = ", ".join(f"{dim}{g} [{ranks[g]}] at {n}" for g, n in counts.most_common())
+        lines.append(f"# {dim}: the slowest group at {len(mine)} points: {shown}{_contention_text(mine)}")
+    return lines
+
+
+def _contention_text(points: list[list[dict]]) -> str:
+    by_group: dict[int, list[float]] = {}
+    for p in points:
+        for r in p:
+            if r.get("contention") is not None:
+                by_group.setdefault(r["group_index"], []).append(r["contention"])
+    if not by_group:
+        return ""
+    shown = ", ".join(f"{g}: {statistics.median(v):.2f}" for g, v in sorted(by_group.items()))
+    return f"; median contention by group {shown}"
 
 
 def shared_points(plan: SweepPlan, works: Sequence[GroupWork]) -> list[tuple[int, tuple[tuple[int, bool], ...]]]:
