@@ -45,6 +45,16 @@ def test_a_list_the_ranks_cannot_take_is_bad_input(value, local_world, told, tex
     assert "\n" not in str(caught.value)
 
 
+@pytest.fixture(autouse=True)
+def _interfaces_restored(monkeypatch):
+    """A rank sets its own interface in os.environ, and the options put the list there: put back
+    after each test, whatever it set (setenv then delenv records a name's absence for the undo)."""
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+        if not os.environ[name]:
+            monkeypatch.delenv(name)
+
+
 @pytest.mark.parametrize("environ, told", [
     ({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, True),
     ({"LOCAL_RANK": "1"}, False),  # torchrun-style without the count: detect() would default it
