@@ -46,7 +46,8 @@ def test_every_dp_and_tp_group_at_once_and_alone(tmp_path):
         in proc.stdout
     assert "# dp group 1 [1,3]: rank 3 on host" in proc.stdout and "# tp group 1 [2,3]: rank 3 on host" in proc.stdout
     assert "dp group 0" not in proc.stdout and "tp group 0" not in proc.stdout
-    assert "# dp: the slowest group at 2 points: dp" in proc.stdout and "; median contention by group 0: " in proc.stdout
+    assert "# dp: the slowest group at 2 points: dp" in proc.stdout
+    assert "; median contention by group 0: " in proc.stdout
 
 
 def test_pipeline_stages_send_to_their_neighbours(tmp_path):
@@ -90,6 +91,8 @@ def test_split_groups_run_the_sweeps_collectives():
         ("split", "all_reduce", ((0, 2), (1, 3))), ("split", "all_gather", ((0, 2), (1, 3)))]
     assert group_work(4, ["all_reduce"]) == ()
     assert group_work(8, ["all_reduce"], "tp=2,pp=2,dp=auto")[0].groups == ((0, 2), (1, 3), (4, 6), (5, 7))
+    # --order dp-tp: dp fastest, so dp groups are neighbours
+    assert group_work(4, ["all_reduce"], "tp=2,dp=2", order="dp-tp", group="dp")[0].groups == ((0, 1), (2, 3))
 
 
 def test_contention_factor_its_interval_and_verdict():
