@@ -1,7 +1,8 @@
 """The size sweep in parallel groups (`sweep --layout`/`--split`, docs/LAYOUTS.md): at every size,
-every group of a dimension runs its collective at once (harness/groups.py), with --solo each group
-alone too (A B B A); a row per group and kind of pass, and a live line per point naming the slowest
-group, the groups' aggregate bytes a second and, with --solo, its contention factor.
+every group of every named dimension runs its collective at once (harness/groups.py), with --solo
+each group alone too (A B B A); a row per group and kind of pass, a live line per point and
+dimension naming its slowest group, the groups' aggregate bytes a second and, with --solo, its
+contention factor; after the run, the slowest groups and their late ranks.
 """
 
 from __future__ import annotations
