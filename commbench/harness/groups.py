@@ -70,7 +70,7 @@ def group_session(session: Session, group: RankGroup, watched: bool = True) -> S
     """`session` measuring on `group`: its loop's maxima and gathers over the group only, no counter
     gathers (their probe spans the world), and no early stop at --precision (see above). Not
     `watched`: no point marks on the control plane, whose marks are one rank's one point at a time
-    (several dimensions time in threads of their own; a hang there ends at --timeout unnamed)."""
+    (several dimensions time in threads of their own: concurrent_pass marks the pass as a whole)."""
     plan = dataclasses.replace(session.ctx.plan, precision=0.0)
     return dataclasses.replace(session, ctx=dataclasses.replace(session.ctx, plan=plan), group=group.pg,
                                wire=None, ops=None, warmup_done=None,
@@ -168,8 +168,15 @@ def concurrent_pass(session: Session, jobs: Sequence[Job]) -> None:
     if len(jobs) == 1:
         done = [_timed(jobs[0])]
     else:
-        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-            done = [f.result() for f in [pool.submit(_timed, job) for job in jobs]]
+        control = session.control  # the threads' loops are unmarked: the pass as a whole is one point
+        if control is not None:
+            control.enter(" + ".join(job.label for job in jobs) + " (every group at once)")
+        try:
+            with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+                done = [f.result() for f in [pool.submit(_timed, job) for job in jobs]]
+        finally:
+            if control is not None:
+                control.leave()
     for job, (timing, warmup) in zip(jobs, done):
         job.into.add(timing, warmup)
 
