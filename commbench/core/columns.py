@@ -85,7 +85,8 @@ REGISTRY: tuple[Column, ...] = (
        "null otherwise",
        "the rank group a row measured when the ranks ran in several groups at once; `world_size`, `nnodes` and "
        "`ranks_per_node` are then that group's, and busbw is taken with its size. sweep: the group's index among "
-       "those of `group_dim`, in Megatron-LM's order (docs/LAYOUTS.md); the per-rank lists (`rank_time_us`, "
+       "those of `group_dim`, in Megatron-LM's order (docs/LAYOUTS.md), or with `--split` its color, as "
+       "nccl-tests numbers it; the per-rank lists (`rank_time_us`, "
        "`rank_skew_us`, `rank_cpus`, `rank_host`) are indexed by the rank's place in `group_ranks`, and `hosts` "
        "stays the run's. An nccl-tests split log prints the results of rank 0's group (its `Group` in the Rank "
        "lines, the color nccl-tests gave it), and `hosts` is that group's",

@@ -108,6 +108,12 @@ class GroupWork:
     dim: str
     collective: str
     groups: tuple[tuple[int, ...], ...]
+    # What a row calls each group (its group_index): () its place in `groups`; a split's colors, the
+    # number nccl-tests gives a group (and prints for rank 0's in a split run's log)
+    labels: tuple[int, ...] = ()
+
+    def label(self, index: int) -> int:
+        return self.labels[index] if self.labels else index
 
 
 def _dim(text: str, flag: str, fix: str) -> str:
@@ -352,15 +358,17 @@ SPLIT = "split"  # group_dim of --split's groups: nccl-tests' colors, no paralle
 
 
 def split_work(text: str, collectives: Iterable[str], world: int) -> tuple[GroupWork, ...]:
-    """--split's groups (nccl-tests' colors, ascending), each running every collective of the run in
-    turn, all groups at once; every group needs MIN_GROUP ranks."""
-    groups = tuple(parse_split(text).groups(world).values())
+    """--split's groups (nccl-tests' colors, ascending, each group labelled by its color), each
+    running every collective of the run in turn, all groups at once; every group needs MIN_GROUP
+    ranks."""
+    colors = parse_split(text).groups(world)
+    groups = tuple(colors.values())
     small = next((g for g in groups if len(g) < MIN_GROUP), None)
     if small is not None:
         raise BadInput(f"--split {text!r} on {world} ranks leaves rank {small[0]} in a group of its own, too few "
                        f"for a collective (it needs {MIN_GROUP} or more): use a split whose every color holds "
                        f"{MIN_GROUP} or more ranks, e.g. --split 'MOD 2'")
-    return tuple(GroupWork(SPLIT, c, groups) for c in collectives)
+    return tuple(GroupWork(SPLIT, c, groups, tuple(colors)) for c in collectives)
 
 
 def group_work(world: int, collectives: Iterable[str], layout: str | None = None, order: str | None = None,

@@ -134,7 +134,8 @@ def header_lines(works: Sequence[GroupWork], plan: SweepPlan, repetition: int) -
         sizes = sorted({len(g) for g in work.groups})
         count = f"{len(work.groups)} groups" if len(work.groups) > 1 else "1 group"
         parts.append(f"{work.dim} {work.collective}, {count} of {'/'.join(map(str, sizes))} ranks")
-        shown.append(f"#   {work.dim} " + " ".join(f"{i}:[{','.join(map(str, g))}]" for i, g in enumerate(work.groups)))
+        shown.append(f"#   {work.dim} " + " ".join(f"{work.label(i)}:[{','.join(map(str, g))}]"
+                                                   for i, g in enumerate(work.groups)))
     solo = "; with each alone too (--solo: A B B A)" if plan.solo else ""
     rep = f"  (repetition {repetition + 1} of {plan.repetitions})" if plan.repetitions > 1 else ""
     return [f"# Groups starting: {'; '.join(parts)}, all at once{solo}{rep}", *shown, _HEAD, _UNITS]
@@ -242,7 +243,7 @@ def group_columns(session: Session, work: GroupWork, index: int, concurrent: boo
             "ranks_per_node": max((host_of.count(h) for h in hosts), default=None),
             "rank_cpus": [ctx.rank_cpus[r] for r in ranks] if ctx.rank_cpus else None,
             "rank_host": [ctx.rank_host[r] for r in ranks] if ctx.rank_host else None,
-            "group_dim": work.dim, "group_index": index, "group_ranks": ",".join(map(str, ranks)),
+            "group_dim": work.dim, "group_index": work.label(index), "group_ranks": ",".join(map(str, ranks)),
             "group_hosts": ",".join(hosts), "concurrent": concurrent, "contention": factor}
 
 

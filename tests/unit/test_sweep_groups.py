@@ -90,6 +90,9 @@ def test_split_groups_run_the_sweeps_collectives():
     assert [(w.dim, w.collective, w.groups) for w in works] == [
         ("split", "all_reduce", ((0, 2), (1, 3))), ("split", "all_gather", ((0, 2), (1, 3)))]
     assert group_work(4, ["all_reduce"]) == ()
+    # a split's rows call each group by its color, as nccl-tests' logs do (OR 1: colors 1 and 3)
+    split = group_work(4, ["all_reduce"], split="OR 1")[0]
+    assert split.groups == ((0, 1), (2, 3)) and (split.label(0), split.label(1)) == (1, 3)
     assert group_work(8, ["all_reduce"], "tp=2,pp=2,dp=auto")[0].groups == ((0, 2), (1, 3), (4, 6), (5, 7))
     # --order dp-tp: dp fastest, so dp groups are neighbours
     assert group_work(4, ["all_reduce"], "tp=2,dp=2", order="dp-tp", group="dp")[0].groups == ((0, 1), (2, 3))
