@@ -23,13 +23,13 @@ import pandas as pd
 from commbench.analysis import settingsview, wirequery
 from commbench.analysis.runsdiffer import (  # noqa: F401 - SAME_RUN is part of compare's interface (cli/analyze.py)
     DIFFERENCE_COLUMNS, SAME_RUN, WARN_COLUMNS, differences_between, run_values, same_run_warning, warnings_between)
-from commbench.analysis.frames import (REQUIRED_COLUMNS, check_frame, jsonable, md_cell, printable,
-                                       scalar)
+from commbench.analysis.frames import REQUIRED_COLUMNS, check_frame, jsonable, printable, scalar
 from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point
 from commbench.analysis.wireview import GROWTH
 from commbench.core import stats
 from commbench.core.columns import TOPOLOGY_COLUMNS
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.outtext import LINE_LIMIT, markdown, terminal
 
 if TYPE_CHECKING:
     from commbench.analysis.engine import Aggregate
@@ -457,7 +457,7 @@ def _key_cells(key: dict, extra: list[str]) -> list[str]:
     for name in extra:
         v = key.get(name)
         cells.append(_size(v) if name == "bucket_bytes" and v is not None else ("-" if v is None else str(v)))
-    return [printable(c) for c in cells]
+    return [terminal(c) for c in cells]  # one escaped, bounded line each (core/outtext.py)
 
 
 _KEY_HEADERS = ["collective", "dtype", "op", "size", "place", "ranks (nodes x per node)"]
@@ -570,25 +570,26 @@ def render_table(c: Comparison) -> str:
         fmt = lambda cells: "  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip()  # noqa: E731
         lines += [fmt(headers), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows] + [""]
     lines += _one_sided_lines(c)
-    lines += [f"warning: {w}" for w in c.warnings]
-    lines += [f"differs: {d}" for d in c.differences]
+    lines += [f"warning: {terminal(w, LINE_LIMIT)}" for w in c.warnings]
+    lines += [f"differs: {terminal(d, LINE_LIMIT)}" for d in c.differences]
     lines += _summary_lines(c)
     return "\n".join(lines) + "\n"
 
 
 def render_markdown(c: Comparison) -> str:
     """Markdown for pasting into a ticket."""
+    md = lambda text: markdown(text, LINE_LIMIT)  # noqa: E731 - every line from the files, inert
     lines = [f"### commbench compare: **{c.verdict}**", ""]
     lines += [f"- {s}" for s in _summary_lines(c)[1:]]
     if c.warnings:
-        lines += ["", "**Warnings** (these should not differ):", ""] + [f"- {md_cell(w)}" for w in c.warnings]
+        lines += ["", "**Warnings** (these should not differ):", ""] + [f"- {md(w)}" for w in c.warnings]
     if c.differences:
-        lines += ["", "**What differs:**", ""] + [f"- {md_cell(d)}" for d in c.differences]
+        lines += ["", "**What differs:**", ""] + [f"- {md(d)}" for d in c.differences]
     if c.points:
         headers, rows = _rows(c)
         lines += ["", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        lines += ["| " + " | ".join(md_cell(x) for x in r) + " |" for r in rows]
+        lines += ["| " + " | ".join(md(x) for x in r) + " |" for r in rows]
     one_sided = _one_sided_lines(c)
     if one_sided:
-        lines += ["", "**On one side only:**", ""] + [f"- {md_cell(x)}" for x in one_sided]
+        lines += ["", "**On one side only:**", ""] + [f"- {md(x)}" for x in one_sided]
     return "\n".join(lines) + "\n"

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from commbench.core import outtext
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.colors import Normalize
@@ -23,9 +25,14 @@ DPI = 110
 HATCH_FACE, HATCH_EDGE = "#c8c8c8", "#8a8a8a"  # a cell where nothing could be measured
 
 
-def mpl_text(value: object) -> str:
-    """A string safe to hand matplotlib: '$' would start mathtext (and can raise while drawing)."""
-    return str(value).replace("$", r"\$")
+def mpl_text(value: object, limit: int = outtext.LIMIT) -> str:
+    """A string safe to hand matplotlib, line by line (core/outtext.py `figure`): '$' would start
+    mathtext (and can raise while drawing), a control character makes an SVG invalid XML, and a
+    line of a million characters takes minutes to lay out; each line is bounded."""
+    text = str(value)
+    if "\n" not in text:
+        return outtext.figure(text, limit)
+    return "\n".join(outtext.figure(line, limit) for line in text.split("\n"))
 
 
 def new_figure(width: float = 12.0, height: float = 7.8) -> Figure:

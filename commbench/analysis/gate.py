@@ -27,6 +27,7 @@ from commbench.analysis.compare import BANDWIDTH_BOUND_FRACTION
 from commbench.analysis.frames import check_frame, column, jsonable, printable
 from commbench.core import stats
 from commbench.core.errors import BadInput
+from commbench.core.outtext import terminal
 from commbench.core.units import format_size, parse_size
 
 FORMAT_VERSION = 1
@@ -72,14 +73,8 @@ class Entry:
         parts = [self.collective, self.dtype or "any dtype", format_size(self.size_bytes), f"{self.ranks} ranks"]
         if self.nnodes is not None:
             parts[-1] += f" on {self.nnodes} nodes"
-        if self.in_place is not None:
-            parts.append("in-place" if self.in_place else "out-of-place")
-        if self.op is not None:
-            parts.append(self.op)
-        if self.workload is not None:
-            parts.append(self.workload)
-        if self.settings is not None:
-            parts.append(self.settings)
+        place = None if self.in_place is None else "in-place" if self.in_place else "out-of-place"
+        parts += [p for p in (place, self.op, self.workload, self.settings) if p is not None]
         return " ".join(parts)
 
     def band(self) -> tuple[float, float | None]:
@@ -114,19 +109,27 @@ class GateReport:
     system: str
     source: str
     results: list[EntryResult]
+    allow_empty: bool = False  # `gate --allow-empty`: a gate that judged no entry passes (else it fails)
 
     @property
     def failed(self) -> list[EntryResult]:
         return [r for r in self.results if r.verdict == "FAIL"]
 
+    @property
+    def empty(self) -> bool:  # nothing judged: every entry optional and unmatched (a CI gate that checked nothing)
+        return all(r.verdict == "SKIP" for r in self.results) and not self.allow_empty
+
     def exit_code(self) -> int:
-        return 1 if self.failed else 0
+        return 1 if self.failed or self.empty else 0
 
     def summary(self) -> str:
         n = len(self.results)
         skipped = sum(r.verdict == "SKIP" for r in self.results)
         skip = f", {skipped} optional not measured" if skipped else ""
         system = f" (system {self.system})" if self.system else ""
+        if self.empty:
+            return (f"gate: FAIL: nothing judged: none of the {n} entries (all optional) matched the results{system}: "
+                    "pass the run the bands are for, or --allow-empty when an empty gate may pass")
         if not self.failed:
             return f"gate: PASS: {n - skipped} of {n} entries within their bands{skip}{system}"
         named = "; ".join(f"#{r.entry.index} {r.entry.describe()}: {r.reason}" for r in self.failed)
@@ -134,7 +137,7 @@ class GateReport:
 
     def to_dict(self) -> dict:
         out = {"system": self.system, "source": self.source, "exit_code": self.exit_code(),
-               "verdict": "FAIL" if self.failed else "PASS", "summary": self.summary(),
+               "verdict": "FAIL" if self.exit_code() else "PASS", "summary": self.summary(),
                "entries": [dataclasses.asdict(r) for r in self.results]}
         return jsonable(out)
 
@@ -640,7 +643,8 @@ def _peak(k: tuple) -> tuple:
 def _point_name(k: tuple) -> str:
     coll, dtype, world, _, _, in_place, size, settings = k
     where = "" if in_place is None else (" in place" if in_place else " out of place")
-    return f"{coll} {dtype} {format_size(size)}{where} on {world} ranks" + (f" {settings}" if settings else "")
+    return (f"{terminal(coll)} {terminal(dtype)} {format_size(size)}{where} on {world} ranks"
+            + (f" {terminal(settings)}" if settings else ""))
 
 
 def _band(rows: _Rows, idx: list[int], k: tuple, widths: Widths) -> tuple[float, str]:
@@ -658,16 +662,9 @@ def _band(rows: _Rows, idx: list[int], k: tuple, widths: Widths) -> tuple[float,
 def _entry_for(k: tuple, med: float, band: tuple[float, str], variants: dict[str, set]) -> dict[str, Any]:
     coll, dtype, world, nnodes, op, in_place, size, settings = k
     entry: dict[str, Any] = {"collective": coll, "size": _size_text(size), "ranks": world}
-    if dtype is not None:
-        entry["dtype"] = dtype
-    if nnodes is not None:
-        entry["nnodes"] = nnodes
-    if len(variants["in_place"]) > 1 and in_place is not None:
-        entry["in_place"] = in_place
-    if len(variants["op"]) > 1 and op is not None:
-        entry["op"] = op
-    if settings is not None:
-        entry["settings"] = settings
+    named = {"dtype": dtype, "nnodes": nnodes, "in_place": in_place if len(variants["in_place"]) > 1 else None,
+             "op": op if len(variants["op"]) > 1 else None, "settings": settings}  # in this order in the file
+    entry.update((name, v) for name, v in named.items() if v is not None)
     entry["busbw_GBps"] = float(f"{med:.5g}")
     entry["lower"], entry["basis"] = round(band[0], 4), band[1]
     return entry

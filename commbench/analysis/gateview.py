@@ -1,12 +1,12 @@
 """A gate report as a person reads it: a fixed-width table for a terminal, or Markdown for a ticket.
 
 One row an entry (its band, what was measured, the verdict and why), then the summary; text from
-the bands file is printable on one line, and inert in Markdown.
+the bands file is one escaped terminal line, or inert Markdown (core/outtext.py).
 """
 
 from __future__ import annotations
 
-from commbench.analysis.frames import md_cell, printable
+from commbench.core.outtext import LINE_LIMIT, markdown, terminal
 from commbench.analysis.gate import EntryResult, GateReport
 
 
@@ -35,24 +35,24 @@ def _table_rows(report: GateReport) -> list[list[str]]:
         out.append([str(r.entry.index), r.entry.describe(), _bw(r.entry.busbw_GBps), _bw(r.measured_GBps),
                     str(r.n_rows), "-" if r.ratio is None else f"{r.ratio:.3f}", _band_text(r), r.verdict,
                     r.reason])
-    return [[printable(c) for c in row] for row in out]
+    return out
 
 
 def render_table(report: GateReport) -> str:
-    rows = _table_rows(report)
+    rows = [[terminal(c, LINE_LIMIT) for c in row] for row in _table_rows(report)]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    system = f" (system {report.system})" if report.system else ""
-    lines = [f"bands: {printable(report.source)}{system}", "",
-             fmt(HEADERS), fmt(["-" * w for w in widths]), *map(fmt, rows), "", report.summary()]
+    system = f" (system {terminal(report.system)})" if report.system else ""
+    lines = [f"bands: {terminal(report.source, LINE_LIMIT)}{system}", "",
+             fmt(HEADERS), fmt(["-" * w for w in widths]), *map(fmt, rows), "", terminal(report.summary(), LINE_LIMIT)]
     return "\n".join(lines) + "\n"
 
 
 def render_markdown(report: GateReport) -> str:
-    verdict = "FAIL" if report.failed else "PASS"
-    system = f" (system {md_cell(report.system)})" if report.system else ""
-    lines = [f"### commbench gate: **{verdict}**", "", f"- bands: {md_cell(report.source)}{system}",
-             f"- {md_cell(report.summary())}", "",
+    verdict = "FAIL" if report.exit_code() else "PASS"
+    system = f" (system {markdown(report.system)})" if report.system else ""
+    lines = [f"### commbench gate: **{verdict}**", "", f"- bands: {markdown(report.source, LINE_LIMIT)}{system}",
+             f"- {markdown(report.summary(), LINE_LIMIT)}", "",
              "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in _table_rows(report)]
+    lines += ["| " + " | ".join(markdown(c, LINE_LIMIT) for c in row) + " |" for row in _table_rows(report)]
     return "\n".join(lines) + "\n"

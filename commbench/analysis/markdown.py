@@ -5,9 +5,7 @@ all or none, through core/outputs.py). Every value from a results file goes thro
 
 from __future__ import annotations
 
-import html
 import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -17,6 +15,7 @@ from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_N
                                            ZERO_NOTE, curve_tables, fault_runs, fnum, json_value, net_rows, ratio_text,
                                            report_title, run_facts, runs_named, size_text, wrong_cell)
 from commbench.analysis.runs import describe_run, run_rows
+from commbench.core.outtext import LINE_LIMIT, markdown, terminal
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,19 +23,11 @@ if TYPE_CHECKING:
     from commbench.analysis.compare import Comparison
 
 
-# Enough to keep cell text inert: no code spans, emphasis, links/images ([ ] escaped, so "(" is
-# harmless), strikethrough or column breaks. "_" inside a word (all_reduce) is left alone, as
-# GFM does not emphasise there.
-_MD_SPECIAL = re.compile(r"([\\`*\[\]|~]|(?<!\w)_|_(?!\w))")
-
-
 def md(value: Any) -> str:
-    """Text from a results file, safe in a Markdown table cell: no HTML, links, emphasis or
-    column breaks can come out of it."""
-    text = "" if value is None else str(value)
-    text = html.escape(text, quote=False)
-    text = _MD_SPECIAL.sub(r"\\\1", text)
-    return re.sub(r"[\r\n]+", " ", text)
+    """Text from a results file, safe in a Markdown table cell: no HTML, links, images, emphasis,
+    code or column breaks can come out of it, control characters shown as escapes, one line, bounded
+    (core/outtext.py `markdown`)."""
+    return markdown(value, LINE_LIMIT)
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence], right: Iterable[int] = ()) -> str:
@@ -137,16 +128,14 @@ def comparison_markdown(c: Comparison) -> str:
     except ImportError:
         render = None
     if render is not None:
-        # compare's Markdown carries labels and environment values from the files: keep any HTML
-        # in them inert (its own markup is Markdown, which has no <, > or &).
-        return html.escape(render(c), quote=False)
+        return render(c)  # every value from the files in it is inert Markdown already (core/outtext.py)
     verdict = md(getattr(c, "verdict", ""))
     return f"**Verdict: {verdict}**, geometric-mean ratio {ratio_text(getattr(c, 'geomean_ratio', None))}"
 
 
 def _code_block(lines: Iterable[str]) -> list[str]:
     """Lines from a file shown verbatim: no backtick can close the fence."""
-    return ["```", *(line.replace("`", "'") for line in lines), "```"]
+    return ["```", *(terminal(line, LINE_LIMIT).replace("`", "'") for line in lines), "```"]
 
 
 def faults_markdown(pairs_df: pd.DataFrame | None) -> list[str]:

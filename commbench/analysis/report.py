@@ -36,7 +36,7 @@ from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_N
                                            run_positions, runs_named, size_text, wrong_cell)
 from commbench.analysis.markdown import build_markdown
 from commbench.analysis.runs import describe_run, placement_name, run_rows
-from commbench.core import outputs
+from commbench.core import outputs, outtext
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.units import counted, format_size
 
@@ -96,8 +96,8 @@ footer { margin-top: 40px; color: var(--muted); font-size: 13px; }
 
 
 def esc(value: Any) -> str:
-    """Text from a results file, safe between tags and inside quoted attributes."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text from a results file, safe between tags and inside quoted attributes; each line bounded (core/outtext.py)."""
+    return html.escape(outtext.lines(value, outtext.LINE_LIMIT), quote=True)
 
 
 # --------------------------------------------------------------------------- HTML pieces

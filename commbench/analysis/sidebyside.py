@@ -14,6 +14,7 @@ definition, so the ratio is of time per operation alone.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ import pandas as pd
 
 from commbench.analysis.frames import scalar
 from commbench.analysis.markdown import md_table
+from commbench.core.outtext import LINE_LIMIT, csv_cell, markdown, terminal
 from commbench.analysis.runs import placement_name
 from commbench.core.columns import CURVE_POINT
 from commbench.core.errors import BadInput
@@ -182,7 +184,7 @@ def side_by_side(commbench: pd.DataFrame, nccl_tests: pd.DataFrame, sources: tup
 
 
 def _points(frame: pd.DataFrame) -> str:
-    colls = sorted({k[0] for k in frame.index})
+    colls = sorted({terminal(k[0]) for k in frame.index})
     sizes = sorted({int(k[2]) for k in frame.index})
     return f"{', '.join(colls)} at {format_size(sizes[0])}..{format_size(sizes[-1])}" if sizes else "none"
 
@@ -200,9 +202,9 @@ def _cells(p: Pair) -> list[str]:
 
 def _intro(s: SideBySide) -> list[str]:
     lines = [f"commbench vs nccl-tests, {s.world_size} rank(s)",
-             f"  commbench:  {s.commbench}", f"  nccl-tests: {s.nccl_tests}",
+             f"  commbench:  {terminal(s.commbench)}", f"  nccl-tests: {terminal(s.nccl_tests)}",
              "  ratio = nccl-tests time / commbench time (1.000: the same; busbw ratio from 2 ranks)"]
-    lines += [f"  note: {n}" for n in s.notes]
+    lines += [f"  note: {terminal(n, LINE_LIMIT)}" for n in s.notes]
     if s.only_commbench or s.only_nccl_tests:
         lines.append(f"  unpaired: {s.only_commbench} point(s) only commbench measured, "
                      f"{s.only_nccl_tests} only nccl-tests")
@@ -210,7 +212,8 @@ def _intro(s: SideBySide) -> list[str]:
 
 
 def render_table(s: SideBySide) -> str:
-    cells = [_HEADERS] + [_cells(p) for p in s.pairs]
+    """For a terminal: every value from the files escaped and bounded (core/outtext.py)."""
+    cells = [_HEADERS] + [[terminal(c) for c in _cells(p)] for p in s.pairs]
     widths = [max(len(row[i]) for row in cells) for i in range(len(_HEADERS))]
     right = {1, 3, 4, 5, 6, 7}
     out = _intro(s) + [""]
@@ -222,12 +225,19 @@ def render_table(s: SideBySide) -> str:
 
 
 def render_markdown(s: SideBySide) -> str:
-    intro = [f"**commbench vs nccl-tests**, {s.world_size} rank(s): commbench {s.commbench}; "
-             f"nccl-tests {s.nccl_tests}. Ratio = nccl-tests time / commbench time."]
-    intro += [f"_{n}_" for n in s.notes]
+    """For a ticket: md_table and markdown() keep every value from the files inert."""
+    intro = [f"**commbench vs nccl-tests**, {s.world_size} rank(s): commbench {markdown(s.commbench)}; "
+             f"nccl-tests {markdown(s.nccl_tests)}. Ratio = nccl-tests time / commbench time."]
+    intro += [f"_{markdown(n, LINE_LIMIT)}_" for n in s.notes]
     table = md_table(_HEADERS, [_cells(p) for p in s.pairs], right=[1, 3, 4, 5, 6, 7])
     return "\n\n".join(intro + [table, f"Verdict: **{s.verdict}**."]) + "\n"
 
 
 def render_csv(s: SideBySide) -> str:
-    return s.to_frame().to_csv(index=False)
+    """For a spreadsheet: each distinct text value through csv_cell (no cell starts a formula, no
+    control character) and every text cell quoted, as OWASP recommends against CSV injection."""
+    frame = s.to_frame()
+    for name in ("collective", "dtype", "goal"):
+        cells = {v: csv_cell(v) for v in frame[name].unique()}
+        frame[name] = frame[name].map(cells)
+    return frame.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)

@@ -18,6 +18,7 @@ import numpy as np
 from commbench.analysis.frames import printable, short
 from commbench.core.columns import POINT_KEY
 from commbench.core.errors import BadInput
+from commbench.core.outtext import terminal
 from commbench.core.units import format_size
 
 KEY_COLUMNS = POINT_KEY  # a point (core/columns.py: the registry's key columns)
@@ -62,13 +63,14 @@ def lost_points(keys: list[tuple], statuses: list, errors: list) -> dict[tuple, 
 
 def describe_point(key: dict) -> str:
     """A point's key as messages name it: 'all_reduce float32 64 MiB in-place on 4 ranks', with its
-    rail and setting when it has them ('... on 4 ranks GLOO_SOCKET_IFNAME=eth1')."""
+    rail and setting when it has them ('... on 4 ranks GLOO_SOCKET_IFNAME=eth1'). Every value from
+    the file on one terminal line, escaped and bounded (core/outtext.py)."""
     place = "in-place" if key.get("in_place") else "out-of-place"
-    link = f" {key['src_host']} -> {key['dst_host']}" if key.get("src_host") else ""
-    rail = f" rail {printable(str(key['rail']))}" if key.get("rail") else ""
-    setting = f" {printable(str(key['settings']))}" if key.get("settings") else ""
-    return (f"{key.get('collective')}{link}{rail} {key.get('dtype')} {format_size(key.get('size_bytes') or 0)} "
-            f"{place} on {key.get('world_size')} ranks{setting}")
+    link = f" {terminal(key['src_host'])} -> {terminal(key.get('dst_host'))}" if key.get("src_host") else ""
+    rail = f" rail {terminal(key['rail'])}" if key.get("rail") else ""
+    setting = f" {terminal(key['settings'])}" if key.get("settings") else ""
+    return (f"{terminal(key.get('collective'))}{link}{rail} {terminal(key.get('dtype'))} "
+            f"{format_size(key.get('size_bytes') or 0)} {place} on {terminal(key.get('world_size'))} ranks{setting}")
 
 
 @dataclass

@@ -12,6 +12,7 @@ import click
 from commbench.cli.options import Text, fraction
 from commbench.core import outputs, streams
 from commbench.core.errors import BadInput
+from commbench.core.outtext import LINE_LIMIT, terminal
 
 
 MIN_ALPHA = 1e-9  # a one-sided Mann-Whitney test needs 17 repetitions a side for 1e-9 (m = 1)
@@ -84,7 +85,7 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
     if same_file and not any(w.startswith(comparing.SAME_RUN) for w in comparison.warnings):
         comparison.warnings.insert(0, comparing.same_run_warning(set(), set(), before))
     for line in comparison.warnings:
-        print(f"commbench: warning: {line}", file=sys.stderr)
+        print(f"commbench: warning: {terminal(line, LINE_LIMIT)}", file=sys.stderr)
     text = _render(fmt, comparison, comparing.render_markdown, comparing.render_table)
     if out is not None:
         files.append(outputs.Output(Path(out), text.encode("utf-8"), "--out"))
@@ -137,10 +138,14 @@ def _render(fmt: str, result, markdown, table) -> str:
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
 @click.option("--out", default=None, help="Write the report (or, with --suggest, the bands) to this file.")
 @click.option("--force", is_flag=True, help="Replace an existing --out file (never RESULTS or the --expect file).")
-def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size, system, fmt, out, force) -> int:
+@click.option("--allow-empty", is_flag=True, help="Pass a gate that judged no entry (every entry optional and "
+              "unmatched); without it such a gate fails, as a CI gate that checked nothing.")
+def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size, system, fmt, out, force,
+         allow_empty) -> int:
     """Judge RESULTS against reference bands (--expect FILE.yaml), or suggest bands (--suggest).
 
-    Exit 0: every entry within its band; 1: an entry missed (named in the summary); 2: bad input.
+    Exit 0: every entry within its band; 1: an entry missed (named in the summary), or no entry
+    judged (unless --allow-empty); 2: bad input.
     See docs/GATE.md.
     """
     from commbench.analysis import gate as gating
@@ -157,6 +162,8 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
     if suggest:
         if fmt != "table":
             raise BadInput("--format is for judging; --suggest always writes YAML: remove --format")
+        if allow_empty:
+            raise BadInput("--allow-empty is for judging (--expect); --suggest writes bands: remove --allow-empty")
         low = tolerance.DEFAULT_FLOOR if lower is None else fraction(lower, "--lower")
         widest = tolerance.DEFAULT_MAX_BAND if max_band is None else fraction(max_band, "--max-band")
         up = None if upper is None else fraction(upper, "--upper")
@@ -166,7 +173,7 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
         made = gating.suggest(store.read_results(list(results)), sources=results, lower=low, upper=up,
                               min_size=smallest, system=system, max_band=widest, allow_wide=allow_wide)
         for note in made.notes:
-            print(f"commbench: note: {note}", file=sys.stderr)
+            print(f"commbench: note: {terminal(note, LINE_LIMIT)}", file=sys.stderr)
         if out is None:
             sys.stdout.write(made.text)
         else:
@@ -182,6 +189,7 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
         outputs.check_new(out, who, "--out", inputs, force)
     bands = gating.load_bands(expect)
     report = gating.gate_paths(bands, list(results))
+    report.allow_empty = allow_empty
     text = _render(fmt, report, gateview.render_markdown, gateview.render_table)
     if out is None:
         sys.stdout.write(text)
@@ -189,7 +197,7 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
     else:
         outputs.write_file(out, text.encode("utf-8"), who, "--out", inputs, force)
     if out is not None or fmt != "table" or streams.reader_gone():
-        print(report.summary(), file=sys.stderr)  # the verdict stays visible in a CI log
+        print(terminal(report.summary(), LINE_LIMIT), file=sys.stderr)  # the verdict stays visible in a CI log
     return report.exit_code()
 
 

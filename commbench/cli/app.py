@@ -13,6 +13,7 @@ from commbench.cli.lab import lab
 from commbench.cli.nccl_tests import nccl_tests
 from commbench.cli.options import InOrder
 from commbench.core import streams
+from commbench.core.outtext import terminal
 from commbench.core.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, CommbenchError
 from commbench.core.signals import Terminated, ignore_signals_until_exit
 
@@ -29,8 +30,14 @@ for _command in (measure.sweep, measure.buckets, measure.zero, measure.pairs, tu
     cli.add_command(_command)
 
 
+# The most of one error line shown: values from files are bounded where they are named (core/outtext.py);
+# this bounds the line whatever it holds.
+MESSAGE_LIMIT = 4000
+
+
 def _fail(message: str, code: int) -> None:
-    print(f"commbench: {message}", file=sys.stderr)
+    """Every error line passes here: one terminal line, control and bidi characters shown as escapes."""
+    print(f"commbench: {terminal(message, MESSAGE_LIMIT)}", file=sys.stderr)
     sys.exit(code)
 
 

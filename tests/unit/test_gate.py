@@ -124,8 +124,13 @@ def test_not_measured_is_a_miss_unless_optional(good):
     r = only(gate.judge(bands(missing + "}"), good))
     assert r.verdict == "FAIL" and r.reason == "not measured (no row matches)" and r.measured_GBps is None
     report = gate.judge(bands(missing + ", optional: true}"), good)
-    assert only(report).verdict == "SKIP" and report.exit_code() == 0
-    assert "1 optional not measured" in report.summary()
+    # its only entry skipped, the gate judged nothing: it fails unless --allow-empty (issue #39)
+    assert only(report).verdict == "SKIP" and report.exit_code() == 1 and "nothing judged" in report.summary()
+    report.allow_empty = True
+    assert report.exit_code() == 0 and "1 optional not measured" in report.summary()
+    both = gate.judge(bands(missing + ", optional: true}", "{collective: all_reduce, size: 16M, ranks: 16, "
+                            "busbw_GBps: 1, lower: 0.9}"), good)
+    assert [r.verdict for r in both.results] == ["SKIP", "PASS"] and both.exit_code() == 0
     # another rank count or node count is another point
     for other in ("ranks: 8", "ranks: 16, nnodes: 4"):
         e = f"{{collective: all_reduce, size: 16M, {other}, busbw_GBps: 1}}"

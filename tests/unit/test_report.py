@@ -233,7 +233,7 @@ def test_md_escapes_what_markdown_would_interpret():
     assert markdown.md("<b>") == "&lt;b&gt;"
     assert markdown.md("[x](javascript:y)") == "\\[x\\](javascript:y)"
     assert markdown.md("all_reduce") == "all_reduce" and markdown.md("_e_") == "\\_e\\_"
-    assert markdown.md("line\nbreak") == "line break"
+    assert markdown.md("line\nbreak") == "line\\\\nbreak"  # one line; the break shown as an escape (issue #39)
 
 
 def test_format_follows_the_out_suffix_and_default_out_is_next_to_the_first_result(tmp_path):
