@@ -147,34 +147,41 @@ def test_linger_is_bounded():
     assert 0.25 < time.monotonic() - start < 2
 
 
+def ranks_0_and_1_only(world: int = 3, port: int = 1, go_on: bool = False,
+                       store: dist.TCPStore | None = None, quiet=lambda: None) -> dict[int, object]:
+    """Ranks 0 and 1 of `world` arrive (rank 1 on a thread), the others never do; what each arrive()
+    returned or raised (its text)."""
+    store = store or server_store(world)
+    got: dict[int, object] = {}
+
+    def rank(r: int, s) -> None:
+        try:
+            got[r] = arrival.arrive(s, env_of(r, world, port), 0.5, time.monotonic() + 0.5, quiet, go_on)
+        except RuntimeFailure as exc:
+            got[r] = str(exc)
+
+    one = threading.Thread(target=rank, args=(1, client_store(store)))
+    one.start()
+    rank(0, store)
+    one.join(15)
+    return got
+
+
 def test_arrive_rank_0_names_the_absent_rank_and_the_other_says_a_short_line(monkeypatch):
     """Rank 0 and rank 1 arrive (on threads), rank 2 never does; its host is told by
     COMMBENCH_RANK_HOSTS and answers with a refusal (127.0.0.1, a closed port)."""
     monkeypatch.setenv("COMMBENCH_RANK_HOSTS", "h0,h1,localhost")
     store = server_store(3)
     port = closed_port()
-    errors: dict[int, str] = {}
     acks_when_quiet: list[int] = []
-
-    def rank(r: int, s) -> None:
-        def quiet() -> None:
-            acks_when_quiet.append(int(store.add(arrival.ACK, 0)))
-
-        try:
-            arrival.arrive(s, env_of(r, 3, port), 0.5, time.monotonic() + 0.5, quiet)
-        except RuntimeFailure as exc:
-            errors[r] = str(exc)
-
-    one = threading.Thread(target=rank, args=(1, client_store(store)))
-    one.start()
-    rank(0, store)
-    one.join(10)
+    errors = ranks_0_and_1_only(3, port, store=store,
+                                quiet=lambda: acks_when_quiet.append(int(store.add(arrival.ACK, 0))))
     assert errors[1] == (f"rank 1: the process group at 127.0.0.1:{port} did not form within 0.5 s (rank 0 names "
                          "the ranks that never joined)")
-    assert errors[0].startswith(f"rank 2 (host localhost, 127.0.0.1: its host answers, but no rank came from it) "
-                                f"never joined the process group at 127.0.0.1:{port} within 0.5 s; check that the "
-                                "rank started there")
-    assert "h0" not in errors[0] and "h1" not in errors[0]
+    assert str(errors[0]).startswith(f"rank 2 (host localhost, 127.0.0.1: its host answers, but no rank came from "
+                                     f"it) never joined the process group at 127.0.0.1:{port} within 0.5 s; check "
+                                     "that the rank started there")
+    assert "h0" not in str(errors[0]) and "h1" not in str(errors[0])
     assert int(store.add(arrival.ACK, 0)) == 1  # rank 1 read that rank 0 gave up
     assert acks_when_quiet == [0]  # rank 1 stopped its other store use first; rank 0 never calls it
 
@@ -191,28 +198,9 @@ def test_arrive_goes_on_when_everyone_came():
     assert done.is_set()
 
 
-def run_three_ranks_without_rank_2(go_on: bool, world: int = 3, port: int = 1) -> dict[int, object]:
-    """Ranks 0 and 1 of `world` arrive (rank 1 on a thread), the others never do; what each arrive()
-    returned or raised (its text)."""
-    store = server_store(world)
-    got: dict[int, object] = {}
-
-    def rank(r: int, s) -> None:
-        try:
-            got[r] = arrival.arrive(s, env_of(r, world, port), 0.5, time.monotonic() + 0.5, go_on=go_on)
-        except RuntimeFailure as exc:
-            got[r] = str(exc)
-
-    one = threading.Thread(target=rank, args=(1, client_store(store)))
-    one.start()
-    rank(0, store)
-    one.join(15)
-    return got
-
-
 def test_a_run_that_may_go_on_goes_on_with_the_ranks_that_joined(monkeypatch):
     monkeypatch.setenv("COMMBENCH_RANK_HOSTS", "h0,h1,localhost,localhost")
-    got = run_three_ranks_without_rank_2(go_on=True, world=4, port=closed_port())
+    got = ranks_0_and_1_only(4, closed_port(), go_on=True)
     zero, one = got[0], got[1]
     assert isinstance(zero, arrival.Joined) and isinstance(one, arrival.Joined), got
     assert zero.ranks == one.ranks == [0, 1]
@@ -224,9 +212,9 @@ def test_a_run_that_may_go_on_goes_on_with_the_ranks_that_joined(monkeypatch):
 
 
 def test_two_ranks_are_enough_to_go_on_and_a_run_that_may_not_stops():
-    got = run_three_ranks_without_rank_2(go_on=True, world=3)
+    got = ranks_0_and_1_only(3, go_on=True)
     assert isinstance(got[0], arrival.Joined)  # two ranks are enough
-    got = run_three_ranks_without_rank_2(go_on=False, world=3)
+    got = ranks_0_and_1_only(3)
     assert "rank 2 never joined the process group" in str(got[0]), got
     assert "did not form" in str(got[1]), got
 
