@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from commbench.core.columns import BY_NAME, REQUIRED_COLUMNS, SCHEMA_VERSION
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.options import MAX_ITERATIONS
+from commbench.core.inputs import shown_path
 from commbench.core.safetext import printable
 
 FIX = "pass a file written by commbench"
@@ -48,7 +49,8 @@ class Checked:
 
 
 def name(f: str | os.PathLike[str]) -> str:
-    return printable(str(f))
+    """A file as messages show it: printable, and shortened when long (core/inputs.py shown_path)."""
+    return printable(shown_path(f))
 
 
 def unreadable(f: str | os.PathLike[str], exc: BaseException) -> Exception:

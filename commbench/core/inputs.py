@@ -7,10 +7,17 @@ Only a regular file is read, and never more than its kind's limit: a named pipe 
 forever, /dev/zero never ends, and a huge file would take the memory of the host. A file of
 another kind is refused before it is opened (opening a FIFO blocks until a writer appears), and
 the check is made again on the open descriptor, so a file swapped in between is refused too.
+
+Every look at a user's path (does it exist, is it a folder) goes through `path_facts`, which never
+raises: a name longer than the file system takes (ENAMETOOLONG: Python 3.11's Path.exists() and
+is_dir() raise it), a folder that cannot be searched (EACCES), a loop of links (ELOOP) or a NUL
+byte come back as the reason, and `check_path` turns that reason into one line of bad input that
+names the path (shortened when long) and the fix.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -92,7 +99,7 @@ def _too_big(messages: InputMessages, shown: str) -> BadInput:
 def read_bytes(path: str | os.PathLike[str], messages: InputMessages, name: str | None = None) -> bytes:
     """The file's bytes (at most messages.limit), or BadInput with the matching message. `name`:
     how to show the file (default: the path as given)."""
-    shown = str(path) if name is None else name
+    shown = shown_path(path) if name is None else name
     try:
         _refuse_kind(os.stat(path).st_mode, messages, shown)
         # O_NONBLOCK: a FIFO put in place since the stat must not block the open.
@@ -131,7 +138,7 @@ def read_text(path: str | os.PathLike[str], messages: InputMessages, name: str |
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        shown = str(path) if name is None else name
+        shown = shown_path(path) if name is None else name
         raise BadInput(messages.not_text.format(name=shown, byte=exc.start)) from None
 
 
@@ -164,3 +171,88 @@ def nests_deeper(text: str, limit: int = MAX_NESTING) -> bool:
             if depth > limit:
                 return True
     return False
+
+
+# ---- looking at a path without raising -------------------------------------------------------
+
+_SHOWN_MAX = 120  # a path longer than this is shown by its ends in a message (one line a person reads)
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A path as a message shows it: whole up to 120 characters, else its start and end and its length."""
+    text = os.fsdecode(path) if isinstance(path, bytes) else str(path)  # str: a ResultFile's own name
+    if len(text) <= _SHOWN_MAX:
+        return text
+    return f"{text[:60]}...{text[-40:]} ({len(text)} characters)"
+
+
+@dataclass(frozen=True)
+class PathFacts:
+    """What is at a path, looked at without raising: `mode` (st_mode, links followed; None when
+    nothing is there or it could not be looked at), `link` (a symbolic link is there, maybe
+    dangling) and `error` (why it could not be looked at: 'File name too long', ...; `errno`)."""
+
+    mode: int | None = None
+    link: bool = False
+    error: str | None = None
+    errno: int | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.mode is not None
+
+    @property
+    def lexists(self) -> bool:
+        return self.mode is not None or self.link
+
+    @property
+    def is_dir(self) -> bool:
+        return self.mode is not None and stat.S_ISDIR(self.mode)
+
+    @property
+    def is_file(self) -> bool:
+        return self.mode is not None and stat.S_ISREG(self.mode)
+
+
+_ABSENT = (errno.ENOENT, errno.ENOTDIR)
+
+
+def path_facts(path: str | os.PathLike[str]) -> PathFacts:
+    """What is at `path`; never raises (see PathFacts). A name nothing is at (ENOENT, or a file
+    where a folder should be: ENOTDIR) is absent, not an error."""
+    try:
+        lst = os.lstat(path)
+    except ValueError:  # an embedded NUL byte
+        return PathFacts(error="it holds a NUL byte", errno=errno.EINVAL)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return PathFacts()
+        return PathFacts(error=exc.strerror or str(exc), errno=exc.errno)
+    if not stat.S_ISLNK(lst.st_mode):
+        return PathFacts(mode=lst.st_mode)
+    try:
+        return PathFacts(mode=os.stat(path).st_mode, link=True)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return PathFacts(link=True)  # a dangling link
+        return PathFacts(link=True, error=exc.strerror or str(exc), errno=exc.errno)
+
+
+def path_fix(code: int | None) -> str:
+    """The fix for a path that cannot be looked at, by its errno."""
+    if code == errno.ENAMETOOLONG:
+        return "a file name holds at most 255 bytes and a path 4096: pass a shorter one"
+    if code in (errno.EACCES, errno.EPERM):
+        return "check the permissions of the folders above it, or pass another path"
+    if code == errno.ELOOP:
+        return "it loops through symbolic links: pass the real path"
+    return "pass another path"
+
+
+def check_path(path: str | os.PathLike[str], what: str) -> PathFacts:
+    """path_facts, or one line of bad input when the path cannot be looked at: `what` names it
+    ('--out', 'results file', 'COMMBENCH_LAB_DIR=')."""
+    facts = path_facts(path)
+    if facts.error is not None:
+        raise BadInput(f"{what} {shown_path(path)}: {facts.error}: {path_fix(facts.errno)}")
+    return facts

@@ -27,6 +27,7 @@ from pathlib import Path
 from collections.abc import Iterable, Sequence
 
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.inputs import check_path, shown_path
 from commbench.core.signals import Terminated, sigterm_raises
 
 # A path the user can fix (exit 2), as opposed to a disk that failed under a good path (exit 3).
@@ -56,24 +57,27 @@ def _same_file(a: Path, b: Path) -> bool:
 def check_new(path: str | os.PathLike[str], command: str, flag: str = "--out",
               inputs: Iterable[str | os.PathLike[str] | None] = (), force: bool = False) -> Path:
     """Refuse, before anything is read or drawn, a target that is an input, a folder, an existing
-    file (unless `force`) or under a regular file. `command` is who never overwrites ("plot")."""
+    file (unless `force`), under a regular file, or a path that cannot be looked at (a name too
+    long, a folder above it that cannot be searched). `command` is who never overwrites ("plot")."""
     path = Path(path)
+    facts = check_path(path, flag)
+    shown = shown_path(path)
     for given in inputs:
         if given is not None and _same_file(path, Path(given)):
-            raise BadInput(f"{path} already exists and is an input of {command}: pass another {flag}; "
+            raise BadInput(f"{shown} already exists and is an input of {command}: pass another {flag}; "
                            "commbench never writes over its inputs")
-    if path.is_dir():
-        raise BadInput(f"{flag} {path} is a folder: pass a file name")
-    if os.path.lexists(path) and not force:
-        raise BadInput(f"{path} already exists: {command} never overwrites a file; pass --force to replace it, "
+    if facts.is_dir:
+        raise BadInput(f"{flag} {shown} is a folder: pass a file name")
+    if facts.lexists and not force:
+        raise BadInput(f"{shown} already exists: {command} never overwrites a file; pass --force to replace it, "
                        f"or another {flag}")
-    if os.path.lexists(path) and not path.is_file():  # --force replaces a file, never /dev/null or a FIFO
-        raise BadInput(f"{flag} {path} is not a regular file: pass another {flag}")
+    if facts.lexists and not facts.is_file:  # --force replaces a file, never /dev/null or a FIFO
+        raise BadInput(f"{flag} {shown} is not a regular file: pass another {flag}")
     folder = path.parent
-    while not os.path.lexists(folder) and folder != folder.parent:
+    while not (above := check_path(folder, flag)).lexists and folder != folder.parent:
         folder = folder.parent
-    if not folder.is_dir():
-        raise BadInput(f"{folder} is a file, not a folder: pass another {flag}")
+    if not above.is_dir:
+        raise BadInput(f"{shown_path(folder)} is a file, not a folder: pass another {flag}")
     return path
 
 
@@ -135,8 +139,8 @@ def _file_mode() -> int:
 def _failure(exc: OSError, path: Path, flag: str) -> Exception:
     reason = exc.strerror or str(exc)
     if exc.errno in _BAD_PATH:
-        return BadInput(f"cannot write {path}: {reason}; pass another {flag}")
-    return RuntimeFailure(f"cannot write {path}: {reason}")
+        return BadInput(f"cannot write {shown_path(path)}: {reason}; pass another {flag}")
+    return RuntimeFailure(f"cannot write {shown_path(path)}: {reason}")
 
 
 def _remove(path: str | os.PathLike[str]) -> None:

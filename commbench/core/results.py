@@ -35,7 +35,8 @@ import pyarrow.parquet as pq
 from commbench.core import filecheck
 from commbench.core.columns import BY_NAME, REQUIRED_COLUMNS, SCHEMA, SCHEMA_VERSION
 from commbench.core.errors import BadInput, RuntimeFailure
-from commbench.core.inputs import MAX_NESTING, UNREADABLE, check_regular, nests_deeper
+from commbench.core.inputs import (MAX_NESTING, UNREADABLE, check_path, check_regular, nests_deeper, path_facts,
+                                   shown_path)
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -51,6 +52,8 @@ def _table(rows: list[dict[str, Any]]) -> pa.Table:
 
 
 PARTS_SUFFIX = ".parts"  # FILE.parts: the folder of a results file's parts while its run runs
+# The longest results file name: 255 bytes less its temporaries' `.NAME.<pid>.XXXXXXXX.tmp` additions.
+MAX_NAME_BYTES = 255 - len("..4194304..tmp") - 8
 # part-N.parquet holds part N; part-A-B.parquet holds parts A..B (merged: fewer files to read and remove)
 _PART = re.compile(r"part-(\d+)(?:-(\d+))?\.parquet")
 _MERGE_EVERY = 1000  # parts merged into one file: a killed 100,000-point run leaves ~100 files, not 100,000
@@ -153,16 +156,24 @@ def resolve_out(out: str, run_id: str) -> Path:
 
 
 def check_writable(target: Path) -> None:
-    """Fail early, before anything is measured, on a taken name or an unusable folder."""
-    if target.exists():
-        raise BadInput(f"results file {target} already exists: commbench never overwrites results; "
+    """Fail early, before anything is measured, on a taken name, an unusable folder or a path that
+    cannot be looked at (a name too long for the file system: one line, core/inputs.py)."""
+    shown = shown_path(target)
+    facts = check_path(target, "--out")
+    if len(os.fsencode(target.name)) > MAX_NAME_BYTES:
+        raise BadInput(f"--out {shown}: a results file's name holds at most {MAX_NAME_BYTES} bytes (its hidden "
+                       f"temporaries and {PARTS_SUFFIX} folder beside it need the rest of the 255 a file system "
+                       "allows): pass a shorter one")
+    if facts.lexists:
+        raise BadInput(f"results file {shown} already exists: commbench never overwrites results; "
                        "pass another --out")
-    if os.path.lexists(parts_dir(target)):  # a killed run's parts, whose file was removed: not ours to mix with
-        raise BadInput(f"{parts_dir(target)} already exists (the parts of another run): commbench never "
-                       "mixes runs; pass another --out or remove it")
-    parent = target.parent
-    if parent.exists() and not parent.is_dir():
-        raise BadInput(f"--out {parent} is a file, not a folder: pass a folder or a .parquet file name")
+    if check_path(parts_dir(target), "--out").lexists:  # a killed run's parts: not ours to mix with
+        raise BadInput(f"{shown_path(parts_dir(target))} already exists (the parts of another run): commbench "
+                       "never mixes runs; pass another --out or remove it")
+    parent = check_path(target.parent, "--out")
+    if parent.exists and not parent.is_dir:
+        raise BadInput(f"--out {shown_path(target.parent)} is a file, not a folder: pass a folder or a .parquet "
+                       "file name")
 
 
 class ResultWriter:
@@ -469,11 +480,13 @@ def _result_groups(paths: Iterable[str | os.PathLike[str]]) -> list[list[Path]]:
     no size bound, a results file may be large. Temporaries (hidden, .tmp) are never listed."""
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir() and p.name.endswith(PARTS_SUFFIX) and Path(str(p)[:-len(PARTS_SUFFIX)]).is_file():
+        facts = check_path(p, "results file")
+        if facts.is_dir and p.name.endswith(PARTS_SUFFIX) and path_facts(str(p)[:-len(PARTS_SUFFIX)]).is_file:
             p = Path(str(p)[:-len(PARTS_SUFFIX)])
-        if p.is_dir():
+            facts = path_facts(p)
+        if facts.is_dir:
             files.extend(sorted(p.glob("*.parquet")))
-        elif p.exists():
+        elif facts.exists:
             files.append(p)
         else:
             raise BadInput(f"results file {filecheck.name(p)} does not exist: pass a .parquet file or a folder of them")
@@ -529,7 +542,7 @@ def _live_parts(results: Path) -> list[Path]:
     """The parts of `results` that it does not hold yet, by number (a killed run's, or a run's
     still running). Parts numbered up to what the file says it holds are a compaction's leftovers."""
     folder = parts_dir(results)
-    if not folder.is_dir():
+    if not path_facts(folder).is_dir:  # never raises: FILE.parts may be a name too long for FILE's folder
         return []
     try:
         held = int((pq.read_metadata(results).metadata or {}).get(_PARTS_KEY, b"0"))

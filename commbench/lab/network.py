@@ -23,6 +23,7 @@ import re
 import shutil
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 from commbench.core import units
@@ -34,9 +35,23 @@ from commbench.lab.state import (MAX_RAILS, LabNode, LabRail, LabState, load_sta
 
 DEFAULT_SUBNET = "10.231.0.0/24"
 SWITCH_MTU = 9216
-def parse_rate(text: str) -> float:
-    """'1gbit' -> 1e9 bits per second (tc's units: the text is handed to tc as written)."""
-    return units.parse_rate(text, "rate", tc=True)
+# What tc's tbf takes: a rate of at least 1 byte a second (below it tc says `the "rate" parameter is
+# mandatory`), and a burst (here 2 ms of traffic, _shape) that fits 32 bits (above it `illegal value for
+# "burst"`): 17.18 Tbit/s, 17tbit in tc's words. Measured with iproute2's tc on a veth.
+MIN_RATE_BITS = 8.0
+MAX_RATE_BITS = 17e12
+
+
+def parse_rate(text: str, flag: str = "--rate") -> float:
+    """'1gbit' -> 1e9 bits per second (tc's units: the text is handed to tc as written), within
+    what tc's tbf accepts, or one line of bad input."""
+    bits = units.parse_rate(text, "rate", tc=True)
+    if not MIN_RATE_BITS <= bits <= MAX_RATE_BITS:
+        side = "below 8bit (1 byte a second), the slowest" if bits < MIN_RATE_BITS else \
+            f"above {MAX_RATE_BITS / 1e12:g}tbit, the fastest"
+        raise BadInput(f"{flag} {text[:40]} is {side} rate tc's tbf can shape a link to: use e.g. 1gbit, 100gbit "
+                       "or 400gbit")
+    return bits
 
 
 def check_mtu(mtu: int) -> int:
@@ -159,9 +174,7 @@ def _new_node(i: int, nets: list, rate: str, mtu: int, frames: bool) -> LabNode:
 
 def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_SUBNET, frames: bool = False,
        rails: int = 1) -> LabState:
-    require_root()
-    if load_state() is not None:
-        raise BadInput("a lab is already up: 'commbench lab status' shows it, 'commbench lab down' removes it")
+    # The arguments first: refused before root or the lab are looked at.
     if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", labstate.PREFIX):
         raise BadInput(f"COMMBENCH_LAB_PREFIX={labstate.PREFIX!r} must be 1-6 lowercase letters/digits: e.g. cb")
     if not 2 <= nodes <= 64:
@@ -171,6 +184,9 @@ def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_S
     parse_rate(rate)
     check_mtu(mtu)
     nets = rail_subnets(subnet, rails, nodes)
+    require_root()
+    if load_state() is not None:
+        raise BadInput("a lab is already up: 'commbench lab status' shows it, 'commbench lab down' removes it")
     planned = [_new_node(i, nets, rate, mtu, frames) for i in range(nodes)]
     bridges = [labstate.bridge_name(r) for r in range(rails)]
     ports = [link.port for node in planned for link in node.links()]
@@ -179,7 +195,7 @@ def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_S
         raise BadInput(f"{taken[0]} already exists and was not made by this lab: remove it or pick another machine")
 
     state = LabState(subnet=str(nets[0]), bridge=labstate.BRIDGE, rails=rails)
-    if not labstate.STATE_DIR.exists():
+    if not os.path.lexists(labstate.STATE_DIR):
         state.files.append(str(labstate.STATE_DIR))  # ours: down removes it, with whatever the lab put in it
     save_state(state)
     try:
@@ -197,10 +213,10 @@ def up(nodes: int, rate: str = "1gbit", mtu: int = 1500, subnet: str = DEFAULT_S
             _ip("link", "set", "lo", "up", netns=node.name)
             for r, link in enumerate(node.links()):
                 _plug(node.name, link, bridges[r], nets[r].prefixlen)
+        write_hosts_file(state)
     except BaseException:
         down()
         raise
-    write_hosts_file(state)
     return state
 
 
@@ -215,17 +231,34 @@ def _plug(netns: str, link: LabNode | LabRail, bridge: str, prefixlen: int) -> N
 
 
 def write_hosts_file(state: LabState) -> Path:
-    """The lab's /etc/hosts and, beside it, its nsswitch.conf (lab/nsexec.py mounts both)."""
-    path = labstate.STATE_DIR / "hosts"
+    """The lab's /etc/hosts and, beside it, its nsswitch.conf (lab/nsexec.py mounts both). Each is
+    a new file, made exclusively and recorded once made: a `hosts` or `nsswitch.conf` already in
+    the state folder (the user's, in a folder of their own) is neither written over nor removed by
+    `lab down`; the lab's pair then goes in a new folder of its own inside the state folder."""
+    folder = labstate.STATE_DIR
+    if any(os.path.lexists(folder / name) for name in (labstate.HOSTS_NAME, nsexec.NSSWITCH_NAME)):
+        folder = Path(tempfile.mkdtemp(prefix="lab-etc-", dir=folder))
+        _record_file(state, folder)
+    path = folder / labstate.HOSTS_NAME
     lines = ["127.0.0.1 localhost"] + [f"{n.addr} {n.name}" for n in state.nodes]
-    path.write_text("\n".join(lines) + "\n")
     switch = path.with_name(nsexec.NSSWITCH_NAME)
-    switch.write_text(lab_nsswitch(_read_text(Path("/etc/nsswitch.conf"))))
-    for made in (path, switch):
-        if str(made) not in state.files:
-            state.files.append(str(made))
-            save_state(state)
+    for made, text in ((path, "\n".join(lines) + "\n"),
+                       (switch, lab_nsswitch(_read_text(Path("/etc/nsswitch.conf"))))):
+        try:
+            fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise RuntimeFailure(f"cannot write the lab's {made.name} in {folder}: {exc.strerror} (it appeared "
+                                 f"after the lab looked): 'commbench lab down', then up again") from None
+        _record_file(state, made)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
     return path
+
+
+def _record_file(state: LabState, made: Path) -> None:
+    if str(made) not in state.files:
+        state.files.append(str(made))
+        save_state(state)
 
 
 def lab_nsswitch(machine: str | None) -> str:
@@ -259,8 +292,6 @@ def set_link(node: str | None = None, mtu: int | None = None, rate: str | None =
              frames: bool | None = None, rail: str | None = None) -> LabState:
     """Change links live. queue: tbf's queue in bytes (0: back to 100 ms of traffic); frames: count
     frames as a NIC does (see _shape); rail: one rail (eth1 or 1) of the hosts, else every rail."""
-    require_root()
-    state = require_state()
     if mtu is None and rate is None and queue is None and frames is None:
         raise BadInput("lab set changes nothing: pass --mtu, --rate, --queue and/or --frames")
     if mtu is not None:
@@ -269,6 +300,8 @@ def set_link(node: str | None = None, mtu: int | None = None, rate: str | None =
         parse_rate(rate)
     if queue is not None and queue != 0 and not 1600 <= queue <= 1 << 30:
         raise BadInput(f"--queue {queue} must be 0 (the default queue) or 1600..1073741824 bytes: e.g. 40000")
+    require_root()
+    state = require_state()
     rails = [rail_index(state, rail)] if rail is not None else list(range(state.rails))
     targets = [state.node(node)] if node else state.nodes
     for n in targets:

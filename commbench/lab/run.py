@@ -22,7 +22,7 @@ from commbench.core import launch
 from commbench.lab import nsexec
 from commbench.core.errors import BadInput
 from commbench.core.signals import Terminated, ignore_signals_until_exit, stop_once, stopping
-from commbench.lab.state import NS_IFACE, STATE_DIR, LabState
+from commbench.lab.state import NS_IFACE, LabState, hosts_file
 
 LAB_PORT = 29400
 
@@ -56,7 +56,7 @@ def exec_on(state: LabState, node: str, argv: list[str]) -> int:
         raise BadInput("lab exec needs a command after --: e.g. commbench lab exec cbnode1 -- ip addr")
     n = state.node(node)
     try:
-        proc = nsexec.popen(argv, n.name, hostname=n.name, hosts_file=str(STATE_DIR / "hosts"))
+        proc = nsexec.popen(argv, n.name, hostname=n.name, hosts_file=hosts_file(state))
     except FileNotFoundError:
         raise BadInput(f"command not found: {argv[0]}") from None
     return _wait_all([proc])
@@ -92,7 +92,7 @@ def rsh(state: LabState, args: list[str]) -> int:
     host, words = rsh_target(args)
     n = state.node(host)
     try:
-        nsexec.enter(n.name, hostname=n.name, hosts_file=str(STATE_DIR / "hosts"))
+        nsexec.enter(n.name, hostname=n.name, hosts_file=hosts_file(state))
     except OSError as exc:
         raise BadInput(f"lab rsh {host}: cannot enter the host ({exc.strerror}): run it as root, "
                        "from a process with one thread") from None
@@ -117,7 +117,7 @@ def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT, per_h
     procs = []
     try:
         for rank, node in enumerate(hosts):
-            procs.append(nsexec.popen(argv, node.name, hostname=node.name, hosts_file=str(STATE_DIR / "hosts"),
+            procs.append(nsexec.popen(argv, node.name, hostname=node.name, hosts_file=hosts_file(state),
                                      env=rank_env(state, rank, port, per_host)))
     except FileNotFoundError:
         for p in procs:

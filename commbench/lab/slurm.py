@@ -57,8 +57,8 @@ def socket_path() -> Path:
     return munge_dir() / "munge.socket"
 
 
-def hosts_file() -> str:
-    return str(labmod.STATE_DIR / "hosts")
+def hosts_file(state: labmod.LabState) -> str:
+    return labmod.hosts_file(state)
 
 
 def tool(name: str) -> str:
@@ -157,7 +157,7 @@ def render_conf(state: labmod.LabState, hw: dict[str, int]) -> str:
 def _start(state: labmod.LabState, name: str, argv: list[str], node: labmod.LabNode, log: Path) -> subprocess.Popen:
     """Start one daemon in `node`, output appended to `log`, and record it before anything else."""
     with open(log, "ab") as out:
-        proc = nsexec.popen(argv, node.name, hostname=node.name, hosts_file=hosts_file(), env=clean_env(),
+        proc = nsexec.popen(argv, node.name, hostname=node.name, hosts_file=hosts_file(state), env=clean_env(),
                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                             cwd=str(labmod.STATE_DIR))
     labprocs.record(state, name, proc.pid)
@@ -168,7 +168,7 @@ def client(state: labmod.LabState, argv: list[str], env: dict[str, str] | None =
            capture: bool = True) -> subprocess.CompletedProcess:
     """Run a Slurm client command inside the first host (where the controller is reachable)."""
     first = state.nodes[0]
-    proc = nsexec.popen([tool(argv[0])] + argv[1:], first.name, hostname=first.name, hosts_file=hosts_file(),
+    proc = nsexec.popen([tool(argv[0])] + argv[1:], first.name, hostname=first.name, hosts_file=hosts_file(state),
                         env=env or clean_env(), stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
                         text=True)

@@ -17,10 +17,12 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.inputs import check_path, shown_path
 
 # One lab per (prefix, state folder); tests run their own labs side by side with other prefixes.
 PREFIX = os.environ.get("COMMBENCH_LAB_PREFIX", "cb")
@@ -85,6 +87,19 @@ class LabState:
 
 def state_path() -> Path:
     return STATE_DIR / "state.json"
+
+
+HOSTS_NAME = "hosts"  # the lab's /etc/hosts for its hosts; lab/nsexec.py's NSSWITCH_NAME lies beside it
+
+
+def hosts_file(state: LabState) -> str:
+    """The lab's hosts file: the last file of its records named `hosts` (`lab up` writes it in the
+    state folder, or in a folder of its own there when the state folder holds a `hosts` or
+    `nsswitch.conf` of someone else's); STATE_DIR/hosts for a lab that recorded none."""
+    for f in reversed(state.files):
+        if os.path.basename(f) == HOSTS_NAME and owns_path(f):
+            return f
+    return str(STATE_DIR / HOSTS_NAME)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,24 +182,47 @@ def remove_path(path: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
+# Folders of the system: the state folder may be none of these, nor inside one (lab down removes the
+# folder it made and the files it wrote; `hosts` in /etc/avahi is the system's). /run, /tmp, /var/tmp,
+# /home and /mnt hold folders of anyone's own, so only the folders themselves are refused there.
+SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/dev",
+                "/proc", "/sys", "/var", "/opt", "/srv", "/snap", "/root/.ssh", "/run/netns", "/run/systemd",
+                "/run/user", "/run/lock", "/run/dbus", "/run/udev")
+SYSTEM_FOLDERS = ("/", "/run", "/tmp", "/var/tmp", "/home", "/mnt", "/media", "/root")
+_OWN_TREES = ("/var/tmp",)  # under /var, folders of anyone's own
+
+
+def system_folder(real: str, home: str | None) -> str | None:
+    """The system folder (or tree) `real` (a resolved path) is or lies in, None when it is not one."""
+    if real in SYSTEM_FOLDERS or real == home or (home is not None and real == os.path.dirname(home)):
+        return real
+    if any(real.startswith(t + "/") for t in _OWN_TREES):
+        return None
+    return next((t for t in SYSTEM_TREES if real == t or real.startswith(t + "/")), None)
+
+
 def _check_dir() -> None:
-    """STATE_DIR must be a folder (or not exist yet, under folders) and not a system or home folder."""
+    """STATE_DIR must be a folder (or not exist yet, under folders), one that can be looked at, and
+    not a system or home folder."""
     for p in (STATE_DIR, *STATE_DIR.parents):
-        if p.exists() or p.is_symlink():
-            if not p.is_dir():
+        facts = check_path(p, "COMMBENCH_LAB_DIR: the lab state folder")
+        if facts.lexists:
+            if not facts.is_dir:
                 raise BadInput(f"the lab state folder {STATE_DIR} is under a file, not a folder ({p}): move {p} "
                                f"away, or point COMMBENCH_LAB_DIR at a folder of the lab's own"
                                if p != STATE_DIR else f"the lab state folder {STATE_DIR} is a file, not a folder: "
                                f"move it away, or point COMMBENCH_LAB_DIR at a folder of the lab's own")
             break
-    real = Path(os.path.realpath(_root()))
+    real = os.path.realpath(_root())
     try:
-        home = Path(os.path.realpath(Path.home()))
+        home: str | None = os.path.realpath(Path.home())
     except (RuntimeError, KeyError):
         home = None
-    if len(real.parts) < 3 or real == home:
-        raise BadInput(f"COMMBENCH_LAB_DIR={STATE_DIR} is a system or home folder, not one of the lab's own "
-                       f"(lab down removes the folder it made): use e.g. /run/commbench-lab-{PREFIX}")
+    system = system_folder(real, home)
+    if system is not None:
+        inside = "" if system == real else f" (inside {system})"
+        raise BadInput(f"COMMBENCH_LAB_DIR={shown_path(STATE_DIR)} is a system or home folder{inside}, not one of "
+                       f"the lab's own (lab down removes the folder it made): use e.g. /run/commbench-lab-{PREFIX}")
 
 
 def _damaged(why: str) -> BadInput:
@@ -278,7 +316,7 @@ def _parse(raw: object) -> LabState:
 def _read() -> LabState | None:
     _check_dir()
     path = state_path()
-    if not path.exists() and not path.is_symlink():
+    if not check_path(path, "the lab state file").lexists:
         return None
     try:
         if path.stat().st_size > STATE_MAX_BYTES:
@@ -362,12 +400,17 @@ def _as_json(state: LabState) -> dict:
 
 def save_state(state: LabState) -> None:
     _check_dir()
+    tmp = None
     try:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = state_path().with_suffix(".tmp")
-        tmp.write_text(json.dumps(_as_json(state), indent=2))
+        # A temporary of its own (never a `state.tmp` that may be someone else's), renamed into place.
+        fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=STATE_DIR)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(_as_json(state), indent=2))
         os.replace(tmp, state_path())
     except OSError as exc:
+        if tmp is not None and os.path.lexists(tmp):
+            os.unlink(tmp)
         raise RuntimeFailure(f"cannot write the lab state file {state_path()}: {exc.strerror}") from None
 
 
