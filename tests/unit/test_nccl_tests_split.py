@@ -29,6 +29,8 @@ def test_split_rows_are_the_groups():
     assert len(recs) == 62
     assert {r["world_size"] for r in recs} == {2}  # MOD 8 on 16 ranks: groups {r, r + 8}
     assert {r["group_index"] for r in recs} == {0}  # rank 0's Group prints the results
+    # as sweep --split writes its rows (every group at once), so compare pairs the two (issue #38)
+    assert {(r["group_dim"], r["concurrent"]) for r in recs} == {("split", True)}
     assert {(r["nnodes"], r["ranks_per_node"]) for r in recs} == {(2, 1)}
     assert all(r["busbw_GBps"] == r["algbw_GBps"] for r in recs if r["busbw_GBps"])  # all_reduce of 2: factor 1
     plan = json.loads(recs[0]["plan"])
@@ -46,6 +48,7 @@ def test_every_printed_busbw_is_kept():
 def test_unsplit_log_has_no_group():
     recs = parse_file(DATA / "all_reduce_2node_16xH100.txt", "20250101-000000-abcdef").records
     assert {r["group_index"] for r in recs} == {None}
+    assert {(r["group_dim"], r["concurrent"]) for r in recs} == {(None, None)}
     assert {r["world_size"] for r in recs} == {16}
 
 
@@ -62,7 +65,10 @@ def test_split_json_devices_keep_the_group(tmp_path):
 def test_the_group_reaches_the_results_file(tmp_path):
     out = tmp_path / "split.parquet"
     assert import_files([str(SPLIT)], str(out), echo=lambda m: None) == 0
-    table = pq.read_table(out, columns=["group_index", "world_size", "busbw_GBps", "schema_version"])
+    table = pq.read_table(out, columns=["group_index", "group_dim", "concurrent", "world_size", "busbw_GBps",
+                                        "schema_version"])
     assert set(table.column("group_index").to_pylist()) == {0}
+    assert set(table.column("group_dim").to_pylist()) == {"split"}
+    assert set(table.column("concurrent").to_pylist()) == {True}
     assert set(table.column("world_size").to_pylist()) == {2}
     assert max(table.column("busbw_GBps").to_pylist()) == max(printed_busbw(SPLIT))

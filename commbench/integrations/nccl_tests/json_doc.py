@@ -66,6 +66,7 @@ def parse_json_document(text: str, source: str, builder: RecordBuilder) -> Parse
                                                                        and oob["count"] > 0)):
         failed = True
     parsed.failed = failed
+    builder.refusals.raise_any(source, unit="result")
     parsed.skipped = dict(builder.skipped)
     if not parsed.records:
         raise BadInput(f"{where(source, 1)}: the JSON document holds no result rows"

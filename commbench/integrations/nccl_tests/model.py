@@ -38,6 +38,8 @@ class Half:
     samples: list[float] | None = None
     iters: int | None = None
     line: int = 0
+    alg_unit: float | None = None  # half a unit of the last digit algbw was printed with (None: a -J value)
+    bus_unit: float | None = None
 
 
 @dataclass(frozen=True)

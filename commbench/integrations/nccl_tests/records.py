@@ -80,6 +80,7 @@ class RecordBuilder:
             "collective": coll, "dtype": dtype, "op": op, "root": root,
             "size_bytes": h.size, "count": h.count, "in_place": h.in_place,
             "world_size": world, "nnodes": nnodes, "ranks_per_node": per_node, "group_index": stream.split_group(),
+            **_split_columns(stream),
             "device_name": device_name,
             "iters": h.iters if h.iters is not None else stream.iters,
             "warmup": stream.warmup, "repetition": rep,
@@ -100,6 +101,13 @@ class RecordBuilder:
                                 **_split_plan(stream)},
                                sort_keys=True),
         }
+
+
+def _split_columns(stream: Stream) -> dict:
+    """A split log's rows as `sweep --split` writes its own (group_dim `split`, every group at once),
+    so compare pairs an imported group with a measured one; an unsplit log's, null."""
+    split = stream.split_group() is not None
+    return {"group_dim": "split" if split else None, "concurrent": True if split else None}
 
 
 def _split_plan(stream: Stream) -> dict:

@@ -26,6 +26,7 @@ import re
 from commbench.core.errors import BadInput
 from commbench.integrations.nccl_tests.format import (IDENT, INT, INT32_MAX, INT64_MAX, NUMBER, SINGLE_RANK_HINT,
                                                       STAMP, nccl_version_string, where)
+from commbench.integrations.nccl_tests.arith import half_unit
 from commbench.integrations.nccl_tests.model import Half, Layout, RankInfo, Stream
 from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, finalize
 from commbench.net.ncclinfo import TransportCollector
@@ -57,6 +58,8 @@ _OOB = re.compile(r"^Out of bounds values\s*:\s*([0-9]+)\s*(OK|FAILED)?", re.ASC
 _JSON_OUT = re.compile(r"^Writing JSON output to (.+?)\s*$")
 _ROWLIKE = re.compile(r"^\s*[0-9]+\s+[0-9]+\s+[A-Za-z_][A-Za-z0-9_]*(\s|$)", re.ASCII)
 _UINT = re.compile(r"[0-9]+", re.ASCII)
+# _ROWLIKE with any script's digits (Unicode \d: '１０２４', '१०२४'): a line nccl-tests did not print as it is.
+_ROWLIKE_ANY = re.compile(r"^\s*\d+\s+\d+\s+[^\W\d]\w*(\s|$)")
 
 _CHECK_NAMES = {"#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
 _TIME_NAMES = {"time", "cputime"}
@@ -179,7 +182,8 @@ def parse_row(text: str, layout: Layout | None, source: str, line: int, final: b
                 if not 0 <= value <= INT64_MAX // 2:
                     raise BadInput(f"{where(source, line)}: #wrong {check[:40]!r} is out of range")
                 wrong = int(value)
-        h = Half(size, count, dtype, op, root, in_place, t, alg, bus, wrong, error, line=line)
+        h = Half(size, count, dtype, op, root, in_place, t, alg, bus, wrong, error, line=line,
+                 alg_unit=half_unit(grp[1]), bus_unit=half_unit(grp[2]))
         if layout.per_iter:
             h.tmin = _number(grp[4], "i_min", source, line)
             h.tmax = _number(grp[5], "i_max", source, line)
@@ -239,6 +243,7 @@ class TextParser:
         self.algbw_printed_nonzero = False
         self.rows_without_ranks = False
         self.last_line = 0
+        self.unreadable: list[int] = []  # lines shaped like a row that nccl-tests cannot have printed
 
     def _stream(self, key: object) -> Stream:
         if key not in self.streams:
@@ -270,6 +275,8 @@ class TextParser:
             s.layout = layout
             return []
         if hashed or not _ROWLIKE.match(content):
+            if not hashed and _ROWLIKE_ANY.match(content):  # a row's shape in digits nccl-tests never prints
+                self.unreadable.append(lineno)
             return []  # banners, units, warnings, anything else: not ours
         return self._row(s, content, lineno, final)
 
@@ -417,6 +424,15 @@ class TextParser:
         p = self.parsed
         for key in list(self.pending):
             self._cut(key)  # a row whose last piece never came (the output was cut)
+        if self.unreadable:
+            n, lines = len(self.unreadable), ", ".join(map(str, self.unreadable[:8]))
+            p.warnings.append(f"{n} line{'s' if n > 1 else ''} shaped like a result row but not in ASCII digits "
+                              f"(lines {lines}{' ...' if n > 8 else ''}) not imported: nccl-tests prints ASCII "
+                              "digits only; check those lines of the log")
+        if strict:
+            self.builder.refusals.raise_any(self.source)
+        elif (refused := self.builder.refusals.message(self.source)) is not None:
+            p.warnings.append(refused)  # a live run's rows are written as they come: said, not undone
         p.transport = self.info.transport
         p.skipped = dict(self.builder.skipped)
         for rec in p.records:
@@ -426,7 +442,10 @@ class TextParser:
         symptom = self.single_rank_symptom()
         if not p.records and strict:
             extra = ""
-            if p.skipped:
+            if self.unreadable:
+                extra = (f" (line {self.unreadable[0]} and {len(self.unreadable) - 1} more are shaped like rows but "
+                         "not in ASCII digits, which nccl-tests prints)")
+            elif p.skipped:
                 extra = f" (only rows {', '.join(p.skipped)}, which commbench does not keep)"
             elif symptom:
                 extra = f"; {SINGLE_RANK_HINT}"
