@@ -15,6 +15,7 @@ from commbench.core.errors import BadInput
 from commbench.integrations.nccl_tests.format import (LAUNCHER, WORKLOAD, bus_factor, canonical,
                                                       collective_from_program, dtype_name, fail_collective, op_name,
                                                       rooted, where)
+from commbench.integrations.nccl_tests.arith import Refusals
 from commbench.integrations.nccl_tests.model import Half, Stream
 
 
@@ -43,6 +44,7 @@ class RecordBuilder:
         self.reps: collections.Counter = collections.Counter()
         self.skipped: collections.Counter = collections.Counter()  # reason -> halves not kept
         self.transport: str | None = None
+        self.refusals = Refusals()  # rows whose arithmetic nccl-tests could not have printed
 
     def collective_for(self, stream: Stream, line: int) -> str:
         name = self.collective or collective_from_program(stream.program) or self.hint
@@ -62,6 +64,7 @@ class RecordBuilder:
             return None
         coll = self.collective_for(stream, h.line)
         world = stream.world()
+        self.refusals.judge(h, coll, world)
         hosts, nnodes, per_node, device_name = stream.topology()
         dtype, op = dtype_name(h.dtype), op_name(h.op)
         root = h.root if h.root is not None else (None if rooted(coll) else -1)
