@@ -6,7 +6,7 @@ the bands file is one escaped terminal line, or inert Markdown (core/outtext.py)
 
 from __future__ import annotations
 
-from commbench.core.outtext import LINE_LIMIT, markdown, terminal
+from commbench.core.outtext import LINE_LIMIT, SUMMARY_LIMIT, markdown, terminal
 from commbench.analysis.gate import EntryResult, GateReport
 
 
@@ -44,7 +44,8 @@ def render_table(report: GateReport) -> str:
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     system = f" (system {terminal(report.system)})" if report.system else ""
     lines = [f"bands: {terminal(report.source, LINE_LIMIT)}{system}", "",
-             fmt(HEADERS), fmt(["-" * w for w in widths]), *map(fmt, rows), "", terminal(report.summary(), LINE_LIMIT)]
+             fmt(HEADERS), fmt(["-" * w for w in widths]), *map(fmt, rows), "",
+             terminal(report.summary(), SUMMARY_LIMIT)]
     return "\n".join(lines) + "\n"
 
 
@@ -52,7 +53,7 @@ def render_markdown(report: GateReport) -> str:
     verdict = "FAIL" if report.exit_code() else "PASS"
     system = f" (system {markdown(report.system)})" if report.system else ""
     lines = [f"### commbench gate: **{verdict}**", "", f"- bands: {markdown(report.source, LINE_LIMIT)}{system}",
-             f"- {markdown(report.summary(), LINE_LIMIT)}", "",
+             f"- {markdown(report.summary(), SUMMARY_LIMIT)}", "",
              "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(markdown(c, LINE_LIMIT) for c in row) + " |" for row in _table_rows(report)]
     return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ import click
 from commbench.cli.options import Text, fraction
 from commbench.core import outputs, streams
 from commbench.core.errors import BadInput
-from commbench.core.outtext import LINE_LIMIT, terminal
+from commbench.core.outtext import LINE_LIMIT, SUMMARY_LIMIT, terminal
 
 
 MIN_ALPHA = 1e-9  # a one-sided Mann-Whitney test needs 17 repetitions a side for 1e-9 (m = 1)
@@ -197,7 +197,7 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
     else:
         outputs.write_file(out, text.encode("utf-8"), who, "--out", inputs, force)
     if out is not None or fmt != "table" or streams.reader_gone():
-        print(terminal(report.summary(), LINE_LIMIT), file=sys.stderr)  # the verdict stays visible in a CI log
+        print(terminal(report.summary(), SUMMARY_LIMIT), file=sys.stderr)  # the verdict stays visible in a CI log
     return report.exit_code()
 
 

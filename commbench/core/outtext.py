@@ -21,6 +21,7 @@ from commbench.core.safetext import escaped
 
 LIMIT = 200  # characters of one value from a file, shown
 LINE_LIMIT = 1000  # characters of a line composed of several values (a report's cell, a Markdown line)
+SUMMARY_LIMIT = 100_000  # characters of a verdict's summary, which names every entry that failed
 
 _CUT = "…"
 
@@ -41,6 +42,8 @@ def terminal(text: Any, limit: int = LIMIT) -> str:
 def lines(text: Any, limit: int = LINE_LIMIT) -> str:
     """Text of several lines (a report's preformatted block) as `terminal` lines, each bounded."""
     value = "" if text is None else str(text)
+    if len(value) <= limit and value.isprintable():  # most cells of a report: two checks
+        return value
     if "\n" not in value:
         return terminal(value, limit)
     return "\n".join(terminal(line, limit) for line in value.split("\n"))
