@@ -200,16 +200,20 @@ def point_medians(rows: Iterable[Mapping[str, Any]]) -> list[PointMedian]:
 
 @dataclass
 class Series:
-    """One collective (in one setting) of a run: its points' medians."""
+    """One collective (in one setting and, in a layout run, one group dimension) of a run: its
+    points' medians; a layout run's points are its groups' concurrent rows (series_of)."""
 
     collective: str
     workload: str
     settings: str | None
     points: list[PointMedian]
+    group_dim: str | None = None
 
     @property
     def label(self) -> str:
         what = self.collective if self.workload in ("sweep", "") else f"{self.collective} ({self.workload})"
+        if self.group_dim:
+            what += f" ({self.group_dim}, concurrent groups)"
         return what + (f" [{self.settings}]" if self.settings else "")
 
     @property
@@ -222,12 +226,23 @@ class Series:
         return max(self.points, key=lambda p: p.busbw)
 
 
+def solo(row: Mapping[str, Any]) -> bool:
+    """A layout run's row of a group measured alone (`--solo`): not what the run's groups do at once."""
+    return bool(_cell(row.get("group_dim"))) and not row.get("concurrent")
+
+
 def series_of(medians: Iterable[PointMedian]) -> list[Series]:
+    """A series per collective, setting and group dimension. A layout run's solo rows are left out:
+    averaged with the concurrent ones they would mix two questions (the groups at once, each alone),
+    and the concurrent rows are what the layout does; each group's row at a point counts once."""
     out: dict[tuple[Any, ...], Series] = {}
     for p in medians:
-        key = (_cell(p.first.get("settings")), p.first.get("collective"), p.first.get("workload") or "")
+        if solo(p.first):
+            continue
+        key = (_cell(p.first.get("settings")), p.first.get("collective"), p.first.get("workload") or "",
+               _cell(p.first.get("group_dim")))
         if key not in out:
-            out[key] = Series(str(key[1]), str(key[2]), key[0], [])
+            out[key] = Series(str(key[1]), str(key[2]), key[0], [], key[3])
         out[key].points.append(p)
     return list(out.values())
 
@@ -276,10 +291,24 @@ def bandwidth_lines(series: Sequence[Series]) -> list[str]:
         both = len({p.first.get("in_place") for p in s.points}) > 1
         where = (f" {'in place' if peak.first.get('in_place') else 'out of place'}" if both else "")
         lines.append(f"# {s.label:<{width}}  avg bus bandwidth {gbps(s.avg)} GB/s, peak {gbps(peak.busbw)} GB/s "
-                     f"at {point_where(peak.first)}{where} ({_extent(s.points)}: {counted(len(s.points), 'point')})")
+                     f"at {point_where(peak.first)}{where}{_group_of(peak.first)} ({_extent(s.points)}: "
+                     f"{counted(len(s.points), 'point')}{_groups_counted(s.points)})")
     if len(series) == 1:
         lines.append(f"# Avg bus bandwidth    : {series[0].avg:.4f} GB/s")
     return lines
+
+
+def _group_of(row: Mapping[str, Any]) -> str:
+    """The group a layout run's peak was measured in: `, dp1 [1,3]`."""
+    dim = _cell(row.get("group_dim"))
+    return f", {dim}{row.get('group_index')} [{row.get('group_ranks')}]" if dim else ""
+
+
+def _groups_counted(points: Sequence[PointMedian]) -> str:
+    """A layout series' points are its groups' rows: say how many groups they hold."""
+    if not points or not _cell(points[0].first.get("group_dim")):
+        return ""
+    return f" of {counted(len({p.first.get('group_index') for p in points}), 'group')}"
 
 
 # --------------------------------------------------------------------------- reduce_scatter vs all_reduce

@@ -1,6 +1,7 @@
 """Rank 0's closing lines after the last point (core/runsummary.py's figures, as text): the
 median-over-repetitions table after -R, each collective's average and peak busbw with units, how
-many points reached --precision, and reduce_scatter's gap to all_reduce."""
+many points reached --precision, and reduce_scatter's gap to all_reduce. A layout run's figures
+are its groups' concurrent rows, a series per group dimension (core/runsummary.py series_of)."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def gap_lines(medians: Sequence[runsummary.PointMedian], backend: str | None) ->
     """reduce_scatter's busbw next to all_reduce's, per setting, where the run measured both."""
     by_setting: dict = {}
     for p in medians:
-        if p.first.get("workload", "sweep") == "sweep":
+        if p.first.get("workload", "sweep") == "sweep" and not runsummary.solo(p.first):
             by_setting.setdefault(p.first.get("settings"), []).append(
                 {"collective": p.first.get("collective"), "size_bytes": p.first.get("size_bytes"),
                  "busbw": p.busbw, "backend": backend})
