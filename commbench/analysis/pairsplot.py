@@ -207,8 +207,9 @@ def _draw_run(ax: Axes, run: pd.DataFrame, links: list[linkrank.Link], threshold
     rank_of = {ln.src: ln.src_rank for ln in links} | {ln.dst: ln.dst_rank for ln in links}
     slow = {names[at[_rank(rank_of[e.name])]] for e in ranking.singled_out} if ranking else set()
     slow |= {c.name for c in blamed if c.kind == "host"}
+    shown = {mpl_text(name) for name in slow}  # as draw_heatmap wrote the tick labels (core/outtext.py figure)
     for label in list(ax.get_xticklabels()) + list(ax.get_yticklabels()):
-        if label.get_text().replace("\\$", "$") in slow:
+        if label.get_text() in shown:
             label.set_color("#c00000")
             label.set_fontweight("bold")
     for label in ax.get_xticklabels():
