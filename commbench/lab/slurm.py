@@ -28,6 +28,7 @@ from commbench.lab import state as labmod
 from commbench.lab import processes as labprocs
 from commbench.lab import nsexec
 from commbench.core.errors import BadInput, CommbenchError, RuntimeFailure
+from commbench.core.inputs import check_path
 
 INSTALL_HINT = "apt-get install slurm-wlm munge"
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "scancel", "squeue")
@@ -359,7 +360,7 @@ def submit(state: labmod.LabState, script: str, sbatch_args: list[str]) -> int:
     if script.startswith("-"):
         raise BadInput(f"{script} comes before the script: sbatch options go after it, e.g. "
                        "commbench lab slurm submit slurm/commbench.sbatch --nodes 2")
-    if not Path(script).is_file():
+    if not check_path(script, "lab slurm submit: the batch script").is_file:  # never raises
         raise BadInput(f"no batch script {script!r}: e.g. commbench lab slurm submit slurm/commbench.sbatch")
     res = client(state, ["sbatch", "--parsable", *sbatch_args, str(Path(script).resolve())], env=job_env(), timeout=60)
     if res.returncode != 0:

@@ -21,6 +21,7 @@ from pathlib import Path
 from commbench.net import counters, doctorrails, doctorwire, netinfo, wiresource
 from commbench.core.progress import draw_bar
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput, RuntimeFailure
+from commbench.core.inputs import check_path, shown_path
 from commbench.core.safetext import escaped, escaped_tree
 
 ROCE_OVERHEAD = 96  # iboe_get_mtu(): GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4
@@ -560,8 +561,8 @@ def run(as_json: bool = False, roots: list[str] | None = None, timeout: float = 
     if roots:
         hosts = []
         for root in roots:
-            if not Path(root).is_dir():
-                raise BadInput(f"--root {root} is not a directory: give a recorded sysfs tree "
+            if not check_path(root, "--root").is_dir:  # never raises: a name too long is one line
+                raise BadInput(f"--root {shown_path(root)} is not a directory: give a recorded sysfs tree "
                                "(a folder with class/net and class/infiniband, see tests/data/netinfo)")
             facts = netinfo.host_facts(root=root)
             facts["traffic"] = _traffic(facts, None, live=False)

@@ -37,15 +37,17 @@ def _one_line(proc, *words: str) -> str:
     ["gate", str(GOLDEN), "--suggest", "--out", LONG + ".yaml"],
     ["nccl-tests", "import", str(NCCL_LOG), "--out", LONG + ".parquet"],
     ["sweep", "--nproc", "1", "--backend", "gloo", "--out", LONG + ".parquet"],
-], ids=["report-input", "report-out", "compare-out", "plot-out-folder", "gate-out", "import-out", "sweep-out"])
+    ["doctor", "--root", LONG],
+], ids=["report-input", "report-out", "compare-out", "plot-out-folder", "gate-out", "import-out", "sweep-out",
+        "doctor-root"])
 @pytest.mark.failure(
     row="long-names",
     section="Long and odd paths",
     failure="a 300-character name as --out or as an input of report, compare, plot, gate, "
-            "`nccl-tests import` and sweep (Python 3.11's Path.exists() raises ENAMETOOLONG)",
+            "`nccl-tests import`, sweep and `doctor --root` (Python 3.11's Path.exists() raises ENAMETOOLONG)",
     does="`--out aaaa...aaaa.html (305 characters): File name too long: a file name holds at most 255 bytes and a "
          "path 4096: pass a shorter one`, exit 2, nothing written; the long name shown by its ends",
-    cases="report-input, report-out, compare-out, plot-out-folder, gate-out, import-out, sweep-out",
+    cases="report-input, report-out, compare-out, plot-out-folder, gate-out, import-out, sweep-out, doctor-root",
 )
 def test_a_name_too_long_is_one_line_of_bad_input(cli, tmp_path, monkeypatch, args):
     monkeypatch.chdir(tmp_path)
