@@ -64,6 +64,8 @@ def test_a_damaged_point_is_named_on_one_escaped_line(tmp_path, cli):
     _no_raw_control(r.stderr)
     assert "all_reduce\\x1b[2J\\ngate: PASS: no regression\\u202e" in r.stderr
     assert f"… ({len(EVIL) + 5000:,} characters)" in r.stderr and len(r.stderr) < 1500
+    usage = cli("compare", str(before), str(after), "--format", "\x1b[2J\nmd")  # click's own message, the same door
+    assert usage.returncode == 2 and usage.stderr.count("\n") == 1 and "'\\x1b[2J\\nmd'" in usage.stderr
 
 
 @pytest.mark.failure(row="hostile-text-terminal")
@@ -243,6 +245,8 @@ def test_each_sanitiser_keeps_its_promise_on_any_text(text):
     assert not re.search(r"[\[\]`*|~$]", re.sub(r"\\.", "", md))  # each active character escaped
     cell = outtext.csv_cell(text)
     assert cell.isprintable() and not cell.startswith(("=", "+", "-", "@", "\t", "\r"))
+    block = outtext.lines(text)
+    assert all(line.isprintable() for line in block.split("\n")) and block.count("\n") == text.count("\n")
     fig = outtext.figure(text)
     assert fig.isprintable() and not re.search(r"(?<!\\)\$", fig) and len(fig) <= 2 * outtext.LIMIT + 40
 
