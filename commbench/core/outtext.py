@@ -3,13 +3,14 @@
 figure's title or label (`figure`); each shows at most a bound of a value (`bounded`).
 
 A terminal line shows control and bidirectional characters as escapes and stays one line
-(core/safetext.py `escaped`). Markdown escapes every character Markdown or GitHub acts on (links,
-images, emphasis, code, tables, HTML, math), so a value stays text. A CSV cell that a spreadsheet
-would evaluate (`=`, `+`, `-`, `@`, TAB, CR first) gets a leading single quote, as OWASP's CSV
-injection page recommends; the writer quotes every text cell. A figure's text loses its control
-characters (they make an SVG invalid XML) and `$` cannot start mathtext. Every bound cuts the raw
-value before it is escaped, so a 10 MiB name costs its first characters only, and says how long
-the value was: `first 200 characters… (10,485,760 characters)`.
+(core/safetext.py `escaped`); `lines` does so line by line (a report's preformatted block). Markdown
+escapes each character that could make a link, an image, emphasis, code, a column break, HTML, math
+or an autolink (`(`, `)` and `!` are inert once the brackets are escaped), so a value stays text. A
+CSV cell that a spreadsheet would evaluate (`=`, `+`, `-`, `@`, TAB, CR first) gets a leading single
+quote, as OWASP's CSV injection page recommends; the writer quotes every text cell. A figure's text
+loses its control characters (they make an SVG invalid XML) and `$` cannot start mathtext. Every
+bound cuts the raw value before it is escaped, so a 10 MiB name costs its first characters only, and
+says how long the value was: `first 200 characters… (10,485,760 characters)`.
 """
 
 from __future__ import annotations
