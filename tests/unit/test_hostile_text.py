@@ -173,6 +173,27 @@ def test_a_plot_of_hostile_text_is_valid_svg(tmp_path, cli):
     ET.fromstring(text.encode())
 
 
+@pytest.mark.failure(row="hostile-text-figures")
+def test_a_pairs_heat_map_of_hostile_host_names_is_valid_svg(tmp_path, cli):
+    hosts = ("n1\x1b[2J", "n2 $x$", "n3\u202e\x0b<b>", "n4")
+    base = make_rows(collectives=("sendrecv",), sizes=(16 << 20,), placements=(False,), repetitions=1,
+                     hosts=hosts, backend="gloo", device_name="cpu")[0]
+    rows = [{**base, "workload": "pairs", "collective": "sendrecv", "dtype": "uint8", "op": None, "busbw_GBps": gbps,
+             "algbw_GBps": gbps, "time_us": (16 << 20) / gbps / 1e3, "src_host": hosts[s], "dst_host": hosts[d],
+             "src_rank": s, "dst_rank": d, "world_size": 4, "ranks_per_node": 1}
+            for s in range(4) for d in range(4) if s != d for gbps in [0.05 if 2 in (s, d) else 0.1]]
+    res = write(tmp_path / "pairs.parquet", rows)
+    out = tmp_path / "h.svg"
+    r = cli("plot", str(res), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    _no_raw_control(text.replace("\n", ""))
+    ET.fromstring(text.encode())
+    md = tmp_path / "r.md"
+    assert cli("report", str(res), "--out", str(md)).returncode == 0
+    _no_raw_control(md.read_text())
+
+
 @pytest.mark.failure(
     row="hostile-text-huge",
     section="Text from files in every output (issue #39)",
