@@ -106,3 +106,4 @@ def test_a_row_in_other_digits_is_counted_and_said(cli, tmp_path):
 def test_every_sample_log_passes_the_arithmetic_and_the_print_precision_is_read():
     assert half_unit("136.11") == pytest.approx(0.005) and half_unit("1234.5") == pytest.approx(0.05)
     assert half_unit("123456") == pytest.approx(0.5) and half_unit("1.2e+05") == pytest.approx(5000)
+    assert half_unit("1e+400") > 1e299 and half_unit("1e-400") == 0.0  # out of a float's range: no OverflowError
