@@ -398,3 +398,34 @@ def _default_group(layout: Layout) -> str:
         raise BadInput(f"--layout {layout.text()} has no dimension of {MIN_GROUP} or more ranks, so no group to "
                        f"run: give one dimension more ranks, e.g. {_EXAMPLE}")
     return "dp" if "dp" in dims else dims[0]
+
+
+def data_parallel(world: int, command: str, layout: str | None = None, order: str | None = None,
+                  group: str | None = None, split: str | None = None) -> tuple[GroupWork, int] | None:
+    """`zero`/`buckets --layout tp=2`: the data-parallel groups, each running the command's
+    gradient schedule at once, and how many ranks share one copy of the model (tp x pp: a dp group
+    holds P / (tp x pp) of the parameters, as DeepSpeed with a model-parallel group reduces). dp
+    left out of --layout is what the others leave (`tp=2` on 8 ranks: dp=4). None without --layout."""
+    if split is not None:
+        raise BadInput(f"{command} runs in the data-parallel groups of --layout, and --split has none: use e.g. "
+                       f"--layout tp=2")
+    if layout is None:
+        lone = next((name for name, v in (("--order", order), ("--group", group)) if v is not None), None)
+        if lone is not None:
+            raise BadInput(f"{lone} needs --layout: add e.g. --layout tp=2")
+        return None
+    entries = _entries(layout)
+    if "dp" not in entries and None not in entries.values():
+        layout += ",dp=auto"
+    cut = parse_layout(layout, world, order)
+    if group is not None and group.strip().lower() != "dp":
+        raise BadInput(f"{command} --group {group.strip()}: its schedule runs in the dp groups only: drop --group "
+                       f"or give --group dp")
+    shared = [d for d in ("cp", "ep") if cut.size(d) > 1]
+    if shared:
+        raise BadInput(f"{command} --layout {cut.text()}: {shared[0]} is not modelled ({command} shards the "
+                       f"parameters by tp and pp only): leave {shared[0]} out of --layout")
+    if cut.size("dp") < MIN_GROUP:
+        raise BadInput(f"{command} --layout {cut.text()} leaves dp groups of {cut.size('dp')} rank: a gradient "
+                       f"reduction needs {MIN_GROUP} or more, so give tp x pp at most {world // MIN_GROUP}")
+    return GroupWork("dp", command, cut.groups("dp")), world // cut.size("dp")

@@ -49,11 +49,16 @@ class Flag:
     most: int | None = None
     show_default: bool = True
     # The commands that take it (cli/options.py run_options, by the command's name); () every
-    # measuring command. --layout and its kin are sweep's until buckets and zero run in groups.
+    # measuring command. --layout, --order, --group and --solo are sweep's and zero's (which runs in
+    # the data-parallel groups, core/layout.py data_parallel); --split is sweep's.
     commands: tuple[str, ...] = ()
 
     def taken_by(self, command: str) -> bool:
         return not self.commands or command in self.commands
+
+
+# The commands that run in parallel groups (--layout; docs/LAYOUTS.md)
+_GROUPED = ("sweep", "zero")
 
 
 def flag(default: Any, *names: str, kind: str, **how: Any) -> Any:
@@ -113,20 +118,21 @@ class RunOptions:
                               "stdout is a terminal), off (plain lines).")
     # --layout and its kin (core/layout.py; docs/LAYOUTS.md): the ranks cut into parallel groups, every
     # group of the chosen dimensions running at once
-    layout: str | None = flag(None, "--layout", kind="text", most=200, show_default=False, commands=("sweep",),
+    layout: str | None = flag(None, "--layout", kind="text", most=200, show_default=False, commands=_GROUPED,
                               help="Cut the ranks into parallel groups, e.g. tp=2,pp=2,dp=auto (tp, cp, ep, dp, "
                                    "pp; Megatron-LM's order, tp fastest): every group of the --group dimensions "
-                                   "runs at once, each its own row (docs/LAYOUTS.md).")
-    order: str | None = flag(None, "--order", kind="text", most=200, show_default=False, commands=("sweep",),
+                                   "runs at once, each its own row (docs/LAYOUTS.md); zero: the ZeRO step in "
+                                   "every dp group at once, over P / (tp x pp).")
+    order: str | None = flag(None, "--order", kind="text", most=200, show_default=False, commands=_GROUPED,
                              help="The rank order of --layout, fastest first [default: tp-cp-ep-dp-pp].")
-    group: str | None = flag(None, "--group", kind="text", most=200, show_default=False, commands=("sweep",),
+    group: str | None = flag(None, "--group", kind="text", most=200, show_default=False, commands=_GROUPED,
                              help="With --layout: the dimensions whose groups run, each with its collective, e.g. "
                                   "dp or dp:all_reduce,tp:all_gather [default: dp; tp/dp all_reduce, cp "
                                   "all_gather, ep all_to_all, pp send/recv between neighbouring stages].")
     split: str | None = flag(None, "--split", kind="text", most=200, show_default=False, commands=("sweep",),
                              help="nccl-tests' NCCL_TESTS_SPLIT: groups of ranks by color, e.g. 'MOD 2', "
                                   "'AND 0x7', 'DIV 8'; every group runs --collective at once.")
-    solo: bool = flag(False, "--solo/--no-solo", kind="switch", commands=("sweep",),
+    solo: bool = flag(False, "--solo/--no-solo", kind="switch", commands=_GROUPED,
                       help="With --layout or --split: also measure each group alone (A B B A), and give each "
                            "group's contention factor (concurrent / solo busbw).")
     run_id: str = ""

@@ -1,7 +1,8 @@
 """Parallel groups on every rank (`sweep --layout`/`--split`, docs/LAYOUTS.md): a process group for
 every group of the chosen dimensions, each rank's group running its collective while every other
 group runs its own (the concurrent pass), and with --solo each group alone in turn, the others
-idle (A B B A); rank 0 gets every group's times in one gather a point.
+idle (A B B A); rank 0 gets every group's times in one gather a point, and makes a row per group
+and kind of pass (group_rows). zero --layout times its step in the dp groups the same way (measure).
 
 The timing loop is the harness's own (Session.time_call) on the rank's group: the per-iteration
 maximum and the per-rank columns are the group's, busbw is taken with the group's size. The groups
@@ -21,11 +22,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from commbench.core.contention import contention
 from commbench.core.layout import GroupWork
 from commbench.harness import faults
 from commbench.harness.collectives import Buffers, CallArgs, Collective
 from commbench.harness.data import count_wrong, fill
-from commbench.harness.runner import Session, Timing
+from commbench.harness.runner import Measurement, RankTimes, Session, Timing
 
 
 @dataclass(frozen=True)
@@ -220,3 +222,64 @@ def _world(session: Session) -> Any:
     """The group every rank is in: the session's (None: the default one; a fresh one per --env/--mtu
     setting)."""
     return session.group
+
+
+def measure(session: Session, group: RankGroup, sub: Session, call: Callable[[], None], label: str, solo: bool
+            ) -> list[dict] | None:
+    """One point of a workload that runs one call in each group of one dimension (zero, buckets):
+    every group at once, with `solo` each alone too (A B B A, as sweep's); rank 0 gets every
+    group's passes (gather_passes), None elsewhere."""
+    passes = {True: Passes(), False: Passes()}
+    job = Job(sub, call, label, passes[True])
+    concurrent_pass(session, [job])
+    if solo:
+        for _ in range(2):
+            solo_pass(session, sub, group, call, label, passes[False])
+        concurrent_pass(session, [job])
+    return gather_passes(session, group, passes, None)
+
+
+def group_rows(session: Session, work: GroupWork, results: list[dict], exits_together: bool,
+               record: Callable[[int, Measurement], dict]) -> list[dict]:
+    """Rank 0: a row per group and kind of pass from gather_passes' results; `record(index, m)`
+    makes the workload's row of group `index`, and the group's columns replace the world's. The
+    concurrent row carries the contention factor when there are solo passes."""
+    rows = []
+    for e in results:
+        passes: dict[bool, Passes] = e["passes"]
+        factor = (contention(passes[True].samples_s, passes[False].samples_s).factor
+                  if passes[False].samples_s else None)
+        for concurrent in (True, False):
+            p = passes[concurrent]
+            if not p.samples_s:
+                continue
+            row = record(e["index"], Measurement(p.samples_s, p.iters, e["wrong"], rank_times(p, exits_together),
+                                                 None))
+            row.update(group_columns(session, work, e["index"], concurrent, factor if concurrent else None),
+                       warmup=p.warmup)
+            rows.append(row)
+    return rows
+
+
+def rank_times(p: Passes, exits_together: bool) -> RankTimes:
+    """Each rank's own median over the passes of a kind: the passes' mean (each its own loop); the
+    skew only where the call's ranks leave it together."""
+    def mean(lists: list[list[float]]) -> list[float]:
+        return [sum(v) / len(v) for v in zip(*lists)]
+
+    skew = mean(p.rank_skew_s) if exits_together and p.rank_skew_s else None
+    return RankTimes(mean(p.rank_time_s), skew)
+
+
+def group_columns(session: Session, work: GroupWork, index: int, concurrent: bool, factor: float | None) -> dict:
+    """The columns a group's row holds instead of the world's: its size and hosts, the per-rank lists
+    by place in the group (docs/RESULTS.md, group_index)."""
+    ctx, ranks = session.ctx, work.groups[index]
+    host_of = [ctx.hosts[ctx.rank_host[r]] for r in ranks] if ctx.rank_host else []
+    hosts = list(dict.fromkeys(host_of))
+    return {"world_size": len(ranks), "nnodes": len(hosts) or None,
+            "ranks_per_node": max((host_of.count(h) for h in hosts), default=None),
+            "rank_cpus": [ctx.rank_cpus[r] for r in ranks] if ctx.rank_cpus else None,
+            "rank_host": [ctx.rank_host[r] for r in ranks] if ctx.rank_host else None,
+            "group_dim": work.dim, "group_index": work.label(index), "group_ranks": ",".join(map(str, ranks)),
+            "group_hosts": ",".join(hosts), "concurrent": concurrent, "contention": factor}

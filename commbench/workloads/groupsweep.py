@@ -25,7 +25,7 @@ from commbench.harness.data import allocate, fill
 from commbench.harness.dtypes import DType, get_dtype
 from commbench.harness.groups import Passes, RankGroup
 from commbench.harness.plan import SweepPlan
-from commbench.harness.runner import Measurement, RankTimes, Session
+from commbench.harness.runner import Measurement, Session
 
 _HEAD = (f"#{'size':>11s} {'count':>11s} {'type':>8s} {'redop':>6s} {'place':>5s}  {'slowest group':<22s} "
          f"{'time':>9s} {'busbw':>8s} {'median':>8s} {'aggregate':>10s}")
@@ -200,51 +200,17 @@ def _point(session: Session, plan: SweepPlan, groups: list[tuple[RankGroup, Sess
 
 def point_rows(session: Session, plan: SweepPlan, work: GroupWork, collective: Collective, dtype: DType,
                requested: int, in_place: bool, results: list[dict], repetition: int, extra: dict) -> list[dict]:
-    """Rank 0: a row per group and kind of pass; the concurrent row carries the contention factor."""
-    rows = []
-    for e in results:
-        ranks = work.groups[e["index"]]
-        lay = collective.for_size(requested, dtype.itemsize, len(ranks), 0)
-        passes: dict[bool, Passes] = e["passes"]
-        factor = (contention(passes[True].samples_s, passes[False].samples_s).factor
-                  if passes[False].samples_s else None)
-        for concurrent in (True, False):
-            p = passes[concurrent]
-            if not p.samples_s:
-                continue
-            m = Measurement(p.samples_s, p.iters, e["wrong"], _rank_times(p, collective), None)
-            row = session.record(collective=collective.name, dtype=dtype.name,
-                                 op=plan.op if collective.reduces else None,
-                                 root=plan.root if collective.rooted else -1, size_bytes=lay.size_bytes(dtype.itemsize),
-                                 count=lay.count, in_place=in_place, busbw_factor=collective.busbw_factor(len(ranks)),
-                                 m=m, repetition=repetition, **extra)
-            row.update(group_columns(session, work, e["index"], concurrent, factor if concurrent else None),
-                       warmup=p.warmup)
-            rows.append(row)
-    return rows
+    """Rank 0: a row per group and kind of pass (harness/groups.py group_rows); the concurrent row
+    carries the contention factor."""
+    def record(index: int, m: Measurement) -> dict:
+        n = len(work.groups[index])
+        lay = collective.for_size(requested, dtype.itemsize, n, 0)
+        return session.record(collective=collective.name, dtype=dtype.name, op=plan.op if collective.reduces else None,
+                              root=plan.root if collective.rooted else -1, size_bytes=lay.size_bytes(dtype.itemsize),
+                              count=lay.count, in_place=in_place, busbw_factor=collective.busbw_factor(n), m=m,
+                              repetition=repetition, **extra)
 
-
-def _rank_times(p: Passes, collective: Collective) -> RankTimes:
-    """Each rank's own median over the passes of a kind: the passes' mean (each its own loop)."""
-    def mean(lists: list[list[float]]) -> list[float]:
-        return [sum(v) / len(v) for v in zip(*lists)]
-
-    skew = mean(p.rank_skew_s) if collective.exits_together and p.rank_skew_s else None
-    return RankTimes(mean(p.rank_time_s), skew)
-
-
-def group_columns(session: Session, work: GroupWork, index: int, concurrent: bool, factor: float | None) -> dict:
-    """The columns a group's row holds instead of the world's: its size and hosts, the per-rank lists
-    by place in the group (docs/RESULTS.md, group_index)."""
-    ctx, ranks = session.ctx, work.groups[index]
-    host_of = [ctx.hosts[ctx.rank_host[r]] for r in ranks] if ctx.rank_host else []
-    hosts = list(dict.fromkeys(host_of))
-    return {"world_size": len(ranks), "nnodes": len(hosts) or None,
-            "ranks_per_node": max((host_of.count(h) for h in hosts), default=None),
-            "rank_cpus": [ctx.rank_cpus[r] for r in ranks] if ctx.rank_cpus else None,
-            "rank_host": [ctx.rank_host[r] for r in ranks] if ctx.rank_host else None,
-            "group_dim": work.dim, "group_index": work.label(index), "group_ranks": ",".join(map(str, ranks)),
-            "group_hosts": ",".join(hosts), "concurrent": concurrent, "contention": factor}
+    return grouping.group_rows(session, work, results, collective.exits_together, record)
 
 
 def point_line(rows: list[dict], dtype: DType, plan: SweepPlan) -> str:

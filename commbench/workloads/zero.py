@@ -1,12 +1,16 @@
 """The zero workload: a ZeRO schedule (workloads/zeroschedule.py says what DeepSpeed issues per
 stage, and why) run with real collectives, one optimizer step a sample, per stage, bucket size and
-gradient_accumulation_steps; --overlap keeps as many reductions in flight as DeepSpeed does."""
+gradient_accumulation_steps; --overlap keeps as many reductions in flight as DeepSpeed does.
+With --layout tp=2 (docs/LAYOUTS.md) every data-parallel group runs the schedule at once, over the
+parameters it holds (P / (tp x pp)), as DeepSpeed with a model-parallel group issues it; a row per
+group (harness/groups.py)."""
 from __future__ import annotations
 
 import json
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -18,7 +22,9 @@ from commbench.harness.memory import check_need
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
-from commbench.harness.runner import Session
+from commbench.harness import groups as grouping
+from commbench.harness.runner import Measurement, Session
+from commbench.core.layout import GroupWork, data_parallel
 from commbench.core import wire
 from commbench.core.units import format_size
 from commbench.workloads.zeroschedule import (MAX_GRAD_ACCUM, MAX_STEP_COLLECTIVES, PAPER_VOLUME, REDUCTIONS,
@@ -54,9 +60,25 @@ class ZeroPlan(RunOptions):
 @dataclass
 class ZeroWorkload:
     plan: ZeroPlan
+    shards: int = 1  # ranks that share one copy of the model (--layout's tp x pp): a dp group holds P / shards
 
     def modules(self) -> list[int]:
-        return module_sizes(self.plan.layers, self.plan.hidden, self.plan.vocab)
+        sizes = module_sizes(self.plan.layers, self.plan.hidden, self.plan.vocab)
+        return sizes if self.shards == 1 else [max(1, m // self.shards) for m in sizes]
+
+    def data_groups(self, world: int) -> GroupWork | None:
+        """--layout's data-parallel groups (None without --layout); sets `shards`."""
+        p = self.plan
+        if p.solo and p.layout is None:
+            raise BadInput("--solo measures groups alone, and there are none: add e.g. --layout tp=2")
+        cut = data_parallel(world, "zero", p.layout, p.order, p.group, p.split)
+        self.shards = cut[1] if cut else 1
+        return cut[0] if cut else None
+
+    def group_size(self, world: int) -> int:
+        """The ranks one schedule runs over: a dp group's with --layout, else every rank."""
+        work = self.data_groups(world)
+        return len(work.groups[0]) if work else world
 
     def buckets(self) -> list[int]:
         return list(self.plan.reduce_bucket_sizes) or [self.plan.reduce_bucket_size]
@@ -96,6 +118,7 @@ class ZeroWorkload:
     def validate(self, world: int) -> None:
         if world < 2:
             raise BadInput("a ZeRO schedule needs at least 2 ranks: raise --nproc")
+        ranks = self.group_size(world)  # a dp group's with --layout
         p = self.plan
         params = param_count(p.layers, p.hidden, p.vocab)
         for g, bucket, stage in self.settings():
@@ -111,13 +134,14 @@ class ZeroWorkload:
                                f"elements and {g} micro-batch(es) is {n:,} collectives per step; the most is "
                                f"{MAX_STEP_COLLECTIVES:,}: use {fix}")
         if p.curve:
-            self.predict(world)
+            self.predict(ranks)
 
     def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
         check_backend_support(backend, get_dtype(self.plan.dtype), "sum")
         itemsize = get_dtype(self.plan.dtype).itemsize
         # every collective of a step has its own buffers (message + one rank's part)
-        need = max(sum(c.numel for c in self.schedule(s, env.world_size, b, g))
+        n = self.group_size(env.world_size)  # with --layout, a dp group's share of the parameters
+        need = max(sum(c.numel for c in self.schedule(s, n, b, g))
                    for g, b, s in self.settings()) * itemsize * 1.5
         check_need(int(need), env.local_world_size, device, "one step's buffers", "lower --scale")
 
@@ -139,6 +163,11 @@ class ZeroWorkload:
                       f"prefetch {plan.prefetch_bucket_size:.3g} elements, "
                       f"micro-batches per step {' / '.join(str(g) for g in self.grad_accums())}, "
                       f"overlap_comm {overlap}")
+        work = self.data_groups(session.world)
+        mine = grouping.build([work], session.rank)[0] if work else None
+        sub = grouping.group_session(session, mine) if mine else None
+        if work:
+            reporter.line(self._groups_line(work))
         reporter.line("#  stage  reduce bucket  GAS  in flight  collectives                                   "
                       "bytes/rank/step   " + ("full model   " if scaled_run else "")
                       + "paper (xP)   ratio   time/step (us)   busbw"
@@ -146,8 +175,10 @@ class ZeroWorkload:
         for repetition in repetitions:
             reporter.repetition(repetition, session.ctx.plan.repetitions)
             for g, bucket, stage in self.settings():
-                self._point(session, dtype, repetition, stage, bucket, g)
+                self._point(session, dtype, repetition, (stage, bucket, g), mine, sub)
                 reporter.advance(f"stage {stage}")
+        if mine:
+            grouping.release([mine])
         if scaled_run:
             reporter.line(f"# bytes/rank/step and paper are the scaled model's (--scale {plan.scale:g}); full model: "
                           f"the same step's bytes per rank at full size ({plan.model}: {params / 1e9:.3g}B parameters, "
@@ -161,37 +192,73 @@ class ZeroWorkload:
     def _predicted_header(self) -> str:
         return "   predicted (us)" + ("   measured/predicted" if self.plan.scale == 1 else "")
 
-    def _point(self, session: Session, dtype, repetition: int, stage: int, bucket: int, g: int) -> None:
-        """One setting: its step timed, its row written, its table line printed."""
-        plan, world, reporter = self.plan, session.world, session.reporter
+    def _groups_line(self, work: GroupWork) -> str:
+        solo = "; with each alone too (--solo: A B B A)" if self.plan.solo else ""
+        shown = " ".join(f"{i}:[{','.join(map(str, g))}]" for i, g in enumerate(work.groups))
+        return (f"# In {len(work.groups)} data-parallel groups of {len(work.groups[0])} ranks, all at once{solo}; "
+                f"each holds 1/{self.shards} of the parameters (--layout's tp x pp): dp {shown}")
+
+    def _point(self, session: Session, dtype, repetition: int, setting: tuple[int, int, int],
+               mine: grouping.RankGroup | None = None, sub: Session | None = None) -> None:
+        """One setting (stage, bucket, grad_accum): its step timed (in every dp group at once with
+        --layout), its rows written, a table line each (a group's concurrent row with --layout)."""
+        stage, bucket, g = setting
+        plan = self.plan
+        world = mine.size if mine else session.world
         sched = self.schedule(stage, world, bucket, g)
         depth = in_flight(stage, plan.overlap_comm)
-        call = _bind(sched, dtype.torch_dtype, session.device, world, session.group, depth)
-        timing = session.time_call(call, f"ZeRO-{stage} step (buckets of {bucket:.3g} elements, {g} micro-batch(es))")
-        if session.rank != 0:
-            return
+        call = _bind(sched, dtype.torch_dtype, session.device, world, mine.pg if mine else session.group, depth,
+                     mine.ranks if mine else None)
+        label = f"ZeRO-{stage} step (buckets of {bucket:.3g} elements, {g} micro-batch(es))"
+
+        def record(index: int, m: Measurement) -> dict:
+            return self._row(session, dtype, sched, world, m, repetition, setting, depth)
+
+        if mine is None or sub is None:
+            timing = session.time_call(call, label)
+            rows = [record(0, timing.measurement(None))] if session.rank == 0 else []
+        else:
+            results = grouping.measure(session, mine, sub, call, label, plan.solo)
+            rows = grouping.group_rows(session, mine.work, results, True, record) if results is not None else []
+        session.write(rows)
+        for row in rows:
+            if row.get("concurrent") is not False:
+                session.reporter.line(self._line(row, sched, world, setting, depth))
+
+    def _row(self, session: Session, dtype, sched: list[Comm], world: int, m: Measurement, repetition: int,
+             setting: tuple[int, int, int], depth: int) -> dict:
+        stage, bucket, g = setting
         moved = sum(c.numel * dtype.itemsize * volume_factor(c.op, world) for c in sched)
-        at_full = sum(c.numel * dtype.itemsize * volume_factor(c.op, world)
-                      for c in self.full_schedule(stage, bucket, g))
         total = sum(c.numel * dtype.itemsize for c in sched)
-        params = sum(self.modules())
-        paper = PAPER_VOLUME[stage] * g * params * plan.scale * dtype.itemsize * (world - 1) / world
+        paper = PAPER_VOLUME[stage] * g * sum(self.modules()) * self.plan.scale * dtype.itemsize * (world - 1) / world
         ops = Counter(c.op for c in sched)
         by_op = {op: {"count": ops[op], "bytes": sum(c.numel for c in sched if c.op == op) * dtype.itemsize}
                  for op in sorted(ops)}
-        row = session.record(collective="zero_step", dtype=dtype.name, op="sum", root=-1, size_bytes=total,
-                             count=sum(c.numel for c in sched), in_place=True, busbw_factor=moved / total,
-                             m=timing.measurement(None), repetition=repetition, zero_stage=stage,
-                             bucket_bytes=bucket * dtype.itemsize, grad_accum=g, overlap=depth,
-                             n_collectives=len(sched), scale=plan.scale, bytes_per_rank=int(moved),
-                             paper_bytes_per_rank=int(paper), ops=json.dumps(by_op, sort_keys=True))
-        session.write([row])
-        counts = ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
+        return session.record(collective="zero_step", dtype=dtype.name, op="sum", root=-1, size_bytes=total,
+                              count=sum(c.numel for c in sched), in_place=True, busbw_factor=moved / total,
+                              m=m, repetition=repetition, zero_stage=stage,
+                              bucket_bytes=bucket * dtype.itemsize, grad_accum=g, overlap=depth,
+                              n_collectives=len(sched), scale=self.plan.scale, bytes_per_rank=int(moved),
+                              paper_bytes_per_rank=int(paper), ops=json.dumps(by_op, sort_keys=True))
+
+    def _line(self, row: dict[str, Any], sched: list[Comm], world: int, setting: tuple[int, int, int],
+              depth: int) -> str:
+        stage, bucket, g = setting
+        plan, dtype = self.plan, get_dtype(self.plan.dtype)
+        moved, paper = row["bytes_per_rank"], row["paper_bytes_per_rank"]
+        at_full = sum(c.numel * dtype.itemsize * volume_factor(c.op, world)
+                      for c in self.full_schedule(stage, bucket, g))
+        counts = ", ".join(f"{op} x{n}" for op, n in sorted(Counter(c.op for c in sched).items()))
         full_col = f"{format_size(at_full):>10s}   " if plan.scale != 1 else ""
-        reporter.line(f"  {stage:5d}  {bucket:13.3g}  {g:3d}  {depth:9d}  {counts:44s}  {format_size(moved):>15s}   "
-                      f"{full_col}{PAPER_VOLUME[stage] * g}P={format_size(paper):>9s}  {moved / paper:6.3f}  "
-                      f"{row['time_us']:15.0f}  {row['busbw_GBps']:6.3f}" + self._predicted_cols(stage, bucket, g, row)
-                      + wire.mark(row.get("wire")))
+        group = ""
+        if row.get("group_dim"):
+            factor = row.get("contention")
+            group = (f"   dp{row['group_index']} [{row['group_ranks']}]"
+                     + (f" contention {factor:.2f}" if factor is not None else ""))
+        return (f"  {stage:5d}  {bucket:13.3g}  {g:3d}  {depth:9d}  {counts:44s}  {format_size(moved):>15s}   "
+                f"{full_col}{PAPER_VOLUME[stage] * g}P={format_size(paper):>9s}  {moved / paper:6.3f}  "
+                f"{row['time_us']:15.0f}  {row['busbw_GBps']:6.3f}" + self._predicted_cols(stage, bucket, g, row)
+                + wire.mark(row.get("wire")) + group)
 
     def _predicted_cols(self, stage: int, bucket: int, g: int, row: dict) -> str:
         us = self.predicted_us(stage, bucket, g)
@@ -201,9 +268,11 @@ class ZeroWorkload:
         return f"   {us:14.0f}{ratio}"
 
 
-def _bind(sched: list[Comm], torch_dtype, device, world: int, group=None, depth: int = 1) -> Callable[[], None]:
+def _bind(sched: list[Comm], torch_dtype, device, world: int, group=None, depth: int = 1,
+          ranks: tuple[int, ...] | None = None) -> Callable[[], None]:
     """One step: every collective of the schedule, in order, each on its own buffers; up to
-    `depth` gradient reductions in flight at once (overlap_comm), anything else after they end."""
+    `depth` gradient reductions in flight at once (overlap_comm), anything else after they end.
+    `ranks`: the group's global ranks (torch names a reduce's destination by its global rank)."""
     launches = []  # (is a reduction, launch() -> the async works to wait on)
     launch: Callable[[], list]
     # the lambdas' default arguments bind each collective to its own buffers (a def would need the same)
@@ -215,8 +284,9 @@ def _bind(sched: list[Comm], torch_dtype, device, world: int, group=None, depth:
         elif c.op == "reduce":
             # DeepSpeed reduces each bucket's slices to the ranks that own them: one reduce per owner
             owners = [full[r * part.numel():(r + 1) * part.numel()] for r in range(world)]
-            launch = (lambda owners=owners: [dist.reduce(t, dst=r, group=group, async_op=True)  # noqa: E731
-                                             for r, t in enumerate(owners)])
+            dsts = list(ranks) if ranks else list(range(world))
+            launch = (lambda owners=owners, dsts=dsts: [dist.reduce(t, dst=d, group=group,  # noqa: E731
+                                                                    async_op=True) for d, t in zip(dsts, owners)])
         elif c.op == "all_gather":
             launch = (lambda o=full, i=part: [all_gather_flat(o, i, group=group, async_op=True)])  # noqa: E731
         elif c.op == "reduce_scatter":
