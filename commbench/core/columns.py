@@ -65,6 +65,9 @@ def _c(name: str, type_: pa.DataType, unit: str, filled: str, meaning: str, role
 
 _S, _I32, _I64, _F64, _B = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 
+# The workloads that write a row per parallel group (--layout; docs/LAYOUTS.md)
+_GROUPED = ("sweep", "zero", "buckets")
+
 REGISTRY: tuple[Column, ...] = (
     _c("run_id", _S, "", "always", "`YYYYMMDD-HHMMSS-xxxxxx`, one per run", "line run"),
     _c("label", _S, "", 'always ("" if none)', "`--label`", "line run differs"),
@@ -90,22 +93,23 @@ REGISTRY: tuple[Column, ...] = (
        "`rank_skew_us`, `rank_cpus`, `rank_host`) are indexed by the rank's place in `group_ranks`, and `hosts` "
        "stays the run's. An nccl-tests split log prints the results of rank 0's group (its `Group` in the Rank "
        "lines, the color nccl-tests gave it), and `hosts` is that group's",
-       "key", writers=("sweep", "zero", "nccl-tests"), since=3),
-    _c("group_dim", _S, "", "`sweep --layout`/`--split`, `zero --layout`, nccl-tests split logs (null otherwise)",
+       "key", writers=(*_GROUPED, "nccl-tests"), since=3),
+    _c("group_dim", _S, "",
+       "`sweep --layout`/`--split`, `zero`/`buckets --layout`, nccl-tests split logs (null otherwise)",
        "the parallel dimension whose groups ran: `tp`, `cp`, `ep`, `dp`, `pp` (`--group`), or `split` (`--split`, "
        "and an nccl-tests split log's rows, so compare pairs the two); part of the point", "key",
-       writers=("sweep", "zero", "nccl-tests"), since=4),
+       writers=(*_GROUPED, "nccl-tests"), since=4),
     _c("group_ranks", _S, "", "as `group_dim`", "the group's ranks, comma-separated, in the group's own order "
-       "(a pipeline's stages in order): `0,2`", writers=("sweep", "zero"), since=4),
+       "(a pipeline's stages in order): `0,2`", writers=_GROUPED, since=4),
     _c("group_hosts", _S, "", "as `group_dim`", "the group's distinct hosts in the order of its ranks, "
-       "comma-separated", writers=("sweep", "zero"), since=4),
+       "comma-separated", writers=_GROUPED, since=4),
     _c("concurrent", _B, "", "as `group_dim`",
        "true: every group of `group_dim` ran at once (an nccl-tests split log's rows too); false: this group ran "
-       "alone, the others idle (`--solo`). Part of the point", "key", writers=("sweep", "zero", "nccl-tests"), since=4),
+       "alone, the others idle (`--solo`). Part of the point", "key", writers=(*_GROUPED, "nccl-tests"), since=4),
     _c("contention", _F64, "", "`sweep --solo`, the concurrent rows (null otherwise)",
        "the group's contention factor at this point and repetition: its median busbw with every group running "
        "over its median busbw alone (the solo row's), from the same repetition's iterations; below 1: the "
-       "groups slowed each other (docs/LAYOUTS.md, \"The contention factor\")", writers=("sweep", "zero"), since=4),
+       "groups slowed each other (docs/LAYOUTS.md, \"The contention factor\")", writers=_GROUPED, since=4),
     _c("ranks_per_node", _I32, "ranks", "always", "most ranks on one host", "key topology run warn"),
     _c("backend", _S, "", "always", "`gloo` or `nccl`", "run warn"),
     _c("device", _S, "", "always", "`cpu` or `cuda`"),

@@ -49,8 +49,8 @@ class Flag:
     most: int | None = None
     show_default: bool = True
     # The commands that take it (cli/options.py run_options, by the command's name); () every
-    # measuring command. --layout, --order, --group and --solo are sweep's and zero's (which runs in
-    # the data-parallel groups, core/layout.py data_parallel); --split is sweep's.
+    # measuring command. --layout, --order, --group and --solo are sweep's, zero's and buckets' (these
+    # two run in the data-parallel groups, core/layout.py data_parallel); --split is sweep's.
     commands: tuple[str, ...] = ()
 
     def taken_by(self, command: str) -> bool:
@@ -58,7 +58,7 @@ class Flag:
 
 
 # The commands that run in parallel groups (--layout; docs/LAYOUTS.md)
-_GROUPED = ("sweep", "zero")
+_GROUPED = ("sweep", "zero", "buckets")
 
 
 def flag(default: Any, *names: str, kind: str, **how: Any) -> Any:
@@ -121,8 +121,8 @@ class RunOptions:
     layout: str | None = flag(None, "--layout", kind="text", most=200, show_default=False, commands=_GROUPED,
                               help="Cut the ranks into parallel groups, e.g. tp=2,pp=2,dp=auto (tp, cp, ep, dp, "
                                    "pp; Megatron-LM's order, tp fastest): every group of the --group dimensions "
-                                   "runs at once, each its own row (docs/LAYOUTS.md); zero: the ZeRO step in "
-                                   "every dp group at once, over P / (tp x pp).")
+                                   "runs at once, each its own row (docs/LAYOUTS.md); zero, buckets: their step "
+                                   "in every dp group at once, over P / (tp x pp).")
     order: str | None = flag(None, "--order", kind="text", most=200, show_default=False, commands=_GROUPED,
                              help="The rank order of --layout, fastest first [default: tp-cp-ep-dp-pp].")
     group: str | None = flag(None, "--group", kind="text", most=200, show_default=False, commands=_GROUPED,

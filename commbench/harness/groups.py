@@ -2,7 +2,8 @@
 every group of the chosen dimensions, each rank's group running its collective while every other
 group runs its own (the concurrent pass), and with --solo each group alone in turn, the others
 idle (A B B A); rank 0 gets every group's times in one gather a point, and makes a row per group
-and kind of pass (group_rows). zero --layout times its step in the dp groups the same way (measure).
+and kind of pass (group_rows). zero and buckets --layout time their step in the dp groups the
+same way (measure).
 
 The timing loop is the harness's own (Session.time_call) on the rank's group: the per-iteration
 maximum and the per-rank columns are the group's, busbw is taken with the group's size. The groups
@@ -224,11 +225,12 @@ def _world(session: Session) -> Any:
     return session.group
 
 
-def measure(session: Session, group: RankGroup, sub: Session, call: Callable[[], None], label: str, solo: bool
-            ) -> list[dict] | None:
+def measure(session: Session, group: RankGroup, sub: Session, call: Callable[[], None], label: str, solo: bool,
+            check: Callable[[], int] | None = None) -> tuple[list[dict] | None, int | None]:
     """One point of a workload that runs one call in each group of one dimension (zero, buckets):
-    every group at once, with `solo` each alone too (A B B A, as sweep's); rank 0 gets every
-    group's passes (gather_passes), None elsewhere."""
+    every group at once, with `solo` each alone too (A B B A, as sweep's), then `check` (the
+    group's #wrong, summed over its ranks) once; rank 0 gets every group's passes (gather_passes,
+    None elsewhere), and every rank its group's #wrong."""
     passes = {True: Passes(), False: Passes()}
     job = Job(sub, call, label, passes[True])
     concurrent_pass(session, [job])
@@ -236,7 +238,8 @@ def measure(session: Session, group: RankGroup, sub: Session, call: Callable[[],
         for _ in range(2):
             solo_pass(session, sub, group, call, label, passes[False])
         concurrent_pass(session, [job])
-    return gather_passes(session, group, passes, None)
+    wrong = check() if check is not None else None
+    return gather_passes(session, group, passes, wrong), wrong
 
 
 def group_rows(session: Session, work: GroupWork, results: list[dict], exits_together: bool,

@@ -218,7 +218,7 @@ class ZeroWorkload:
             timing = session.time_call(call, label)
             rows = [record(0, timing.measurement(None))] if session.rank == 0 else []
         else:
-            results = grouping.measure(session, mine, sub, call, label, plan.solo)
+            results, _ = grouping.measure(session, mine, sub, call, label, plan.solo)
             rows = grouping.group_rows(session, mine.work, results, True, record) if results is not None else []
         session.write(rows)
         for row in rows:
