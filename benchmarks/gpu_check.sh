@@ -10,7 +10,10 @@
 # on the same sizes, commbench sweep and nccl-tests -J (each with NCCL_DEBUG=INFO: version and
 # transport recorded), once as plain loops and once with CUDA graphs (sweep --cuda-graph, nccl-tests
 # -G 1); `commbench nccl-tests side-by-side` for each pair (the ratio per collective and size,
-# printed and stored as .txt, .csv, .md) and commbench's graph loop against its plain one.
+# printed and stored as .txt, .csv, .md) and commbench's graph loop against its plain one; then the
+# parallel groups of docs/LAYOUTS.md: `sweep --layout tp=2,dp=auto --group dp --solo` (every dp group
+# at once on NCCL, each on a stream of its own, and each alone), on 4 GPUs or more; on 2-3 GPUs the one
+# dp group of `--layout dp=auto`; skipped, with the reason, on one GPU.
 # Everything lands under OUT_DIR/<UTC time>/; gpu_check.log holds the whole console output.
 #
 # Inputs, found in this order (benchmarks/gpu_prepare.sh puts them in .gpu/ on a machine with network):
@@ -89,6 +92,16 @@ PY_WHEELS=$(ls "$GPU_DEPS"/wheels/*.whl 2> /dev/null | tr '\n' ' ' || true)
 BINS=()
 for c in "${COLLS[@]}"; do BINS+=("${c}_perf"); done
 
+layout_case() {  # the parallel-groups case this machine allows, or why none (docs/LAYOUTS.md)
+    if [ "$NGPUS" -ge 4 ]; then
+        echo "sweep --layout tp=2,dp=auto --group dp --solo on $NGPUS GPUs ($((NGPUS / 2)) dp groups at once)"
+    elif [ "$NGPUS" -ge 2 ]; then
+        echo "sweep --layout dp=auto --group dp --solo on $NGPUS GPUs (tp=2 would leave dp groups of 1 rank)"
+    else
+        echo "skipped: ${NGPUS} GPU(s), and a group needs 2 ranks"
+    fi
+}
+
 say_plan() {
     echo "commbench gpu_check ($MODE)"
     echo "  GPUs:              ${NGPUS} $( [ "$NGPUS" -gt 0 ] || echo '(no nvidia-smi or no GPU here: a run stops after the build)')"
@@ -101,6 +114,7 @@ say_plan() {
     echo "  binaries           ${BINS[*]} (MPI=0, -g $((NGPUS > 0 ? NGPUS : 1)))"
     echo "  sizes              ${SIZES[*]}; collectives $COLLECTIVES"
     echo "  runs               sweep, sweep --cuda-graph; each binary -J plain and -G 1; side-by-side of each pair"
+    echo "  layout             $(layout_case)"
     echo "  limits             build ${BUILD_TIMEOUT}s, each measuring step ${STEP_TIMEOUT}s"
 }
 if [ "$MODE" = dry ]; then
@@ -244,6 +258,17 @@ if [ -f "$RUN/commbench-graph.parquet" ]; then
     step "commbench: CUDA graph loop against the plain loop" 120 "${CB[@]}" compare --allow-within-run \
         "$RUN/commbench-plain.parquet" "$RUN/commbench-graph.parquet" --out "$RUN/graph-vs-plain.txt" || true
     cat "$RUN/graph-vs-plain.txt" 2> /dev/null || true
+fi
+
+# ---- 4. parallel groups (docs/LAYOUTS.md): every dp group at once, and each alone ------------------
+LAYOUT=()
+if [ "$NGPUS" -ge 4 ]; then LAYOUT=(--layout tp=2,dp=auto); elif [ "$NGPUS" -ge 2 ]; then LAYOUT=(--layout dp=auto); fi
+if [ "${#LAYOUT[@]}" -gt 0 ]; then
+    step "commbench sweep ${LAYOUT[*]} --group dp --solo" "$STEP_TIMEOUT" "${CB[@]}" sweep --backend nccl \
+        --nproc "$NGPUS" "${LAYOUT[@]}" --group dp --solo -b 1M -e 256M -f 4 --label "gpu-check layout" \
+        --progress off --out "$RUN/commbench-layout.parquet" || true
+else
+    echo "== layout: $(layout_case)"
 fi
 
 echo
