@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from commbench.analysis import settingsview, wirequery
+from commbench.analysis import layoutview, settingsview, wirequery
 from commbench.analysis.runsdiffer import (  # noqa: F401 - SAME_RUN is part of compare's interface (cli/analyze.py)
     DIFFERENCE_COLUMNS, SAME_RUN, WARN_COLUMNS, differences_between, run_values, same_run_warning, warnings_between)
 from commbench.analysis.frames import REQUIRED_COLUMNS, check_frame, jsonable, printable, scalar
@@ -440,6 +440,8 @@ def _extra_columns(keys: Iterable[dict]) -> list[str]:
     extra = []
     if any(k.get("workload") not in (None, "sweep") for k in keys):
         extra.append("workload")
+    if any(layoutview.group_label(k.get("group_dim"), None) for k in keys):
+        extra.append("group")  # a layout run's rows: 'dp1', 'dp1 solo' (docs/LAYOUTS.md)
     for name in ("bucket_bytes", "zero_stage", "grad_accum", "rail", "settings"):
         plain = (None, "", 1) if name == "grad_accum" else (None, "")  # an accumulation of 1 goes without saying
         if any(k.get(name) not in plain for k in keys):
@@ -456,6 +458,10 @@ def _key_cells(key: dict, extra: list[str]) -> list[str]:
              f"{key.get('world_size')} ({key.get('nnodes')}x{key.get('ranks_per_node')})"]
     for name in extra:
         v = key.get(name)
+        if name == "group":
+            cells.append(layoutview.group_label(key.get("group_dim"), key.get("group_index"), key.get("concurrent"))
+                         or "-")
+            continue
         cells.append(_size(v) if name == "bucket_bytes" and v is not None else ("-" if v is None else str(v)))
     return [terminal(c) for c in cells]  # one escaped, bounded line each (core/outtext.py)
 
@@ -498,6 +504,7 @@ def _summary_lines(c: Comparison) -> list[str]:
              f"points: {len(c.points)} compared ("
              + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f"), {len(c.only_before)} before only, "
              f"{len(c.only_after)} after only"]
+    lines += layoutview.group_verdict_lines(c.points, _overall, _pct)
     if c.geomean_ratio is not None:
         lines.append(f"geometric mean busbw ratio over bandwidth-bound points: {c.geomean_ratio:.4f} "
                      f"({_pct(c.geomean_ratio)})")
