@@ -124,11 +124,14 @@ def precision_lines(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) 
                    f"{n} at --max-iters {plan.get('max_iters')}" for w, n in why.items() if n]
         worst_row, worst = max(missed, key=lambda rp: rp[1].halfwidth)
         lines[0] += f"; {len(missed)} stopped short: " + ", ".join(reasons)
-        marked = any(r.get("workload", "sweep") == "sweep" for r, _ in missed)  # sweep's table marks them
+        # sweep's table marks them; a layout run's live line (one per point and dimension) does not
+        marked = any(r.get("workload", "sweep") == "sweep" and not _cell(r.get("group_dim")) for r, _ in missed)
         worst_text = f"{halfwidth_text(worst.halfwidth)}: {point_name(worst_row)}"
         lines.append((f"# {MISSED_MARK} ±N% in the table: that point's median is known only to ±N% (worst "
                       f"{worst_text})" if marked else f"# Worst: {worst_text} (its median's 95% CI half-width)")
                      + "; more --time-budget or --max-iters, or a quieter machine, narrow it")
+    if any(_cell(r.get("group_dim")) for r, _ in judged):  # a group stopping early would leave the others alone
+        lines[0] += " (parallel groups do not stop at the target: each fills the time budget, docs/LAYOUTS.md)"
     return lines
 
 

@@ -39,3 +39,14 @@ def test_a_plain_sweep_s_lines_are_unchanged():
     assert bandwidth(lines) == ["# all_reduce  avg bus bandwidth 2.00 GB/s, peak 3.00 GB/s at 128 KiB "
                                 "(64 KiB..128 KiB: 2 points)"]
     assert "# Avg bus bandwidth    : 2.0000 GB/s" in lines
+
+
+def test_the_precision_line_of_a_layout_run_says_groups_do_not_stop_and_marks_nothing():
+    rows = [{**row("dp", i, True, 65536, 1.0), "samples_us": [100.0, 300.0, 100.0, 300.0, 200.0], "iters": 5,
+             "stop": "time_budget"} for i in (0, 1)]
+    plan = RunOptions(workload="sweep", iters=None, precision=0.03)
+    lines = [line for line in closing_lines(rows, plan) if "Precision" in line or "±" in line]
+    assert lines[0].startswith("# Precision: 0 of 2 points reached 3%"), lines
+    assert lines[0].endswith("(parallel groups do not stop at the target: each fills the time budget, "
+                             "docs/LAYOUTS.md)"), lines
+    assert lines[1].startswith("# Worst: "), lines  # the live line of a layout run has no ±N% mark to explain
