@@ -12,12 +12,14 @@ the last silently). Every refusal is one BadInput line naming the file, line and
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from commbench.analysis.frames import printable
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_BANDS_FILE_BYTES, MAX_NESTING, InputMessages, read_text
+
+FORMAT_VERSION = 1  # of a bands file (docs/GATE.md)
 
 # A band's numbers are a few characters (64M, 0.05, 1.5e-3): anything past this is not a number
 # a bands file means.
@@ -119,3 +121,26 @@ def load_yaml(text: str, source: str) -> Any:
     except (ValueError, OverflowError, RecursionError) as exc:  # a value YAML resolves but cannot build
         why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise BadInput(f"{source}: not valid YAML: {printable(why)}: {FORMAT_HINT}") from None
+
+
+def bands_text(entries: list[dict], system: str, sources: Iterable[str], lower: float, upper: float | None,
+                min_size: int) -> str:
+    """The bands file that gate --suggest writes: a header saying where it came from, then the YAML."""
+    import datetime as dt
+
+    import yaml
+
+    from commbench.analysis import tolerance
+    from commbench.core.units import format_size
+
+    doc = {"version": FORMAT_VERSION, "system": printable(system), "defaults": {"lower": lower, "upper": upper},
+           "entries": entries}
+    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=200, allow_unicode=False)
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    names = ", ".join(printable(str(s)) for s in sources) or "a results table"
+    header = (f"# commbench reference bands (docs/GATE.md), suggested {when} from {names}.\n"
+              f"# One entry per bandwidth-bound point of at least {format_size(min_size)}; busbw_GBps is the run's\n"
+              f"# median; each lower covers {tolerance.Z:g} standard deviations of how much that median moves between\n"
+              f"# runs (basis: from several runs, repetitions, or one run's CI), at least {lower:g}.\n"
+              "# Review before use: this is a starting point, not a specification.\n")
+    return header + body

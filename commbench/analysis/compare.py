@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 
 # A collective's peak busbw is taken over the before side's points of the same collective on
 # the same topology under the same setting (a setting that quarters the bandwidth, a slow rail,
-# does not make its points latency-bound).
-PEAK_GROUP = ("collective", *TOPOLOGY_COLUMNS, "settings")
+# does not make its points latency-bound); a layout run's groups all at once against each other's
+# peak, not against the faster solo rows' (docs/LAYOUTS.md).
+PEAK_GROUP = ("collective", *TOPOLOGY_COLUMNS, "settings", "group_dim", "concurrent")
 BANDWIDTH_BOUND_FRACTION = 0.5
 WITHIN_RUN_ALPHA_DIVISOR = 10
 

@@ -407,7 +407,15 @@ def _iterations(agg: Aggregate) -> list[np.ndarray]:
 # ---- gate: the rows an entry matches on, grouped ----
 
 
-GATE_KEYS = GATE_KEY
+GATE_KEYS = (*GATE_KEY, "group")  # and a layout run's group: its label, layoutview.group_label's ('dp1 solo')
+
+
+def _group_sql(columns: Any) -> str:
+    """A row's group label in SQL, as layoutview.group_label writes it without ranks; NULL off a layout run."""
+    if not {"group_dim", "group_index", "concurrent"} <= set(columns):
+        return "NULL"
+    return ("CASE WHEN group_dim IS NULL THEN NULL ELSE group_dim || coalesce(CAST(group_index AS VARCHAR), '') "
+            "|| CASE WHEN concurrent = false THEN ' solo' ELSE '' END END")
 
 
 def gate_groups(paths: Iterable[str | os.PathLike], workloads: Sequence[str], source: Source | None = None) -> dict:
@@ -423,6 +431,7 @@ def gate_groups(paths: Iterable[str | os.PathLike], workloads: Sequence[str], so
     versions = q.run("SELECT DISTINCT schema_version FROM rows").column("schema_version").to_pylist()
     check_schema_versions(set(versions), "the gated results", comparing=True)
     col = {n: (quote(n) if n in source.columns else "NULL") for n in GATE_KEYS + ("wrong",)}
+    col["group"] = _group_sql(source.columns)
     workload = f"coalesce({col['workload']}, 'sweep')"
     kept = "(" + " OR ".join(f"{workload} = '{w}'" for w in workloads) + ")"
     ignored = q.run(f"SELECT {workload} AS w, count(*) AS n, min(gi) AS first FROM rows WHERE NOT {kept} "
@@ -430,7 +439,7 @@ def gate_groups(paths: Iterable[str | os.PathLike], workloads: Sequence[str], so
     exprs = [f"{col['collective']} AS collective", f"TRY_CAST({col['size_bytes']} AS BIGINT) AS size_bytes",
              f"{col['world_size']} AS world_size", f"{col['dtype']} AS dtype", f"{col['op']} AS op",
              f"CAST({col['in_place']} AS BOOLEAN) AS in_place", f"{col['nnodes']} AS nnodes",
-             f"{workload} AS workload", f"nullif({col['settings']}, '') AS settings"]
+             f"{workload} AS workload", f"nullif({col['settings']}, '') AS settings", f"{col['group']} AS \"group\""]
     got = q.run(f"SELECT {', '.join(exprs)}, count(*) AS n, min(gi) AS first, list(v ORDER BY gi) AS vals, "
                 f"count(*) FILTER (WHERE coalesce({col['wrong']}, 0) > 0) AS wrong FROM rows WHERE {kept} "
                 "GROUP BY ALL ORDER BY first")

@@ -11,7 +11,6 @@ fails open: a file that cannot be read exactly as written is bad input, never an
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -25,12 +24,13 @@ import pandas as pd
 from commbench.analysis import bandsfile, tolerance
 from commbench.analysis.compare import BANDWIDTH_BOUND_FRACTION
 from commbench.analysis.frames import check_frame, column, jsonable, printable
+from commbench.analysis.layoutview import GROUP_COLUMNS, group_label
 from commbench.core import stats
 from commbench.core.errors import BadInput
 from commbench.core.outtext import terminal
 from commbench.core.units import format_size, parse_size
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = bandsfile.FORMAT_VERSION
 DEFAULT_LOWER = 0.05
 # --suggest: sizes below this are latency-bound on every fabric we know and too noisy to band.
 DEFAULT_MIN_SIZE = 1 << 20
@@ -39,7 +39,7 @@ DEFAULT_MIN_SIZE = 1 << 20
 # describes. Buckets and ZeRO rows are whole steps, keyed by more than a size.
 GATED_WORKLOADS = ("sweep", "nccl-tests")
 
-ENTRY_KEYS = ("collective", "size", "ranks", "dtype", "op", "in_place", "nnodes", "workload", "settings",
+ENTRY_KEYS = ("collective", "size", "ranks", "dtype", "op", "in_place", "nnodes", "workload", "settings", "group",
               "busbw_GBps", "lower", "upper", "expect", "optional", "note", "basis")
 DEFAULT_KEYS = ("lower", "upper")
 TOP_KEYS = ("version", "system", "defaults", "entries")
@@ -61,6 +61,7 @@ class Entry:
     nnodes: int | None = None
     workload: str | None = None  # None: sweep and nccl-tests rows alike
     settings: str | None = None  # the rows' `settings` (--env, --mtu); None: rows of one setting, whichever
+    group: str | None = None  # a layout run's group, 'dp1' or 'dp1 solo' (docs/LAYOUTS.md); None: rows of no group
     busbw_GBps: float | None = None  # None only with expect "fail"
     lower: float = DEFAULT_LOWER
     upper: float | None = None
@@ -74,7 +75,7 @@ class Entry:
         if self.nnodes is not None:
             parts[-1] += f" on {self.nnodes} nodes"
         place = None if self.in_place is None else "in-place" if self.in_place else "out-of-place"
-        parts += [p for p in (place, self.op, self.workload, self.settings) if p is not None]
+        parts += [p for p in (place, self.op, self.workload, self.settings, self.group) if p is not None]
         return " ".join(parts)
 
     def band(self) -> tuple[float, float | None]:
@@ -197,7 +198,7 @@ def parse_bands(text: str, source: str = "<bands>") -> Bands:
 
 
 def _match_key(e: Entry) -> tuple:
-    return (e.collective, e.size_bytes, e.ranks, e.dtype, e.op, e.in_place, e.nnodes, e.workload, e.settings)
+    return (e.collective, e.size_bytes, e.ranks, e.dtype, e.op, e.in_place, e.nnodes, e.workload, e.settings, e.group)
 
 
 def _fraction_value(value: Any, where: str, name: str) -> float:
@@ -286,8 +287,8 @@ def _entry(raw: Any, index: int, source: str, d_lower: float, d_upper: float | N
     optional = raw.get("optional", False)
     if not isinstance(optional, bool):
         raise BadInput(f"{where}: optional {printable(repr(optional))} must be true or false")
-    note, basis = (None if raw.get(k) is None else printable(str(raw[k])) for k in ("note", "basis"))
-    common = Entry(index=index, collective=coll, size_bytes=size_bytes, ranks=ranks, dtype=dtype, op=op,
+    note, basis, group = (None if raw.get(k) is None else printable(str(raw[k])) for k in ("note", "basis", "group"))
+    common = Entry(index=index, collective=coll, size_bytes=size_bytes, ranks=ranks, dtype=dtype, op=op, group=group,
                    in_place=in_place, nnodes=nnodes, workload=workload, settings=settings, note=note, basis=basis)
     if expect == "fail":
         given = [k for k in ("busbw_GBps", "lower", "upper", "optional") if k in raw]
@@ -394,6 +395,7 @@ class _Rows:
     samples: list
     run_id: list
     settings: list  # None where a row has no setting
+    group: list  # a layout run's group label (layoutview.group_label), None off one
     ignored: dict  # workload -> rows left out
     # Rows grouped (analysis/engine.py: large inputs): entry i stands for counts[i] rows whose values
     # are value[starts[i]:starts[i] + counts[i]], and wrong[i] counts its wrong ones. None: a row an entry.
@@ -428,7 +430,9 @@ def _rows(frame: pd.DataFrame) -> _Rows:
                  workload=[w if w is not None else "sweep" for w in col("workload")], value=busbw,
                  wrong=col("wrong"), time_us=col("time_us"), samples=samples,
                  run_id=col("run_id") if "run_id" in frame.columns else [None] * len(world),
-                 settings=[v or None for v in col("settings")], ignored=ignored)
+                 settings=[v or None for v in col("settings")], ignored=ignored,
+                 group=[group_label(*g) or None for g in zip(*(col(c) if c in frame.columns else [None] * len(world)
+                                                               for c in GROUP_COLUMNS))])
 
 
 def _matching(rows: _Rows, e: Entry) -> list[int]:
@@ -449,6 +453,8 @@ def _matching(rows: _Rows, e: Entry) -> list[int]:
         if e.workload is not None and rows.workload[i] != e.workload:
             continue
         if e.settings is not None and rows.settings[i] != e.settings:
+            continue
+        if rows.group[i] != e.group:  # a layout run's rows: one group's, all at once or alone, never mixed
             continue
         out.append(i)
     return out
@@ -574,7 +580,7 @@ def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = tol
     if system is None:
         hosts = sorted({h for hs in column(frame, "hosts") if hs is not None for h in hs})
         system = ",".join(hosts) if hosts else "unnamed"
-    return Suggestion(text=_bands_text(entries, system, sources, lower, upper, min_size), entries=len(entries),
+    return Suggestion(text=bandsfile.bands_text(entries, system, sources, lower, upper, min_size), entries=len(entries),
                       notes=notes)
 
 
@@ -595,7 +601,7 @@ def _suggested_entries(rows: _Rows, widths: Widths, min_size: int, notes: list[s
     groups: dict[tuple, list[int]] = {}
     for i in range(len(rows.collective)):
         key = (rows.collective[i], rows.dtype[i], rows.world_size[i], rows.nnodes[i], rows.op[i], rows.in_place[i],
-               rows.size_bytes[i], rows.settings[i])
+               rows.size_bytes[i], rows.settings[i], rows.group[i])
         groups.setdefault(key, []).append(i)
     if not groups:
         raise BadInput("the results hold no sweep or nccl-tests rows: suggest bands from a `commbench sweep` run")
@@ -611,8 +617,8 @@ def _suggested_entries(rows: _Rows, widths: Widths, min_size: int, notes: list[s
         v["op"].add(k[4])
     entries = []
     left_small = left_latency = 0
-    for k in sorted(groups, key=lambda k: (k[0], str(k[7] or ""), str(k[1]), k[2], k[3] or 0, k[6], str(k[4]),
-                                           str(k[5]))):
+    for k in sorted(groups, key=lambda k: (k[0], str(k[7] or ""), str(k[1]), k[2], k[3] or 0, str(k[8] or ""), k[6],
+                                           str(k[4]), str(k[5]))):
         idx, med = groups[k], medians[k]
         wrong = sum(1 for i in idx if (rows.wrong[i] or 0) > 0)
         if wrong:
@@ -641,10 +647,10 @@ def _peak(k: tuple) -> tuple:
 
 
 def _point_name(k: tuple) -> str:
-    coll, dtype, world, _, _, in_place, size, settings = k
+    coll, dtype, world, _, _, in_place, size, settings, group = k
     where = "" if in_place is None else (" in place" if in_place else " out of place")
     return (f"{terminal(coll)} {terminal(dtype)} {format_size(size)}{where} on {world} ranks"
-            + (f" {terminal(settings)}" if settings else ""))
+            + "".join(f" {terminal(x)}" for x in (settings, group) if x))
 
 
 def _band(rows: _Rows, idx: list[int], k: tuple, widths: Widths) -> tuple[float, str]:
@@ -660,32 +666,14 @@ def _band(rows: _Rows, idx: list[int], k: tuple, widths: Widths) -> tuple[float,
 
 
 def _entry_for(k: tuple, med: float, band: tuple[float, str], variants: dict[str, set]) -> dict[str, Any]:
-    coll, dtype, world, nnodes, op, in_place, size, settings = k
+    coll, dtype, world, nnodes, op, in_place, size, settings, group = k
     entry: dict[str, Any] = {"collective": coll, "size": _size_text(size), "ranks": world}
     named = {"dtype": dtype, "nnodes": nnodes, "in_place": in_place if len(variants["in_place"]) > 1 else None,
-             "op": op if len(variants["op"]) > 1 else None, "settings": settings}  # in this order in the file
+             "op": op if len(variants["op"]) > 1 else None, "settings": settings, "group": group}  # in file order
     entry.update((name, v) for name, v in named.items() if v is not None)
     entry["busbw_GBps"] = float(f"{med:.5g}")
     entry["lower"], entry["basis"] = round(band[0], 4), band[1]
     return entry
-
-
-def _bands_text(entries: list[dict], system: str, sources: Iterable[str], lower: float, upper: float | None,
-                min_size: int) -> str:
-    """The bands file: a header saying where it came from, then the YAML."""
-    import yaml
-
-    doc = {"version": FORMAT_VERSION, "system": printable(system), "defaults": {"lower": lower, "upper": upper},
-           "entries": entries}
-    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=200, allow_unicode=False)
-    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    names = ", ".join(printable(str(s)) for s in sources) or "a results table"
-    header = (f"# commbench reference bands (docs/GATE.md), suggested {when} from {names}.\n"
-              f"# One entry per bandwidth-bound point of at least {format_size(min_size)}; busbw_GBps is the run's\n"
-              f"# median; each lower covers {tolerance.Z:g} standard deviations of how much that median moves between\n"
-              f"# runs (basis: from several runs, repetitions, or one run's CI), at least {lower:g}.\n"
-              "# Review before use: this is a starting point, not a specification.\n")
-    return header + body
 
 
 def gate_paths(bands: Bands, paths: Sequence[str | os.PathLike]) -> GateReport:

@@ -6,6 +6,8 @@ Only runs with group rows get a section; the section's work is grouped, never a 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -66,3 +68,150 @@ def group_verdict_lines(points: list[Any], overall: Any, pct: Any) -> list[str]:
 
 _WORD = {"regression": "slower", "improvement": "faster", "unchanged": "unchanged", "inconclusive": "inconclusive",
          "nothing comparable": "not comparable"}
+
+
+# ---- the report's Layout section ----
+
+LAYOUT_NOTE = ("Each group's rows (docs/LAYOUTS.md): 'all at once' every group of the dimension ran together, "
+               "'alone' (--solo) the group ran with the others idle. The slowest group is the one of lowest busbw "
+               "(median over repetitions) while all ran at once; the contention factor is concurrent busbw over "
+               "solo busbw (below 1: the groups slowed each other), its interval and verdict from the iterations "
+               "of both kinds of pass (core/contention.py).")
+_POINT = ["group_dim", "collective", "in_place", "size_bytes"]
+
+
+def _groups(g: pd.DataFrame) -> pd.DataFrame:
+    first = g.drop_duplicates(["group_dim", "group_index"]).sort_values(["group_dim", "group_index"])
+    colls = g.groupby(["group_dim", "group_index"])["collective"].unique()
+    first = first.set_index(["group_dim", "group_index"])
+    first["collectives"] = colls.map(lambda c: ", ".join(sorted(map(str, c))))
+    return first.reset_index()
+
+
+def groups_rows(g: pd.DataFrame) -> list[list[str]]:
+    """dimension, group, ranks, hosts, collectives: one row a group."""
+    first = _groups(g)
+    hosts = first["group_hosts"] if "group_hosts" in first.columns else pd.Series("", index=first.index)
+    return [[str(d), group_label(d, i), f"[{r}]", str(h or "–"), c] for d, i, r, h, c in
+            zip(first["group_dim"], first["group_index"], first["group_ranks"], hosts, first["collectives"])]
+
+
+def _place(v: Any) -> str:
+    return "in" if v is True or v == 1 else "out" if v is False or v == 0 else "–"
+
+
+def slowest_rows(g: pd.DataFrame) -> list[list[str]]:
+    """Per dimension, collective, placement and size, while all ran at once: the slowest group, its
+    busbw, the median and highest of the groups' (median over repetitions each)."""
+    from commbench.core.units import format_size
+
+    conc = g[g["concurrent"].astype("boolean").fillna(True)]
+    if conc.empty:
+        return []
+    med = conc.groupby([*_POINT, "group_index", "group_ranks"], dropna=False)["busbw_GBps"].median().reset_index()
+    by = med.groupby(_POINT, dropna=False)["busbw_GBps"]
+    low = med.loc[by.idxmin()].reset_index(drop=True)
+    stats = by.agg(["median", "max", "size"]).reset_index()
+    return [[str(d), str(c), _place(p), format_size(int(s)), group_label(d, i, True, r), f"{b:.4g}", f"{m:.4g}",
+             f"{x:.4g}", str(n)]
+            for d, c, p, s, i, r, b, m, x, n in zip(low["group_dim"], low["collective"], low["in_place"],
+                                                      low["size_bytes"], low["group_index"], low["group_ranks"],
+                                                      low["busbw_GBps"], stats["median"], stats["max"], stats["size"])]
+
+
+def contention_rows(g: pd.DataFrame) -> list[list[str]]:
+    """Per group and point, with --solo: the contention factor (median over repetitions of the rows'
+    `contention`), and where the rows hold their iterations, its interval and verdict from them."""
+    from commbench.core.contention import contention
+    from commbench.core.units import format_size
+
+    if "contention" not in g.columns or not g["contention"].notna().any():
+        return []
+    key = [*_POINT, "group_index"]
+    factor = g.groupby(key, dropna=False)["contention"].median().dropna()
+    samples = "samples_us" in g.columns
+    if samples:
+        kind = g["concurrent"].astype("boolean").fillna(True).rename("conc")
+        pooled = g.groupby([*key, kind], dropna=False)["samples_us"].agg(_pooled)
+    out = []
+    for k, f in factor.items():
+        ci, verdict = "–", "–"
+        conc, solo = (pooled.get((*k, True)), pooled.get((*k, False))) if samples else (None, None)
+        if conc is not None and solo is not None and len(conc) and len(solo):
+            c = contention(conc * 1e-6, solo * 1e-6)
+            ci = f"[{c.low:.2f}, {c.high:.2f}]" if c.low is not None and c.high is not None else "–"
+            verdict = f"{c.verdict} (p={c.p_value:.2g}, {c.concurrent}/{c.solo} iterations)"
+        d, coll, p, s, i = k
+        out.append([str(d), str(coll), _place(p), format_size(int(s)), group_label(d, i), f"{f:.2f}", ci, verdict])
+    return out
+
+
+def _pooled(samples: pd.Series) -> np.ndarray:
+    """The iterations of several rows (repetitions) as one array."""
+    return np.concatenate([np.asarray(x, float) for x in samples if x is not None] or [np.zeros(0)])
+
+
+def straggler_lines(g: pd.DataFrame) -> list[str]:
+    """Per group, over its rows of all at once: its late ranks and hosts (core/stragglers.py), named
+    by their global ranks; a group with per-rank timing and none late says so."""
+    from commbench.core import stragglers
+
+    need = ("rank_skew_us", "rank_host", "hosts", "group_ranks")
+    if any(c not in g.columns for c in need):
+        return []
+    conc = g[g["concurrent"].astype("boolean").fillna(True)]
+    wanted = [c for c in ("rank_skew_us", "rank_host", "hosts", "time_us", "iters") if c in conc.columns]
+    out = []
+    for (dim, index, text), mine in conc.groupby(["group_dim", "group_index", "group_ranks"], dropna=False):
+        rows = [dict(zip(wanted, cells)) for cells in zip(*(mine[c].tolist() for c in wanted))]
+        hosts = next((h for h in map(stragglers.rank_hosts, rows) if h is not None), None)
+        if hosts is None:
+            continue
+        ranks = [int(r) for r in str(text).split(",")]
+        label = f"{group_label(dim, index, True, text)}: "
+        found = stragglers.findings(rows, hosts)
+        if not found:
+            out.append(label + f"no rank or host stood out ({len(rows)} rows with per-rank timing)")
+        for f in found:
+            f = (dataclasses.replace(f, rank=ranks[f.rank]) if isinstance(f, stragglers.Straggler)
+                 else dataclasses.replace(f, ranks=tuple(ranks[r] for r in f.ranks)))
+            out.append(label + f.text())
+    return out
+
+
+def section_html(df: pd.DataFrame, table: Callable[..., str], esc: Callable[[Any], str]) -> str:
+    """The report's "Layout" section ('' for a run with no group rows); table and esc: report's."""
+    if not has_groups(df):
+        return ""
+    g = df[df["group_dim"].notna()]
+    out = ['<section id="layout"><h2>Layout</h2>', f'<p class="muted">{esc(LAYOUT_NOTE)}</p>',
+           "<h3>Groups</h3>", table(["dimension", "group", "ranks", "hosts", "collectives"], groups_rows(g))]
+    slow = slowest_rows(g)
+    if slow:
+        out += ["<h3>Slowest group per size (all at once)</h3>",
+                table(["dimension", "collective", "place", "size", "slowest group", "its busbw GB/s",
+                       "median of groups", "highest", "groups"], slow, num=(5, 6, 7, 8))]
+    cont = contention_rows(g)
+    if cont:
+        out += ["<h3>Contention factor per group (--solo)</h3>",
+                table(["dimension", "collective", "place", "size", "group", "factor", "95% interval", "verdict"],
+                      cont, num=(5,))]
+    late = straggler_lines(g)
+    if late:
+        out += ["<h3>Late ranks per group</h3>", "<ul>" + "".join(f"<li>{esc(x)}</li>" for x in late) + "</ul>"]
+    return "\n".join([*out, "</section>"])
+
+
+def grouped(paths: Any) -> bool:
+    """Whether any of these results files holds group rows (its group_dim column alone is read):
+    the report then keeps the iterations, from which the contention factors' intervals come."""
+    import pyarrow.parquet as pq
+
+    for path in paths:
+        try:
+            column = pq.read_table(path, columns=["group_dim"]).column("group_dim")
+        except (OSError, KeyError, ValueError, TypeError):  # not parquet, or a file without the column
+            continue
+        if column.null_count < len(column):
+            return True
+    return False

@@ -26,7 +26,7 @@ import numpy as np
 from commbench.analysis import bucketview, points
 from commbench.analysis.figures import DPI, headroom, mpl_text, new_figure
 from commbench.analysis.frames import present, short
-from commbench.analysis.points import BUCKETS_SUFFIX
+from commbench.analysis.points import BUCKETS_SUFFIX, GROUP
 from commbench.analysis.runs import describe_run, placement_name, run_name, run_rows
 from commbench.analysis.settingsview import setting_name
 from commbench.core import outputs
@@ -118,8 +118,9 @@ def collective_colors(names: Iterable[str]) -> dict[str, str]:
     return colors
 
 
-def line_name(key: dict, show_dtype: bool, show_place: bool, show_settings: bool) -> str:
-    """A line's legend name: its collective, then only the parts that differ between the lines."""
+def line_name(key: dict, show_dtype: bool, show_place: bool, show_settings: bool, show_group: bool = False) -> str:
+    """A line's legend name: its collective, then only the parts that differ between the lines
+    (a layout run's group: 'dp0 [0,2]', 'dp0 [0,2] solo')."""
     parts = [key["collective"]]
     if show_dtype:
         parts.append(key["dtype"])
@@ -127,6 +128,8 @@ def line_name(key: dict, show_dtype: bool, show_place: bool, show_settings: bool
         parts.append(placement_name(key["in_place"]))
     if show_settings:
         parts.append(setting_name(key["settings"]))
+    if show_group and key.get(GROUP):
+        parts.append(key[GROUP])
     return " ".join(map(str, parts))
 
 
@@ -137,6 +140,7 @@ def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> N
         return len({ln.key[k] for ln in lines}) > 1
 
     show_dtype, show_place, show_settings = varies("dtype"), varies("in_place"), varies("settings")
+    show_group = any(ln.key.get(GROUP) for ln in lines)
     runs = {(ln.key["run_id"], ln.key["label"]) for ln in lines}
     show_run = len(runs) > 1
     labels = {}
@@ -150,15 +154,15 @@ def name_lines(lines: list[Line], run_labels: dict[str, str] | None = None) -> N
     if run_labels:
         labels.update(run_labels)
     lines.sort(key=lambda ln: (order_key(ln.key["collective"]), ln.key["dtype"], not ln.key["in_place"],
-                               ln.key["run_id"], ln.key["settings"]))
+                               ln.key["run_id"], ln.key["settings"], ln.key.get(GROUP, "")))
     collectives = {ln.key["collective"] for ln in lines}
     colors = collective_colors(collectives)
     variants: dict[str, list] = {}
     for ln in lines:
-        ln.name = line_name(ln.key, show_dtype, show_place, show_settings)
+        ln.name = line_name(ln.key, show_dtype, show_place, show_settings, show_group)
         if show_run:
             ln.name += f" [{labels[ln.key['run_id']]}]"
-        variant = (ln.key["dtype"], ln.key["in_place"], ln.key["run_id"], ln.key["settings"])
+        variant = (ln.key["dtype"], ln.key["in_place"], ln.key["run_id"], ln.key["settings"], ln.key.get(GROUP))
         order = variants.setdefault(ln.key["collective"], [])
         if variant not in order:
             order.append(variant)

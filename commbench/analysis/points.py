@@ -16,7 +16,7 @@ run drawn). So the rules below are written once, in SQL:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -25,14 +25,16 @@ from commbench.core.columns import LINE_KEY
 from commbench.core.errors import BadInput
 
 SETTINGS = "settings"
-LINE_KEYS = (*LINE_KEY, SETTINGS)  # a curve's identity with its setting
+GROUP = "layout_group"  # a layout run's group: 'dp0 [0,2]', 'dp0 [0,2] solo' (layoutview.group_label); '' off one
+LINE_KEYS = (*LINE_KEY, SETTINGS, GROUP)  # a curve's identity with its setting and group
+_GROUP_COLUMNS = ("group_dim", "group_index", "group_ranks", "concurrent")
 BUCKETS_SUFFIX = " in buckets"  # a buckets row is drawn as its collective with this suffix
 MEASURES = {"busbw": "busbw_GBps", "algbw": "algbw_GBps", "time": "time_us"}  # a point's medians
 # What a point's groups may name besides LINE_KEYS (the Settings tables and the gap group by them).
 EXTRA_KEYS = ("world_size", "backend")
 # The columns read of rows in memory: a frame is handed to the engine with these only.
 READ = (*LINE_KEYS, "size_bytes", "workload", "bucket_bytes", *MEASURES.values(), "wrong", *EXTRA_KEYS,
-        "wire_per_payload")
+        "wire_per_payload", *_GROUP_COLUMNS)
 _FILLS = {"dtype": "'?'", "label": "''", "run_id": "'?'", SETTINGS: "''"}
 
 
@@ -53,6 +55,8 @@ def rows_of(rows: pd.DataFrame | Query, column: str = "busbw_GBps") -> Query:
 def _key(q: Query, name: str) -> str:
     """One LINE_KEYS column as a line holds it (the fills above), as SQL."""
     has = q.source.columns
+    if name == GROUP:
+        return _group(has)
     if name not in has:
         return f"{'false' if name == 'in_place' else repr('')} AS {name}"
     if name == "in_place":
@@ -61,6 +65,14 @@ def _key(q: Query, name: str) -> str:
     if name == "collective" and "workload" in has and "bucket_bytes" in has:
         text = f"CASE WHEN {_IN_BUCKETS} THEN {text} || '{BUCKETS_SUFFIX}' ELSE {text} END"
     return f"coalesce({text}, {_FILLS[name]}) AS {name}" if name in _FILLS else f"{text} AS {name}"
+
+
+def _group(has: Iterable[str]) -> str:
+    """A row's group label as SQL ('' off a layout run), as layoutview.group_label writes it with its ranks."""
+    if not set(_GROUP_COLUMNS) <= set(has):
+        return f"'' AS {GROUP}"
+    return ("coalesce(group_dim || coalesce(CAST(group_index AS VARCHAR), '') || ' [' || coalesce(group_ranks, '') "
+            f"|| ']' || CASE WHEN concurrent = false THEN ' solo' ELSE '' END, '') AS {GROUP}")
 
 
 _IN_BUCKETS = "coalesce(workload = 'buckets' AND bucket_bytes IS NOT NULL, false)"

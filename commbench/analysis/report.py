@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib
     import pandas as pd
     from matplotlib.figure import Figure
 
-from commbench.analysis import plot, reportparts, settingsview, wireview
+from commbench.analysis import layoutview, plot, reportparts, settingsview, wireview
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
                                            CurveTables, curve_tables, fault_runs, fnum, fp, json_value,
                                            late_arrivals_by_run, missing, net_rows, ratio_text, report_title, run_facts,
@@ -566,6 +566,8 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
         sections[2:2] = [("settings", "Settings")] if tables.settings else []
         sections.append(("points", "All points"))
+    layout = layoutview.section_html(df, _table, esc)  # a layout run's groups (docs/LAYOUTS.md)
+    sections[:0] = [("layout", "Layout")] if layout else []
     if grid is not None:
         sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
     if views.pairs is not None:
@@ -598,6 +600,7 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         out.append(pairs_html(views.pairs))
     if grid is not None:
         out.append(zero_html(grid))
+    out.append(layout)
     if curves is not None and tables is not None:
         cfig = drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate)
         out += _curves_html(cfig, tables)
@@ -648,17 +651,15 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     inputs = [*paths, *(baseline or ())]
     target = Path(out) if out is not None else default_out(paths[0], fmt)
     rate = plot.parse_line_rate(line_rate) if line_rate is not None else None
-    figure = target.with_name(target.stem + ".png")
-    cfigure = target.with_name(target.stem + "-comparison.png")
-    zfigure = target.with_name(target.stem + "-zero.png")
-    pfigure = target.with_name(target.stem + "-pairs.png")
+    figure, cfigure, zfigure, pfigure = (target.with_name(f"{target.stem}{s}.png") for s in ("", "-comparison", "-zero",
+                                                                                             "-pairs"))
     plot.check_new(target, "report", inputs=inputs, force=force)
     if fmt == "html" and (page := _large_html(paths, baseline, rate)) is not None:
         return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
     # What no section reads stays on disk (most of a million rows' memory): the per-rank times (the
     # skews are read: the run facts judge late arrivals from them), the per-iteration samples unless
     # a comparison tests them, the baseline's plan.
-    df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline else ("samples_us",)))
+    df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline or layoutview.grouped(paths) else ("samples_us",)))
     if len(df) == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
     views = plot.split_views(df)
@@ -674,8 +675,7 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
         if len(baseline_df) == 0:
             raise BadInput(f"--baseline {baseline[0]} holds no points: nothing to compare with")
         comparison = _compare(baseline_df, df)
-    sources = [str(p) for p in paths]
-    bsources = [str(p) for p in baseline or ()]
+    sources, bsources = [str(p) for p in paths], [str(p) for p in baseline or ()]
     if fmt == "html":
         page = build_html(df, sources, baseline_df, comparison, bsources, line_rate=rate)
         return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)

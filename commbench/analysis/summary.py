@@ -17,7 +17,7 @@ import pandas as pd
 from commbench.analysis import points
 from commbench.analysis.engine import Query, Source
 from commbench.analysis.frames import as_list, is_true, json_cell
-from commbench.analysis.points import LINE_KEYS, SETTINGS
+from commbench.analysis.points import GROUP, LINE_KEYS, SETTINGS
 from commbench.analysis.runs import compact_hosts, placement_name, run_rows
 from commbench.analysis.settingsview import SettingsTable, distinct, setting_name, settings_tables, settings_text
 from commbench.core.linkrate import host_rate
@@ -88,7 +88,7 @@ def peak_rows(rows: pd.DataFrame | Query) -> list[dict[str, Any]]:
         k = dict(zip(LINE_KEYS, key))
         checked = [w for w in g["wrong"] if w is not None]
         out.append({
-            "collective": k["collective"], "dtype": k["dtype"], "placement": placement_name(k["in_place"]),
+            "collective": k["collective"], "dtype": k["dtype"], "placement": _place(k["in_place"], k.get(GROUP)),
             "run": names.get(str(k["run_id"]), str(k["run_id"])), "run_id": k["run_id"], "settings": k["settings"],
             "setting": setting_name(k["settings"]),
             "peak_busbw": float(best["busbw"]), "size_bytes": int(best["size_bytes"]),
@@ -96,16 +96,21 @@ def peak_rows(rows: pd.DataFrame | Query) -> list[dict[str, Any]]:
             "reps": int(g["reps"].max()), "sizes": len(g),
             "wrong": int(sum(checked)) if checked else None, "unchecked": int(g["unchecked"].sum()),
         })
-    out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
-                            r["settings"]))
+    out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], not r["placement"].startswith("in-place"),
+                            r["run"], r["settings"], r["placement"]))
     return out
+
+
+def _place(in_place: Any, group: Any) -> str:
+    """A row's placement, with a layout run's group after it: 'in-place dp0 [0,2] solo'."""
+    return placement_name(in_place) + (f" {group}" if isinstance(group, str) and group else "")
 
 
 def point_rows(rows: pd.DataFrame | Query) -> list[dict[str, Any]]:
     """Every point: medians over repetitions."""
     med = points.medians(rows)
     names = _names(med)
-    out = [{"collective": r.collective, "dtype": r.dtype, "placement": placement_name(r.in_place),
+    out = [{"collective": r.collective, "dtype": r.dtype, "placement": _place(r.in_place, getattr(r, GROUP, "")),
             "run": names.get(str(r.run_id), str(r.run_id)), "settings": r.settings,
             "setting": setting_name(r.settings), "size_bytes": int(r.size_bytes), "time_us": _value(r.time),
             "algbw": _value(r.algbw), "busbw": float(r.busbw), "reps": int(r.reps), "wrong": r.wrong}
@@ -174,7 +179,7 @@ def _when(value: Any) -> str:
 
 # What a run's facts read of its rows (the rest of a fact comes from its first row).
 FACT_COLUMNS = ("collective", "dtype", "size_bytes", "repetition", SETTINGS, "rank_skew_us", "rank_host", "hosts",
-                "time_us", "iters")
+                "time_us", "iters", "group_dim")
 
 
 def run_positions(df: pd.DataFrame) -> dict[Any, np.ndarray]:
@@ -241,6 +246,8 @@ def late_arrivals(mine: pd.DataFrame) -> str | None:
     """What the run's straggler warning said (core/stragglers.py), judged again from its rows."""
     if "rank_skew_us" not in mine.columns or "rank_host" not in mine.columns:
         return None
+    if "group_dim" in mine.columns and mine["group_dim"].notna().any():  # a layout run: each group's own ranks
+        return "judged per group, in the Layout section (docs/LAYOUTS.md)"
     from commbench.core.stragglers import run_findings
 
     wanted = [c for c in ("rank_skew_us", "rank_host", "hosts", "time_us", "iters") if c in mine.columns]

@@ -48,3 +48,81 @@ def test_compare_of_plain_runs_has_no_group_column():
     text = cmp.render_table(cmp.compare_frames(pd.DataFrame(make_rows(repetitions=3)),
                                                pd.DataFrame(make_rows(repetitions=3, run_id="20250102-000000-abcdef"))))
     assert "group" not in text.splitlines()[0] and "groups," not in text
+
+
+def test_the_report_of_a_layout_run_has_a_layout_section_with_groups_slowest_and_contention():
+    from commbench.analysis import report
+
+    rows = layout_rows(repetitions=3, slow_group=1)
+    for r in rows:
+        if r["concurrent"]:
+            r["contention"] = 0.5 if r["group_index"] == 1 else 1.0
+        r["samples_us"] = [r["time_us"] * f for f in (0.9, 0.95, 1.0, 1.05, 1.1, 1.0, 0.98, 1.02)]
+        r.update(rank_skew_us=[1.0, 2.0], rank_host=[0, 1])
+    page = report.build_html(pd.DataFrame(rows), ["synthetic"])
+    layout = page[page.index('<section id="layout">'):]
+    layout = layout[:layout.index("</section>")]
+    assert '<a href="#layout">Layout</a>' in page
+    assert "<td>dp1</td>" in layout and "<td>[1,3]</td>" in layout and "node01,node02" in layout
+    assert "Slowest group per size" in layout and "dp1 [1,3]" in layout  # group 1 ran at half speed
+    assert "Contention factor per group" in layout and "0.50" in layout and "contended" in layout
+    assert "judged per group" in page  # the run facts leave late arrivals to the section
+    assert "in-place dp1 [1,3] solo" in page  # the peak and point tables: a row per group, named
+    assert "Late ranks per group" in layout and "dp1 [1,3]: no rank or host stood out" in layout
+
+
+def test_the_report_of_a_plain_run_has_no_layout_section():
+    from commbench.analysis import report
+
+    assert 'id="layout"' not in report.build_html(pd.DataFrame(make_rows(repetitions=2)), ["synthetic"])
+
+
+def test_gate_suggest_on_a_layout_run_writes_a_band_per_group_and_judges_each_group():
+    import yaml
+
+    from commbench.analysis import gate
+
+    good = pd.DataFrame(layout_rows(repetitions=5))
+    s = gate.suggest(good, ["good"], allow_wide=True)
+    entries = yaml.safe_load(s.text)["entries"]
+    assert sorted({e["group"] for e in entries}) == ["dp0", "dp0 solo", "dp1", "dp1 solo"]
+    assert len(entries) == 8  # 2 sizes x 4 groups: never one band over every group
+    bands = gate.parse_bands(s.text)
+    assert gate.judge(bands, good).exit_code() == 0
+    slow = gate.judge(bands, pd.DataFrame(layout_rows(repetitions=5, slow_group=1)))
+    failed = {r.entry.group for r in slow.failed}
+    assert failed == {"dp1"}, failed  # only dp1 all at once ran at half speed
+    assert "dp1" in gate.parse_bands(s.text).entries[4].describe()
+
+
+def test_a_gate_entry_without_a_group_matches_no_group_rows():
+    from commbench.analysis import gate
+
+    bands = gate.parse_bands("version: 1\nsystem: x\nentries:\n"
+                             "- {collective: all_reduce, size: 1M, ranks: 2, busbw_GBps: 1.0}\n"
+                             "- {collective: all_reduce, size: 1M, ranks: 2, group: dp1 solo, busbw_GBps: 1.0}\n")
+    results = gate.judge(bands, pd.DataFrame(layout_rows(repetitions=2))).results
+    assert results[0].n_rows == 0 and results[1].n_rows == 2
+
+
+def test_the_plot_of_a_layout_run_draws_a_curve_per_group_and_kind_of_pass():
+    from commbench.analysis import plot
+
+    rows = layout_rows(repetitions=2)
+    fig = plot.build_figure(pd.DataFrame(rows), "busbw")
+    texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    for name in ("all_reduce dp0 [0,2]", "all_reduce dp0 [0,2] solo", "all_reduce dp1 [1,3]",
+                 "all_reduce dp1 [1,3] solo"):
+        assert name in texts, texts
+    lines = [ln for ln in fig.axes[0].get_lines() if ln.get_label() in texts]
+    assert len({(ln.get_linestyle(), ln.get_marker()) for ln in lines}) == 4  # told apart without colour too
+
+
+def test_a_group_label_from_a_file_is_inert_in_the_figure():
+    from commbench.analysis import plot
+
+    rows = layout_rows(repetitions=1, sizes=(1 << 20,))
+    for r in rows:
+        r["group_dim"] = "$x$\x1b[2J"
+    texts = [t.get_text() for leg in plot.build_figure(pd.DataFrame(rows), "busbw").legends for t in leg.get_texts()]
+    assert not any("\x1b" in t for t in texts) and any(r"\$x\$" in t for t in texts), texts

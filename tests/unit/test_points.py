@@ -51,6 +51,7 @@ def _oracle(df: pd.DataFrame, column: str = "busbw_GBps") -> pd.DataFrame:
     d = df.copy()
     d["label"], d["dtype"] = d["label"].fillna(""), d["dtype"].fillna("?")
     d["settings"], d["in_place"] = d["settings"].fillna(""), d["in_place"].fillna(False).astype(bool)
+    d[points.GROUP] = ""  # no layout run here (its group labels: tests/unit/test_layout_views.py)
     buckets = d["workload"].eq("buckets") & d["bucket_bytes"].notna()
     d.loc[buckets, "collective"] = d.loc[buckets, "collective"] + points.BUCKETS_SUFFIX
     d.loc[buckets, "size_bytes"] = pd.to_numeric(d.loc[buckets, "bucket_bytes"]).astype("int64")
