@@ -179,27 +179,42 @@ def straggler_lines(g: pd.DataFrame) -> list[str]:
     return out
 
 
+def section_parts(df: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]], tuple[int, ...]]]:
+    """The Layout section's tables, (title, headers, rows, numeric columns) each, the late ranks as a
+    table of one column; [] for a run with no group rows."""
+    if not has_groups(df):
+        return []
+    g = df[df["group_dim"].notna()]
+    parts: list[tuple[str, list[str], list[list[str]], tuple[int, ...]]] = [
+        ("Groups", ["dimension", "group", "ranks", "hosts", "collectives"], groups_rows(g), ())]
+    parts.append(("Slowest group per size (all at once)", ["dimension", "collective", "place", "size", "slowest group",
+                  "its busbw GB/s", "median of groups", "highest", "groups"], slowest_rows(g), (5, 6, 7, 8)))
+    parts.append(("Contention factor per group (--solo)", ["dimension", "collective", "place", "size", "group",
+                  "factor", "95% interval", "verdict"], contention_rows(g), (5,)))
+    parts.append(("Late ranks per group", ["group: late ranks and hosts"], [[x] for x in straggler_lines(g)], ()))
+    return [p for p in parts if p[2]]
+
+
 def section_html(df: pd.DataFrame, table: Callable[..., str], esc: Callable[[Any], str]) -> str:
     """The report's "Layout" section ('' for a run with no group rows); table and esc: report's."""
-    if not has_groups(df):
+    parts = section_parts(df)
+    if not parts:
         return ""
-    g = df[df["group_dim"].notna()]
-    out = ['<section id="layout"><h2>Layout</h2>', f'<p class="muted">{esc(LAYOUT_NOTE)}</p>',
-           "<h3>Groups</h3>", table(["dimension", "group", "ranks", "hosts", "collectives"], groups_rows(g))]
-    slow = slowest_rows(g)
-    if slow:
-        out += ["<h3>Slowest group per size (all at once)</h3>",
-                table(["dimension", "collective", "place", "size", "slowest group", "its busbw GB/s",
-                       "median of groups", "highest", "groups"], slow, num=(5, 6, 7, 8))]
-    cont = contention_rows(g)
-    if cont:
-        out += ["<h3>Contention factor per group (--solo)</h3>",
-                table(["dimension", "collective", "place", "size", "group", "factor", "95% interval", "verdict"],
-                      cont, num=(5,))]
-    late = straggler_lines(g)
-    if late:
-        out += ["<h3>Late ranks per group</h3>", "<ul>" + "".join(f"<li>{esc(x)}</li>" for x in late) + "</ul>"]
+    out = ['<section id="layout"><h2>Layout</h2>', f'<p class="muted">{esc(LAYOUT_NOTE)}</p>']
+    for title, headers, rows, num in parts:
+        out += [f"<h3>{esc(title)}</h3>", table(headers, rows, num=num)]
     return "\n".join([*out, "</section>"])
+
+
+def section_markdown(df: pd.DataFrame, table: Callable[..., str], md: Callable[[Any], str]) -> list[str]:
+    """The Markdown report's "Layout" section ([] for a run with no group rows); table and md: markdown.py's."""
+    parts = section_parts(df)
+    if not parts:
+        return []
+    out = ["## Layout", "", md(LAYOUT_NOTE), ""]
+    for title, headers, rows, num in parts:
+        out += [f"### {title}", "", table(headers, rows, right=num), ""]
+    return out
 
 
 def grouped(paths: Any) -> bool:

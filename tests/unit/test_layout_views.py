@@ -126,3 +126,15 @@ def test_a_group_label_from_a_file_is_inert_in_the_figure():
         r["group_dim"] = "$x$\x1b[2J"
     texts = [t.get_text() for leg in plot.build_figure(pd.DataFrame(rows), "busbw").legends for t in leg.get_texts()]
     assert not any("\x1b" in t for t in texts) and any(r"\$x\$" in t for t in texts), texts
+
+
+def test_the_markdown_report_of_a_layout_run_has_the_layout_section_with_inert_group_text():
+    from commbench.analysis import markdown
+
+    rows = layout_rows(repetitions=2, sizes=(1 << 20,))
+    for r in rows:
+        r["group_hosts"] = "<b>node|01</b>"
+    text = markdown.build_markdown(pd.DataFrame(rows), None)
+    section = text[text.index("## Layout"):]
+    assert "### Groups" in section and "### Slowest group per size" in section
+    assert "<b>" not in section and "node\\|01" in section  # a host name from the file cannot break the table
