@@ -185,6 +185,15 @@ def section_parts(df: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]
     if not has_groups(df):
         return []
     g = df[df["group_dim"].notna()]
+    runs = list(dict.fromkeys(g["run_id"])) if "run_id" in g.columns else []
+    if len(runs) < 2:
+        return _run_parts(g, "")
+    # each run's groups apart: two layouts (one rail, then two) pooled would give one meaningless factor
+    return [p for run in runs for p in _run_parts(g[g["run_id"] == run], f" — run {run}")]  # escaped where written
+
+
+def _run_parts(g: pd.DataFrame, whose: str) -> list[tuple[str, list[str], list[list[str]], tuple[int, ...]]]:
+    """The Layout tables of one run's group rows (or of all, with one run), `whose` after each title."""
     parts: list[tuple[str, list[str], list[list[str]], tuple[int, ...]]] = [
         ("Groups", ["dimension", "group", "ranks", "hosts", "collectives"], groups_rows(g), ())]
     parts.append(("Slowest group per size (all at once)", ["dimension", "collective", "place", "size", "slowest group",
@@ -192,7 +201,7 @@ def section_parts(df: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]
     parts.append(("Contention factor per group (--solo)", ["dimension", "collective", "place", "size", "group",
                   "factor", "95% interval", "verdict"], contention_rows(g), (5,)))
     parts.append(("Late ranks per group", ["group: late ranks and hosts"], [[x] for x in straggler_lines(g)], ()))
-    return [p for p in parts if p[2]]
+    return [(title + whose, headers, rows, num) for title, headers, rows, num in parts if rows]
 
 
 def section_html(df: pd.DataFrame, table: Callable[..., str], esc: Callable[[Any], str]) -> str:
@@ -213,7 +222,7 @@ def section_markdown(df: pd.DataFrame, table: Callable[..., str], md: Callable[[
         return []
     out = ["## Layout", "", md(LAYOUT_NOTE), ""]
     for title, headers, rows, num in parts:
-        out += [f"### {title}", "", table(headers, rows, right=num), ""]
+        out += [f"### {md(title)}", "", table(headers, rows, right=num), ""]
     return out
 
 

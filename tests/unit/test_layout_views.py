@@ -138,3 +138,18 @@ def test_the_markdown_report_of_a_layout_run_has_the_layout_section_with_inert_g
     section = text[text.index("## Layout"):]
     assert "### Groups" in section and "### Slowest group per size" in section
     assert "<b>" not in section and "node\\|01" in section  # a host name from the file cannot break the table
+
+
+def test_the_layout_section_of_two_runs_keeps_each_runs_groups_apart():
+    """One rail (contended) and two rails (not): one factor per run, never the two pooled."""
+    from commbench.analysis import layoutview
+
+    rows = []
+    for run, factor in (("20250101-000000-onerail", 0.5), ("20250102-000000-tworail", 1.0)):
+        for r in layout_rows(run_id=run, repetitions=2):
+            r["contention"] = factor if r["concurrent"] else None
+            rows.append(r)
+    parts = layoutview.section_parts(pd.DataFrame(rows))
+    factors = {title: {row[5] for row in table} for title, _, table, _ in parts if title.startswith("Contention")}
+    assert factors == {"Contention factor per group (--solo) — run 20250101-000000-onerail": {"0.50"},
+                       "Contention factor per group (--solo) — run 20250102-000000-tworail": {"1.00"}}
