@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from commbench.core.columns import GROUP_KEY, LAYOUT_POINT
 from commbench.core.outtext import terminal
 
-GROUP_COLUMNS = ("group_dim", "group_index", "concurrent")  # part of a point (core/columns.py POINT_KEY)
+GROUP_COLUMNS = GROUP_KEY  # part of a point (core/columns.py POINT_KEY)
 
 
 def _missing(v: Any) -> bool:
@@ -77,7 +78,7 @@ LAYOUT_NOTE = ("Each group's rows (docs/LAYOUTS.md): 'all at once' every group o
                "(median over repetitions) while all ran at once; the contention factor is concurrent busbw over "
                "solo busbw (below 1: the groups slowed each other), its interval and verdict from the iterations "
                "of both kinds of pass (core/contention.py).")
-_POINT = ["group_dim", "collective", "in_place", "size_bytes"]
+_POINT = list(LAYOUT_POINT)
 
 
 def _groups(g: pd.DataFrame) -> pd.DataFrame:

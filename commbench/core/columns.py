@@ -255,6 +255,8 @@ def names_with(role: str) -> tuple[str, ...]:
 
 
 POINT_KEY = names_with(KEY)  # a point across runs (compare, and the engine's GROUP BY)
+GROUP_KEY = ("group_dim", "group_index", "concurrent")  # a parallel group's part of the point (docs/LAYOUTS.md)
+LAYOUT_POINT = ("group_dim", "collective", "in_place", "size_bytes")  # a size of one dimension's curve (report)
 RUN_POINT_KEY = tuple(c.name for c in REGISTRY if KEY in c.roles or IN_RUN in c.roles)  # a point within a run
 REQUIRED_COLUMNS = names_with(REQUIRED)
 INT_KEYS = tuple(c for c in POINT_KEY if pa.types.is_integer(BY_NAME[c].type))

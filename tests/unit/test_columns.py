@@ -41,6 +41,7 @@ def test_the_point_key_is_what_compare_pairs_on():
     assert columns.POINT_KEY[:2] == ("collective", "dtype")
     assert {"size_bytes", "in_place", "world_size", "settings", "rail", "src_host"} <= set(columns.POINT_KEY)
     assert "run_id" not in columns.POINT_KEY and "time_us" not in columns.POINT_KEY
+    assert set(columns.GROUP_KEY) <= set(columns.POINT_KEY) and set(columns.LAYOUT_POINT) <= set(columns.POINT_KEY)
     assert set(columns.RUN_POINT_KEY) - set(columns.POINT_KEY) == {"root", "confirm"}
     assert set(columns.INT_KEYS) == {c for c in columns.POINT_KEY if pa.types.is_integer(columns.BY_NAME[c].type)}
 
