@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from commbench.core.errors import BadInput
 from commbench.core.vocab import COLLECTIVES, collective_spellings, did_you_mean
@@ -429,3 +430,26 @@ def data_parallel(world: int, command: str, layout: str | None = None, order: st
         raise BadInput(f"{command} --layout {cut.text()} leaves dp groups of {cut.size('dp')} rank: a gradient "
                        f"reduction needs {MIN_GROUP} or more, so give tp x pp at most {world // MIN_GROUP}")
     return GroupWork("dp", command, cut.groups("dp")), world // cut.size("dp")
+
+
+class InDataGroups:
+    """zero's and buckets' --layout: the workload runs its gradient schedule in every data-parallel
+    group at once (data_parallel above); `shards` is then tp x pp, 1 without --layout."""
+
+    command: ClassVar[str]  # the command's name, for the lines that refuse a layout
+    plan: Any  # the workload's plan: layout, order, group, split, solo
+    shards: int
+
+    def data_groups(self, world: int) -> GroupWork | None:
+        """--layout's data-parallel groups (None without --layout); sets `shards`."""
+        p = self.plan
+        if p.solo and p.layout is None:
+            raise BadInput("--solo measures groups alone, and there are none: add e.g. --layout tp=2")
+        cut = data_parallel(world, self.command, p.layout, p.order, p.group, p.split)
+        self.shards = cut[1] if cut else 1
+        return cut[0] if cut else None
+
+    def group_size(self, world: int) -> int:
+        """The ranks one schedule runs over: a dp group's with --layout, else every rank."""
+        work = self.data_groups(world)
+        return len(work.groups[0]) if work else world

@@ -286,3 +286,13 @@ def group_columns(session: Session, work: GroupWork, index: int, concurrent: boo
             "rank_host": [ctx.rank_host[r] for r in ranks] if ctx.rank_host else None,
             "group_dim": work.dim, "group_index": work.label(index), "group_ranks": ",".join(map(str, ranks)),
             "group_hosts": ",".join(hosts), "concurrent": concurrent, "contention": factor}
+
+
+def row_suffix(row: dict) -> str:
+    """The end of a zero/buckets table line for a group's row: its group and, with --solo, its
+    contention factor ('' for a row of no group)."""
+    if not row.get("group_dim"):
+        return ""
+    factor = row.get("contention")
+    return (f"   dp{row['group_index']} [{row['group_ranks']}]"
+            + (f" contention {factor:.2f}" if factor is not None else ""))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import ClassVar
 from collections.abc import Callable
 
 import torch
@@ -32,7 +33,7 @@ from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
 from commbench.harness import groups as grouping
 from commbench.harness.runner import Measurement, Session
-from commbench.core.layout import GroupWork, data_parallel
+from commbench.core.layout import GroupWork, InDataGroups
 from commbench.core import wire
 from commbench.core.units import format_size
 
@@ -88,22 +89,11 @@ def layout_for(plan: BucketPlan, bucket_elems: int, world: int, shards: int = 1)
 
 
 @dataclass
-class BucketWorkload:
+class BucketWorkload(InDataGroups):
+    command: ClassVar[str] = "buckets"
     plan: BucketPlan
     shards: int = 1  # ranks that share one model copy (--layout's tp x pp): a dp group reduces 1/shards
 
-    def data_groups(self, world: int) -> GroupWork | None:
-        """--layout's data-parallel groups (None without --layout); sets `shards`."""
-        p = self.plan
-        if p.solo and p.layout is None:
-            raise BadInput("--solo measures groups alone, and there are none: add e.g. --layout tp=2")
-        cut = data_parallel(world, "buckets", p.layout, p.order, p.group, p.split)
-        self.shards = cut[1] if cut else 1
-        return cut[0] if cut else None
-
-    def group_size(self, world: int) -> int:
-        work = self.data_groups(world)
-        return len(work.groups[0]) if work else world
 
     def layouts(self, world: int) -> list[BucketLayout]:
         seen, out = set(), []
@@ -268,11 +258,6 @@ class _Step:
 
 def _line(row: dict, lay: BucketLayout, itemsize: int) -> str:
     wrong = row.get("wrong")
-    group = ""
-    if row.get("group_dim"):
-        factor = row.get("contention")
-        group = (f"   dp{row['group_index']} [{row['group_ranks']}]"
-                 + (f" contention {factor:.2f}" if factor is not None else ""))
     return (f"  {lay.bucket:18d} {lay.bucket * itemsize:12d} {lay.n_buckets:12d} "
             f"{row['time_us']:16.1f} {row['algbw_GBps']:7.3f} {row['busbw_GBps']:7.3f} "
-            f"{'N/A' if wrong is None else wrong:>7}" + wire.mark(row.get("wire")) + group)
+            f"{'N/A' if wrong is None else wrong:>7}" + wire.mark(row.get("wire")) + grouping.row_suffix(row))

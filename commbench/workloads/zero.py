@@ -10,7 +10,7 @@ import json
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -24,7 +24,7 @@ from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
 from commbench.harness import groups as grouping
 from commbench.harness.runner import Measurement, Session
-from commbench.core.layout import GroupWork, data_parallel
+from commbench.core.layout import GroupWork, InDataGroups
 from commbench.core import wire
 from commbench.core.units import format_size
 from commbench.workloads.zeroschedule import (MAX_GRAD_ACCUM, MAX_STEP_COLLECTIVES, PAPER_VOLUME, REDUCTIONS,
@@ -58,7 +58,8 @@ class ZeroPlan(RunOptions):
 
 
 @dataclass
-class ZeroWorkload:
+class ZeroWorkload(InDataGroups):
+    command: ClassVar[str] = "zero"
     plan: ZeroPlan
     shards: int = 1  # ranks that share one copy of the model (--layout's tp x pp): a dp group holds P / shards
 
@@ -66,19 +67,6 @@ class ZeroWorkload:
         sizes = module_sizes(self.plan.layers, self.plan.hidden, self.plan.vocab)
         return sizes if self.shards == 1 else [max(1, m // self.shards) for m in sizes]
 
-    def data_groups(self, world: int) -> GroupWork | None:
-        """--layout's data-parallel groups (None without --layout); sets `shards`."""
-        p = self.plan
-        if p.solo and p.layout is None:
-            raise BadInput("--solo measures groups alone, and there are none: add e.g. --layout tp=2")
-        cut = data_parallel(world, "zero", p.layout, p.order, p.group, p.split)
-        self.shards = cut[1] if cut else 1
-        return cut[0] if cut else None
-
-    def group_size(self, world: int) -> int:
-        """The ranks one schedule runs over: a dp group's with --layout, else every rank."""
-        work = self.data_groups(world)
-        return len(work.groups[0]) if work else world
 
     def buckets(self) -> list[int]:
         return list(self.plan.reduce_bucket_sizes) or [self.plan.reduce_bucket_size]
@@ -250,15 +238,10 @@ class ZeroWorkload:
                       for c in self.full_schedule(stage, bucket, g))
         counts = ", ".join(f"{op} x{n}" for op, n in sorted(Counter(c.op for c in sched).items()))
         full_col = f"{format_size(at_full):>10s}   " if plan.scale != 1 else ""
-        group = ""
-        if row.get("group_dim"):
-            factor = row.get("contention")
-            group = (f"   dp{row['group_index']} [{row['group_ranks']}]"
-                     + (f" contention {factor:.2f}" if factor is not None else ""))
         return (f"  {stage:5d}  {bucket:13.3g}  {g:3d}  {depth:9d}  {counts:44s}  {format_size(moved):>15s}   "
                 f"{full_col}{PAPER_VOLUME[stage] * g}P={format_size(paper):>9s}  {moved / paper:6.3f}  "
                 f"{row['time_us']:15.0f}  {row['busbw_GBps']:6.3f}" + self._predicted_cols(stage, bucket, g, row)
-                + wire.mark(row.get("wire")) + group)
+                + wire.mark(row.get("wire")) + grouping.row_suffix(row))
 
     def _predicted_cols(self, stage: int, bucket: int, g: int, row: dict) -> str:
         us = self.predicted_us(stage, bucket, g)
