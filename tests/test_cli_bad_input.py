@@ -118,7 +118,8 @@ def test_memory_estimate_fails_before_allocation(tmp_path: Path) -> None:
     # 1 TiB per buffer cannot fit: the estimate must refuse it before any rank allocates (which
     # would take far longer, swap, or get the process OOM-killed instead of exiting 2).
     proc, elapsed = run_sweep(["-b", "1T", "-e", "1T", "--out", str(tmp_path / "r.parquet")], tmp_path)
-    line = assert_one_line_refusal(proc, ["on this host", "but only", "is free", "lower --max-bytes"])
+    line = assert_one_line_refusal(proc, ["but only", "is left under the free memory of this host",
+                                          "lower --max-bytes"])
     assert "TiB" in line
     assert elapsed < 15, f"took {elapsed:.1f} s: the memory check did not come first"
     assert not (tmp_path / "r.parquet").exists()

@@ -1,6 +1,7 @@
 """A host dead before the start (root, 4 lab hosts): host 3's port taken down (`ip link set
-<prefix>veth3 down`) before `lab run` starts the ranks. The measuring commands that stop (sweep,
-buckets) end with exit 3 within --timeout + 30 s; rank 0 names host 3's rank as never joined, in
+<prefix>veth3 down`) before `lab run` starts the ranks. The measuring commands that stop (sweep;
+buckets and zero take the same rendezvous, harness/joining.py, so sweep stands for them here) end
+with exit 3 within --timeout + 30 s; rank 0 names host 3's rank as never joined, in
 one line, and no other host; the rank on host 3 says in one line that it could not reach rank 0;
 no native c10d stack frame reaches stderr (harness/arrival.py). `pairs` goes on with the three
 hosts that joined: their links measured at the link's rate, host 3's stored as `never joined`,
@@ -26,7 +27,7 @@ PREFIX = "cy1"
 ENV = lab_env(PREFIX)
 SUBNET = "10.251.1.0/24"
 MASTER = "10.251.1.1:29400"
-TIMEOUT = 10
+TIMEOUT = 6  # the rendezvous waits it out: each case costs about this much more than its run
 LIMIT_GBPS = 1e9 / 8 * 1448 / 1538 / 1e9  # TCP payload per wire byte at MTU 1500 (docs/PAIRS.md)
 BLAME = re.compile(rf"(?:(?:Unreachable|Hung|Failing|Never joined) host: ({PREFIX}node\d)|\(host ({PREFIX}node\d)"
                    rf"|rank \d+ on ({PREFIX}node\d)(?: \([0-9.]+\))? is (?:unreachable|hung|gone))")
@@ -78,19 +79,13 @@ def assert_host_3_named_alone(code: int, err: list[str], elapsed: float) -> None
     section="Lost ranks and broken links",
     failure="a host's link down before the start (`sweep`, `buckets`, `zero`; 4 lab hosts)",
     does="the rendezvous ends at --timeout: rank 0 says `rank 2 (host cy1node3, ADDR: no answer from it) never "
-         "joined the process group at MASTER within 10 s; check its link (ip link, ibstat) ...` and names no other "
+         "joined the process group at MASTER within 6 s; check its link (ip link, ibstat) ...` and names no other "
          "host; the rank on that host says `could not reach rank 0 at MASTER`; the others one short line each; no "
          "native stack frame; exit 3 within --timeout + 30 s",
 )
 def test_sweep_names_the_host_that_never_joined(lab_with_host_3_down, tmp_path):
     assert_host_3_named_alone(*run_in_lab("sweep", "-b", "1K", "-e", "64K", "--out", str(tmp_path)))
     assert not list(tmp_path.glob("*.parquet"))  # nothing was measured, so no results file
-
-
-@pytest.mark.failure(row="host-dead-before-the-start")
-def test_buckets_names_the_host_that_never_joined(lab_with_host_3_down, tmp_path):
-    assert_host_3_named_alone(*run_in_lab("buckets", "--grad-bytes", "1M", "--bucket-size", "1e5",
-                                          "--out", str(tmp_path)))
 
 
 @pytest.mark.failure(
