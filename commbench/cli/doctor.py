@@ -17,8 +17,12 @@ from commbench.cli.options import DAY_S, Number
               metavar="S",
               help="Also sample the NIC, port and TCP counters for S seconds and name what rose (errors, drops, "
                    "retransmissions, pause frames, congestion).")
-def doctor(as_json, roots, timeout, watch_s) -> int:
+@click.option("--verbose", "-v", is_flag=True,
+              help="Also print each host's facts in full (interfaces, RDMA ports, GPUs, NCCL/GLOO settings); "
+                   "by default the findings come first and each host gets one line.")
+def doctor(as_json, roots, timeout, watch_s, verbose) -> int:
     """Check the network setup for NCCL/gloo: interfaces, RDMA ports, GPUs, NCCL_* settings, across hosts."""
     from commbench.net import doctor as doctoring
 
-    return doctoring.run(as_json=as_json, roots=list(roots), timeout=timeout, watch_s=watch_s)
+    return doctoring.run(as_json=as_json, roots=list(roots), timeout=timeout, watch_s=watch_s,
+                          verbose=verbose)

@@ -15,14 +15,13 @@ import json
 import os
 import sys
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from commbench.net import counters, doctorrails, doctorwire, netinfo, wiresource
-from commbench.core.progress import draw_bar
+from commbench.net.doctorview import layer_name, port_name, report_human
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput, RuntimeFailure
 from commbench.core.inputs import check_path, shown_path
-from commbench.core.safetext import escaped, escaped_tree
 
 ROCE_OVERHEAD = 96  # iboe_get_mtu(): GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4
 IB_MTUS = (4096, 2048, 1024, 512, 256)
@@ -35,14 +34,6 @@ class Finding:
     message: str
     hint: str
     severity: str = "problem"  # "problem" (exit 1) or "note" (printed, exit 0)
-
-
-def _port_name(p: dict) -> str:
-    return f"{p['device']}:{p['port']}"
-
-
-def _layer(p: dict) -> str:
-    return "RoCE" if p.get("link_layer") == "Ethernet" else (p.get("link_layer") or "unknown link layer")
 
 
 def roce_rdma_mtu(netdev_mtu: int) -> int:
@@ -129,7 +120,7 @@ def check_ib_disable(facts: dict) -> list[Finding]:
     active = _active_rdma(facts)
     if not disabled or not active:
         return []
-    names = ", ".join(f"{_port_name(p)} {_layer(p)}" for p in active)
+    names = ", ".join(f"{port_name(p)} {layer_name(p)}" for p in active)
     return [Finding("ib-disable", host, f"NCCL_IB_DISABLE={value} while {len(active)} RDMA port(s) are ACTIVE on "
                     f"{host} ({names}): NCCL falls back to TCP sockets",
                     "unset NCCL_IB_DISABLE (or set it to 0) so that NCCL uses InfiniBand/RoCE")]
@@ -157,7 +148,7 @@ def check_ib_hca(facts: dict) -> list[Finding]:
         return []
     spec = netinfo.parse_nccl_list(value)
     ports = facts["rdma"]
-    have = ", ".join(_port_name(p) for p in ports) or "none: /sys/class/infiniband is empty"
+    have = ", ".join(port_name(p) for p in ports) or "none: /sys/class/infiniband is empty"
     out = []
     unmatched = [f"{n}:{q}" if q != -1 else n for n, q in spec.items
                  if not any(spec.item_matches((n, q), p["device"], p["port"]) for p in ports)]
@@ -172,8 +163,8 @@ def check_ib_hca(facts: dict) -> list[Finding]:
     active = _active_rdma(facts)
     if active and not _ib_disabled(facts) and not netinfo.ib_hca_selects(value, ports):
         out.append(Finding("ib-hca", host, f"NCCL_IB_HCA={value} selects no ACTIVE RDMA port on {host}: "
-                           f"NCCL falls back to TCP sockets (ACTIVE: {', '.join(_port_name(p) for p in active)})",
-                           f"{syntax}; e.g. NCCL_IB_HCA={','.join(_port_name(p) for p in active)}"))
+                           f"NCCL falls back to TCP sockets (ACTIVE: {', '.join(port_name(p) for p in active)})",
+                           f"{syntax}; e.g. NCCL_IB_HCA={','.join(port_name(p) for p in active)}"))
     return out
 
 
@@ -195,8 +186,9 @@ def check_port_state(facts: dict) -> list[Finding]:
             cause = "the port is disabled: check the switch port and the port's configuration"
         else:
             cause = "check the cable, the transceiver and the switch port (ibstat, ip link)"
-        out.append(Finding("port-state", host, f"{_port_name(p)} ({_layer(p)}) on {host} is not ACTIVE/LinkUp: {what}",
-                           f"{cause}; if the port is unused, exclude it: NCCL_IB_HCA=^={_port_name(p)}"))
+        out.append(Finding("port-state", host,
+                           f"{port_name(p)} ({layer_name(p)}) on {host} is not ACTIVE/LinkUp: {what}",
+                           f"{cause}; if the port is unused, exclude it: NCCL_IB_HCA=^={port_name(p)}"))
     return out
 
 
@@ -212,12 +204,13 @@ def check_port_rate(facts: dict) -> list[Finding]:
         fast = [p for p in ports if p["rate_gbps"] == top]
         for p in ports:
             if p["rate_gbps"] < top:
-                out.append(Finding("port-rate", host, f"{_port_name(p)} ({_layer(p)}) on {host} runs at {p['rate']}, "
+                out.append(Finding("port-rate", host,
+                                   f"{port_name(p)} ({layer_name(p)}) on {host} runs at {p['rate']}, "
                                    f"slower than its peers at {fast[0]['rate']} "
-                                   f"({', '.join(_port_name(q) for q in fast)})",
+                                   f"({', '.join(port_name(q) for q in fast)})",
                                    "a slow port paces every ring through it: check the cable, the transceiver and the "
                                    f"switch port speed; if it is another network on purpose, exclude it: "
-                                   f"NCCL_IB_HCA=^={_port_name(p)}"))
+                                   f"NCCL_IB_HCA=^={port_name(p)}"))
     return out
 
 
@@ -232,7 +225,7 @@ def check_roce_gid(facts: dict) -> list[Finding]:
         if p.get("link_layer") != "Ethernet":
             continue
         if not p.get("gid_types_known"):
-            out.append(Finding("roce-gid", host, f"{_port_name(p)} (RoCE) on {host}: the GID types are not readable "
+            out.append(Finding("roce-gid", host, f"{port_name(p)} (RoCE) on {host}: the GID types are not readable "
                                "(no gid_attrs/types), so the RoCE version of NCCL's GID is not checked",
                                "run `show_gids` to see the GID table", "note"))
             continue
@@ -249,7 +242,7 @@ def check_roce_gid(facts: dict) -> list[Finding]:
         else:
             fix = (f"this port has no routable RoCE v{want} GID: give its netdev ({p.get('netdev') or '?'}) an IP "
                    "address and check the default RoCE mode")
-        where = f"{_port_name(p)} (RoCE) on {host}: NCCL uses GID index {idx} ({how})"
+        where = f"{port_name(p)} (RoCE) on {host}: NCCL uses GID index {idx} ({how})"
         if entry is None:
             out.append(Finding("roce-gid", host, f"{where}, which is empty", fix))
         elif netinfo.roce_version(entry.get("type")) != want:
@@ -279,13 +272,13 @@ def check_mtu(facts: dict) -> list[Finding]:
                 rdma = roce_rdma_mtu(nd["mtu"])
                 if rdma < 4096:
                     jumbo = "; jumbo frames recommended" if nd["mtu"] <= 1500 else ""
-                    out.append(Finding("roce-mtu", host, f"{_port_name(p)} (RoCE) on {host} runs over "
+                    out.append(Finding("roce-mtu", host, f"{port_name(p)} (RoCE) on {host} runs over "
                                        f"{nd['name']} with MTU {nd['mtu']}: its RDMA MTU is at most "
                                        f"{rdma} bytes{jumbo}",
                                        f"set MTU 9000 (at least 4200 for 4096-byte RDMA frames) on {nd['name']} and on "
                                        f"every switch port in the path: ip link set dev {nd['name']} mtu 9000"))
             elif p.get("active_mtu") and p["active_mtu"] < 4096:
-                out.append(Finding("roce-mtu", host, f"{_port_name(p)} (RoCE) on {host} has active_mtu "
+                out.append(Finding("roce-mtu", host, f"{port_name(p)} (RoCE) on {host} has active_mtu "
                                    f"{p['active_mtu']} (below 4096): its netdev's MTU is below 4200"
                                    + (" (1500?)" if p["active_mtu"] == 1024 else ""),
                                    f"set MTU 9000 on the port's netdev ({p.get('netdev') or 'see ibdev2netdev'}) "
@@ -300,7 +293,7 @@ def check_mtu(facts: dict) -> list[Finding]:
             else:
                 hint = ("the subnet manager's partition MTU caps it: set mtu=5 (4096) for the partition in opensm's "
                         "partitions.conf or in UFM, then check again with ibv_devinfo")
-            out.append(Finding("ib-mtu", host, f"{_port_name(p)} (InfiniBand) on {host} has active_mtu "
+            out.append(Finding("ib-mtu", host, f"{port_name(p)} (InfiniBand) on {host} has active_mtu "
                                f"{p['active_mtu']} (max_mtu {p.get('max_mtu') or '?'}): below 4096", hint))
     if facts.get("ibv_devinfo") in ("not installed", "not recorded") and ib_linked:
         out.append(Finding("ib-mtu", host, f"ibv_devinfo is not available on {host}: the active_mtu of its InfiniBand "
@@ -380,7 +373,7 @@ def check_across(hosts: list[dict]) -> list[Finding]:
                         "every host should bring the same ports at the same rate: check the ports named by "
                         "`commbench doctor` on the odd hosts (ibstat), their cables and switch ports",
                         fmt=_rate_text)
-    states = {h["host"]: tuple(sorted(f"{_port_name(p)}={p.get('state')}" for p in _considered_ports(h)))
+    states = {h["host"]: tuple(sorted(f"{port_name(p)}={p.get('state')}" for p in _considered_ports(h)))
               for h in hosts}
     if any(states.values()):
         out += _differs("state-mismatch", "RDMA port states differ", states,
@@ -418,84 +411,6 @@ def report_json(hosts: list[dict], findings: list[Finding]) -> str:
                        "findings": [asdict(f) for f in findings]}, indent=2, default=str)
 
 
-def safe_for_terminal(hosts: list[dict], findings: list[Finding]) -> tuple[list[dict], list[Finding]]:
-    """Every string that came from the environment, sysfs or a recorded tree (variable values,
-    interface names, tool output), and every message quoting one, with its control characters
-    shown as escapes (core/safetext.py): an escape sequence in NCCL_SOCKET_IFNAME must not reach
-    the terminal. The JSON report needs none of this: json.dumps escapes them itself."""
-    safe = [replace(f, check=escaped(f.check), host=escaped(f.host), message=escaped(f.message),
-                    hint=escaped(f.hint)) for f in findings]
-    return escaped_tree(hosts), safe
-
-
-def report_human(hosts: list[dict], findings: list[Finding], file=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    hosts, findings = safe_for_terminal(hosts, findings)
-    file = file or sys.stdout
-    # markup and emoji off: '[red]' or ':x:' in a value is text, never a style or a glyph
-    # Under a launcher (mpirun's pseudo-terminal) or CI, plain text: styles would be escape bytes in a log.
-    styled = draw_bar("auto", bool(getattr(file, "isatty", lambda: False)()))
-    console = Console(file=file, width=max(120, Console(file=file).width), highlight=False, soft_wrap=True,
-                      markup=False, emoji=False, force_terminal=styled)
-    for h in hosts:
-        console.print(Text.assemble((h["host"], "bold"),
-                                    f"  ({h['source']}; NCCL {h.get('nccl_version') or 'not found'})"))
-        t = Table("interface", "state", "MTU", "speed", "driver", "addresses", box=None, pad_edge=False)
-        for i in h["interfaces"]:
-            t.add_row(i["name"], i.get("state") or "?", str(i.get("mtu") or "?"),
-                      f"{i['speed_mbps']} Mb/s" if i.get("speed_mbps") else "-", i.get("driver") or "-",
-                      ", ".join(i["addresses"]) if i.get("addresses") is not None else "(not recorded)")
-        console.print(t)
-        if h["rdma"]:
-            t = Table("RDMA port", "state", "phys", "rate", "layer", "netdev", "active_mtu", "RoCE v2 GIDs",
-                      box=None, pad_edge=False)
-            for p in h["rdma"]:
-                v2 = [str(g["index"]) for g in p["gids"] if netinfo.roce_version(g.get("type")) == 2]
-                t.add_row(_port_name(p), p.get("state") or "?", p.get("phys_state") or "?", p.get("rate") or "?",
-                          _layer(p), p.get("netdev") or "-", str(p.get("active_mtu") or "-"),
-                          ",".join(v2) if p.get("link_layer") == "Ethernet" else "-")
-            console.print(t)
-        else:
-            console.print("RDMA: no devices in /sys/class/infiniband")
-        console.print(f"ibv_devinfo: {h.get('ibv_devinfo')}")
-        near = (h.get("topology") or {}).get("nearest_nic") or {}
-        if h.get("gpus"):
-            names = sorted({g["name"] for g in h["gpus"]})
-            console.print(f"GPUs: {len(h['gpus'])} x {', '.join(names)}")
-        elif near:
-            console.print(f"GPUs: {len(near)} (from nvidia-smi topo -m)")
-        else:
-            console.print("GPUs: none found (nvidia-smi not installed or no GPU)")
-        for gpu, n in near.items():
-            console.print(f"  {gpu}: nearest NIC {', '.join(n['nics'])} ({n['link']})")
-        env = h.get("env") or {}
-        console.print("NCCL/GLOO environment: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
-        if h.get("traffic"):
-            tr = h["traffic"]
-            console.print(f"traffic interface: {tr.get('iface')} MTU {tr.get('mtu')}")
-        if h.get("watch"):
-            seen = doctorwire.watch_summary([counters.Moved(**m) for m in h["watch"]["moved"]], h["watch"]["seconds"])
-            console.print(f"watched {h['watch']['seconds']:g} s: " + ("; ".join(seen) or "no traffic"))
-        console.print()
-    file.flush()
-    problems = [f for f in findings if f.severity == "problem"]
-    notes = [f for f in findings if f.severity != "problem"]
-    for f in problems + notes:
-        mark = "PROBLEM" if f.severity == "problem" else "note"
-        print(f"{mark} [{f.check}] {f.message}", file=file)
-        print(f"    hint: {f.hint}", file=file)
-    if problems:
-        where = sorted({h for f in problems for h in f.host.split(",")})
-        print(f"doctor: {len(problems)} problem(s) on {', '.join(where)} ({len(hosts)} host(s) checked)", file=file)
-    else:
-        print(f"doctor: healthy ({len(hosts)} host(s) checked"
-              + (f", {len(notes)} note(s))" if notes else ")"), file=file)
-    file.flush()
-
-
 # ---------------------------------------------------------------------------------------------
 # The command
 # ---------------------------------------------------------------------------------------------
@@ -521,11 +436,11 @@ def evaluate(hosts: list[dict]) -> list[Finding]:
     return findings + check_across(hosts)
 
 
-def _emit(hosts: list[dict], findings: list[Finding], as_json: bool) -> int:
+def _emit(hosts: list[dict], findings: list[Finding], as_json: bool, verbose: bool = False) -> int:
     if as_json:
         print(report_json(hosts, findings))
     else:
-        report_human(hosts, findings)
+        report_human(hosts, findings, verbose=verbose)
     return exit_code(findings)
 
 
@@ -551,7 +466,7 @@ def _live_counters(facts: dict, watch_s: float | None) -> None:
 
 
 def run(as_json: bool = False, roots: list[str] | None = None, timeout: float = 60.0,
-        watch_s: float | None = None) -> int:
+        watch_s: float | None = None, verbose: bool = False) -> int:
     """`commbench doctor`: returns the exit code (the same on every rank)."""
     from commbench.core import launch
 
@@ -568,18 +483,18 @@ def run(as_json: bool = False, roots: list[str] | None = None, timeout: float = 
             facts["traffic"] = _traffic(facts, None, live=False)
             facts["counters"] = doctorwire.to_json(wiresource.recorded_reading(Path(root)))
             hosts.append(facts)
-        return _emit(hosts, evaluate(hosts), as_json)
+        return _emit(hosts, evaluate(hosts), as_json, verbose)
 
     env = launch.detect()
     facts = netinfo.host_facts()
     facts["traffic"] = _traffic(facts, env.master_addr if env else None, live=True)
     _live_counters(facts, watch_s)
     if env is None or env.world_size == 1:
-        return _emit([facts], evaluate([facts]), as_json)
-    return _gathered(env, facts, as_json, timeout)
+        return _emit([facts], evaluate([facts]), as_json, verbose)
+    return _gathered(env, facts, as_json, timeout, verbose)
 
 
-def _gathered(env, facts: dict, as_json: bool, timeout: float) -> int:
+def _gathered(env, facts: dict, as_json: bool, timeout: float, verbose: bool) -> int:
     """Every rank sends its host's facts to rank 0 over gloo; rank 0 decides; all exit alike."""
     from datetime import timedelta
 
@@ -605,7 +520,7 @@ def _gathered(env, facts: dict, as_json: bool, timeout: float) -> int:
                 if f["host"] not in seen:  # several ranks per host report the same host
                     seen.add(f["host"])
                     hosts.append(f)
-            code = _emit(hosts, evaluate(hosts), as_json)
+            code = _emit(hosts, evaluate(hosts), as_json, verbose)
             sys.stdout.flush()
         box = [code]
         dist.broadcast_object_list(box, src=0)
