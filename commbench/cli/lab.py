@@ -87,7 +87,7 @@ def _rate(bits: float | None) -> str:
 
 
 @lab.command(name="set")
-@click.option("--node", default=None, help="One host (default: all).")
+@click.option("--node", default=None, help="One host, cbnode3 or 3 (default: all).")
 @click.option("--rail", default=None, help="One rail of the hosts, eth1 or 1 (default: every rail).")
 @click.option("--mtu", type=MTU, default=None)
 @click.option("--rate", default=None)

@@ -79,10 +79,14 @@ class LabState:
     rails: int = 1  # NICs per host: eth0..eth<rails-1>, rail R on bridge <prefix>br<R>
 
     def node(self, name: str) -> LabNode:
+        """A host by its name (cbnode3) or its number (3), as --rail takes eth1 or 1 (issue #40)."""
+        text = str(name).strip()
+        wanted = f"{PREFIX}node{int(text)}" if text.isdigit() and str(int(text)) == text else text
         for n in self.nodes:
-            if n.name == name:
+            if n.name == wanted:
                 return n
-        raise BadInput(f"no lab host {name!r}: the hosts are {', '.join(n.name for n in self.nodes)}")
+        raise BadInput(f"no lab host {name!r}: the hosts are {', '.join(n.name for n in self.nodes)} "
+                       f"(or their numbers, 1..{len(self.nodes)})")
 
 
 def state_path() -> Path:

@@ -199,3 +199,23 @@ def test_a_rail_port_that_is_not_the_lab_s_is_refused(no_lab_tools, capsys, port
 ])
 def test_owns_resource_accepts_the_rail_names_and_nothing_else(no_lab_tools, kind, name, ours):
     assert labstate.owns_resource(kind, name) is ours
+
+
+# ---------------------------------------------------------------------------------------------
+# `lab set --node 3` as `--rail 1` is taken (issue #40): the host's number or its name
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", ["2", "zqnode2", " 2"])
+def test_a_host_is_found_by_its_number_or_its_name(no_lab_tools, given):
+    write(two_rail_state())
+    assert labstate.load_state().node(given).name == "zqnode2"
+
+
+@pytest.mark.parametrize("node", ["3", "0", "02", "node2", "cbnode2", "-1"])
+def test_lab_set_refuses_a_host_the_lab_does_not_have_naming_the_hosts(no_lab_tools, capsys, node):
+    write(two_rail_state())
+    code, err = cli(["lab", "set", "--node", node, "--rate", "200mbit"], capsys)
+    assert code == 2 and err.strip().splitlines() == [
+        f"commbench: no lab host '{node}': the hosts are zqnode1, zqnode2 (or their numbers, 1..2)"], err
+    assert json.loads(labstate.state_path().read_text()) == two_rail_state()  # nothing changed
