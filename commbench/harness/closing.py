@@ -21,20 +21,20 @@ def closing_lines(rows: Sequence[Mapping], plan: RunOptions) -> list[str]:
     medians = runsummary.point_medians(rows)
     series = runsummary.series_of(medians)
     lines = median_table(series, plan.repetitions) if plan.workload in _MEDIAN_TABLES else []
-    lines += _out_of_bounds(rows)
+    lines += _out_of_bounds(rows, plan)
     lines += runsummary.bandwidth_lines(series)
-    fields = {"iters": plan.iters, "precision": plan.precision, "time_budget": plan.time_budget,
-              "max_iters": plan.max_iters}
-    lines += runsummary.precision_lines(rows, fields)
+    lines += runsummary.precision_lines(rows, runsummary.rule_fields(plan))
     lines += gap_lines(medians, rows[0].get("backend") if rows else "")
     return lines
 
 
-def _out_of_bounds(rows: Sequence[Mapping]) -> list[str]:
-    """nccl-tests' line, counting what the check found (it used to say '0 OK' whatever it found)."""
+def _out_of_bounds(rows: Sequence[Mapping], plan: RunOptions) -> list[str]:
+    """nccl-tests' line, counting what the check found (it used to say '0 OK' whatever it found);
+    'not checked' says why, since --check is the default (issue #40)."""
     checked = [int(r["wrong"]) for r in rows if r.get("wrong") is not None]
     if not checked:
-        return ["# Out of bounds values : not checked"] if rows else []
+        why = "--no-check" if not plan.check else f"{plan.workload} does not check its collectives' outputs; sweep does"
+        return [f"# Out of bounds values : not checked ({why})"] if rows else []
     wrong = sum(checked)
     return [f"# Out of bounds values : {wrong} {'FAILED' if wrong else 'OK'}"]
 

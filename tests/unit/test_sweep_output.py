@@ -203,8 +203,11 @@ def test_links_between_ranks_of_one_host_are_points_of_their_own():
 def test_out_of_bounds_counts_what_the_check_found():
     lines = closing_lines([_row(wrong=3), _row(size=2048, wrong=0)], RunOptions(iters=20))
     assert "# Out of bounds values : 3 FAILED" in lines
-    lines = closing_lines([_row(wrong=None)], RunOptions(iters=20))
-    assert "# Out of bounds values : not checked" in lines
+    lines = closing_lines([_row(wrong=None)], RunOptions(iters=20, check=False))
+    assert "# Out of bounds values : not checked (--no-check)" in lines
+    # with --check on (the default), a workload that checks nothing says so (issue #40: zero said only 'not checked')
+    lines = closing_lines([_row(wrong=None, workload="zero")], RunOptions(workload="zero", iters=20))
+    assert "# Out of bounds values : not checked (zero does not check its collectives' outputs; sweep does)" in lines
 
 
 # ---------------------------------------------------------------- reduce_scatter vs all_reduce
