@@ -157,11 +157,11 @@ def render_links(r: Ranking) -> list[str]:
     """The ranked list and the hosts in it (without the verdict: a rail's has its own words)."""
     what = "host" if r.per_host else "endpoint"
     lines = [f"# Slowest links ({len(r.slowest)} of {len(r.links)}, as many as one {what} takes part in; "
-             f"median of all links {r.median_gbps:.4f} GB/s{' per direction' if r.bidir else ''}):",
-             f"#  {'#':>3}  {'link':<40} {'GB/s':>9}  {'of median':>9}"]
+             f"the median link {r.median_gbps:.4f} GB/s{' per direction' if r.bidir else ''}):",
+             f"#  {'#':>3}  {'link':<40} {'GB/s':>9}  {'of the median link':>18}"]
     for i, ln in enumerate(r.slowest, 1):
         share = f"{ln.gbps / r.median_gbps:.0%}" if r.median_gbps > 0 else "n/a"
-        lines.append(f"#  {i:3d}  {ln.text():<40} {ln.gbps:9.4f}  {share:>9}")
+        lines.append(f"#  {i:3d}  {ln.text():<40} {ln.gbps:9.4f}  {share:>18}")
     total = len(r.slowest)
     lines.append("# Hosts in these links: " + ", ".join(f"{h} ({c} of {total})" for h, c in r.host_counts))
     return lines
@@ -180,7 +180,7 @@ def render_verdict(r: Ranking) -> list[str]:
         ref = (f"{r.send_reference:.4f} GB/s per direction" if r.bidir else
                f"{_num(r.send_reference)} GB/s sending, {_num(r.recv_reference)} GB/s receiving")
         lines.append(f"# No {what} stands out: every {what}'s best link is at least {r.threshold:.0%} of the "
-                     f"median {what}'s best ({ref}).")
+                     f"median {what}'s best link ({ref}).")
     return lines
 
 
@@ -191,7 +191,7 @@ def verdict(r: Ranking) -> str | None:
     what = "host" if r.per_host else "endpoint"
     names = ", ".join(_name(e, r) for e in r.singled_out)
     return (f"slow {what}{'s' if len(r.singled_out) > 1 else ''}: {names} (best link below {r.threshold:.0%} of "
-            "the median; see the ranked links above)")
+            f"the median {what}'s best link; see the ranked links above)")
 
 
 def _name(e: Endpoint, r: Ranking) -> str:
@@ -205,14 +205,15 @@ def _num(x: float | None) -> str:
 def _best_text(e: Endpoint, r: Ranking) -> str:
     if r.bidir:
         return (f"its best link {_num(e.send_best)} GB/s per direction = {e.send_ratio:.0%} of the median "
-                f"{'host' if r.per_host else 'endpoint'}'s best ({_num(r.send_reference)} GB/s)")
+                f"{'host' if r.per_host else 'endpoint'}'s best link ({_num(r.send_reference)} GB/s)")
     parts = []
     for role, best, ratio, ref, slow in (("sending", e.send_best, e.send_ratio, r.send_reference, e.slow_send),
                                          ("receiving", e.recv_best, e.recv_ratio, r.recv_reference, e.slow_recv)):
         if best is None:
             continue
         mark = "" if slow else ", normal"
-        parts.append(f"best link {role} {best:.4f} GB/s = {ratio:.0%} of the median's {_num(ref)}{mark}")
+        parts.append(f"best link {role} {best:.4f} GB/s = {ratio:.0%} of the median "
+                     f"{'host' if r.per_host else 'endpoint'}'s best link ({_num(ref)} GB/s){mark}")
     return "; ".join(parts)
 
 

@@ -91,7 +91,7 @@ def render(rr: RailRanking) -> list[str]:
     verdict: the slow (host, rail)s, or that no rail of any host stands out."""
     lines = []
     for rail, r in rr.rails.items():
-        lines.append(f"# Rail {rail}: {len(r.links)} links, median {r.median_gbps:.4f} GB/s"
+        lines.append(f"# Rail {rail}: {len(r.links)} links, the median link {r.median_gbps:.4f} GB/s"
                      f"{' per direction' if r.bidir else ''}")
         lines += linkrank.render_links(r)
     medians = ", ".join(f"{rail} {_ref(r):.4f}" for rail, r in rr.rails.items())
@@ -107,7 +107,7 @@ def render(rr: RailRanking) -> list[str]:
             lines.append(f"# No rail singled out: {notes.pop()}.")
         else:
             lines.append(f"# No rail of any host stands out: on every rail each host's best link is at least "
-                         f"{rr.threshold:.0%} of the same rail's median host's best.")
+                         f"{rr.threshold:.0%} of the same rail's median host's best link.")
     spread = _rail_spread(rr)
     if spread:
         lines.append(spread)
@@ -139,4 +139,4 @@ def verdict(rr: RailRanking) -> str | None:
     if not rr.slow:
         return None
     return (f"slow rail{'s' if len(rr.slow) > 1 else ''}: " + "; ".join(s.text() for s in rr.slow)
-            + f" (best link on the rail below {rr.threshold:.0%} of the same rail's median)")
+            + f" (best link on the rail below {rr.threshold:.0%} of the same rail's median host's best link)")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from commbench.analysis.frames import as_list, json_cell, present, short
-from commbench.core.linkrate import net_rates
+from commbench.analysis import hostfacts
+from commbench.analysis.frames import as_list, json_cell, present, printable, short
+from commbench.core.linkrate import net_rates, rate_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,11 +76,13 @@ def _link_speeds(net_json: object) -> str:
     if not isinstance(per_host, dict):
         return ""
     # the effective rate: a shaped lab link says 1 Gbit/s, not its veth's 10 Gbit/s
-    rates = {r for r in net_rates(per_host).values() if r.bits is not None}
+    by_host = {host: r for host, r in net_rates(per_host).items() if r.bits is not None}
+    rates = set(by_host.values())
     if len(rates) == 1:
         rate = next(iter(rates))
         return rate.text() if rate.shaped else f"{rate.text()} link"
-    return ""
+    # hosts apart: which is which, each host's rate alone (a title has no room for each one's link speed)
+    return hostfacts.where_text({printable(h): rate_text(r.bits or 0) for h, r in by_host.items()})
 
 
 def run_name(row: dict) -> str:

@@ -1,8 +1,9 @@
 """What differs between two sides' runs: what should be the same (a warning), what is expected to differ.
 
 Both are read from the distinct values of the columns that describe a run (core/columns.py's
-`warn` and `differs` roles), the environment snapshots (NCCL_*, GLOO_*) and each host's effective
-link rate. A run compared with itself is said first.
+`warn` and `differs` roles), the environment snapshots (NCCL_*, GLOO_*) and each host's network
+facts, said with the hosts and rails where they differ (analysis/hostfacts.py). A run compared with
+itself is said first.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from commbench.analysis.frames import column, json_cell, printable, scalar
+from commbench.analysis import hostfacts
+from commbench.analysis.frames import column, printable, scalar
 from commbench.core import columns
 from commbench.core.errors import BadInput
-from commbench.core.linkrate import net_rates
 
 # Should be the same on both sides (a difference makes the comparison suspect), and expected to
 # differ (usually the point of the comparison: shown, not warned about): core/columns.py's roles.
@@ -112,10 +113,19 @@ def _env_values(frame: pd.DataFrame, side: str) -> dict[str, set]:
 
 
 def differences_between(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
+    """The setup differences, each with where it holds: a network fact the hosts' `net` cells
+    record (link rate, mtu, iface, link_layer) per host and rail (analysis/hostfacts.py), the other
+    columns and the environment as the runs record them."""
     out: list[str] = []
     if len(before) == 0 or len(after) == 0:
         return out
+    bfacts, afacts = _facts(before), _facts(after)
+    per_host = {f: hostfacts.difference(f, bfacts, afacts) for f in hostfacts.FACTS}
     for name in DIFFERENCE_COLUMNS + ("workload",):
+        line = per_host.pop(name, None)
+        if line:  # rank 0's column: the hosts' own facts say more, and where
+            out.append(line)
+            continue
         bv, av = run_values(before, name), run_values(after, name)
         if (bv or av) and bv != av:
             out.append(f"{name}: before {_show(bv)}, after {_show(av)}")
@@ -125,18 +135,16 @@ def differences_between(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
         if bv != av:
             out.append(f"{name}: before {_show(bv).replace('(none)', '(unset)')}, "
                        f"after {_show(av).replace('(none)', '(unset)')}")
-    brate, arate = _rates(before), _rates(after)
-    if brate and arate and brate != arate:  # a rate known on one side only is not a known change
-        out.append(f"link rate: before {_show(brate)}, after {_show(arate)}")
+    out += [line for line in per_host.values() if line]  # the link rate (a fact of no column)
     return out
 
 
-def _rates(frame: pd.DataFrame) -> set[str]:
-    """Each host's effective link rate as it reads (core/linkrate.py: a shaper's where it caps the link)."""
+def _facts(frame: pd.DataFrame) -> hostfacts.Facts:
+    """Each host's network facts over the side's runs (analysis/hostfacts.py)."""
     if "net" not in frame.columns:
-        return set()
+        return {}
     try:
         cells = {scalar(v) for v in frame["net"].unique()}  # a run repeats its facts on every row
     except TypeError:
         cells = set(column(frame, "net"))
-    return {r.text() for cell in cells for r in net_rates(json_cell(cell)).values() if r.bits is not None}
+    return hostfacts.side_facts(cells)

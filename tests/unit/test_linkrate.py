@@ -110,7 +110,7 @@ def test_report_network_table_shows_the_shaped_rate(tmp_path):
 def test_compare_lists_the_rate_change_under_differs(tmp_path, capsys):
     before = write(tmp_path / "before.parquet", lab_rows(1_000_000_000, "before", "20261201-000000-aaaaaa"))
     after = write(tmp_path / "after.parquet", lab_rows(800_000_000, "after", "20261201-000000-bbbbbb", seed=2))
-    line = f"link rate: before {SHAPED_1G}, after {SHAPED_800M}"
+    line = f"link rate: before {SHAPED_1G}, after {SHAPED_800M}, on all 2 hosts"
     from commbench.core.results import read_results
 
     assert line in compare_frames(read_results([before]), read_results([after])).differences

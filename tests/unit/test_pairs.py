@@ -80,6 +80,12 @@ def test_one_slow_host_is_named_and_its_links_are_the_slowest(bidir):
     text = "\n".join(linkrank.render(r))
     assert "Slow host: n3" in text and "No host stands out" not in text
     assert linkrank.verdict(r).startswith("slow host: n3 ")
+    # two different medians on consecutive lines, each named for what it is (issue #40): the list's share
+    # is of the median link, the verdict's of the median host's best link; no bare "median's" or "of median"
+    header, verdict_line = text.splitlines()[0], text.splitlines()[-1]
+    assert f"the median link {r.median_gbps:.4f} GB/s" in header
+    assert f"50% of the median host's best link ({r.send_reference:.4f} GB/s)" in verdict_line
+    assert "median's" not in text and "of median " not in text and "median link" not in verdict_line
 
 
 @pytest.mark.parametrize("bidir", [False, True])
@@ -410,7 +416,7 @@ def test_from_results_with_rails_names_the_rail_and_exits_1(tmp_path, capsys):
     assert "# Slow rail: host n3 rail eth1: 0.0241 GB/s, the same rail elsewhere 0.1196 GB/s" in out
     assert err.strip().splitlines() == [
         "commbench: run 20250101-000000-rails1: slow rail: host n3 rail eth1: 0.0241 GB/s, the same rail elsewhere "
-        "0.1196 GB/s (20%) (best link on the rail below 80% of the same rail's median)"]
+        "0.1196 GB/s (20%) (best link on the rail below 80% of the same rail's median host's best link)"]
     assert "Slow host" not in out
 
 
