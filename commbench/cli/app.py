@@ -8,7 +8,7 @@ import sys
 import click
 
 from commbench import __version__
-from commbench.cli import analyze, doctor, measure, tune
+from commbench.cli import analyze, doctor, measure, trend, tune
 from commbench.cli.lab import lab
 from commbench.cli.nccl_tests import nccl_tests
 from commbench.cli.options import InOrder
@@ -25,7 +25,7 @@ def cli() -> None:
 
 
 for _command in (measure.sweep, measure.buckets, measure.zero, measure.pairs, tune.tune,  # measure
-                 analyze.compare, analyze.gate, analyze.plot, analyze.report,  # judge and look
+                 analyze.compare, analyze.gate, trend.trend, analyze.plot, analyze.report,  # judge and look
                  doctor.doctor, nccl_tests, lab):  # diagnose, nccl-tests, the emulated cluster
     cli.add_command(_command)
 
@@ -81,6 +81,7 @@ _EXAMPLES = {
     "compare": "commbench compare results/before/ results/after/",
     "gate": "commbench gate results/ --expect bands.yaml",
     "plot": "commbench plot results/",
+    "trend": "commbench trend results/nightly/",
     "report": "commbench report results/",
     "nccl-tests import": "commbench nccl-tests import all_reduce_perf.log",
     "nccl-tests run": "commbench nccl-tests run ./build/all_reduce_perf -- -b 8 -e 8G -f 2 -g 8",

@@ -26,3 +26,9 @@ class RuntimeFailure(CommbenchError):
     """A rank, the backend or the network failed while measuring."""
 
     exit_code = EXIT_RUNTIME
+
+
+class Inconclusive(CommbenchError):
+    """The inputs are sound but hold too little for a verdict (exit 3, as compare's "inconclusive")."""
+
+    exit_code = EXIT_RUNTIME

@@ -1,0 +1,137 @@
+"""commbench trend: Pettitt's test, the change named at its run with what differed, and bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+
+import numpy as np
+
+from commbench.analysis import trend
+from tests.helpers import cb
+from tests.unit import synthetic
+
+
+def _night(i: int, speed_gbps: float, rng: np.random.Generator, hosts=("node01", "node02"), **kw) -> list[dict]:
+    rows = synthetic.make_rows(
+        collectives=("all_reduce",),
+        sizes=(1 << 16, 1 << 20, 1 << 24),
+        placements=(False,),
+        run_id=f"2026{i:04d}-000000-abcdef",
+        label=f"night{i}",
+        hosts=hosts,
+        speed_gbps=speed_gbps,
+        seed=i,
+        **kw,
+    )
+    noise = rng.lognormal(0, 0.02)  # a night's own wobble, the same on its points
+    for r in rows:
+        r["started_at"] = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=i)
+        r["busbw_GBps"] *= noise
+        r["algbw_GBps"] *= noise
+    return rows
+
+
+def _write_nights(tmp_path, speeds, **kw):
+    rng = np.random.default_rng(7)
+    folder = tmp_path / "nightly"
+    folder.mkdir()
+    for i, speed in enumerate(speeds, start=1):
+        synthetic.write(folder / f"night{i:02d}.parquet", _night(i, speed, rng, **kw))
+    return folder
+
+
+def test_pettitt_finds_the_first_value_after_a_step_and_a_small_p():
+    x = [10.0] * 15 + [3.0] * 9
+    x = [v + 0.01 * i for i, v in enumerate(x)]  # no ties
+    t, p = trend.pettitt(x)
+    assert t == 15
+    assert p < 0.002
+
+
+def test_pettitt_on_a_steady_series_is_not_significant():
+    rng = np.random.default_rng(3)
+    ps = [trend.pettitt(rng.normal(10, 1, 24))[1] for _ in range(400)]
+    assert np.mean(np.array(ps) <= 0.05) <= 0.08  # about alpha or below (the approximation is conservative)
+
+
+def test_smallest_p_and_runs_needed_agree():
+    n = trend.runs_needed(0.05)
+    assert trend.smallest_p(n) <= 0.05 < trend.smallest_p(n - 1)
+    assert math.isclose(trend.smallest_p(24), 2 * math.exp(-6 * 144**2 / (24**3 + 24**2)))
+
+
+def test_a_rate_drop_from_run_16_is_named_at_run_16_with_the_link_rate(tmp_path):
+    folder = _write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
+    found = trend.trend([folder])
+    assert len(found.runs) == 24
+    assert found.change_runs() == [15]  # position 15: run 16
+    assert found.runs[15].index == 16
+    assert found.worse()
+    assert {c.key["size_bytes"] for c in found.changes} >= {1 << 20, 1 << 24}
+    assert any(d.startswith("link rate") for d in found.differs[15])
+
+
+def test_the_cli_names_run_16_exits_1_and_json_lists_the_points(tmp_path):
+    folder = _write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
+    proc = cb("trend", str(folder))
+    assert proc.returncode == 1, proc.stderr
+    assert "CHANGE from run 16 (20260016-000000-abcdef 'night16'" in proc.stdout
+    assert "what differs: " in proc.stdout and "link rate" in proc.stdout
+    got = json.loads(cb("trend", str(folder), "--format", "json").stdout)
+    assert got["verdict"] == "worse"
+    assert {c["first_run_after"] for c in got["changes"]} == {16}
+    assert all(c["change"] < -0.5 for c in got["changes"] if c["point"]["size_bytes"] == 1 << 24)
+
+
+def test_steady_runs_name_nothing_and_exit_0(tmp_path):
+    folder = _write_nights(tmp_path, [400.0] * 24)
+    proc = cb("trend", str(folder))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no change" in proc.stdout
+    assert "CHANGE" not in proc.stdout
+
+
+def test_too_few_runs_is_no_verdict_exit_3(tmp_path):
+    folder = _write_nights(tmp_path, [400.0] * 4)
+    proc = cb("trend", str(folder))
+    assert proc.returncode == 3
+    assert proc.stderr.count("\n") == 1 and "4 runs cannot show a change" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_runs_of_different_world_sizes_are_refused_in_one_line(tmp_path):
+    folder = _write_nights(tmp_path, [400.0] * 8)
+    rows = _night(9, 400.0, np.random.default_rng(1))
+    for r in rows:
+        r["world_size"] = 4
+    synthetic.write(folder / "other.parquet", rows)
+    proc = cb("trend", str(folder))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("commbench: the runs differ in world_size")
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_slow_host_of_pairs_links_is_named_as_the_common_end(tmp_path):
+    hosts = ("cbnode1", "cbnode2", "cbnode3")
+    rng = np.random.default_rng(5)
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    for i in range(1, 25):
+        rows = []
+        for src in hosts:
+            for dst in hosts:
+                if src == dst:
+                    continue
+                slow = i >= 16 and "cbnode3" in (src, dst)
+                part = _night(i, 100.0 if slow else 400.0, rng, hosts=hosts)
+                for r in part:
+                    r.update(workload="pairs", src_host=src, dst_host=dst, world_size=3)
+                rows += part
+        synthetic.write(folder / f"n{i:02d}.parquet", rows)
+    found = trend.trend([folder])
+    assert found.change_runs() == [15]
+    host, links = trend.common_host(found.changes)
+    assert host == "cbnode3"
+    assert {c.hosts() for c in found.changes} <= {(s, d) for s in hosts for d in hosts if "cbnode3" in (s, d)}
