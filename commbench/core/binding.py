@@ -207,3 +207,28 @@ def gpu_cpus(topology: dict[str, Any] | None, nranks: int, visible: str | None =
         except ValueError:  # "N/A": nvidia-smi does not know
             out.append(None)
     return out
+
+
+def collisions(ranks: list[dict[str, Any]]) -> list[str]:
+    """Warnings for local ranks that an external launcher bound to the same CPUs: each rank is bound
+    (fewer CPUs than its host has, `ncpus`) and shares a CPU with another bound rank of its host, so
+    they take turns (issue #40: mpirun's default --bind-to core with -np 2 mapped oddly put both ranks
+    on `cpus 0`). `ranks`: rank, host, cpus (a cpulist), ncpus, per rank. One line per host."""
+    lines = []
+    by_host: dict[str, list[tuple[int, set[int]]]] = {}
+    for r in ranks:
+        try:
+            cpus = parse_cpulist(r.get("cpus") or "")
+        except ValueError:
+            continue
+        if cpus and r.get("ncpus") and len(cpus) < int(r["ncpus"]):
+            by_host.setdefault(str(r.get("host")), []).append((int(r["rank"]), cpus))
+    for host, bound in by_host.items():
+        shared = sorted({rank for rank, cpus in bound for other, theirs in bound if other != rank and cpus & theirs})
+        if not shared:
+            continue
+        where = ", ".join(f"rank {rank} cpus {format_cpulist(cpus)}" for rank, cpus in bound if rank in shared)
+        lines.append(f"ranks {', '.join(map(str, shared))} on {host} are bound to the same CPUs ({where}): they take "
+                     "turns and measure the scheduler; fix: `mpirun --bind-to none`, or `--map-by slot:PE=N` (N CPUs "
+                     "per rank), or srun --cpu-bind=cores, or commbench --bind cores")
+    return lines

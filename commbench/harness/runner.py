@@ -40,7 +40,7 @@ from commbench.harness.pairgroup import DistOps, PairGroup
 from commbench.net.envinfo import env_snapshot, iface_facts, traffic_iface
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, BadInput, CommbenchError, RuntimeFailure
 from commbench.core.launch import RankEnv, ignore_further_signals
-from commbench.core.binding import current_cpulist
+from commbench.core.binding import collisions, current_cpulist
 from commbench.net.netinfo import host_summary
 from commbench.core.options import RunOptions
 from commbench.core.columns import SCHEMA_VERSION
@@ -374,7 +374,7 @@ def _gather_ranks(env: RankEnv, device: torch.device, device_name: str) -> list[
     iface = traffic_iface(env.master_addr)
     mine = {"rank": env.rank, "host": socket.gethostname(), "pid": os.getpid(), "device": str(device),
             "device_name": device_name, **iface_facts(iface), "host_net": host_summary(iface),
-            "addr": local_addr(env.master_addr), "cpus": current_cpulist()}
+            "addr": local_addr(env.master_addr), "cpus": current_cpulist(), "ncpus": os.cpu_count()}
     everyone: list[dict] = [None] * env.world_size  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
     return everyone
@@ -449,6 +449,8 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
                             progress=plan.progress)
         for line in _header_lines(ctx, ranks):
             reporter.line(line)
+        for line in collisions(ranks) if env.rank == 0 and env.launcher != "local" else []:
+            _say(env, f"commbench: warning: {line}")  # the local spawner binds (and says so) itself
         control.watch(lambda line: _say(env, line))
         any_wrong = run_each(Session(ctx, timer, reporter, writer, control=control, wire=probe), workload.run)
         if writer is not None:
