@@ -4,7 +4,10 @@ as the nccl-tests table."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
@@ -18,6 +21,7 @@ from commbench.core.launch import RankEnv
 from commbench.harness.memory import check_fits
 from commbench.core import wire
 from commbench.core.units import format_size
+from commbench.core.linkrate import effective_rate, rate_text
 from commbench.core.errors import BadInput
 from commbench.core.layout import DEFAULT_COLLECTIVE, GroupWork, group_work
 from commbench.harness.plan import Point, SweepPlan, validate
@@ -49,6 +53,7 @@ def measure_point(session: Session, collective: Collective, layout: Layout, poin
 @dataclass
 class SweepWorkload:
     plan: SweepPlan
+    warned: bool = field(default=False, init=False, repr=False)  # the hosts' links differ: said once
 
     def validate(self, world: int) -> None:
         works = self.works(world)
@@ -76,6 +81,10 @@ class SweepWorkload:
         return sum(len(pts) for c in self.plan.entries() for _, pts in self.plan.points(c, world))
 
     def run(self, session: Session, repetitions: range) -> bool:
+        line = link_mismatch(session.ctx.net.get("per_host") or {}) if session.rank == 0 else None
+        if line and not self.warned:  # once, not once per --env setting
+            self.warned = True
+            print(f"commbench: warning: {line}", file=sys.stderr, flush=True)
         return self._grid(session, repetitions, {})
 
     def _grid(self, session: Session, repetitions: range, extra: dict) -> bool:
@@ -138,3 +147,25 @@ def _check_work(plan: SweepPlan, work: GroupWork) -> None:
     if not groupsweep.kept_sizes(plan, collective, {len(g) for g in work.groups}):
         raise BadInput(f"every size rounds to 0 elements for {collective.name} in {where} of {smallest} ranks: "
                        "raise --max-bytes")
+
+
+def link_mismatch(per_host: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """One line when the hosts' traffic links differ in MTU or rate (a shaper's rate where one caps
+    the link, core/linkrate.py): the slowest link paces every collective, and the table cannot say
+    which host it is (issue #40); `commbench pairs` can. None with one host or equal links."""
+    mtus, rates = {}, {}
+    for host, facts in per_host.items():
+        ifaces = (facts.get("host_net") or {}).get("interfaces") or []
+        named = [i for i in ifaces if i.get("name") == facts.get("iface")]
+        mtus[host] = facts.get("mtu")
+        rates[host] = effective_rate({**facts, **(named[0] if named else {})})[0]
+    parts = []
+    if len({m for m in mtus.values() if m}) > 1:
+        parts.append("MTU " + ", ".join(f"{m} on {h}" for h, m in mtus.items()))
+    known = [r for r in rates.values() if r]
+    if known and max(known) > 1.05 * min(known):  # a few % is two NICs' rounding, not a different link
+        parts.append("link rate " + ", ".join(f"{rate_text(r) if r else '?'} on {h}" for h, r in rates.items()))
+    if not parts:
+        return None
+    return (f"the hosts' links differ ({'; '.join(parts)}): the slowest sets every collective's pace; "
+            "`commbench pairs` measures each pair of hosts and names the slow one (docs/PAIRS.md)")
