@@ -53,7 +53,7 @@ CASES = [
      ["--min-iters 10 is larger than --max-iters 5"]),
     ("step-factor-below-one", ["--step-factor", "0.5"], ["--step-factor must be more than 1", "-f 2"]),
     ("time-budget-zero", ["--time-budget", "0"], ["--time-budget", "must be more than 0"]),
-    ("precision-not-a-fraction", ["--precision", "3"], ["--precision 3.0 must be 0 (off) or a fraction below 1"]),
+    ("precision-not-a-fraction", ["--precision", "3"], ["--precision 3.0 must be 0 (off), a fraction below 1 or auto"]),
     ("sendrecv-one-rank", ["--collective", "sendrecv", "--nproc", "1"],
      ["sendrecv needs at least 2 ranks", "raise --nproc"]),
     ("all-sizes-round-to-zero", ["--collective", "all_gather", "--sizes", "8"],

@@ -8,6 +8,7 @@ columns, each string column categorical and hosts one shared list per distinct v
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -56,7 +57,7 @@ def plot_lines(q: Query, column: str, side: str | None = None) -> list:
     named = {"label": "''", "run_id": "'" + side.replace("'", "''") + "'"} if side is not None else {}
     exprs = [f"{named[k]} AS {k}" if k in named else k for k in keys]
     got = q.run(f"SELECT {', '.join(exprs)}, size_bytes, min(gi) AS first, list(value ORDER BY gi) AS vals, "
-                f"bool_or(coalesce(wrong, 0) > 0) AS wrong FROM ({points.curve_rows(q, column)}) "
+                f"bool_or(coalesce(wrong, 0) > 0) AS wrong, median(ci) AS ci FROM ({points.curve_rows(q, column)}) "
                 "GROUP BY ALL ORDER BY first")
     if not got.num_rows:
         raise BadInput(f"the results hold no finite {column} values: nothing to plot")
@@ -66,6 +67,7 @@ def plot_lines(q: Query, column: str, side: str | None = None) -> list:
     numbered: list[tuple] = [(i,) for i in range(len(groups))]  # each group by its position
     summary = summarise(numbered, np.repeat(np.arange(len(groups)), counts), values)
     sizes, wrong_of = got.column("size_bytes").to_pylist(), got.column("wrong").to_pylist()
+    cis = np.asarray([math.nan if c is None else c for c in got.column("ci").to_pylist()], dtype=float)
     by_line: dict[tuple, list[int]] = {}
     for i, k in enumerate(groups):
         by_line.setdefault(k, []).append(i)
@@ -75,7 +77,7 @@ def plot_lines(q: Query, column: str, side: str | None = None) -> list:
         s = np.asarray([sizes[i] for i in idx], dtype=float)
         med, lo, hi = (np.array([summary[(i,)][j] for i in idx], dtype=np.float64) for j in range(3))
         lines.append(dict(key=dict(zip(keys, k)), sizes=s, median=med, lo=lo, hi=hi, reps=counts[idx],
-                          wrong_sizes=s[np.asarray([bool(wrong_of[i]) for i in idx])]))
+                          wrong_sizes=s[np.asarray([bool(wrong_of[i]) for i in idx])], ci=cis[idx]))
     return lines
 
 

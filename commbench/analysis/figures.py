@@ -107,3 +107,51 @@ def headroom(ax: Axes, share: float = HEADROOM) -> None:
         wanted = top + share * (top - min(lo, 0.0))
     if wanted > hi:
         ax.set_ylim(top=wanted)
+
+
+# --------------------------------------------------------------------------- precision and time units
+
+CI_BARS = "the median's 95% CI"  # the label of a curve's error bars (errorbar containers carry it)
+CI_CAP = 1.0  # as the table's marks: a half-width past the median itself is drawn as ±100%
+TIME_UNITS = ((1e6, "s"), (1e3, "ms"), (1.0, "µs"))  # microseconds per unit, the largest first
+
+
+def ci_bars(ax: Axes, x: np.ndarray, y: np.ndarray, ci: np.ndarray | None, color: str) -> bool:
+    """Each point's precision as an error bar: y ± y x ci, ci being its median time's 95% CI
+    half-width over the median (the time_ci column; busbw and algbw are known to the same
+    fraction); none where ci is unknown. The lower end stops short of 0 (a log axis has none)."""
+    if ci is None or not len(ci):
+        return False
+    known = np.isfinite(ci) & np.isfinite(y)
+    if not known.any():
+        return False
+    width = np.minimum(ci[known], CI_CAP)
+    yk = y[known]
+    ax.errorbar(x[known], yk, yerr=[yk * np.minimum(width, 0.95), yk * width], fmt="none", ecolor=color,
+                elinewidth=1.0, capsize=2.5, alpha=0.8, label=CI_BARS)
+    return True
+
+
+def time_unit(top_us: float) -> tuple[float, str]:
+    """The one unit of a time axis whose top is `top_us` microseconds: (microseconds per unit, name)."""
+    for scale, name in TIME_UNITS:
+        if top_us >= scale:
+            return scale, name
+    return TIME_UNITS[-1]
+
+
+def time_axis(ax: Axes) -> None:
+    """A log time axis (data in µs) labelled in one human unit (s from 1 s at its top, ms from 1 ms,
+    else µs: '20' ms, not '2e+04' µs), the plain numbers 100, 200, 500; the ylabel's '(µs)' names it."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    lo, hi = ax.get_ylim()
+    scale, unit = time_unit(hi)
+    fmt = FuncFormatter(lambda v, _: f"{v / scale:g}")
+    ax.yaxis.set_major_formatter(fmt)
+    if hi / max(lo, 1e-300) < 1e3:  # few decades: label 2x and 5x too; within one, every multiple
+        subs = (2.0, 5.0) if hi / max(lo, 1e-300) >= 10 else tuple(float(k) for k in range(2, 10))
+        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=subs))
+        ax.yaxis.set_minor_formatter(fmt)
+    ax.set_ylabel(ax.get_ylabel().replace("(µs)", f"({unit})"))
+    ax.grid(True, which="minor", axis="y", alpha=0.12)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from commbench.analysis import bucketview, points
-from commbench.analysis.figures import DPI, headroom, mpl_text, new_figure
+from commbench.analysis.figures import CI_BARS, DPI, ci_bars, headroom, mpl_text, new_figure, time_axis
 from commbench.analysis.frames import present, short
 from commbench.analysis.points import BUCKETS_SUFFIX, GROUP
 from commbench.analysis.runs import describe_run, placement_name, run_name, run_rows
@@ -92,6 +92,7 @@ class Line:
     hi: np.ndarray
     reps: np.ndarray
     wrong_sizes: np.ndarray
+    ci: np.ndarray | None = None  # each point's median time's 95% CI half-width over it (nan: unknown)
     name: str = ""
     color: str = "#1f77b4"
     style: str = "-"
@@ -212,21 +213,6 @@ def _size_axis(ax: Axes, sizes: Sequence[float] | np.ndarray) -> None:
     ax.grid(True, which="minor", axis="x", alpha=0.15)
 
 
-def _plain_log_y(ax: Axes) -> None:
-    """Log y with plain numbers (100, 200, 500, 1000) rather than 10^2."""
-    from matplotlib.ticker import FuncFormatter, LogLocator
-
-    ax.set_yscale("log")
-    fmt = FuncFormatter(lambda v, _: f"{v:g}")
-    ax.yaxis.set_major_formatter(fmt)
-    lo, hi = ax.get_ylim()
-    if hi / max(lo, 1e-300) < 1e3:  # few decades: label 2x and 5x too; within one, every multiple
-        subs = (2.0, 5.0) if hi / max(lo, 1e-300) >= 10 else tuple(float(k) for k in range(2, 10))
-        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=subs))
-        ax.yaxis.set_minor_formatter(fmt)
-    ax.grid(True, which="minor", axis="y", alpha=0.12)
-
-
 def _draw(ax: Axes, lines: list[Line], small_only: bool = False, log_y: bool = False, bands: bool = True) -> bool:
     drew = False
     for ln in lines:
@@ -236,6 +222,7 @@ def _draw(ax: Axes, lines: list[Line], small_only: bool = False, log_y: bool = F
         x = ln.sizes[sel]
         ax.plot(x, ln.median[sel], color=ln.color, linestyle=ln.style, marker=ln.marker, markersize=4,
                 linewidth=1.6, label=mpl_text(ln.name))
+        ci_bars(ax, x, ln.median[sel], None if ln.ci is None else ln.ci[sel], ln.color)
         if bands and (ln.reps[sel] > 1).any():
             ax.fill_between(x, ln.lo[sel], ln.hi[sel], color=ln.color, alpha=0.10, linewidth=0)
         wrong = ln.wrong_sizes[ln.wrong_sizes <= SMALL_BYTES] if small_only else ln.wrong_sizes
@@ -247,7 +234,7 @@ def _draw(ax: Axes, lines: list[Line], small_only: bool = False, log_y: bool = F
     if log_y and drew:
         ax.set_yscale("log")
         headroom(ax)  # before the ticks are chosen: they depend on the range
-        _plain_log_y(ax)
+        time_axis(ax)
     return drew
 
 
@@ -264,6 +251,9 @@ def _legend(fig: Figure, lines: list[Line], extra_handles: Sequence[Artist] = ()
     if any(len(ln.wrong_sizes) for ln in lines):
         handles.append(Line2D([], [], linestyle="none", marker="x", color="#d00000", markersize=9, markeredgewidth=2))
         labels.append("wrong results (#wrong > 0)")
+    if any(ln.ci is not None and np.isfinite(ln.ci).any() for ln in lines):
+        handles.append(Line2D([], [], color="#555555", marker="|", linestyle="none", markersize=10))
+        labels.append(f"bars: {CI_BARS}")
     if any((ln.reps > 1).any() for ln in lines):
         from matplotlib.patches import Patch
 
@@ -335,9 +325,9 @@ def build_figure(df: pd.DataFrame, metric: str = "busbw", line_rate: float | Non
     fig.suptitle(_what(lines, ylabel, "bucket size" if buckets is not None else "message size"),
                  fontsize=13, fontweight="bold")
     top.set_title(_titles(d), fontsize=9, loc="left")
+    top.set_ylabel(ylabel)  # before _draw: a time axis names its unit in it
     _draw(top, lines, log_y=(metric == "time"))
     _size_axis(top, np.concatenate([ln.sizes for ln in lines]))
-    top.set_ylabel(ylabel)
     if metric != "time":
         top.set_ylim(bottom=0)
     extra_h: list[Artist] = []
@@ -407,10 +397,10 @@ def _latency_panel(ax: Axes, time_lines: list[Line], named: list[Line]) -> None:
         ax.set_xticks([])
         ax.set_yticks([])
         return
+    ax.set_ylabel("Time per operation (µs)")  # before _draw: the time axis names its unit in it
     # Bands of many lines in a narrow panel turn into mud: draw them only for a few lines.
     _draw(ax, time_lines, small_only=True, log_y=True, bands=len(time_lines) <= MAX_BANDED_LATENCY_LINES)
     _size_axis(ax, small)
-    ax.set_ylabel("Time per operation (µs)")
 
 
 def _side_lines(df: pd.DataFrame, name: str, column: str,
@@ -476,9 +466,9 @@ def build_comparison_figure(before_df: pd.DataFrame, after_df: pd.DataFrame, met
         lines += style(d, dash)
         time_lines += style(t, dash)
     # Two sides double the lines: bands only while they stay few enough to tell apart.
+    top.set_ylabel(ylabel)  # before _draw: a time axis names its unit in it
     _draw(top, lines, log_y=(metric == "time"), bands=len(lines) <= MAX_BANDED_LATENCY_LINES)
     _size_axis(top, np.concatenate([ln.sizes for ln in lines]))
-    top.set_ylabel(ylabel)
     if metric != "time":
         top.set_ylim(bottom=0)
     headroom(top)

@@ -29,7 +29,8 @@ GROUP = "layout_group"  # a layout run's group: 'dp0 [0,2]', 'dp0 [0,2] solo' (l
 LINE_KEYS = (*LINE_KEY, SETTINGS, GROUP)  # a curve's identity with its setting and group
 _GROUP_COLUMNS = ("group_dim", "group_index", "group_ranks", "concurrent")
 BUCKETS_SUFFIX = " in buckets"  # a buckets row is drawn as its collective with this suffix
-MEASURES = {"busbw": "busbw_GBps", "algbw": "algbw_GBps", "time": "time_us"}  # a point's medians
+# a point's medians; ci: how precisely its rows' medians are known (time_ci; NULL in older files)
+MEASURES = {"busbw": "busbw_GBps", "algbw": "algbw_GBps", "time": "time_us", "ci": "time_ci"}
 # What a point's groups may name besides LINE_KEYS (the Settings tables and the gap group by them).
 EXTRA_KEYS = ("world_size", "backend")
 # The columns read of rows in memory: a frame is handed to the engine with these only.

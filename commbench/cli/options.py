@@ -18,7 +18,7 @@ import click
 
 from commbench.core.binding import MODES, check_mode
 from commbench.core.errors import BadInput
-from commbench.core.options import WEEK_S as WEEK_S, Flag, shared_options
+from commbench.core.options import AUTO, WEEK_S as WEEK_S, Flag, resolve_auto, shared_options
 from commbench.core.progress import MODES as PROGRESS_MODES
 
 DAY_S = 24 * 3600
@@ -55,8 +55,8 @@ class Number(click.ParamType):
 
     def __init__(self, kind: type = float, low: float | None = None, high: float | None = None, *,
                  low_open: bool = False, high_open: bool = False, rule: str | None = None,
-                 example: str | None = None) -> None:
-        self.kind, self.low, self.high = kind, low, high
+                 example: str | None = None, auto: bool = False) -> None:
+        self.kind, self.low, self.high, self.auto = kind, low, high, auto
         self.low_open, self.high_open, self.rule, self.example = low_open, high_open, rule, example
         self.name = "integer" if kind is int else "float"
 
@@ -71,13 +71,16 @@ class Number(click.ParamType):
         return f"{what} " + " and ".join(filter(None, (low, high)))
 
     def fix(self, flag: str) -> str:
-        return f"give {self.span()}" + (f", e.g. {flag} {self.example}" if self.example else "")
+        return (f"give {self.span()}" + (" or auto" if self.auto else "")
+                + (f", e.g. {flag} {self.example}" if self.example else ""))
 
     def parse(self, value, flag: str):
         """Text as typed -> int or float; a click error (the usage line) when it is no number."""
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
         text = str(value).strip()
+        if self.auto and text.lower() == AUTO:  # resolved per backend once the run's is known (run_fields)
+            return AUTO
         if len(text) > MAX_NUMBER_TEXT:
             raise BadInput(f"{flag} {text[:12]}... ({len(text)} characters) is out of range: {self.fix(flag)}")
         try:
@@ -87,6 +90,8 @@ class Number(click.ParamType):
 
     def check(self, value, flag: str, typed: str | None = None):
         """The range check of a parsed value: the value back, or BadInput naming flag, value and fix."""
+        if value == AUTO and self.auto:
+            return value
         shown = typed if typed is not None else _show(value)
         if isinstance(value, float) and not math.isfinite(value):
             raise BadInput(f"{flag} {shown} is not a finite number: {self.fix(flag)}")
@@ -196,7 +201,7 @@ def shared_option(name: str, default, how: Flag):
     kind: click.ParamType | None
     if how.kind in ("int", "float"):
         kind = Number(int if how.kind == "int" else float, how.low, how.high, low_open=how.low_open,
-                      high_open=how.high_open, rule=how.rule, example=how.example)
+                      high_open=how.high_open, rule=how.rule, example=how.example, auto=how.auto)
     else:
         kind = {"choice": click.Choice(how.choices), "bind": Bind(), "progress": click.Choice(PROGRESS_MODES),
                 "text": Text(how.most or MAX_TEXT), "switch": None, "path": None}[how.kind]
@@ -257,6 +262,7 @@ def run_fields(nproc: int | None, workload: str, **run) -> dict:
         raise BadInput(f"--min-iters {fields['min_iters']} is larger than --max-iters {fields['max_iters']}: "
                        "lower one of them")
     fields["backend"] = choose_backend(fields["backend"])
+    fields = resolve_auto(fields, fields["backend"], workload)
     if nproc is not None:
         check_nproc(nproc, fields["backend"])
     if fields["iface"]:

@@ -123,6 +123,10 @@ REGISTRY: tuple[Column, ...] = (
     _c("time_us_min", _F64, "us", "always", "the fastest of the same samples"),
     _c("time_us_max", _F64, "us", "always", "the slowest of the same samples"),
     _c("time_us_p99", _F64, "us", "always", "the 99th percentile of the same samples"),
+    _c("time_ci", _F64, "fraction", "runs since precision marks (null in older files, nccl-tests, and under 6 samples)",
+       "how precisely `time_us` is known: its 95% confidence interval's half-width over `time_us` (order "
+       "statistics of `samples_us`, distribution-free; the stop rule's `--precision` measure); algbw and busbw "
+       "are known to the same fraction", writers=MEASURED),
     _c("algbw_GBps", _F64, "GB/s", "always", "S / `time_us`, see above"),
     _c("busbw_GBps", _F64, "GB/s", "always", "algbw x the collective's bus factor, see above", "required"),
     _c("wrong", _I64, "elements", "with `--check`", "elements wrong summed over ranks; null with `--no-check`"),

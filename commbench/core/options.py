@@ -12,6 +12,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from collections.abc import Mapping
 
 # Calls in one captured CUDA graph (--cuda-graph): nccl-tests -G captures its -n iterations (20 by
 # default) and launches that graph; one replay of 20 calls hides the host's launch cost as its does.
@@ -22,6 +23,28 @@ MAX_ITERATIONS = 10_000_000
 WEEK_S = 7 * 24 * 3600  # the longest timeout any command takes
 
 FLAG = "flag"  # the key of a field's Flag in its metadata
+
+# --time-budget auto and --precision auto (their defaults), resolved once per run (resolve_auto).
+# NCCL on a GPU times tightly: 3% within 0.05 s a point. gloo on a shared CPU is bimodal (a rank
+# descheduled for a 4 ms tick): on a 2-core machine 3% within 0.05 s reached 0 of the default sweep's
+# 24 points and 5% within 2 s reaches about 21 in 23 s (benchmarks/README.md, "Precision"). Layout and
+# --split groups fill their budget (no early stop) and pairs times every pair: they keep NCCL's pair.
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What "auto" stands for: a time budget, a precision, why, and how to ask for tighter."""
+
+    time_budget: float
+    precision: float
+    why: str
+    tighter: str
+
+
+AUTO_TARGETS = {"nccl": Target(0.05, 0.03, "what NCCL's timings on a GPU allow", "--precision 0.01"),
+                "gloo": Target(2.0, 0.05, "what timings on a shared CPU allow", "--precision 0.03 --time-budget 5")}
+AUTO_WIDE = ("sweep",)  # the workloads that take their backend's Target; the rest take NCCL's
 
 
 @dataclass(frozen=True)
@@ -48,6 +71,8 @@ class Flag:
     choices: tuple[str, ...] = ()
     most: int | None = None
     show_default: bool = True
+    # "auto" is a value too (the default on the command line), resolved per backend (resolve_auto)
+    auto: bool = False
     # The commands that take it (cli/options.py run_options, by the command's name); () every
     # measuring command. --layout, --order, --group and --solo are sweep's, zero's and buckets' (these
     # two run in the data-parallel groups, core/layout.py data_parallel); --split is sweep's.
@@ -76,13 +101,15 @@ class RunOptions:
     iters: int | None = flag(None, "-n", "--iters", kind="int", low=1, high=MAX_ITERATIONS, example="100",
                              show_default=False, help="Timed iterations per point [default: adaptive].")
     # adaptive: the most seconds of timed iterations per point (benchmarks/README.md)
-    time_budget: float = flag(0.05, "--time-budget", kind="float", low=0, high=3600, low_open=True, example="0.05",
-                              help="Most seconds of timed iterations per point (adaptive).")
+    # (the command line's default is auto: resolve_auto; a RunOptions made in code gets NCCL's pair)
+    time_budget: float = flag(0.05, "--time-budget", kind="float", low=0, high=3600, low_open=True, example="2",
+                              auto=True, help="Most seconds of timed iterations per point (adaptive); auto: 2 "
+                                              "with gloo (a sweep), else 0.05.")
     # adaptive: stop once the median's 95% CI half-width is this fraction (0: fill the budget)
     precision: float = flag(0.03, "--precision", kind="float", low=0, high=1, high_open=True, example="0.03",
-                            rule="must be 0 (off) or a fraction below 1",
+                            rule="must be 0 (off), a fraction below 1 or auto", auto=True,
                             help="Adaptive: stop a point once its median is known to this fraction (95% CI "
-                                 "half-width); 0 fills --time-budget.")
+                                 "half-width); 0 fills --time-budget; auto: 0.05 with gloo (a sweep), else 0.03.")
     min_iters: int = flag(10, "--min-iters", kind="int", low=1, high=MAX_ITERATIONS, example="10")
     max_iters: int = flag(2000, "--max-iters", kind="int", low=1, high=MAX_ITERATIONS, example="2000")
     repetitions: int = flag(1, "-R", "--repetitions", kind="int", low=1, high=1000, example="5",
@@ -137,6 +164,8 @@ class RunOptions:
                            "group's contention factor (concurrent / solo busbw).")
     run_id: str = ""
     workload: str = "sweep"
+    # the fields that were "auto" on the command line (resolve_auto): the closing lines say so
+    auto_fields: list[str] = field(default_factory=list)
     # --cuda-graph (sweep; as nccl-tests -G): calls per captured CUDA graph, each replay one sample; 0: plain loop
     cuda_graph: int = 0
     # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination and
@@ -155,8 +184,34 @@ class RunOptions:
 def shared_options(command: str | None = None) -> list[tuple[str, Any, Flag]]:
     """(field name, default, Flag) of every shared command-line option (those `command` takes),
     in the help's order."""
-    return [(f.name, f.default, f.metadata[FLAG]) for f in dataclasses.fields(RunOptions)
+    return [(f.name, AUTO if f.metadata[FLAG].auto else f.default, f.metadata[FLAG])
+            for f in dataclasses.fields(RunOptions)
             if FLAG in f.metadata and (command is None or f.metadata[FLAG].taken_by(command))]
+
+
+def auto_target(backend: str, workload: str, grouped: bool = False) -> Target:
+    """What "auto" stands for: the backend's Target (AUTO_TARGETS) for a sweep whose points stop at
+    the target; NCCL's for the rest (groups that fill their budget, pairs' every pair, buckets, zero)."""
+    wide = workload in AUTO_WIDE and not grouped
+    return AUTO_TARGETS.get(backend, AUTO_TARGETS["nccl"]) if wide else AUTO_TARGETS["nccl"]
+
+
+def resolve_auto(fields: dict[str, Any], backend: str, workload: str) -> dict[str, Any]:
+    """`fields` (RunOptions' by name) with time_budget and precision given as "auto" made numbers,
+    once per run, and auto_fields naming them."""
+    target = auto_target(backend, workload, bool(fields.get("layout") or fields.get("split")))
+    auto = [name for name in ("time_budget", "precision") if fields.get(name) == AUTO]
+    return dict(fields, **{name: getattr(target, name) for name in auto}, auto_fields=auto)
+
+
+def target_note(plan: Mapping[str, Any]) -> str:
+    """Which target applied and why, where --precision was auto; '' otherwise."""
+    if "precision" not in (plan.get("auto_fields") or ()):
+        return ""
+    target = auto_target(str(plan.get("backend") or ""), str(plan.get("workload") or "sweep"),
+                         bool(plan.get("layout") or plan.get("split")))
+    return (f"{float(plan['precision']):.0%} within {float(plan['time_budget']):g} s a point: --precision auto on "
+            f"{plan.get('backend')}, {target.why}; for tighter, e.g. {target.tighter}")
 
 
 def child_flags(run: dict[str, Any], leave: tuple[str, ...] = ()) -> list[str]:
@@ -164,7 +219,7 @@ def child_flags(run: dict[str, Any], leave: tuple[str, ...] = ()) -> list[str]:
     those in `leave`, and but those unset (None or empty)."""
     flags: list[str] = []
     for name, _, how in shared_options():
-        value = run.get(name)
+        value = AUTO if name in (run.get("auto_fields") or ()) else run.get(name)
         if name in leave or value is None or value == "":
             continue
         if how.kind == "switch":

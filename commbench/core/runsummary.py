@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from commbench.core.columns import RUN_POINT_KEY
+from commbench.core.options import target_note
 from commbench.core.stats import median_ci_halfwidth, median_ci_ranks
 from commbench.core.units import counted, format_size
 from commbench.core.vocab import COLLECTIVES
@@ -98,8 +99,25 @@ def percent(fraction: float) -> str:
     return f"{fraction * 100:.3g}%"
 
 
+CAP = 1.0  # a half-width beyond the median itself says only that the median is not known: shown capped
+
+
 def halfwidth_text(width: float) -> str:
-    return "±?" if not math.isfinite(width) else f"±{width:.0%}" if width >= 0.095 else f"±{width:.1%}"
+    """±7.3%, ±12%; >±100% past CAP (±856% would claim a precision about the imprecision); ±? where
+    too few samples gave no interval."""
+    if not math.isfinite(width):
+        return "±?"
+    if width > CAP:
+        return f">±{CAP:.0%}"
+    return f"±{width:.0%}" if width >= 0.095 else f"±{width:.1%}"
+
+
+def rule_fields(plan: Any) -> dict[str, Any]:
+    """What the stop rule judged a run by, from its RunOptions (the closing lines and the table's
+    marks read these): the fields precision_lines and precision_of take."""
+    return {name: getattr(plan, name, None) for name in
+            ("iters", "precision", "time_budget", "max_iters", "auto_fields", "backend", "workload", "layout",
+             "split")}
 
 
 def precision_lines(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) -> list[str]:
@@ -122,17 +140,29 @@ def precision_lines(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) 
         why = {w: sum(1 for _, p in missed if p.why == w) for w in (TIME_BUDGET, MAX_ITERS)}
         reasons = [f"{n} at the time budget ({float(plan.get('time_budget') or 0):g} s)" if w == TIME_BUDGET else
                    f"{n} at --max-iters {plan.get('max_iters')}" for w, n in why.items() if n]
-        worst_row, worst = max(missed, key=lambda rp: rp[1].halfwidth)
         lines[0] += f"; {len(missed)} stopped short: " + ", ".join(reasons)
-        # sweep's table marks them; a layout run's live line (one per point and dimension) does not
-        marked = any(r.get("workload", "sweep") == "sweep" and not _cell(r.get("group_dim")) for r, _ in missed)
-        worst_text = f"{halfwidth_text(worst.halfwidth)}: {point_name(worst_row)}"
-        lines.append((f"# {MISSED_MARK} ±N% in the table: that point's median is known only to ±N% (worst "
-                      f"{worst_text})" if marked else f"# Worst: {worst_text} (its median's 95% CI half-width)")
-                     + "; more --time-budget or --max-iters, or a quieter machine, narrow it")
+        lines.append(_missed_line(missed))
     if any(_cell(r.get("group_dim")) for r, _ in judged):  # a group stopping early would leave the others alone
         lines[0] += " (parallel groups do not stop at the target: each fills the time budget, docs/LAYOUTS.md)"
-    return lines
+    note = target_note(plan)
+    return lines[:1] + ([f"# Target: {note}"] if note else []) + lines[1:]
+
+
+def _missed_line(missed: Sequence[tuple[Mapping[str, Any], Precision]]) -> str:
+    """What the marks mean and the worst of them; past CAP, how many are only known to be wide (one
+    calm line: such a point's times varied more than its median, not a failure)."""
+    worst_row, worst = max(missed, key=lambda rp: rp[1].halfwidth)
+    # sweep's table marks them; a layout run's live line (one per point and dimension) does not
+    marked = any(r.get("workload", "sweep") == "sweep" and not _cell(r.get("group_dim")) for r, _ in missed)
+    wide = sum(1 for _, p in missed if CAP < p.halfwidth < math.inf)  # inf: too few samples, not wide
+    worst_text = f"{halfwidth_text(worst.halfwidth)}: {point_name(worst_row)}"
+    if wide and math.isfinite(worst.halfwidth):
+        worst_text = (f"{halfwidth_text(worst.halfwidth)}: {counted(wide, 'point')}, e.g. {point_name(worst_row)}, "
+                      "whose times varied more than their median")
+    return (f"# {MISSED_MARK} ±N% in the table: that point's median is known only to ±N% ("
+            f"{'' if worst_text.startswith('>') else 'worst '}{worst_text})" if marked
+            else f"# Worst: {worst_text} (its median's 95% CI half-width)") + \
+        "; more --time-budget or --max-iters, or a quieter machine, narrow it"
 
 
 def point_where(row: Mapping[str, Any]) -> str:
@@ -170,6 +200,7 @@ class PointMedian:
     algbw: float
     busbw: float
     times_us: list[float]  # each repetition's median time
+    halfwidth: float = math.nan  # the median over its rows of their medians' 95% CI half-width (nan: unknown)
 
     @property
     def spread(self) -> tuple[float, float]:
@@ -191,14 +222,21 @@ def _cell(value: Any) -> Any:
 def point_medians(rows: Iterable[Mapping[str, Any]]) -> list[PointMedian]:
     """Per point (POINT_KEYS), medians over its repetitions of time, algbw and busbw, in the order
     the points were first measured; rows without a finite busbw (a failed link) are left out."""
-    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-    for r in rows:
-        if _finite(r.get("busbw_GBps")) and _finite(r.get("time_us")):
-            groups.setdefault(tuple(_cell(r.get(k)) for k in POINT_KEYS), []).append(r)
-    return [PointMedian(g[0], statistics.median(float(r["time_us"]) for r in g),
-                        statistics.median(float(r.get("algbw_GBps") or 0) for r in g),
-                        statistics.median(float(r["busbw_GBps"]) for r in g), [float(r["time_us"]) for r in g])
+    groups: dict[tuple[Any, ...], list[tuple[Mapping[str, Any], float]]] = {}
+    kept = [r for r in rows if _finite(r.get("busbw_GBps")) and _finite(r.get("time_us"))]
+    for r, w in zip(kept, halfwidths([r.get("samples_us") for r in kept])):
+        groups.setdefault(tuple(_cell(r.get(k)) for k in POINT_KEYS), []).append((r, w))
+    return [PointMedian(g[0][0], statistics.median(float(r["time_us"]) for r, _ in g),
+                        statistics.median(float(r.get("algbw_GBps") or 0) for r, _ in g),
+                        statistics.median(float(r["busbw_GBps"]) for r, _ in g), [float(r["time_us"]) for r, _ in g],
+                        _median_of([w for _, w in g]))
             for g in groups.values()]
+
+
+def _median_of(values: Sequence[float]) -> float:
+    """The median of the values that are not nan (inf counts: too few samples); nan where none is."""
+    known = [v for v in values if not math.isnan(v)]
+    return statistics.median(known) if known else math.nan
 
 
 @dataclass
@@ -293,12 +331,19 @@ def bandwidth_lines(series: Sequence[Series]) -> list[str]:
         peak = s.peak
         both = len({p.first.get("in_place") for p in s.points}) > 1
         where = (f" {'in place' if peak.first.get('in_place') else 'out of place'}" if both else "")
-        lines.append(f"# {s.label:<{width}}  avg bus bandwidth {gbps(s.avg)} GB/s, peak {gbps(peak.busbw)} GB/s "
-                     f"at {point_where(peak.first)}{where}{_group_of(peak.first)} ({_extent(s.points)}: "
-                     f"{counted(len(s.points), 'point')}{_groups_counted(s.points)})")
+        lines.append(f"# {s.label:<{width}}  avg bus bandwidth {gbps(s.avg)} GB/s, peak {gbps(peak.busbw)} GB/s"
+                     f"{_plus_minus(peak.halfwidth)} at {point_where(peak.first)}{where}{_group_of(peak.first)} "
+                     f"({_extent(s.points)}: {counted(len(s.points), 'point')}{_groups_counted(s.points)})")
     if len(series) == 1:
         lines.append(f"# Avg bus bandwidth    : {series[0].avg:.4f} GB/s")
     return lines
+
+
+def _plus_minus(width: float) -> str:
+    """' ±4.1%' after a figure whose median's half-width is known (busbw is bytes over that median
+    time, so it is known to the same fraction, to first order); '' where it is not (or too few samples
+    gave no interval)."""
+    return f" {halfwidth_text(width)}" if math.isfinite(width) else ""
 
 
 def _group_of(row: Mapping[str, Any]) -> str:

@@ -23,9 +23,7 @@ def closing_lines(rows: Sequence[Mapping], plan: RunOptions) -> list[str]:
     lines = median_table(series, plan.repetitions) if plan.workload in _MEDIAN_TABLES else []
     lines += _out_of_bounds(rows, plan)
     lines += runsummary.bandwidth_lines(series)
-    fields = {"iters": plan.iters, "precision": plan.precision, "time_budget": plan.time_budget,
-              "max_iters": plan.max_iters}
-    lines += runsummary.precision_lines(rows, fields)
+    lines += runsummary.precision_lines(rows, runsummary.rule_fields(plan))
     lines += gap_lines(medians, rows[0].get("backend") if rows else "")
     return lines
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from commbench.core import streams
 from commbench.core.progress import draw_bar, is_terminal
-from commbench.core.runsummary import MISSED_MARK, gbps, halfwidth_text, precision_of
+from commbench.core.runsummary import MISSED_MARK, gbps, halfwidth_text, precision_of, rule_fields
 
 # nccl-tests' columns, with room for 3 significant digits of a bandwidth below 0.001 GB/s
 _HEAD = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 8), ("redop", "", 6), ("root", "", 6))
@@ -80,8 +80,7 @@ def format_row(size: int, count: int, type_name: str, redop: str, root: int,
 
 def precision_mark(records: list[dict], plan) -> str:
     """'  ~ ±12%' after a table line whose point (either placement) missed --precision; '' otherwise."""
-    fields = {"iters": plan.iters, "precision": plan.precision, "time_budget": plan.time_budget,
-              "max_iters": plan.max_iters}
+    fields = rule_fields(plan)
     missed = [p for r in records if (p := precision_of(r, fields)) is not None and not p.reached]
     if not missed:
         return ""

@@ -16,6 +16,7 @@ import contextlib
 import datetime as dt
 import functools
 import json
+import math
 import os
 import re
 import socket
@@ -47,6 +48,7 @@ from commbench.core.columns import SCHEMA_VERSION
 from commbench.core.results import ResultWriter, resolve_out
 from commbench.core.settings import Setting
 from commbench.harness.settings import axis_interfaces, run_each, settings_of
+from commbench.core.stats import median_ci_halfwidth
 from commbench.core.stragglers import rank_summary, straggler_warnings
 from commbench.harness.wire import WireProbe, gather as gather_wire
 from commbench.core import wire as wirecols
@@ -337,6 +339,7 @@ class Session:
             "warmup": warmup, "repetition": repetition,
             "time_us": median_us, "time_us_min": float(us.min()), "time_us_max": float(us.max()),
             "time_us_p99": float(np.percentile(us, 99)),
+            "time_ci": _ci(us),
             "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor, "wrong": m.wrong,
             "samples_us": us.tolist(), **_rank_columns(m.ranks), "rank_cpus": ctx.rank_cpus,
             "rank_host": ctx.rank_host,
@@ -360,6 +363,12 @@ class Session:
     def write(self, rows: list[dict]) -> None:
         if self.writer is not None and rows:
             self.writer.append(rows)
+
+
+def _ci(us: np.ndarray) -> float | None:
+    """The time_ci column: the median's 95% CI half-width over the median; None under 6 samples."""
+    width = median_ci_halfwidth(us) if us.size else math.inf
+    return width if math.isfinite(width) else None
 
 
 def _rank_columns(ranks: RankTimes | None) -> dict:
