@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import textwrap
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -13,6 +14,7 @@ MISS_LIMIT = 0.25  # a prediction more than 25% off its measurement is flagged (
 # A further change to the user's config must buy at least this much (tune --min-gain): above the
 # run-to-run noise of one measurement per candidate (3-6% between runs of a 100mbit lab step).
 MIN_GAIN = 0.10
+WIDTH = 120  # the columns tune's report fits (--wide only widens the table)
 SETTINGS = ("stage", "reduce_bucket", "allgather_bucket", "grad_accum", "dtype")  # what a candidate sets
 
 
@@ -100,7 +102,7 @@ def verdict_lines(rows: list[Row], best: Row, user: Row, min_gain: float) -> lis
     elif yours is not None and best.measured_us is not None:
         new, old = _measured(best), _measured(yours)
         lines.append(f"# measured: {abs(1 - new / old):.0%} {'less' if new <= old else 'more'} communication per "
-                     f"micro-batch than your config ({new:,.0f} us vs {old:,.0f} us)")
+                     f"micro-batch than your config ({format_us(new)} vs {format_us(old)})")
     top = fastest(rows)
     if top is not None and top is not best:
         gap = 1 - _measured(top) / _measured(best)
@@ -108,6 +110,23 @@ def verdict_lines(rows: list[Row], best: Row, user: Row, min_gain: float) -> lis
                      f"{top.changes(user)} of your settings, the winner {best.changes(user)}: "
                      f"under --min-gain {min_gain:.0%}, the smaller change wins")
     return lines
+
+
+def recommendation(rows: list[Row], best: Row, user: Row, min_gain: float, documents: tuple[dict, dict],
+                   ds_config: str, unmeasured: str | None = None, memory: str | None = None) -> list[str]:
+    """What tune says first: a change to training (batch, accumulation, precision) on the first
+    line, why the user's config was not measured, the winner and its measured comparison with the
+    user's config, what a lower stage costs in memory (`memory`), then the change as a JSON merge
+    patch (RFC 7386) of `documents` (old, new)."""
+    old, new = documents
+    lines = [line for line in (training_change(old, new), unmeasured and f"# {unmeasured}") if line]
+    lines.append(f"# winner: ZeRO-{best.stage}, reduce_bucket_size {best.reduce_bucket:.3g}, "
+                 f"gradient_accumulation_steps {best.grad_accum}, {best.dtype} "
+                 f"(rank {_rank(rows, best)} of {len(rows)})")
+    lines += verdict_lines(rows, best, user, min_gain) + ([f"# {memory}"] if memory else [])
+    patch = merge_patch(old, new)
+    lines.append(f"# change to {ds_config} (JSON merge patch, RFC 7386):")
+    return lines + (diff_lines(patch) if patch else ["{}  (your config is already the winner)"])
 
 
 class Plan(Protocol):
@@ -148,23 +167,66 @@ def _rank(rows: list[Row], row: Row) -> int:
     return next(i for i, r in enumerate(rows, 1) if r is row)
 
 
-def _us(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:,.0f}"
+def format_us(us: float | None) -> str:
+    """A time in the unit a reader takes in at a glance: us below 10 ms, then ms, then s."""
+    if us is None:
+        return "n/a"
+    if us < 10_000:
+        return f"{us:,.0f} us"
+    if us < 10_000_000:
+        return f"{us / 1e3:,.1f} ms"
+    return f"{us / 1e6:,.2f} s"
 
 
-def table(rows: list[Row], full: bool, scale: float) -> list[str]:
-    """The ranked table; measured and ratio only where measured, a flag where the miss is > 25%."""
-    lines = [f"#  rank  stage  reduce_bucket  allgather_bucket  grad_accum  dtype     "
-             f"predicted(us/step @scale {scale:g})  measured(us/step @scale {scale:g})  ratio   "
-             "full-scale predicted (us/step)  per micro-batch (us)"]
+def table(rows: list[Row], full: bool, scale: float, wide: bool = False) -> list[str]:
+    """The ranked table in 120 columns; measured and ratio only where measured, a flag where the
+    miss is > 25%. `wide` (--wide) adds allgather_bucket_size and the full-scale prediction."""
+    extra = f"  {'allgather_bucket':>16s}  {'full-scale pred.':>16s}" if wide else ""
+    lines = [f"#  rank  stage  reduce_bucket  accum  dtype     {'predicted':>10s}  {'measured':>10s}  ratio  "
+             f"{'/micro-batch':>12s}{extra}"]
     for i, r in enumerate(rows, 1):
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
         flag = ("  MISS>25%" if r.flagged else "") + ("  (yours)" if r.yours else "")
-        lines.append(f"  {i:5d}  {r.stage:5d}  {r.reduce_bucket:13.3g}  {r.allgather_bucket:16.3g}  "
-                     f"{r.grad_accum:10d}  {r.dtype:8s}  {_us(r.predicted_scaled_us):>33s}  {_us(r.measured_us):>32s}  "
-                     f"{ratio:>5s}   "
-                     f"{_us(r.predicted_full_us):>30s}  {_us(r.per_micro_batch(full)):>20s}{flag}")
+        more = f"  {r.allgather_bucket:16.3g}  {format_us(r.predicted_full_us):>16s}" if wide else ""
+        lines.append(f"  {i:5d}  {r.stage:5d}  {r.reduce_bucket:13.3g}  {r.grad_accum:5d}  {r.dtype:8s}  "
+                     f"{format_us(r.predicted_scaled_us):>10s}  {format_us(r.measured_us):>10s}  {ratio:>5s}  "
+                     f"{format_us(r.per_micro_batch(full)):>12s}{more}{flag}")
     return lines
+
+
+def wrapped(lines: list[str]) -> list[str]:
+    """Comment lines cut to WIDTH columns, each continuation indented under its text (a note's
+    under the note); other lines (the patch, a path longer than the width) as they are."""
+    out = []
+    for text in lines:
+        if not text.startswith("#") or len(text) <= WIDTH:
+            out.append(text)
+            continue
+        indent = "#" + " " * (len("# note: ") - 1 if text.startswith("# note: ") else 3)
+        out += textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+    return out
+
+
+def training_change(old: dict, new: dict) -> str | None:
+    """The one line that says the recommendation changes training itself (global batch,
+    accumulation, precision), or None: it comes first, never inside the patch alone."""
+    changed = []
+    for key in ("gradient_accumulation_steps", "train_batch_size"):
+        if old.get(key) != new.get(key):
+            changed.append(f"{key} {old.get(key)} -> {new.get(key)}")
+    before, after = _precision(old), _precision(new)
+    if before != after:
+        changed.append(f"precision {before} -> {after}")
+    if not changed:
+        return None
+    why = [w for w, hit in (("retune the learning rate", len(changed) > (before != after)),
+                            ("check convergence", before != after)) if hit]
+    return "# CHANGES TRAINING: " + ", ".join(changed) + f" ({'; '.join(why)})"
+
+
+def _precision(doc: dict) -> str:
+    on = [k for k in ("fp16", "bf16", "bfloat16") if isinstance(doc.get(k), dict) and doc[k].get("enabled") is True]
+    return {"fp16": "fp16", "bf16": "bf16", "bfloat16": "bf16"}[on[0]] if on else "fp32"
 
 
 def merge_patch(old: dict, new: dict) -> dict:

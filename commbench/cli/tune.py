@@ -10,6 +10,7 @@ import click
 
 from commbench.analysis.tuneview import MIN_GAIN
 from commbench.cli.options import Number, model_shape, model_shape_options, run_fields, run_options
+from commbench.cli.tables import wide_option
 from commbench.core.errors import BadInput
 
 
@@ -22,14 +23,18 @@ from commbench.core.errors import BadInput
 @click.option("--top", type=Number(int, 1, 100, example="3"), default=3, show_default=True,
               help="Measure the best K predictions with real collectives.")
 @click.option("--memory-per-rank", "memory", default=None,
-              help="Memory for one rank's model states, e.g. 80G [default: the GPU's, or RAM / ranks].")
+              help="Memory for one rank's model states, e.g. 80G [default: the GPU's; CPU ranks: not checked].")
 @click.option("--stages", default=None, help="ZeRO stages to consider [default: 0,1,2,3 that fit].")
 @click.option("--reduce-buckets", "reduce_buckets", default=None,
               help="reduce_bucket_size grid in elements [default: yours x 0.1, 1, 10].")
 @click.option("--allgather-buckets", "allgather_buckets", default=None,
               help="allgather_bucket_size grid in elements [default: yours; DeepSpeed 0.19.8 ignores it].")
 @click.option("--grad-accum", "grad_accum", default=None,
-              help="gradient_accumulation_steps grid [default: yours x 1, 2, 4].")
+              help="gradient_accumulation_steps grid: other values than yours need --allow-batch-change "
+                   "[default: yours; with --allow-batch-change yours x 1, 2, 4].")
+@click.option("--allow-batch-change", "allow_batch", is_flag=True,
+              help="Let candidates change gradient_accumulation_steps, and with it train_batch_size (the global "
+                   "batch, a training hyperparameter); a winner that does says so first.")
 @click.option("--dtypes", default=None, help="Communication dtypes [default: yours and a 2-byte one].")
 @click.option("--scale", "scale", type=Number(float, 0, 1, low_open=True, example="0.01"), default=None,
               help="Measuring scale of every message [default: the zero workload's auto].")
@@ -37,12 +42,13 @@ from commbench.core.errors import BadInput
               show_default=True,
               help="Percent: a candidate that changes more of your config must be this much faster to win.")
 @click.option("--force", is_flag=True, help="Replace an existing tuned config in --out.")
+@wide_option
 @click.option("--launcher", type=click.Choice(["local", "lab", "srun"]), default="local", show_default=True,
               help="Where the curve and the zero runs get their ranks: local (--nproc), one on every lab host, "
                    "or srun steps on every task of the Slurm job tune runs in.")
 @run_options
 def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, reduce_buckets, allgather_buckets,
-         grad_accum, dtypes, scale, min_gain, force, launcher, nproc, **run) -> int:
+         grad_accum, allow_batch, dtypes, scale, min_gain, force, wide, launcher, nproc, **run) -> int:
     """Predict the communication time of candidate DeepSpeed settings, measure the best, recommend one."""
     from commbench.core import outputs, units
     from commbench.integrations.deepspeed import config as dsconfig
@@ -57,14 +63,14 @@ def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, re
         raise BadInput("tune starts the ranks of its runs itself (--launcher local, lab or srun): run it outside "
                        "torchrun/srun/mpirun/lab run; in a Slurm job, in the batch script with --launcher srun")
     fields = run_fields(nproc=nproc, workload="tune", **run)
-    world, per_node = _ranks(launcher, nproc, run.get("iface"), fields["backend"])
+    world, _ = _ranks(launcher, nproc, run.get("iface"), fields["backend"])
     gas = cfg.gradient_accumulation_steps or 1
+    accums = _grad_accums(grad_accum, gas, allow_batch)
     user = work.Row(cfg.zero_stage, cfg.reduce_bucket_size, cfg.allgather_bucket_size, gas, cfg.dtype_name, 0.0)
     dts = _list(dtypes, "--dtypes", lambda t: _dtype(t)) or _default_dtypes(cfg.dtype_name)
     itemsize = max(_dtype(d, size=True) for d in dts)
     params = work.param_count(*shape)
-    budget = (units.parse_size(memory, "--memory-per-rank") if memory
-              else work.memory_budget(fields["backend"], per_node))
+    budget = units.parse_size(memory, "--memory-per-rank") if memory else work.memory_budget(fields["backend"])
     wanted = _list(stages, "--stages", _stage) or [0, 1, 2, 3]
     plan = work.TunePlan(
         layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, ds_config=ds_config, world=world,
@@ -73,52 +79,54 @@ def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, re
         reduce_buckets=_counts(reduce_buckets, "--reduce-buckets")
         or sorted({max(1, int(cfg.reduce_bucket_size * f)) for f in work.BUCKET_FACTORS}),
         allgather_buckets=_counts(allgather_buckets, "--allgather-buckets", even=True) or [cfg.allgather_bucket_size],
-        grad_accums=_list(grad_accum, "--grad-accum", _accum) or [gas * f for f in work.GRAD_ACCUM_FACTORS],
+        grad_accums=accums,
         dtypes=dts, prefetch_bucket=cfg.stage3_prefetch_bucket_size,
         multi_rank_allreduce=cfg.use_multi_rank_bucket_allreduce,
         scale=scale or work.cpu_scale(params, itemsize, fields["backend"]),
         out=work.out_folder(run["out"]), run_id=fields["run_id"], child_args=work.child_flags(fields, nproc),
-        launcher=launcher)
-    rows, notes, written = work.run(plan, user, list(curve), top)
-    notes = work.left_out(params, world, _dtype(cfg.dtype_name, size=True), budget, wanted, plan.stages) + notes
-    _report(plan, rows, notes, user, cfg, target, force, ds_config, min_gain / 100)
+        launcher=launcher, memory=budget, user_itemsize=_dtype(cfg.dtype_name, size=True))
+    rows, notes, written, unmeasured = work.run(plan, user, list(curve), top)
+    notes = work.left_out(params, world, plan.user_itemsize, budget, wanted, plan.stages) + notes
+    _report(plan, (rows, notes, unmeasured), user, cfg, (target, ds_config), force, min_gain / 100, wide)
     return 0
 
 
-def _report(plan, rows, notes, user, cfg, target, force, ds_config, min_gain) -> None:
+def _report(plan, result, user, cfg, paths, force, min_gain, wide) -> None:
+    """The recommendation first (a change to training on its first line, then the winner against
+    the user's config and the patch), the ranked table and the notes after it."""
     from commbench.analysis import tuneview
     from commbench.core import outputs
     from commbench.integrations.deepspeed import config as dsconfig
 
+    rows, notes, unmeasured = result
+    target, ds_config = paths
     _, full = tuneview.ranked(rows)
-    click.echo(f"# tune: {plan.model} ({plan.params / 1e9:.3g}B parameters) on {plan.world} ranks, "
-               f"{len(rows)} candidates; ranked by predicted communication per micro-batch "
-               + ("at full scale" if full
-                  else f"at the measuring scale {plan.scale:g} (the curve does not reach full scale)"))
-    click.echo(f"# predicted and measured: one optimizer step at scale {plan.scale:g} (every message x{plan.scale:g}), "
-               "like for like; full-scale predicted: the same step at the model's real size, not measured")
-    for line in tuneview.table(rows, full, plan.scale) + [f"# note: {n}" for n in notes]:
-        click.echo(line)
-    missed = [r for r in rows if r.flagged]
-    if missed:
-        click.echo(f"# {len(missed)} measured candidate(s) missed the prediction by more than "
-                   f"{tuneview.MISS_LIMIT:.0%} (MISS>25%): the curve does not describe that schedule well")
     best = tuneview.winner(rows, user, min_gain)
-    for line in tuneview.verdict_lines(rows, best, user, min_gain):
-        click.echo(line)
     new = tuneview.apply_setting(cfg.to_dict(), best, user.grad_accum, user.dtype)
     dsconfig.parse(new, source=str(target))  # the recommendation must be a config DeepSpeed accepts
     patch = tuneview.merge_patch(cfg.to_dict(), new)
-    click.echo(f"# winner: ZeRO-{best.stage}, reduce_bucket_size {best.reduce_bucket:.3g}, gradient_accumulation_steps "
-               f"{best.grad_accum}, {best.dtype}; change to {ds_config} (JSON merge patch, RFC 7386):")
-    for line in tuneview.diff_lines(patch) if patch else ["{}  (your config is already the winner)"]:
-        click.echo(line)
+    from commbench.workloads.tune import stage_memory
+
+    lines = tuneview.recommendation(rows, best, user, min_gain, (cfg.to_dict(), new), ds_config, unmeasured,
+                                    stage_memory(plan, best, user))
+    lines += [f"# tune: {plan.model} ({plan.params / 1e9:.3g}B parameters), {plan.world} ranks, {len(rows)} candidates "
+              "ranked by predicted communication per micro-batch "
+              + ("at full scale" if full else f"at the measuring scale {plan.scale:g} (the curve stops short of full)"),
+              f"# predicted, measured: one optimizer step, every message x{plan.scale:g}, like for like"
+              + ("" if wide else "; --wide: the full-scale prediction")]
+    after = [f"# note: {n}" for n in notes]
+    missed = [r for r in rows if r.flagged]
+    if missed:
+        after.append(f"# {len(missed)} measured candidate(s) missed the prediction by more than "
+                     f"{tuneview.MISS_LIMIT:.0%} (MISS>25%): the curve does not describe that schedule well")
     summary = Path(plan.out) / f"{plan.run_id}.tune.json"
-    record = tuneview.record(plan, rows, full, best, patch, notes, min_gain)
+    record = tuneview.record(plan, rows, full, best, patch, [unmeasured] * bool(unmeasured) + notes, min_gain)
     outputs.write_files([outputs.Output(target, (json.dumps(new, indent=2) + "\n").encode(), "--out"),
                          outputs.Output(summary, (json.dumps(record, indent=2) + "\n").encode(), "--out")],
                         "tune", [ds_config], force)
-    click.echo(f"# wrote {target} (the tuned config) and {summary} (every candidate, machine-readable)")
+    after += [f"# wrote the tuned config: {target}", f"# wrote every candidate (JSON): {summary}"]
+    for line in tuneview.wrapped(lines) + tuneview.table(rows, full, plan.scale, wide) + tuneview.wrapped(after):
+        click.echo(line)
 
 
 def _ranks(launcher: str, nproc: int | None, iface: str | None, backend: str) -> tuple[int, int]:
@@ -149,6 +157,17 @@ def _list(text, flag, convert) -> list:
     if not items or len(items) > 20:
         raise BadInput(f"{flag} {text[:40]!r} is not a list of 1 to 20 values: e.g. {flag} 1,2")
     return list(dict.fromkeys(convert(t.strip()) for t in items))
+
+
+def _grad_accums(text: str | None, gas: int, allow: bool) -> list[int]:
+    """The accumulation grid: the user's alone unless --allow-batch-change (it sets the global batch)."""
+    from commbench.workloads import tune as work
+
+    values = _list(text, "--grad-accum", _accum)
+    if not allow and any(v != gas for v in values):
+        raise BadInput(f"--grad-accum {str(text)[:40]} changes gradient_accumulation_steps (yours: {gas}) and with it "
+                       "train_batch_size, a training hyperparameter: add --allow-batch-change, or drop --grad-accum")
+    return values or ([gas * f for f in work.GRAD_ACCUM_FACTORS] if allow else [gas])
 
 
 def _dtype(text, size=False):

@@ -66,6 +66,10 @@ class TunePlan:
     # how child runs get their ranks: "local" (--nproc), "lab" (`lab run`, a rank a host) or "srun"
     # (a step of the Slurm job tune runs in, on all of its tasks)
     launcher: str = "local"
+    # one rank's memory for its model states (--memory-per-rank, or the GPU's); None: not checked
+    # (CPU ranks rehearse for accelerators whose memory RAM / ranks says nothing about)
+    memory: int | None = None
+    user_itemsize: int = 2  # the user's training dtype's bytes, for the memory check
 
     @property
     def params(self) -> int:
@@ -82,7 +86,11 @@ def state_bytes_per_rank(params: int, stage: int, world: int, itemsize: int) -> 
     return {0: w + g + o, 1: w + g + o / world, 2: w + (g + o) / world, 3: (w + g + o) / world}[stage]
 
 
-def fitting_stages(params: int, world: int, itemsize: int, budget: int, stages: list[int], model: str) -> list[int]:
+def fitting_stages(params: int, world: int, itemsize: int, budget: int | None, stages: list[int],
+                   model: str) -> list[int]:
+    """The stages whose model states fit `budget` bytes a rank (None: every stage, memory not checked)."""
+    if budget is None:
+        return list(stages)
     fit = [s for s in stages if state_bytes_per_rank(params, s, world, itemsize) <= budget]
     if not fit:
         need = state_bytes_per_rank(params, 3, world, itemsize)
@@ -92,8 +100,13 @@ def fitting_stages(params: int, world: int, itemsize: int, budget: int, stages: 
     return fit
 
 
-def left_out(params: int, world: int, itemsize: int, budget: int, wanted: list[int], fit: list[int]) -> list[str]:
-    """One note per stage that memory ruled out, so a missing stage is never a mystery."""
+def left_out(params: int, world: int, itemsize: int, budget: int | None, wanted: list[int],
+             fit: list[int]) -> list[str]:
+    """One note per stage that memory ruled out, so a missing stage is never a mystery; one that
+    says memory was not checked where no budget is known (CPU ranks without --memory-per-rank)."""
+    if budget is None:
+        return ["memory per rank not checked (CPU ranks, no --memory-per-rank): every stage is a candidate; "
+                "pass --memory-per-rank 80G to leave out the stages your accelerators cannot hold"]
     return [f"ZeRO-{s} left out: its model states need {format_size(state_bytes_per_rank(params, s, world, itemsize))} "
             f"per rank, more than {format_size(budget)} (--memory-per-rank)" for s in wanted if s not in fit]
 
@@ -112,11 +125,13 @@ def comms(plan: TunePlan, row: Row, scale: float) -> list[tuple[str, int, int]]:
 
 
 def candidates(plan: TunePlan, user: Row) -> list[Row]:
-    """The grid, too-large schedules left out, duplicates (same collectives at the same sizes) merged
-    into the one nearest the user's config."""
+    """The grid and the user's own config (unless memory rules its stage out), too-large schedules
+    left out, duplicates (same collectives at the same sizes) merged into the one nearest the
+    user's config."""
     seen: dict[tuple, Row] = {}
-    for stage, rb, ab, g, dt in itertools.product(plan.stages, plan.reduce_buckets, plan.allgather_buckets,
-                                                  plan.grad_accums, plan.dtypes):
+    grid = itertools.product(plan.stages, plan.reduce_buckets, plan.allgather_buckets, plan.grad_accums, plan.dtypes)
+    mine = [user.setting()] if user_fits(plan, user) else []
+    for stage, rb, ab, g, dt in [*mine, *grid]:
         if step_collectives(stage, plan.layers, plan.params, rb, g) > MAX_STEP_COLLECTIVES:
             continue
         row = Row(stage, rb, ab, g, dt, 0.0)
@@ -127,6 +142,34 @@ def candidates(plan: TunePlan, user: Row) -> list[Row]:
         raise BadInput(f"every candidate of {plan.model} issues more than {MAX_STEP_COLLECTIVES:,} collectives "
                        "per step: pass larger --reduce-buckets")
     return list(seen.values())
+
+
+def user_fits(plan: TunePlan, user: Row) -> bool:
+    """Whether the user's own stage holds its model states in plan.memory (always, unchecked)."""
+    return plan.memory is None or state_bytes_per_rank(plan.params, user.stage, plan.world,
+                                                        plan.user_itemsize) <= plan.memory
+
+
+def unmeasured(plan: TunePlan, user: Row) -> str:
+    """Why the user's config is not among the measured candidates (said first, before the winner)."""
+    if not user_fits(plan, user):
+        need = state_bytes_per_rank(plan.params, user.stage, plan.world, plan.user_itemsize)
+        return (f"your config was NOT measured: its ZeRO-{user.stage} model states need {format_size(need)} per rank, "
+                f"more than {format_size(plan.memory or 0)} (--memory-per-rank); the winner is not compared with it")
+    return (f"your config was NOT measured: its step issues more than {MAX_STEP_COLLECTIVES:,} collectives; "
+            "the winner is not compared with it")
+
+
+def stage_memory(plan: TunePlan, best: Row, user: Row) -> str | None:
+    """Where the winner lowers the ZeRO stage: the model states a rank holds then, and whether
+    that was checked against a memory budget."""
+    if best.stage >= user.stage:
+        return None
+    now, then = (state_bytes_per_rank(plan.params, s, plan.world, plan.user_itemsize) for s in (user.stage, best.stage))
+    checked = (f"within --memory-per-rank {format_size(plan.memory)}" if plan.memory is not None
+               else "memory NOT checked on CPU ranks: pass --memory-per-rank")
+    return (f"ZeRO-{user.stage} -> ZeRO-{best.stage}: model states {format_size(now)} -> {format_size(then)} a rank "
+            f"({checked})")
 
 
 def _distance(row: Row, user: Row) -> tuple:
@@ -228,7 +271,7 @@ def measure(plan: TunePlan, row: Row, index: int) -> str:
           f"gradient_accumulation_steps {row.grad_accum}, {row.dtype} -> {path}", flush=True)
     child(["zero", "--ds-config", plan.ds_config, *shape_args(plan), "--vocab", str(plan.vocab),
            "--stages", str(row.stage), "--bucket-size", str(row.reduce_bucket),
-           "--grad-accum", str(row.grad_accum), "-d", row.dtype, "--scale", repr(plan.scale), "--overlap", "off",
+           "--grad-accum", str(row.grad_accum), "-d", row.dtype, "--scale", repr(plan.scale),
            "--out", str(path), *plan.child_args], f"candidate {index}'s zero run", plan.launcher)
     frame = read_results([str(path)], columns=["time_us", "zero_stage"])
     times = frame.loc[frame["collective"] == "zero_step", "time_us"].dropna()
@@ -251,20 +294,21 @@ def cpu_scale(params: int, itemsize: int, backend: str) -> float:
     return 1.0 if backend == "nccl" else min(1.0, DEFAULT_CPU_STEP_BYTES / (params * itemsize))
 
 
-def memory_budget(backend: str, world: int) -> int:
-    """One rank's memory: the GPU's, or this machine's RAM shared by the local ranks."""
+def memory_budget(backend: str) -> int | None:
+    """One rank's memory for the memory check: the GPU's; None on CPU ranks (not checked): a CPU
+    run rehearses for accelerators, and this machine's RAM / ranks says nothing about theirs."""
     if backend == "nccl":
         import torch
 
         return int(torch.cuda.get_device_properties(0).total_memory)
-    import psutil
-
-    return int(psutil.virtual_memory().total // max(1, world))
+    return None
 
 
-def run(plan: TunePlan, user: Row, curve_files: list[str], top: int) -> tuple[list[Row], list[str], list[str]]:
+def run(plan: TunePlan, user: Row, curve_files: list[str],
+        top: int) -> tuple[list[Row], list[str], list[str], str | None]:
     """Predict every candidate, measure the best `top` and the user's own config (the baseline the
-    winner must beat); returns rows, notes and the files written."""
+    winner must beat); returns rows, notes, the files written, and why the user's config was not
+    measured (None: it was)."""
     rows = candidates(plan, user)
     written: list[str] = []
     curve = load_curve(curve_files) if curve_files else None
@@ -280,10 +324,7 @@ def run(plan: TunePlan, user: Row, curve_files: list[str], top: int) -> tuple[li
     for rank, row in enumerate(order, 1):
         if rank <= top or row is yours:
             written.append(measure(plan, row, rank))
-    if yours is None:
-        notes.append("your config is not among the candidates (its stage does not fit, or --stages, --dtypes, ... "
-                     "leave it out): the winner is not compared with it")
-    return order, notes, written
+    return order, notes, written, None if yours is not None else unmeasured(plan, user)
 
 
 def launched() -> bool:

@@ -113,9 +113,11 @@ def test_same_schedule_candidates_merged_nearest_the_user():
     user = Row(2, 200_000, 500_000_000, 1, "bfloat16", 0.0)
     rows = work.candidates(_plan(), user)
     # stage 0 ignores reduce_bucket_size; allgather_bucket_size never changes the schedule;
-    # 3e5 and 2e6 are both one bucket for this 228k-parameter model: 3e5 is nearer the user's 2e5
+    # 3e5 and 2e6 are both one bucket for this 228k-parameter model: 3e5 is nearer the user's 2e5;
+    # the user's own 2e5 (two buckets) is a candidate though the grid does not hold it
     got = sorted((r.stage, r.reduce_bucket, r.allgather_bucket) for r in rows)
-    assert got == [(0, 300_000, 500_000_000), (2, 20_000, 500_000_000), (2, 300_000, 500_000_000)]
+    assert got == [(0, 300_000, 500_000_000), (2, 20_000, 500_000_000), (2, 200_000, 500_000_000),
+                   (2, 300_000, 500_000_000)]
 
 
 def test_scaled_prediction_terms_shrink():
