@@ -75,6 +75,7 @@ class Trend:
     points: int  # points tested (those in at least MIN_RUNS runs)
     changes: list[PointChange]
     differs: dict[int, list[str]] = field(default_factory=dict)  # at -> what differs between runs at-1 and at
+    table: pd.DataFrame | None = None  # per_run_points' table with pos, each run's position: a figure's series
 
     def change_runs(self) -> list[int]:
         return sorted({c.at for c in self.changes})
@@ -220,9 +221,26 @@ def trend(paths: Iterable[str | os.PathLike], alpha: float = 0.05, threshold: fl
             f"least {need}): pass more runs' results"
         )
     points, changes = find_changes(table, runs, alpha, threshold)
-    result = Trend(runs, points, sorted(changes, key=lambda c: (c.at, c.change)))
+    order = {r.run_id: r.index - 1 for r in runs}
+    result = Trend(
+        runs,
+        points,
+        sorted(changes, key=lambda c: (c.at, c.change)),
+        table=table.assign(pos=table["run_id"].map(order)),
+    )
     result.differs = {at: what_differs(q, runs, at) for at in result.change_runs()}
     return result
+
+
+def series(found: Trend, key: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(run indexes from 1, values) of one point across the runs, in time order."""
+    assert found.table is not None
+    mask = np.ones(len(found.table), dtype=bool)
+    for name in KEY_COLUMNS:
+        column, want = found.table[name], key.get(name)
+        mask &= column.isna().to_numpy() if want is None else (column == want).to_numpy()
+    rows = found.table[mask].sort_values("pos")
+    return rows["pos"].to_numpy(int) + 1, rows["v"].to_numpy(float)
 
 
 def common_host(changes: Sequence[PointChange]) -> tuple[str | None, int]:

@@ -30,7 +30,9 @@ SHOWN = 8  # changed points listed per change run (the rest counted)
     help="Smallest change of a point's median (before vs after) that is named (5% or 0.05).",
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def trend(results, alpha, threshold, fmt) -> int:
+@click.option("--plot", "plot_path", default=None, help="Also draw the changed points' series into this .png/.svg.")
+@click.option("--force", is_flag=True, help="Replace an existing --plot file (never an input).")
+def trend(results, alpha, threshold, fmt, plot_path, force) -> int:
     """Follow every point across runs (files or folders, e.g. a nightly job's results) in time order
     and name the first run after each change, its points and what differed.
 
@@ -42,7 +44,15 @@ def trend(results, alpha, threshold, fmt) -> int:
     thr = fraction(threshold, "--threshold")
     if a > 0.5:
         raise BadInput(f"--alpha {alpha} is above 0.5: pass a significance level such as 0.05 or 0.01")
+    if plot_path is not None:
+        from commbench.analysis import plot
+
+        plot.check_figure(plot_path, "trend", "--plot", results, force)  # before anything is read
     found = trending.trend(results, alpha=a, threshold=thr)
+    if plot_path is not None:
+        from commbench.analysis import plot, trendplot
+
+        plot.save_figure(trendplot.draw(found), plot_path, "--plot", "trend", results, force)
     text = json.dumps(_as_dict(found), indent=2, default=str) + "\n" if fmt == "json" else _table(found, trending)
     sys.stdout.write(text)
     return EXIT_BAD_RESULT if found.worse() else EXIT_OK

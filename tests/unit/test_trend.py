@@ -135,3 +135,24 @@ def test_a_slow_host_of_pairs_links_is_named_as_the_common_end(tmp_path):
     host, links = trend.common_host(found.changes)
     assert host == "cbnode3"
     assert {c.hosts() for c in found.changes} <= {(s, d) for s in hosts for d in hosts if "cbnode3" in (s, d)}
+
+
+def test_the_plot_draws_each_changed_point_and_marks_run_16(tmp_path):
+    from commbench.analysis import trendplot
+
+    found = trend.trend([_write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)])
+    fig = trendplot.draw(found)
+    lines = fig.axes[0].get_lines()
+    marks = [ln for ln in lines if list(ln.get_xdata()) == [15.5, 15.5]]
+    assert len(marks) == 1
+    drawn = [ln for ln in lines if ln not in marks]
+    assert len(drawn) == len(found.changes) == 3
+    assert all(list(ln.get_xdata()) == list(range(1, 25)) for ln in drawn)
+
+
+def test_cli_plot_writes_the_figure_and_refuses_a_bad_suffix(tmp_path):
+    folder = _write_nights(tmp_path, [400.0] * 24)
+    assert cb("trend", str(folder), "--plot", str(tmp_path / "t.png")).returncode == 0
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+    bad = cb("trend", str(folder), "--plot", str(tmp_path / "t.txt"))
+    assert bad.returncode == 2 and bad.stderr == f"commbench: --plot {tmp_path / 't.txt'} must end in .png or .svg\n"
