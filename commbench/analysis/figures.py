@@ -132,6 +132,14 @@ def ci_bars(ax: Axes, x: np.ndarray, y: np.ndarray, ci: np.ndarray | None, color
     return True
 
 
+def ci_bar_sets(fig: Figure) -> list[tuple[str, int]]:
+    """The error bars ci_bars drew in a figure: (the axes' label, points with a bar) per curve."""
+    from matplotlib.container import ErrorbarContainer
+
+    return [(ax.get_label(), len(c.lines[2][0].get_segments())) for ax in fig.axes for c in ax.containers
+            if isinstance(c, ErrorbarContainer) and c.get_label() == CI_BARS]
+
+
 def time_unit(top_us: float) -> tuple[float, str]:
     """The one unit of a time axis whose top is `top_us` microseconds: (microseconds per unit, name)."""
     for scale, name in TIME_UNITS:

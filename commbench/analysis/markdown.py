@@ -6,6 +6,7 @@ all or none, through core/outputs.py). Every value from a results file goes thro
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -16,6 +17,7 @@ from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_N
                                            report_title, run_facts, runs_named, size_text, wrong_cell)
 from commbench.analysis.runs import describe_run, run_rows
 from commbench.core.outtext import LINE_LIMIT, markdown, terminal
+from commbench.core.runsummary import halfwidth_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -97,6 +99,18 @@ def runs_markdown(df: pd.DataFrame, title: str = "Runs") -> list[str]:
     return out
 
 
+def with_ci(number: str, ci: float | None) -> str:
+    """A table's figure with how precisely it is known: '1.51 ±12%' (the point's median time's 95% CI
+    half-width, the time_ci column, as the sweep's table marks it; busbw and algbw are known to the
+    same fraction), '>±100%' past it; the figure alone where rows do not say (older files)."""
+    return number if ci is None or not math.isfinite(ci) or number == "–" else f"{number} {halfwidth_text(ci)}"
+
+
+def ci_cell(row: dict, name: str) -> str:
+    """with_ci of a table row's figure `name`, by its row's ci."""
+    return with_ci(fnum(row[name]), row.get("ci"))
+
+
 def peaks_markdown(peaks: list[dict]) -> list[str]:
     several = len({p["run_id"] for p in peaks}) > 1
     settings = len({p["settings"] for p in peaks}) > 1
@@ -105,7 +119,7 @@ def peaks_markdown(peaks: list[dict]) -> list[str]:
         "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong"]
     rows = [[p["collective"], p["dtype"], p["placement"]] + ([p["run"]] if several else [])
             + ([p["setting"]] if settings else []) + [
-        fnum(p["peak_busbw"]), size_text(p["size_bytes"]), fnum(p["algbw"]), fnum(p["time_us"]), p["reps"],
+        ci_cell(p, "peak_busbw"), size_text(p["size_bytes"]), ci_cell(p, "algbw"), ci_cell(p, "time_us"), p["reps"],
         wrong_cell(p["wrong"], p["unchecked"])[0]] for p in peaks]
     return [md_table(headers, rows, right=range(3 + len(extra), len(headers))), ""]
 

@@ -34,7 +34,7 @@ from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_N
                                            CurveTables, curve_tables, fault_runs, fnum, fp, json_value,
                                            late_arrivals_by_run, missing, net_rows, ratio_text, report_title, run_facts,
                                            run_positions, runs_named, size_text, wrong_cell)
-from commbench.analysis.markdown import build_markdown
+from commbench.analysis.markdown import build_markdown, ci_cell
 from commbench.analysis.runs import describe_run, placement_name, run_rows
 from commbench.core import outputs, outtext
 from commbench.core.errors import BadInput, RuntimeFailure
@@ -131,8 +131,7 @@ def png_data_uri(fig: Figure) -> str:
 
 
 def _figure_html(fig: Figure, alt: str, caption: str) -> str:
-    return (f'<figure><img src="{png_data_uri(fig)}" alt="{esc(alt)}">'
-            f"<figcaption>{esc(caption)}</figcaption></figure>")
+    return f'<figure><img src="{png_data_uri(fig)}" alt="{esc(alt)}"><figcaption>{esc(caption)}</figcaption></figure>'
 
 
 def _several(rows: list[dict], name: str) -> bool:
@@ -149,7 +148,8 @@ def peak_table_html(rows: list[dict]) -> str:
         wrong, bad = wrong_cell(r["wrong"], r["unchecked"])
         body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else [])
                     + ([r["setting"]] if settings else []) + [
-            fnum(r["peak_busbw"]), size_text(r["size_bytes"]), fnum(r["algbw"]), fnum(r["time_us"]), r["reps"], wrong])
+            ci_cell(r, "peak_busbw"), size_text(r["size_bytes"]), ci_cell(r, "algbw"), ci_cell(r, "time_us"), r["reps"],
+            wrong])
         classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
     first_num = 3 + len(extra)
     return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
@@ -165,7 +165,7 @@ def points_table_html(rows: list[dict]) -> str:
         wrong, bad = wrong_cell(r["wrong"])
         body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else [])
                     + ([r["setting"]] if settings else []) + [
-            size_text(r["size_bytes"]), r["size_bytes"], fnum(r["time_us"]), fnum(r["algbw"]), fnum(r["busbw"]),
+            size_text(r["size_bytes"]), r["size_bytes"], ci_cell(r, "time_us"), fnum(r["algbw"]), ci_cell(r, "busbw"),
             r["reps"], wrong])
         classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
     first_num = 3 + len(extra)
@@ -539,7 +539,7 @@ def _curves_html(cfig: Figure, tables: CurveTables) -> list[str]:
                          reportparts.curves_caption(cfig)),
             "</section>", '<section id="peaks"><h2>Peak bus bandwidth</h2>',
             '<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
-            "over repetitions; #wrong sums every row of the line.</p>",
+            "over repetitions (±: its median's 95% CI); #wrong sums every row of the line.</p>",
             peak_table_html(tables.peaks),
             *(f'<p class="gap">{esc(line)}</p>' for line in tables.gaps),  # rs vs all_reduce
             "</section>", settings_html(tables.settings)]

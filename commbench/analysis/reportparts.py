@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis import plot
+from commbench.analysis.figures import ci_bar_sets
 from commbench.analysis.markdown import runs_markdown
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
@@ -28,8 +29,9 @@ _LATENCY = f"time per operation of sizes ≤ {format_size(plot.SMALL_BYTES)}"
 def curves_caption(fig: Figure) -> str:
     """The caption of the curves figure: its top panel, and its bottom one only when it has one."""
     against = "bucket size" if fig.axes and fig.axes[0].get_xlabel().startswith("Bucket size") else "message size"
+    bars = ", bars: each point's 95% CI of its median" if ci_bar_sets(fig) else ""
     top = (f"bus bandwidth (nccl-tests definition) against {against}, median over repetitions, "
-           "band from min to max.")
+           f"band from min to max{bars}.")
     if not plot.has_latency_panel(fig):
         return top[0].upper() + top[1:]
     return f"Top: {top} Bottom: {_LATENCY}."

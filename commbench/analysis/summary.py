@@ -92,7 +92,7 @@ def peak_rows(rows: pd.DataFrame | Query) -> list[dict[str, Any]]:
             "run": names.get(str(k["run_id"]), str(k["run_id"])), "run_id": k["run_id"], "settings": k["settings"],
             "setting": setting_name(k["settings"]),
             "peak_busbw": float(best["busbw"]), "size_bytes": int(best["size_bytes"]),
-            "algbw": float(best["algbw"]), "time_us": float(best["time"]),
+            "algbw": float(best["algbw"]), "time_us": float(best["time"]), "ci": _value(best.get("ci")),
             "reps": int(g["reps"].max()), "sizes": len(g),
             "wrong": int(sum(checked)) if checked else None, "unchecked": int(g["unchecked"].sum()),
         })
@@ -113,7 +113,8 @@ def point_rows(rows: pd.DataFrame | Query) -> list[dict[str, Any]]:
     out = [{"collective": r.collective, "dtype": r.dtype, "placement": _place(r.in_place, getattr(r, GROUP, "")),
             "run": names.get(str(r.run_id), str(r.run_id)), "settings": r.settings,
             "setting": setting_name(r.settings), "size_bytes": int(r.size_bytes), "time_us": _value(r.time),
-            "algbw": _value(r.algbw), "busbw": float(r.busbw), "reps": int(r.reps), "wrong": r.wrong}
+            "algbw": _value(r.algbw), "busbw": float(r.busbw), "reps": int(r.reps), "wrong": r.wrong,
+            "ci": _value(getattr(r, "ci", None))}
            for r in med.itertuples()]
     out.sort(key=lambda r: (order_key(r["collective"]), r["dtype"], r["placement"] != "in-place", r["run"],
                             r["settings"], r["size_bytes"]))
