@@ -136,7 +136,7 @@ def ci_bar_sets(fig: Figure) -> list[tuple[str, int]]:
     """The error bars ci_bars drew in a figure: (the axes' label, points with a bar) per curve."""
     from matplotlib.container import ErrorbarContainer
 
-    return [(ax.get_label(), len(c.lines[2][0].get_segments())) for ax in fig.axes for c in ax.containers
+    return [(str(ax.get_label()), len(c.lines[2][0].get_segments())) for ax in fig.axes for c in ax.containers
             if isinstance(c, ErrorbarContainer) and c.get_label() == CI_BARS]
 
 
