@@ -9,6 +9,7 @@ import sys
 import click
 
 from commbench.cli.launcher import launch_workload, launcher_checked
+from commbench.cli.tables import wide_option
 from commbench.cli.options import (Number, check_number, complete_bucket_ops, complete_collectives, complete_dtypes,
                                    complete_ops, env_option, fraction, model_shape, model_shape_options, run_fields,
                                    run_options, settings_axes)
@@ -235,10 +236,11 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, cap
 @click.option("--bucket-size", "bucket_size", default=None,
               help="reduce_bucket_size in ELEMENTS, or a list (e.g. 1e6,5e7,5e8) for a stage x bucket grid "
                    "[default: the config's, else 5e8].")
-@click.option("-d", "--dtype", default="bfloat16", show_default=True, shell_complete=complete_dtypes,
-              help="Communication dtype.")
+@click.option("-d", "--dtype", default=None, shell_complete=complete_dtypes,
+              help="Communication dtype [default: the config's, else bfloat16].")
 @click.option("--scale", default="auto", show_default=True,
               help="Multiply every message by this (auto: fit the model in 32 MiB on CPU, 1 on GPU).")
+@wide_option
 @click.option("--engine", type=click.Choice(["schedule", "deepspeed"]), default="schedule", show_default=True,
               help="schedule: commbench's collectives; deepspeed: the real DeepSpeed engine and its comms logger.")
 @click.option("--steps", type=Number(int, 1, 10_000, example="2"), default=2, show_default=True,
@@ -258,19 +260,18 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, cap
 @env_option
 @run_options
 @launcher_checked
-def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, scale, engine, steps,
+def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, scale, wide, engine, steps,
          validate_schedule, grad_accum, overlap, curve, env_axes, nproc, **run) -> int:
     """One training step's ZeRO communication schedule per stage, run with real collectives."""
     from commbench.core.vocab import get_dtype
+    from commbench.integrations.deepspeed import config as dsconfig
 
-    dt = get_dtype(dtype)
+    cfg = dsconfig.load(ds_config) if ds_config else None
+    dt = get_dtype(dtype or (cfg.dtype_name if cfg else "bfloat16"))
     shape, name = model_shape(model, layers, hidden, vocab)
     buckets = {}
     wanted = [0, 1, 2, 3]
-    if ds_config:
-        from commbench.integrations.deepspeed import config as dsconfig
-
-        cfg = dsconfig.load(ds_config)
+    if cfg:
         buckets = dict(reduce_bucket_size=cfg.reduce_bucket_size, prefetch_bucket_size=cfg.stage3_prefetch_bucket_size,
                        micro_batches=cfg.gradient_accumulation_steps or 1,
                        multi_rank_allreduce=cfg.use_multi_rank_bucket_allreduce, overlap_comm=_zero_config_overlap(cfg))
@@ -302,7 +303,8 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
     from commbench.workloads.zero import ZeroPlan, ZeroWorkload  # torch: once the flags are checked
 
     plan = ZeroPlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, dtype=dt.name,
-                    scale=factor, ds_config=ds_config, reduce_bucket_sizes=bucket_grid, **buckets, **fields)
+                    scale=factor, ds_config=ds_config, reduce_bucket_sizes=bucket_grid, wide=wide, **buckets,
+                    **fields)
     return launch_workload(ZeroWorkload(plan), nproc)
 
 

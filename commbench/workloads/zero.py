@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
+from commbench.analysis.tuneview import format_us
 from commbench.core.vocab import check_backend_support, volume_factor
 from commbench.harness.dtypes import get_dtype
 from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
@@ -54,6 +55,7 @@ class ZeroPlan(RunOptions):
     multi_rank_allreduce: bool = True  # use_multi_rank_bucket_allreduce
     scale: float = 1.0
     ds_config: str | None = None
+    wide: bool = False  # --wide: the full table (full model, paper volume, ratios, times in us)
     workload: str = "zero"
 
 
@@ -146,20 +148,19 @@ class ZeroWorkload(InDataGroups):
         overlap = {None: "DeepSpeed's default (stage 3 only)", True: "on", False: "off"}[plan.overlap_comm]
         reporter.line(f"# ZeRO schedules: {plan.model} shape ({params / 1e9:.3g}B parameters, {plan.layers} layers, "
                       f"hidden {plan.hidden}), {dtype.name}, scale {plan.scale:g}"
-                      + (f" (every message 1/{1 / plan.scale:.3g} of the full model's)" if scaled_run else "") + ", "
-                      f"buckets reduce {' / '.join(f'{b:.3g}' for b in self.buckets())} | "
+                      + (f" (every message 1/{1 / plan.scale:.3g} of the full model's)" if scaled_run else ""))
+        reporter.line(f"#   buckets reduce {' / '.join(f'{b:.3g}' for b in self.buckets())} | "
                       f"prefetch {plan.prefetch_bucket_size:.3g} elements, "
                       f"micro-batches per step {' / '.join(str(g) for g in self.grad_accums())}, "
                       f"overlap_comm {overlap}")
+        for note in self.config_changes():
+            reporter.line(f"# config: {note}")
         work = self.data_groups(session.world)
         mine = grouping.build([work], session.rank)[0] if work else None
         sub = grouping.group_session(session, mine) if mine else None
         if work:
             reporter.line(self._groups_line(work))
-        reporter.line("#  stage  reduce bucket  GAS  in flight  collectives                                   "
-                      "bytes/rank/step   " + ("full model   " if scaled_run else "")
-                      + "paper (xP)   ratio   time/step (us)   busbw"
-                      + (self._predicted_header() if plan.curve else ""))
+        reporter.line(self._header())
         for repetition in repetitions:
             reporter.repetition(repetition, session.ctx.plan.repetitions)
             for g, bucket, stage in self.settings():
@@ -176,6 +177,24 @@ class ZeroWorkload(InDataGroups):
                           "size (sum of calls x time, no overlap)" + ("" if not scaled_run else
                                                                        "; measured/predicted only at --scale 1"))
         return False
+
+    def config_changes(self) -> list[str]:
+        """What this run uses other than --ds-config's settings, as the engine path words them."""
+        p = self.plan
+        if not p.ds_config:
+            return []
+        from commbench.integrations.deepspeed import config as dsconfig
+
+        return dsconfig.asked_changes(dsconfig.load(p.ds_config), stages=p.stages, grad_accums=self.grad_accums(),
+                                      reduce_buckets=self.buckets(), dtype=p.dtype, overlap=p.overlap_comm)
+
+    def _header(self) -> str:
+        if not self.plan.wide:  # 120 columns: --wide adds the full model, the paper's volume and the ratios
+            return (f"#  stage   bucket  GAS  flight  {'collectives':38s}  bytes/rank/step  {'time/step':>10s}   busbw"
+                    + (f"  {'predicted':>10s}" if self.plan.curve else ""))
+        return ("#  stage  reduce bucket  GAS  in flight  collectives                                   "
+                "bytes/rank/step   " + ("full model   " if self.plan.scale != 1 else "")
+                + "paper (xP)   ratio   time/step (us)   busbw" + (self._predicted_header() if self.plan.curve else ""))
 
     def _predicted_header(self) -> str:
         return "   predicted (us)" + ("   measured/predicted" if self.plan.scale == 1 else "")
@@ -237,6 +256,12 @@ class ZeroWorkload(InDataGroups):
         at_full = sum(c.numel * dtype.itemsize * volume_factor(c.op, world)
                       for c in self.full_schedule(stage, bucket, g))
         counts = ", ".join(f"{op} x{n}" for op, n in sorted(Counter(c.op for c in sched).items()))
+        if not plan.wide:
+            us = self.predicted_us(stage, bucket, g)
+            return (f"  {stage:5d}  {bucket:7.3g}  {g:3d}  {depth:6d}  {counts:38s}  {format_size(moved):>15s}  "
+                    f"{format_us(row['time_us']):>10s}  {row['busbw_GBps']:6.3f}"
+                    + ("" if us is None else f"  {format_us(us):>10s}")
+                    + wire.mark(row.get("wire")) + grouping.row_suffix(row))
         full_col = f"{format_size(at_full):>10s}   " if plan.scale != 1 else ""
         return (f"  {stage:5d}  {bucket:13.3g}  {g:3d}  {depth:9d}  {counts:44s}  {format_size(moved):>15s}   "
                 f"{full_col}{PAPER_VOLUME[stage] * g}P={format_size(paper):>9s}  {moved / paper:6.3f}  "

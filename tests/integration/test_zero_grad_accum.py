@@ -35,7 +35,7 @@ def test_grad_accum_axis_overlap_and_prediction_from_a_real_sweep(tmp_path):
               "-b", "128K", "-e", "512K", "-w", "1", "-n", "3", "--out", str(curve))
     out = tmp_path / "zero.parquet"
     text = commbench("zero", *SHAPE, "--stages", "2,3", "--grad-accum", "1,4", "--overlap", "on", "--scale", "1",
-                     "--curve", str(curve), "-w", "1", "-n", "3", "--out", str(out))
+                     "--curve", str(curve), "-w", "1", "-n", "3", "--wide", "--out", str(out))
     df = pd.read_parquet(out)
     assert sorted(zip(df.zero_stage, df.grad_accum)) == [(2, 1), (2, 4), (3, 1), (3, 4)]
     rows = df.set_index(["zero_stage", "grad_accum"])
@@ -57,7 +57,7 @@ def test_grad_accum_axis_overlap_and_prediction_from_a_real_sweep(tmp_path):
         assert ratio == pytest.approx(rows.time_us[(stage, g)] / want, rel=0.01)
     # scaled: the full model's bytes per rank stand beside the scaled ones, per GAS value
     text = commbench("zero", *SHAPE, "--stages", "2", "--grad-accum", "1,4", "--scale", "0.5", "-w", "1", "-n", "3",
-                     "--out", str(tmp_path / "scaled.parquet"))
+                     "--wide", "--out", str(tmp_path / "scaled.parquet"))
     full = {int(m[1]): m[2] for m in re.finditer(r"^\s+2\s+5e\+08\s+(\d+)\s.*?KiB\s+(\S+ \w+)\s+\d+P=", text, re.M)}
     # 3P and 9P (x (n-1)/n = 1/2) of the full 265 kB, twice the scaled run's 194.1 / 582.2 KiB
     assert full == {1: "388.1 KiB", 4: "1.1 MiB"}, text[-2000:]

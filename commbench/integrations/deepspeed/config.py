@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_DS_CONFIG_BYTES, InputMessages, read_text
@@ -395,6 +395,32 @@ def _read_optimizer_type(r: _Reader, document: Mapping) -> str | None:
 
 
 # ----------------------------------------------------------------------------- adapting
+
+def asked_changes(cfg: DsConfig, *, stages: list[int] | None = None, grad_accums: Sequence[int | None] = (),
+                  reduce_buckets: list[int] | None = None, dtype: str | None = None,
+                  overlap: bool | None = None) -> list[str]:
+    """One line per setting a run uses other than the config's (the flags asked for it): the zero
+    schedule's and the engine's runs both say what they changed, in these words."""
+    def show(v: Any) -> str:
+        if isinstance(v, bool):
+            return json.dumps(v)
+        return f"{v:.3g}" if isinstance(v, int) and v >= 100_000 else str(v)
+
+    def line(path: str, old: Any, new: list, what: str) -> str | None:
+        new = [v for v in new if v is not None]
+        if not new or new == [old]:
+            return None
+        return f"{path} {show(old)} -> {', '.join(map(show, new))} ({what})"
+
+    gas = cfg.gradient_accumulation_steps
+    lines = [line("zero_optimization.stage", cfg.zero_stage, stages or [], "the stage asked for"),
+             line("gradient_accumulation_steps", gas, list(grad_accums), "the value asked for"),
+             line("zero_optimization.reduce_bucket_size", cfg.reduce_bucket_size, reduce_buckets or [],
+                  "--bucket-size"),
+             line("precision", cfg.dtype_name, [dtype], "-d; the same bytes on the wire when both are 2-byte"),
+             line("zero_optimization.overlap_comm", cfg.overlap_comm, [overlap], "--overlap")]
+    return [x for x in lines if x]
+
 
 def adapt_for(config: DsConfig | Mapping[str, Any], world_size: int, device_type: str) -> tuple[dict, list[str]]:
     """A copy of `config` that DeepSpeed runs with `world_size` ranks on `device_type`, and one

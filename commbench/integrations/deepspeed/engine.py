@@ -411,16 +411,12 @@ def _engine_config(base: dsconfig.DsConfig, stage: int, zero_overrides: Mapping[
     zero = requested.setdefault("zero_optimization", {})
     if not isinstance(zero, dict):
         zero = requested["zero_optimization"] = {}
-    if base.zero_stage != stage:
-        notes.append(f"zero_optimization.stage {base.zero_stage} -> {stage} (the stage asked for)")
     zero["stage"] = stage
     if gas is not None:
         if isinstance(gas, bool) or not isinstance(gas, int) or gas < 1:
             raise BadInput(f"gradient_accumulation_steps={gas!r} is not a positive whole number: pass 1, 4, 8, ...")
-        if base.gradient_accumulation_steps != gas:
-            notes.append(f"gradient_accumulation_steps {base.gradient_accumulation_steps} -> {gas} "
-                         "(the value asked for)")
         requested["gradient_accumulation_steps"] = gas
+    notes += dsconfig.asked_changes(base, stages=[stage], grad_accums=[gas])
     for key, value in (zero_overrides or {}).items():
         notes.append(f"zero_optimization.{key} = {value!r} (override)")
         zero[key] = value
