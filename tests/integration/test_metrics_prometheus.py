@@ -30,6 +30,7 @@ pytestmark = [
 
 RATES = {"n1": 0.12, "n2": 0.12, "n3": 0.03, "n4": 0.12}  # host 3 slowed to a quarter
 SCRAPE = "200ms"
+LAST_RUN = 'commbench_last_run_timestamp_seconds{job="textfile"}'
 
 
 def free_port() -> int:
@@ -138,8 +139,8 @@ def test_prometheus_scrapes_the_export_and_names_the_slow_host(tmp_path, cli):
             assert r.returncode == 0, r.stderr
             newest = (dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=i)).timestamp()
             # this export scraped: the newest run's time is what Prometheus holds now
-            wait_for(lambda: [s for s in query(prom_port, 'commbench_last_run_timestamp_seconds{job="textfile"}')
-                              if float(s["value"][1]) == newest], procs=procs, logs=alive)
+            wait_for(lambda t=newest: [s for s in query(prom_port, LAST_RUN) if float(s["value"][1]) == t],
+                     procs=procs, logs=alive)
             [count] = query(prom_port, 'count({__name__=~"commbench_.*", job="textfile"})')
             counts.append(int(count["value"][1]))
         assert len(set(counts)) == 1 and counts[0] > 40, counts

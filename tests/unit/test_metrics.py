@@ -79,7 +79,8 @@ def test_pairs_names_the_slow_host(tmp_path):
     found = samples(metrics.collect([tmp_path]).text())
     verdicts = {dict(ls)["host"]: v for (n, ls), v in found.items() if n == "commbench_pairs_host_verdict"}
     assert verdicts == {"n1": 0, "n2": 0, "n3": 1, "n4": 0}
-    best = {dict(ls)["host"]: v for (n, ls), v in found.items() if n == "commbench_pairs_host_best_link_bytes_per_second"}
+    best = {dict(ls)["host"]: v for (n, ls), v in found.items()
+            if n == "commbench_pairs_host_best_link_bytes_per_second"}
     assert min(best, key=best.get) == "n3" and best["n3"] == pytest.approx(0.03e9, rel=0.02)
     assert len(of(found, "commbench_pairs_link_busbw_bytes_per_second")) == 12  # 4 x 3 directed links
     assert of(found, "commbench_pairs_link_busbw_bytes_per_second", src_host="n3", dst_host="n1") == [
