@@ -569,19 +569,88 @@ def _size_runs(sizes: list, grid: set) -> str:
     return printable(", ".join(parts + ["-"] * sum(x is None for x in sizes)))
 
 
-def render_table(c: Comparison) -> str:
-    """Plain text for terminals and CI logs."""
+TABLE_WIDTH = 120  # compare's default table and lines fit a terminal this wide; --wide shows the statistics
+_LIFTED = ("dtype", "op", "place", "ranks (nodes x per node)")  # said once above the table when every point shares it
+_STATISTICS = ("bound", "n", "test", "p Holm", "q BH")
+
+
+def render_table(c: Comparison, wide: bool = False) -> str:
+    """Plain text for terminals and CI logs: within TABLE_WIDTH columns (a cell shared by every
+    point said once above the table, the statistics left out, long notes and lines wrapped), or
+    every column on one line a point with `wide`."""
     lines = []
     if c.points:
         headers, rows = _rows(c)
+        shared = ""
+        if not wide:
+            headers, rows, shared = _narrow(headers, rows)
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+        note_at = sum(widths[:-1]) + 2 * (len(widths) - 1)  # where the note column starts
+        if not wide:  # the note's rule as wide as the note's room
+            widths[-1] = max(len(headers[-1]), min(widths[-1], TABLE_WIDTH - note_at))
         fmt = lambda cells: "  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip()  # noqa: E731
-        lines += [fmt(headers), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows] + [""]
-    lines += _one_sided_lines(c)
-    lines += [f"warning: {terminal(w, LINE_LIMIT)}" for w in c.warnings]
-    lines += [f"differs: {terminal(d, LINE_LIMIT)}" for d in c.differences]
-    lines += _summary_lines(c)
+        lines += [fmt(headers), fmt(["-" * w for w in widths])]
+        for r in rows:
+            lines += [fmt(r)] if wide else _wrapped_row(fmt(r[:-1] + [""]), r[-1], note_at)
+        lines += (_wrapped(f"every point: {shared}") if shared else []) + [""]
+    text = _one_sided_lines(c) + [f"warning: {terminal(w, LINE_LIMIT)}" for w in c.warnings]
+    text += [f"differs: {terminal(d, LINE_LIMIT)}" for d in c.differences] + _summary_lines(c)
+    lines += text if wide else [part for line in text for part in _wrapped(line)]
     return "\n".join(lines) + "\n"
+
+
+def _narrow(headers: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]], str]:
+    """The table without the statistics columns and the spreads, and without the key columns whose
+    cell every point shares (returned as one phrase, 'float32, op sum, in-place, ranks 16 (2x8)')."""
+    shared = [h for h in _LIFTED if h in headers and len({r[headers.index(h)] for r in rows}) == 1]
+    phrase = ", ".join(_shared_text(h, rows[0][headers.index(h)]) for h in shared)
+    keep = [i for i, h in enumerate(headers) if h not in shared and h not in _STATISTICS]
+    names = {"before GB/s (min..max)": "before GB/s", "after GB/s (min..max)": "after GB/s",
+             "ranks (nodes x per node)": "ranks"}
+    spread = {i for i, h in enumerate(headers) if h in ("before GB/s (min..max)", "after GB/s (min..max)")}
+    return ([names.get(headers[i], headers[i]) for i in keep],
+            [[r[i].split(" (")[0] if i in spread else r[i] for i in keep] for r in rows], phrase)
+
+
+def _shared_text(header: str, cell: str) -> str:
+    if header == "place":
+        return {"in": "in-place", "out": "out-of-place"}.get(cell, cell)
+    return {"op": f"op {cell}", "ranks (nodes x per node)": f"ranks {cell}"}.get(header, cell)
+
+
+def _wrapped(line: str, indent: str = "    ") -> list[str]:
+    import textwrap
+
+    if len(line) <= TABLE_WIDTH:
+        return [line]
+    return textwrap.wrap(line, TABLE_WIDTH, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _wrapped_row(cells: str, note: str, note_at: int) -> list[str]:
+    """A table row with its note: on the row while it fits, else clause by clause on the lines below
+    it, under the note column (or indented, where that column leaves too little room)."""
+    if not note or note_at + len(note) <= TABLE_WIDTH:
+        return [(cells.ljust(note_at) + note).rstrip()]
+    at = note_at if TABLE_WIDTH - note_at >= 40 else 4
+    parts = _clauses(note, TABLE_WIDTH - at)
+    if at == note_at:
+        return [cells.ljust(note_at) + parts[0]] + [" " * at + p for p in parts[1:]]
+    return [cells] + [" " * at + p for p in parts]
+
+
+def _clauses(note: str, width: int) -> list[str]:
+    """A note's '; '-separated clauses packed into lines of `width`; a clause longer than that wrapped."""
+    import textwrap
+
+    out: list[str] = []
+    for clause in note.split("; "):
+        if out and len(out[-1]) + 2 + len(clause) <= width:
+            out[-1] += "; " + clause
+            continue
+        if out:
+            out[-1] += ";"
+        out += textwrap.wrap(clause, width, break_on_hyphens=False) or [""]
+    return out
 
 
 def render_markdown(c: Comparison) -> str:

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -539,20 +539,21 @@ class Suggestion:
     text: str  # the YAML file
     entries: int
     notes: list[str]  # what was left out and why (printed on stderr)
+    warnings: list[str] = field(default_factory=list)  # points left out as too wide, and the fix (stderr)
 
 
 def _size_text(n: int) -> str | int:
-    for unit, factor in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n % factor == 0:
-            return f"{n // factor}{unit}"
-    return n
+    text = tolerance.size_arg(n)
+    return n if text.isdigit() else text
 
 
 def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = tolerance.DEFAULT_FLOOR,
             upper: float | None = None, min_size: int = DEFAULT_MIN_SIZE, system: str | None = None,
             max_band: float = tolerance.DEFAULT_MAX_BAND, allow_wide: bool = False) -> Suggestion:
     """Bands from good runs: one entry per bandwidth-bound point of at least min_size, each as wide
-    as its median varies (analysis/tolerance.py); `lower` is the floor (docs/GATE.md)."""
+    as its median varies (analysis/tolerance.py); `lower` is the floor (docs/GATE.md). A point whose
+    band would be wider than max_band is left out with a warning that names it, its width and the fix
+    (unless allow_wide); BadInput only when no band could be written."""
     if not 0 <= lower < 1:
         raise BadInput(f"--lower {lower} must be 0 or more and below 1 (a fraction: 0.05 is 5%)")
     if upper is not None and not (math.isfinite(upper) and upper >= 0):
@@ -560,28 +561,25 @@ def suggest(frame: pd.DataFrame, sources: Iterable[str] = (), lower: float = tol
     rows = _rows(frame)
     notes = [f"left out {n} rows of workload {w}: bands describe one collective at one size "
              f"({', '.join(GATED_WORKLOADS)})" for w, n in sorted(rows.ignored.items())]
-    wide: list[str] = []
+    wide: list[tolerance.WidePoint] = []
     limit = tolerance.MAX_ALLOWED_BAND if allow_wide else max_band
-    entries = _suggested_entries(rows, Widths(lower, max_band, limit, wide), min_size, notes)
+    entries = _suggested_entries(rows, Widths(lower, max_band, limit, wide, allow_wide), min_size, notes)
     if wide and allow_wide:
-        notes += [f"{w}: wider than --max-band {max_band:.0%}, written as asked (--allow-wide; at most "
+        notes += [f"{w.text()}: wider than --max-band {max_band:.0%}, written as asked (--allow-wide; at most "
                   f"{tolerance.MAX_ALLOWED_BAND:.0%})" for w in wide]
     if any("basis" in e and " of one run" in e["basis"] for e in entries) or any(
             "basis" in e and "one repetition" in e["basis"] for e in entries):
         notes.append("bands from one run see no run-to-run drift: suggest from several runs "
                      "(gate --suggest RUN1 RUN2 RUN3) for bands that hold from one run to the next")
-    if wide and not allow_wide:
-        reps = max((int(r) for r in frame["repetition"].dropna().unique()), default=0) + 1 \
-            if "repetition" in frame.columns else 1
-        raise BadInput(f"{len(wide)} suggested band(s) would be wider than --max-band {max_band:.0%} "
-                       f"({'; '.join(wide[:3])}{'; ...' if len(wide) > 3 else ''}): measure more repetitions "
-                       f"(-R {max(5, 2 * reps)}) or several runs, on a quieter system, or larger sizes (--min-size); "
-                       "or pass --allow-wide")
+    written = {e["size"] if isinstance(e["size"], int) else parse_size(e["size"], "size") for e in entries}
+    warnings = [] if allow_wide or not wide else [tolerance.wide_warning(wide, written, lower, max_band)]
+    if not entries:
+        raise BadInput(f"no band written: {warnings[0]}")
     if system is None:
         hosts = sorted({h for hs in column(frame, "hosts") if hs is not None for h in hs})
         system = ",".join(hosts) if hosts else "unnamed"
     return Suggestion(text=bandsfile.bands_text(entries, system, sources, lower, upper, min_size), entries=len(entries),
-                      notes=notes)
+                      notes=notes, warnings=warnings)
 
 
 @dataclass
@@ -592,7 +590,8 @@ class Widths:
     floor: float
     max_band: float
     limit: float
-    wide: list[str]
+    wide: list[tolerance.WidePoint]
+    allow_wide: bool = False
 
 
 def _suggested_entries(rows: _Rows, widths: Widths, min_size: int, notes: list[str]) -> list[dict]:
@@ -628,14 +627,14 @@ def _suggested_entries(rows: _Rows, widths: Widths, min_size: int, notes: list[s
             left_small += 1
         elif med < BANDWIDTH_BOUND_FRACTION * peaks[_peak(k)]:
             left_latency += 1
-        else:
-            entries.append(_entry_for(k, med, _band(rows, idx, k, widths), variants[k[0]]))
+        elif (band := _band(rows, idx, k, widths)) is not None:  # None: wider than --max-band, left out
+            entries.append(_entry_for(k, med, band, variants[k[0]]))
     if left_small:
         notes.append(f"left out {left_small} points below {format_size(min_size)} (--min-size)")
     if left_latency:
         notes.append(f"left out {left_latency} points below {BANDWIDTH_BOUND_FRACTION * 100:g}% of their "
                      "collective's peak busbw (latency-bound)")
-    if not entries:
+    if not entries and not widths.wide:
         raise BadInput(f"no point of the results is bandwidth-bound and at least {format_size(min_size)}: "
                        "pass --min-size smaller, or a sweep with larger sizes")
     return entries
@@ -653,14 +652,16 @@ def _point_name(k: tuple) -> str:
             + "".join(f" {terminal(x)}" for x in (settings, group) if x))
 
 
-def _band(rows: _Rows, idx: list[int], k: tuple, widths: Widths) -> tuple[float, str]:
-    """A point's lower tolerance and its basis; a point wider than the limit is noted in widths.wide."""
+def _band(rows: _Rows, idx: list[int], k: tuple, widths: Widths) -> tuple[float, str] | None:
+    """A point's lower tolerance and its basis; a point wider than --max-band is noted in widths.wide
+    (and has no band, unless --allow-wide)."""
     b = tolerance.basis([rows.run_id[i] for i in idx], rows.value[idx], [rows.samples[i] for i in idx],
                         [rows.time_us[i] for i in idx])
     tol = tolerance.tolerance(b, widths.floor)
     if tol > widths.max_band:
-        widths.wide.append(f"{_point_name(k)}: {'no spread to judge' if not math.isfinite(tol) else f'{tol:.1%}'}"
-                           f" from {b.kind}")
+        widths.wide.append(tolerance.WidePoint(_point_name(k), int(k[6]), tol, b))
+        if not widths.allow_wide:
+            return None
     tol = min(tol, widths.limit)
     return tol, b.text(tol)
 

@@ -76,12 +76,30 @@ def basis(run_ids: list, values: np.ndarray, samples: list | None, time_us: list
         runs.setdefault(r, []).append(v)
     if len(runs) >= 2:
         medians = np.asarray([float(np.median(v)) for v in runs.values()], dtype=float)
-        sd = _rel_sd(medians)
-        return Basis("runs", len(runs), sd, sd * math.sqrt(1 + MEDIAN_SD ** 2 / len(runs)))
+        return spread_basis("runs", len(runs), _rel_sd(medians))
     if values.size >= 2:
-        sd = _rel_sd(values)
-        return Basis("repetitions", int(values.size), sd, math.sqrt(2) * MEDIAN_SD * sd / math.sqrt(values.size))
+        return spread_basis("repetitions", int(values.size), _rel_sd(values))
     return _single(values, samples, time_us)
+
+
+def spread_basis(kind: str, n: int, sd: float) -> Basis:
+    """The basis of `n` runs' medians or `n` repetitions with relative sd `sd`: the sd of the
+    difference of a new run's median and the reference's."""
+    if kind == "runs":
+        return Basis(kind, n, sd, sd * math.sqrt(1 + MEDIAN_SD ** 2 / n))
+    return Basis(kind, n, sd, math.sqrt(2) * MEDIAN_SD * sd / math.sqrt(n))
+
+
+def count_for(b: Basis, floor: float, widest: float, most: int) -> int | None:
+    """The fewest runs or repetitions (b's kind) that, at b's spread, give a band no wider than
+    `widest`; None when more than `most` would be needed, or when b is one repetition's CI (how much
+    repetitions spread is not known from one)."""
+    if b.kind == "single-run CI":
+        return None
+    for n in range(b.n + 1, most + 1):
+        if tolerance(spread_basis(b.kind, n, b.spread), floor) <= widest:
+            return n
+    return None
 
 
 def _single(values: np.ndarray, samples: list | None, time_us: list) -> Basis:
@@ -100,3 +118,64 @@ def tolerance(b: Basis, floor: float) -> float:
     if not math.isfinite(b.diff_sd):
         return math.inf
     return max(floor, math.ceil(b.z * b.diff_sd * 200) / 200)
+
+
+# ---- points whose band would be too wide (gate --suggest leaves them out and says what would band them) ----
+
+MOST_REPETITIONS = 20  # a fix asking for more than this is no fix: a quieter system or larger sizes are
+MOST_RUNS = 10
+
+
+@dataclass(frozen=True)
+class WidePoint:
+    name: str  # the point as messages name it: 'all_reduce float32 1 MiB in place on 2 ranks'
+    size: int
+    width: float  # its band's lower tolerance (inf: no spread to judge)
+    basis: Basis
+
+    def text(self) -> str:
+        width = "no spread to judge" if not math.isfinite(self.width) else f"{self.width:.1%}"
+        return f"{self.name}: {width} from {self.basis.n} {self.basis.kind}"
+
+
+def fix(wide: list[WidePoint], written_sizes: set[int], floor: float, widest: float) -> str:
+    """The one change that would have banded the wide points, as the numbers say: the runs or
+    repetitions (-R) their spread needs, if few enough; else --min-size above them where larger
+    points were banded; else --allow-wide where no band passes MAX_ALLOWED_BAND."""
+    kinds = {w.basis.kind for w in wide}
+    if kinds == {"single-run CI"}:
+        return "measure repetitions (-R 5): one repetition cannot say how much a point's median moves"
+    kind = "runs" if kinds == {"runs"} else "repetitions"
+    most = MOST_RUNS if kind == "runs" else MOST_REPETITIONS
+    needed = [count_for(w.basis, floor, widest, most) if w.basis.kind == kind else None for w in wide]
+    some = [n for n in needed if n is not None]
+    what = f"{max(some, default=0)} runs (gate --suggest RUN1 .. RUN{max(some, default=0)})" if kind == "runs" \
+        else f"-R {max(some, default=0)}"
+    if len(some) == len(wide):
+        return f"measure {what}: their spread needs that many {kind} for a band within {widest:.0%}"
+    above = sorted(s for s in written_sizes if s > max(w.size for w in wide))
+    if above:
+        return (f"--min-size {size_arg(above[0])} leaves them out on purpose (their spread would need more than "
+                f"{most} {kind})")
+    if all(w.width <= MAX_ALLOWED_BAND for w in wide):
+        return f"--allow-wide writes them as wide as measured (at most {MAX_ALLOWED_BAND:.0%})"
+    if some:
+        return (f"measure {what} to band {len(some)} of them; the others would need more than {most} {kind}: "
+                "measure on a quieter system")
+    return f"none: more than {most} {kind} would be needed; measure on a quieter system"
+
+
+def size_arg(n: int) -> str:
+    """A size as --min-size takes it: 4M, 64K, 1G, or bytes."""
+    for unit, factor in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n % factor == 0:
+            return f"{n // factor}{unit}"
+    return str(n)
+
+
+def wide_warning(wide: list[WidePoint], written_sizes: set[int], floor: float, widest: float) -> str:
+    """'2 points left out, their bands wider than --max-band 15% (...: 23.5% from 5 repetitions; ...); fix: ...'."""
+    shown = "; ".join(w.text() for w in wide[:5]) + (f"; and {len(wide) - 5} more" if len(wide) > 5 else "")
+    many = len(wide) != 1
+    return (f"{len(wide)} point{'s' if many else ''} left out, {'their bands' if many else 'its band'} wider than "
+            f"--max-band {widest:.0%} ({shown}); fix: {fix(wide, written_sizes, floor, widest)}")

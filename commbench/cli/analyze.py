@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from commbench.cli.options import Text, fraction
+from commbench.cli.tables import wide_option
 from commbench.core import outputs, streams
 from commbench.core.errors import BadInput
 from commbench.core.outtext import LINE_LIMIT, SUMMARY_LIMIT, terminal
@@ -36,8 +37,9 @@ MIN_ALPHA = 1e-9  # a one-sided Mann-Whitney test needs 17 repetitions a side fo
                    "with --after-setting's: two settings of one run side by side.")
 @click.option("--after-setting", type=Text(), default=None, metavar="SETTING",
               help="Compare only the after rows of this setting.")
+@wide_option
 def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_within_run, out, plot_path, force,
-            before_setting, after_setting) -> int:
+            before_setting, after_setting, wide) -> int:
     """Compare two sets of results (files or folders): a verdict per point and overall.
 
     Exit 0: no regression; 1: a regression; 3: inconclusive or nothing comparable. See docs/COMPARE.md.
@@ -86,7 +88,7 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
         comparison.warnings.insert(0, comparing.same_run_warning(set(), set(), before))
     for line in comparison.warnings:
         print(f"commbench: warning: {terminal(line, LINE_LIMIT)}", file=sys.stderr)
-    text = _render(fmt, comparison, comparing.render_markdown, comparing.render_table)
+    text = _render(fmt, comparison, comparing.render_markdown, lambda c: comparing.render_table(c, wide=wide))
     if out is not None:
         files.append(outputs.Output(Path(out), text.encode("utf-8"), "--out"))
     outputs.write_files(files, "compare", inputs, force)  # the report and its figure: both or neither
@@ -129,7 +131,8 @@ def _render(fmt: str, result, markdown, table) -> str:
 @click.option("--suggest", is_flag=True, help="Write starting bands from RESULTS (a good run) instead of judging.")
 @click.option("--lower", default=None, help="With --suggest: the narrowest band (3% or 0.03) [default: 3%; each band "
               "covers how much its point's median varies across runs or repetitions].")
-@click.option("--max-band", default=None, help="With --suggest: refuse bands wider than this [default: 15%].")
+@click.option("--max-band", default=None, help="With --suggest: leave out points whose band would be wider than "
+              "this, with a warning naming them and the fix [default: 15%].")
 @click.option("--allow-wide", is_flag=True, help="With --suggest: write bands wider than --max-band anyway.")
 @click.option("--upper", default=None, help="With --suggest: upper tolerance (10% or 0.1) [default: none].")
 @click.option("--min-size", default=None, help="With --suggest: smallest size to band [default: 1M].")
@@ -174,6 +177,8 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
                               min_size=smallest, system=system, max_band=widest, allow_wide=allow_wide)
         for note in made.notes:
             print(f"commbench: note: {terminal(note, LINE_LIMIT)}", file=sys.stderr)
+        for warning in made.warnings:  # points left out as too wide: the bands of the others are written
+            print(f"commbench: warning: {terminal(warning, LINE_LIMIT)}", file=sys.stderr)
         if out is None:
             sys.stdout.write(made.text)
         else:

@@ -174,13 +174,14 @@ def test_a_rate_lowered_by_20_percent_fails_its_own_suggested_bands(files, good)
 
 
 def test_a_noisy_run_is_refused_unless_wide_bands_are_allowed(files):
-    """A run that varies +-10% between repetitions cannot band tightly: refused, naming the points
-    and the fix; allowed, its bands are so wide that a 20% drop hides in them."""
+    """A run that varies +-10% between repetitions cannot band tightly: with no point narrow enough,
+    refused, naming the points, their widths and the repetitions their spread needs; allowed, its
+    bands are so wide that a 20% drop hides in them."""
     from commbench.core.results import read_results
 
-    with pytest.raises(BadInput, match=r"suggested band\(s\) would be wider than --max-band 15% \(all_gather "
-                                       r"float32 1 MiB (in|out of) place on 16 ranks: .* from repetitions.*"
-                                       r"measure more repetitions"):
+    with pytest.raises(BadInput, match=r"^no band written: 8 points left out, their bands wider than --max-band 15% "
+                                       r"\(all_gather float32 1 MiB (in|out of) place on 16 ranks: 22.5% from 5 "
+                                       r"repetitions; .*; and 3 more\); fix: measure -R 11: "):
         gate.suggest(read_results([files["noisy"]]))
     made = gate.suggest(read_results([files["noisy"]]), allow_wide=True)
     assert any("written as asked (--allow-wide" in n for n in made.notes)
@@ -218,8 +219,13 @@ def test_suggest_widens_the_band_to_the_runs_spread(tmp_path):
         elif r["size_bytes"] == 1 << 20:
             r["busbw_GBps"] = 60.0 * (1 + 0.15 * (r["repetition"] - 2))
     frame = read_results([synthetic.write(tmp_path / "mixed.parquet", mixed)])
-    with pytest.raises(BadInput, match="all_reduce float32 1 MiB (in|out of) place on 16 ranks: 66.0% from repetitions"):
-        gate.suggest(frame, lower=0.02)
+    kept = gate.suggest(frame, lower=0.02)  # the 1 MiB points left out, the others banded, the fix named
+    assert {e["size"] for e in yaml.safe_load(kept.text)["entries"]} == {"16M"} and kept.entries == 4
+    wide = [f"{c} float32 1 MiB {p} place on 16 ranks: 66.0% from 5 repetitions"
+            for c in ("all_gather", "all_reduce") for p in ("out of", "in")]
+    assert kept.warnings == [f"4 points left out, their bands wider than --max-band 15% ({'; '.join(wide)}); fix: "
+                             "--min-size 16M leaves them out on purpose (their spread would need more than 20 "
+                             "repetitions)"]
     made = gate.suggest(frame, lower=0.02, allow_wide=True)
     doc = yaml.safe_load(made.text)
     assert doc["defaults"]["lower"] == 0.02
@@ -227,7 +233,7 @@ def test_suggest_widens_the_band_to_the_runs_spread(tmp_path):
     assert lowers["16M"] == 0.02  # no variation at all: the floor
     # sd 23.7% over 5 repetitions -> 3.5 x sqrt(2) x 1.2533 x 23.7% / sqrt(5) = 66%, above the 50% limit
     assert lowers["1M"] == 0.5
-    assert any("1 MiB in place on 16 ranks: 66.0% from repetitions: wider than --max-band 15%" in n
+    assert any("1 MiB in place on 16 ranks: 66.0% from 5 repetitions: wider than --max-band 15%" in n
                for n in made.notes)
 
 

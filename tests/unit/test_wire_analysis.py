@@ -91,7 +91,7 @@ def test_compare_names_the_counters_of_a_point_that_went_clean_to_trouble(files)
     assert hit.likely_cause == ("cbnode2 eth0 qdisc drops +3,630, cbnode2 tcp RetransSegs +5,472 "
                                 "(trouble counters were 0 before)")
     assert point_at(c, 65536).likely_cause is None  # clean on both sides
-    table = cmp.render_table(c)
+    table = cmp.render_table(c, wide=True)
     line = next(ln for ln in table.splitlines() if "1 MiB" in ln)
     assert "likely cause: cbnode2 eth0 qdisc drops +3,630, cbnode2 tcp RetransSegs +5,472" in line
     assert "likely cause" not in next(ln for ln in table.splitlines() if "64 KiB" in ln)
