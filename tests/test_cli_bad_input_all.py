@@ -124,6 +124,9 @@ CASES = [
     ("doctor-timeout-zero", ["doctor", "--timeout", "0"], ["--timeout 0", "must be more than 0"]),
     ("doctor-timeout-not-a-number", ["doctor", "--timeout", "soon"], ["'soon' is not a valid float"]),
     ("doctor-root-missing", ["doctor", "--root", "{d}/no-such-tree"], ["no-such-tree"]),
+    ("check-profile-missing", ["check", "--profile", "{d}/no-such.yaml"], ["no-such.yaml", "does not exist"]),
+    ("check-link-rate", ["check", "--link-rate", "fast"], ["--link-rate 'fast' is not a rate"]),
+    ("check-healthcheck-drain", ["check", "--mode", "healthcheck", "--drain"], ["never calls scontrol"]),
     # ------------------------------------------------------------------ lab (refused before anything is made)
     ("lab-nodes-not-a-number", ["lab", "up", "--nodes", "two"], ["'two' is not a valid integer"]),
     ("lab-nodes-too-many", ["lab", "up", "--nodes", "65"], ["--nodes 65 is outside 2..64"]),
