@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from commbench.net import counters, doctorrails, doctorwire, netinfo, wiresource
+from commbench.net import counters, doctorrails, doctorrdmacm, doctorwire, netinfo, wiresource
 from commbench.net.doctorview import layer_name, port_name, report_human
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput, RuntimeFailure
 from commbench.core.inputs import check_path, shown_path
@@ -319,8 +319,13 @@ def check_rails(facts: dict) -> list[Finding]:
     return doctorrails.check_host(facts, Finding, _used_ports)
 
 
+def check_rdma_cm(facts: dict) -> list[Finding]:
+    """The RDMA connection manager's modules and device (net/doctorrdmacm.py): notes."""
+    return doctorrdmacm.check_host(facts, Finding)
+
+
 HOST_CHECKS = (check_socket_ifname, check_gloo_ifname, check_ib_disable, check_ib_hca, check_port_state,
-               check_port_rate, check_roce_gid, check_mtu, check_counters, check_rails)
+               check_port_rate, check_roce_gid, check_mtu, check_counters, check_rails, check_rdma_cm)
 
 
 def check_host(facts: dict) -> list[Finding]:

@@ -83,6 +83,15 @@ def _host_line(console, h: dict) -> None:
                                 f"up: {', '.join(up) or 'none'}{traffic}; {rdma}; GPUs {gpus}"))
 
 
+def rdma_cm_text(got: dict) -> str:
+    """'modules rdma_cm, rdma_ucm loaded; /dev/infiniband/rdma_cm present' (net/doctorrdmacm.py's facts)."""
+    modules, dev = got.get("modules"), got.get("dev")
+    cm = [m for m in ("rdma_cm", "rdma_ucm") if modules is not None and m in modules]
+    loaded = "modules unknown" if modules is None else (f"modules {', '.join(cm)} loaded" if cm else "not loaded")
+    node = "unknown" if dev is None else ("present" if "rdma_cm" in dev else "missing")
+    return f"{loaded}; /dev/infiniband/rdma_cm {node}"
+
+
 def _host_facts(console, h: dict) -> None:
     from rich.text import Text
 
@@ -90,6 +99,7 @@ def _host_facts(console, h: dict) -> None:
     _interfaces(console, h)
     _rdma(console, h)
     console.print(f"ibv_devinfo: {h.get('ibv_devinfo')}")
+    console.print(f"RDMA connection manager: {rdma_cm_text(h.get('rdma_cm') or {})}")
     _gpus(console, h)
     env = h.get("env") or {}
     console.print("NCCL/GLOO environment: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "none set"))

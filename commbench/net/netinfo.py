@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeGuard
 
 from commbench.core.pump import capture
+from commbench.net import doctorrdmacm
 from commbench.net.envinfo import ARPHRD, env_snapshot
 
 SYSFS = Path("/sys")
@@ -642,6 +643,7 @@ def host_facts(root: str | Path | None = None, environ: dict | None = None, gpus
         "gpus": parse_nvidia_smi_list(smi_l) if smi_l else None,
         "topology": parse_topo_matrix(smi_topo) if smi_topo else None,
         "env": nccl_env(environ), "nccl_version": version,
+        "rdma_cm": doctorrdmacm.facts(root, root if root is not None else SYSFS),
     }
 
 
