@@ -464,6 +464,9 @@ def run_workload(workload: Workload, env: RankEnv) -> int:
         any_wrong = run_each(Session(ctx, timer, reporter, writer, control=control, wire=probe), workload.run)
         if writer is not None:
             _summarise(writer, backend, env, ranks, reporter, plan)
+            finished = getattr(workload, "finished", None)  # e.g. sweep --metrics: after the last line
+            if finished is not None:
+                finished(writer.rows)
         if any_wrong:
             reporter.close()
             _say(env, getattr(workload, "failure_message", "commbench: some results were wrong (see the #wrong "

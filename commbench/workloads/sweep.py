@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +56,10 @@ class SweepWorkload:
     warned: bool = field(default=False, init=False, repr=False)  # the hosts' links differ: said once
 
     def validate(self, world: int) -> None:
+        if self.plan.metrics:  # refused before anything runs, not after the run
+            from commbench.core.outputs import check_new
+
+            check_new(self.plan.metrics, "sweep", "--metrics", force=True)
         works = self.works(world)
         if not works:
             validate(self.plan, world)
@@ -74,6 +78,14 @@ class SweepWorkload:
         reduces = any(c.reduces for c in self.plan.entries())
         check_backend_support(backend, get_dtype(self.plan.dtype), self.plan.op if reduces else None)
         check_fits(self.plan, env.world_size, env.local_world_size, device)
+
+    def finished(self, rows: Sequence[Mapping]) -> None:
+        """Rank 0 after the closing lines: --metrics FILE from the run's own rows (analysis/metrics.py)."""
+        if self.plan.metrics and rows:
+            from commbench.analysis.metrics import write_metrics
+
+            path = write_metrics(rows, self.plan.metrics)
+            print(f"# Metrics: {path}", flush=True)
 
     def total_points(self, world: int) -> int:
         if self.works(world):
