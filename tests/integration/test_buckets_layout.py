@@ -7,7 +7,10 @@ from __future__ import annotations
 import glob
 
 import pandas as pd
+import pytest
 from helpers import cb, clean_env
+
+pytestmark = pytest.mark.integration  # real gloo ranks (moved from tests/unit)
 
 BUCKETS = ("buckets", "--nproc", "4", "--backend", "gloo", "--grad-bytes", "1M", "--bucket-size", "65536", "-n", "2",
            "-w", "1", "--progress", "off", "--bind", "none")

@@ -18,6 +18,8 @@ from commbench.harness.collectives import BY_NAME
 from commbench.harness.plan import SweepPlan
 from commbench.workloads.groupsweep import kept_sizes, shared_points, total_points
 
+pytestmark = pytest.mark.integration  # real gloo ranks (moved from tests/unit)
+
 POINT = ("sweep", "--nproc", "4", "--backend", "gloo", "-b", "64K", "-e", "64K", "-n", "3", "-w", "1",
          "--progress", "off", "--bind", "none")
 

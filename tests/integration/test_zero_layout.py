@@ -14,6 +14,8 @@ from commbench.core.errors import BadInput
 from commbench.core.layout import data_parallel
 from commbench.workloads.zero import ZeroPlan, ZeroWorkload
 
+pytestmark = pytest.mark.integration  # real gloo ranks (moved from tests/unit)
+
 ZERO = ("zero", "--nproc", "4", "--backend", "gloo", "--stages", "1", "--scale", "0.001", "-n", "2", "-w", "1",
         "--progress", "off", "--bind", "none")
 

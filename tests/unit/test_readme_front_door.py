@@ -37,10 +37,12 @@ def test_quick_start_makes_a_venv_before_the_set_up_ci_runs() -> None:
     assert commands[1:] == [
         "pip install -r requirements-cpu.txt",
         "commbench sweep --collective allreduce",
-        "python -m pytest",
+        "python -m pytest -n 2 tests/unit",
+        "python -m pytest --ignore=tests/unit",
     ]
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "\npip install -q -r requirements-cpu.txt\n" in ci and "\npython -m pytest " in ci
+    assert "\npip install -q -r requirements-cpu.txt\n" in ci
+    assert "\npython -m pytest -n 2 tests/unit " in ci and "\npython -m pytest --ignore=tests/unit " in ci
     assert "venv" not in ci.split("set -euo pipefail", 1)[1].split("#", 1)[0]
     assert "externally-managed-environment" in quick
 
