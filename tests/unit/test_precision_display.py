@@ -92,14 +92,14 @@ def test_auto_resolves_per_backend_and_workload():
     assert (given["time_budget"], given["precision"], given["auto_fields"]) == (2.0, 0.03, ["time_budget"])
 
 
-def test_the_command_line_takes_auto_and_numbers_and_a_child_gets_auto_back():
+def test_the_command_line_takes_auto_and_numbers_and_a_child_gets_what_its_parent_resolved():
     params = {p.name: p.default for p in sweep.params}
     assert params["time_budget"] == AUTO and params["precision"] == AUTO
     ctx = sweep.make_context("sweep", ["--precision", "auto", "--time-budget", "0.5"])
     assert ctx.params["precision"] == AUTO and ctx.params["time_budget"] == 0.5
     run = dataclasses.asdict(RunOptions(time_budget=2.0, precision=0.05, auto_fields=["precision"]))
     flags = child_flags(run)
-    assert flags[flags.index("--precision") + 1] == AUTO and flags[flags.index("--time-budget") + 1] == "2.0"
+    assert flags[flags.index("--precision") + 1] == "0.05" and flags[flags.index("--time-budget") + 1] == "2.0"
 
 
 def test_the_last_batch_keeps_to_the_budget_on_a_cpu_s_stalls():
