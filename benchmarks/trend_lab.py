@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-PREFIX, SUBNET = "ctr", "10.229.1.0/24"
+PREFIX, SUBNET = "xtr", "10.229.1.0/24"  # a prefix no test uses, nor any prefix of it
 ENV = {**os.environ, "COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": f"/run/commbench-lab-{PREFIX}"}
 COMMBENCH = [sys.executable, "-m", "commbench"]
 
@@ -44,23 +44,11 @@ def main() -> None:
             if i == args.change_at:
                 cb("lab", "set", "--node", "3", "--rate", "300mbit")
             start = time.monotonic()
-            cb(
-                "lab",
-                "run",
-                "--",
-                *COMMBENCH,
-                "pairs",
-                "--size",
-                "1M",
-                "-n",
-                "5",
-                "-w",
-                "1",
-                "--label",
-                f"night{i}",
-                "--out",
-                str(out / "all") + "/",
-            )
+            before = len(list((out / "all").glob("*.parquet")))
+            argv = ["pairs", "--size", "1M", "-n", "5", "-w", "1", "--label", f"night{i}", "--out", f"{out / 'all'}/"]
+            done = cb("lab", "run", "--", *COMMBENCH, *argv)
+            if len(list((out / "all").glob("*.parquet"))) != before + 1:  # exit 1 is a verdict only with results
+                raise SystemExit(f"run {i} wrote no results (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
             print(f"run {i}: {time.monotonic() - start:.1f} s", flush=True)
     finally:
         cb("lab", "down", check=False)

@@ -100,17 +100,40 @@ def pettitt(values: Sequence[float]) -> tuple[int, float]:
     return last_before + 1, min(1.0, 2.0 * math.exp(-6.0 * k * k / (n**3 + n**2)))
 
 
+def _l1_cost(logs: np.ndarray, t: int) -> float:
+    """How badly two medians, before and after position t, fit a series of logarithms."""
+    return float(np.abs(logs[:t] - np.median(logs[:t])).sum() + np.abs(logs[t:] - np.median(logs[t:])).sum())
+
+
 def step_at(values: Sequence[float]) -> int:
     """Where a step in `values` most likely lies (the position, from 0, of the first value after it):
     the split whose two medians fit the logarithms best (least absolute deviations), each side two
     values at least. Pettitt's own argmax says whether there is a change but leans toward the middle
     of the series (its statistic is largest there), so a run or three early on a noisy series."""
     x = np.log(np.asarray(values, dtype=float))
-    n = x.size
-    if n < 4:
-        return n // 2
-    cost = [np.abs(x[:t] - np.median(x[:t])).sum() + np.abs(x[t:] - np.median(x[t:])).sum() for t in range(2, n - 1)]
-    return 2 + int(np.argmin(cost))
+    if x.size < 4:
+        return x.size // 2
+    return 2 + int(np.argmin([_l1_cost(x, t) for t in range(2, x.size - 1)]))
+
+
+NEAR = 2  # runs: points whose own steps lie this close are one change (one noisy night moves a step by one)
+
+
+def joint_step(series: Sequence[tuple[np.ndarray, np.ndarray]], around: Sequence[int]) -> int:
+    """The one run position (from 0) where the steps of several points' series ((positions, values)
+    each, in run order) fit best together, within NEAR of their own steps `around`."""
+    best, best_cost = around[0], math.inf
+    for pos in range(min(around) - NEAR, max(around) + NEAR + 1):
+        cost = 0.0
+        for positions, values in series:
+            t = int(np.searchsorted(positions, pos))
+            if t < 2 or t > values.size - 2:
+                cost = math.inf
+                break
+            cost += _l1_cost(np.log(values), t)
+        if cost < best_cost:
+            best, best_cost = pos, cost
+    return best
 
 
 def smallest_p(n: int) -> float:
@@ -181,13 +204,28 @@ def find_changes(table: pd.DataFrame, runs: list[Run], alpha: float, threshold: 
         t = step_at(values)
         tested.append((dict(zip(KEY_COLUMNS, key, strict=True)), values, positions, t, p))
     qs = stats.bh_qvalues([p for *_, p in tested]) if tested else []
+    passed = [(key, values, positions, int(positions[t]), p, q)
+              for (key, values, positions, t, p), q in zip(tested, qs, strict=True) if q <= alpha]
     changes = []
-    for (key, values, positions, t, p), q in zip(tested, qs, strict=True):
-        before, after = float(np.median(values[:t])), float(np.median(values[t:]))
-        moved = abs(after / before - 1) if before > 0 else math.inf
-        if q <= alpha and moved >= threshold:
-            changes.append(PointChange(_plain(key), int(positions[t]), before, after, p, q))
+    for group in _near_groups(passed):
+        at = joint_step([(positions, values) for _, values, positions, *_ in group], [g[3] for g in group])
+        for key, values, positions, _, p, q in group:
+            t = int(np.searchsorted(positions, at))
+            before, after = float(np.median(values[:t])), float(np.median(values[t:]))
+            if (abs(after / before - 1) if before > 0 else math.inf) >= threshold:
+                changes.append(PointChange(_plain(key), at, before, after, p, q))
     return len(tested), changes
+
+
+def _near_groups(passed: list) -> list[list]:
+    """The significant points grouped by where their own steps lie: a group spans at most 2 x NEAR runs."""
+    groups: list[list] = []
+    for item in sorted(passed, key=lambda c: c[3]):
+        if groups and item[3] - groups[-1][0][3] <= 2 * NEAR:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
 
 
 def _plain(key: dict) -> dict:

@@ -11,6 +11,7 @@ import click
 from commbench.cli.options import fraction
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput
 from commbench.core.outtext import LINE_LIMIT, terminal
+from commbench.core.units import counted
 
 SHOWN = 8  # changed points listed per change run (the rest counted)
 
@@ -71,7 +72,7 @@ def _table(found, trending) -> str:
         worse = sum(c.change < 0 for c in changed)
         lines.append("")
         lines.append(
-            f"CHANGE from {terminal(runs[at].name(), LINE_LIMIT)}: {len(changed)} points "
+            f"CHANGE from {terminal(runs[at].name(), LINE_LIMIT)}: {counted(len(changed), 'point')} "
             f"({worse} slower, {len(changed) - worse} faster)"
         )
         lines.append(f"  the run before: {terminal(runs[at - 1].name(), LINE_LIMIT)}")
