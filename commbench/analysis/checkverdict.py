@@ -48,6 +48,11 @@ class HostVerdict:
         self._ranks.insert(at, key)
         self.reasons.insert(at, reason)
         if evidence:
+            self.note(evidence)
+
+    def note(self, evidence: str) -> None:
+        """Evidence once: two ranks of one host (a local run) report the same line."""
+        if evidence not in self.evidence:
             self.evidence.append(evidence)
 
     @property
@@ -140,7 +145,7 @@ class Judge:
                 self.host(e.host).add("FAIL", f"its links run at {ratio:.2f} of the others (pairs: best link "
                                       f"{_mbps(best)} vs {_mbps(ref)})", evidence, weight=0)
             else:
-                self.host(e.host).evidence.append(evidence)
+                self.host(e.host).note(evidence)
 
     def sweep(self, report: GateReport) -> None:
         if not report.failed and not report.empty:
