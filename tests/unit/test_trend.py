@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import shutil
+from pathlib import Path
 
 import numpy as np
 
@@ -156,3 +158,35 @@ def test_cli_plot_writes_the_figure_and_refuses_a_bad_suffix(tmp_path):
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
     bad = cb("trend", str(folder), "--plot", str(tmp_path / "t.txt"))
     assert bad.returncode == 2 and bad.stderr == f"commbench: --plot {tmp_path / 't.txt'} must end in .png or .svg\n"
+
+
+LAB = Path(__file__).resolve().parents[1] / "data" / "trend_lab"  # 24 real lab runs (its README.md)
+
+
+def test_real_lab_runs_name_run_16_host_3_and_the_link_rate():
+    found = trend.trend([LAB])
+    assert [r.index for r in found.runs] == list(range(1, 25))
+    assert [found.runs[at].label for at in found.change_runs()] == ["night16"]
+    host, links = trend.common_host(found.changes)
+    assert (host, links) == ("xtrnode3", 4)
+    assert all(c.change < -0.6 for c in found.changes)
+    (differs,) = found.differs.values()
+    assert any(d.startswith("link rate:") and "after xtrnode3 300 Mbit/s" in d for d in differs), differs
+
+
+def test_the_first_15_real_lab_runs_name_nothing(tmp_path):
+    for f in sorted(LAB.glob("*.parquet"))[:15]:
+        shutil.copy(f, tmp_path / f.name)
+    found = trend.trend([tmp_path])
+    assert len(found.runs) == 15 and found.changes == []
+
+
+def test_runs_of_different_collectives_are_refused_in_one_line(tmp_path):
+    folder = _write_nights(tmp_path, [400.0] * 8)
+    rows = _night(9, 400.0, np.random.default_rng(1))
+    for r in rows:
+        r["collective"] = "all_gather"
+    synthetic.write(folder / "other.parquet", rows)
+    proc = cb("trend", str(folder))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("commbench: the runs differ in collective (all_gather; all_reduce)")
