@@ -4,6 +4,7 @@ never touch each other's namespaces), and commbench run as a subprocess in that 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,6 +46,21 @@ def leftovers(prefix: str) -> list[str]:
     links = [x["ifname"] for x in json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True,
                                                             text=True).stdout or "[]")]
     return [n for n in netns + links if n.startswith(prefix)]
+
+
+@contextlib.contextmanager
+def lab_up(prefix: str, *up_args: str, timeout: float = 120):
+    """A lab of its own for one test: down first (a crashed run's leftovers), up with `up_args`,
+    and after the test down again with nothing of the prefix left behind."""
+    env = lab_env(prefix)
+    run_commbench(env, "lab", "down", timeout=timeout)
+    up = run_commbench(env, "lab", "up", *up_args, timeout=timeout)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield env
+    finally:
+        assert run_commbench(env, "lab", "down", timeout=timeout).returncode == 0
+        assert leftovers(prefix) == []
 
 
 def tbf_rates(netns: str) -> dict[str, int]:

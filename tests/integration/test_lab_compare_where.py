@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import NEEDS_LAB, lab_env, leftovers, run_commbench
+from labkit import NEEDS_LAB, lab_env, lab_up, run_commbench
 
 pytestmark = NEEDS_LAB
 PREFIX = "qwh"
@@ -21,14 +21,8 @@ def cb(*args: str):
 
 @pytest.fixture
 def lab():
-    cb("lab", "down")
-    up = cb("lab", "up", "--nodes", "3", "--rate", "1gbit", "--subnet", "10.231.1.0/24")
-    assert up.returncode == 0, up.stderr
-    try:
+    with lab_up(PREFIX, "--nodes", "3", "--rate", "1gbit", "--subnet", "10.231.1.0/24"):
         yield
-    finally:
-        assert cb("lab", "down").returncode == 0
-        assert leftovers(PREFIX) == []
 
 
 def test_compare_names_the_slowed_host_in_what_differs(lab, tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import NEEDS_LAB, lab_env, leftovers, run_commbench
+from labkit import NEEDS_LAB, lab_env, lab_up, run_commbench
 
 pytestmark = NEEDS_LAB
 PREFIX = "cfr"
@@ -20,14 +20,8 @@ def cb(*args: str):
 
 @pytest.fixture
 def lab():
-    cb("lab", "down")
-    up = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.232.1.0/24")
-    assert up.returncode == 0, up.stderr
-    try:
+    with lab_up(PREFIX, "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.232.1.0/24"):
         yield
-    finally:
-        assert cb("lab", "down").returncode == 0
-        assert leftovers(PREFIX) == []
 
 
 def warned(res) -> list[str]:
