@@ -44,6 +44,7 @@ class Target:
 
 AUTO_TARGETS = {"nccl": Target(0.05, 0.03, "what NCCL's timings on a GPU allow", "--precision 0.01"),
                 "gloo": Target(2.0, 0.05, "what timings on a shared CPU allow", "--precision 0.03 --time-budget 5")}
+_GLOO, _NCCL = AUTO_TARGETS["gloo"], AUTO_TARGETS["nccl"]  # named in the help
 AUTO_WIDE = ("sweep",)  # the workloads that take their backend's Target; the rest take NCCL's
 
 
@@ -103,13 +104,14 @@ class RunOptions:
     # adaptive: the most seconds of timed iterations per point (benchmarks/README.md)
     # (the command line's default is auto: resolve_auto; a RunOptions made in code gets NCCL's pair)
     time_budget: float = flag(0.05, "--time-budget", kind="float", low=0, high=3600, low_open=True, example="2",
-                              auto=True, help="Most seconds of timed iterations per point (adaptive); auto: 2 "
-                                              "with gloo (a sweep), else 0.05.")
+                              auto=True, help="Most seconds of timed iterations per point (adaptive); auto: "
+                                              f"{_GLOO.time_budget:g} with gloo (a sweep), else {_NCCL.time_budget:g}.")
     # adaptive: stop once the median's 95% CI half-width is this fraction (0: fill the budget)
     precision: float = flag(0.03, "--precision", kind="float", low=0, high=1, high_open=True, example="0.03",
                             rule="must be 0 (off), a fraction below 1 or auto", auto=True,
                             help="Adaptive: stop a point once its median is known to this fraction (95% CI "
-                                 "half-width); 0 fills --time-budget; auto: 0.05 with gloo (a sweep), else 0.03.")
+                                 f"half-width); 0 fills --time-budget; auto: {_GLOO.precision:g} with gloo (a sweep), "
+                                 f"else {_NCCL.precision:g}.")
     min_iters: int = flag(10, "--min-iters", kind="int", low=1, high=MAX_ITERATIONS, example="10")
     max_iters: int = flag(2000, "--max-iters", kind="int", low=1, high=MAX_ITERATIONS, example="2000")
     repetitions: int = flag(1, "-R", "--repetitions", kind="int", low=1, high=1000, example="5",
