@@ -3,7 +3,8 @@ base64 PNG, no external URLs, no JavaScript). The Markdown form (for a ticket; t
 as PNGs beside it) is built by markdown.py; what both show comes from summary.py.
 
 Sections: the comparison against a baseline (when given), the failed links of a pairs run
-("Faults", only when a link could not be measured), the pairs heat map, the curves, a peak-busbw
+("Faults", only when a link could not be measured), the runs over time ("Trend", analysis/trendview.py,
+only for enough runs of one measurement), the pairs heat map, the curves, a peak-busbw
 table, the settings side by side ("Settings", only when the rows hold several settings:
 analysis/settingsview.py), the counters on the wire ("Wire", analysis/wireview.py), the runs'
 metadata (hosts, ranks, backend, device, network, versions, environment) and every point.
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib
     import pandas as pd
     from matplotlib.figure import Figure
 
-from commbench.analysis import layoutview, plot, reportparts, settingsview, wireview
+from commbench.analysis import layoutview, plot, reportparts, settingsview, trendview, wireview
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
                                            CurveTables, curve_tables, fault_runs, fnum, fp, json_value,
                                            late_arrivals_by_run, missing, net_rows, ratio_text, report_title, run_facts,
@@ -572,9 +573,9 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
     if views.pairs is not None:
         sections.insert(0, ("pairs", "Links between hosts"))
-    faults = faults_html(views.pairs)
-    if faults:
-        sections.insert(0, ("faults", "Faults"))
+    faults, trend = faults_html(views.pairs), trendview.section_html(trendview.found(
+        sources, df["run_id"].nunique() if "run_id" in df.columns else 0), esc, _figure_html)
+    sections[:0] = ([("faults", "Faults")] if faults else []) + ([("trend", "Trend")] if trend else [])
     if comparison is not None:
         sections.insert(0, ("comparison", "Comparison with the baseline"))
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -594,8 +595,7 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
             figure = _figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
                                   reportparts.comparison_caption(cfig))
         out += [comparison_html(comparison, figure), "</section>"]
-    if faults:
-        out.append(faults)
+    out += [part for part in (faults, trend) if part]
     if views.pairs is not None:
         out.append(pairs_html(views.pairs))
     if grid is not None:

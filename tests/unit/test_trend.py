@@ -190,3 +190,18 @@ def test_runs_of_different_collectives_are_refused_in_one_line(tmp_path):
     proc = cb("trend", str(folder))
     assert proc.returncode == 2
     assert proc.stderr.startswith("commbench: the runs differ in collective (all_gather; all_reduce)")
+
+
+def test_the_report_of_nightly_runs_has_a_trend_section_and_of_few_runs_none(tmp_path):
+    from commbench.analysis.report import write_report
+
+    folder = _write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
+    page = write_report([str(folder)], out=tmp_path / "r.html")[0].read_text()
+    assert '<section id="trend"><h2>Trend</h2>' in page and '<a href="#trend">Trend</a>' in page
+    assert "<h3>Change from run 16 (20260016-000000-abcdef &#x27;night16&#x27;" in page
+    assert "What differs from the run before: link rate: before 400 Gbit/s" in page
+    few = tmp_path / "few"
+    few.mkdir()
+    for f in sorted(folder.glob("*.parquet"))[:3]:
+        shutil.copy(f, few / f.name)
+    assert 'id="trend"' not in write_report([str(few)], out=tmp_path / "few.html")[0].read_text()
