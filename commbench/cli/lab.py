@@ -159,11 +159,17 @@ def slurm() -> None:
 @slurm.command(name="up")
 @click.option("--timeout", type=Number(float, 0, DAY_S, low_open=True, example="60"), default=60.0, show_default=True,
               help="Seconds to wait for idle nodes.")
-def slurm_up(timeout) -> None:
+@click.option("--health-check", "health_check", default=None, metavar="PROGRAM",
+              help="slurm.conf's HealthCheckProgram: an executable that slurmd runs with no argument on every host "
+                   "(HealthCheckNodeState=ANY).")
+@click.option("--health-check-interval", "health_check_interval",
+              type=Number(int, 1, DAY_S, rule=f"is outside 1..{DAY_S}", example="300"), default=300,
+              show_default=True, help="Seconds between two health checks (HealthCheckInterval).")
+def slurm_up(timeout, health_check, health_check_interval) -> None:
     """Start munged, slurmctld and the slurmds; wait until every host is idle."""
     from commbench.lab import slurm as labslurm
 
-    state = labslurm.up(timeout)
+    state = labslurm.up(timeout, health_check, health_check_interval)
     click.echo(f"lab slurm up: {len(state.nodes)} nodes idle in partition 'lab'; "
                f"SLURM_CONF={labslurm.conf_path()}")
     click.echo("try: commbench lab slurm submit --wait slurm/commbench.sbatch")

@@ -108,7 +108,17 @@ def node_hardware() -> dict[str, int]:
     return hw
 
 
-def render_conf(state: labmod.LabState, hw: dict[str, int]) -> str:
+def health_check_lines(program: str | None, interval: int) -> list[str]:
+    """slurm.conf's health check: slurmctld asks every slurmd, whatever its state (ANY), to run `program`
+    each `interval` s; slurmd runs it with no argument and an empty environment, and only logs a failure
+    (draining is the program's own business)."""
+    if program is None:
+        return []
+    return [f"HealthCheckProgram={program}", f"HealthCheckInterval={interval}", "HealthCheckNodeState=ANY"]
+
+
+def render_conf(state: labmod.LabState, hw: dict[str, int], health_check: str | None = None,
+                health_check_interval: int = 300) -> str:
     sd = slurm_dir()
     first = state.nodes[0]
     topo = " ".join(f"{k}={v}" for k, v in hw.items())
@@ -149,6 +159,7 @@ def render_conf(state: labmod.LabState, hw: dict[str, int]) -> str:
         "MinJobAge=600",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
+        *health_check_lines(health_check, health_check_interval),
     ]
     lines += [f"NodeName={n.name} NodeAddr={n.addr} {topo} State=UNKNOWN" for n in state.nodes]
     lines.append("PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
@@ -219,10 +230,22 @@ def node_states(state: labmod.LabState) -> dict[str, str]:
     return dict(line.split(None, 1) for line in res.stdout.splitlines() if " " in line.strip())
 
 
-def up(timeout: float = IDLE_TIMEOUT) -> labmod.LabState:
+def check_program(program: str) -> str:
+    """slurmd runs the health check by absolute path, with no argument: it must be an executable file."""
+    path = Path(program)
+    if " " in program or not path.is_file() or not os.access(path, os.X_OK):
+        raise BadInput(f"--health-check {program!r} is not an executable file: give a script (chmod 0755) that "
+                       "takes no argument, e.g. one that runs 'commbench check --mode healthcheck'")
+    return str(path.resolve())
+
+
+def up(timeout: float = IDLE_TIMEOUT, health_check: str | None = None,
+       health_check_interval: int = 300) -> labmod.LabState:
     """Start munged, slurmctld and the slurmds; return when every host is idle in sinfo."""
     labmod.require_root()
     require_tools()
+    if health_check is not None:
+        health_check = check_program(health_check)
     state = labmod.require_state()
     if is_up(state):
         raise BadInput("the lab's Slurm is already up: 'commbench lab slurm status' shows it, "
@@ -242,7 +265,7 @@ def up(timeout: float = IDLE_TIMEOUT) -> labmod.LabState:
     with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400), "wb") as f:
         f.write(os.urandom(1024))
     (sd / "plugstack.conf").write_text("")
-    conf_path().write_text(render_conf(state, node_hardware()))
+    conf_path().write_text(render_conf(state, node_hardware(), health_check, health_check_interval))
     first = state.nodes[0]
 
     log = md / "munged.log"
