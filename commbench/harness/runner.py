@@ -339,7 +339,7 @@ class Session:
             "warmup": warmup, "repetition": repetition,
             "time_us": median_us, "time_us_min": float(us.min()), "time_us_max": float(us.max()),
             "time_us_p99": float(np.percentile(us, 99)),
-            "time_ci": _ci(us),
+            "time_ci": time_ci(us),
             "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor, "wrong": m.wrong,
             "samples_us": us.tolist(), **_rank_columns(m.ranks), "rank_cpus": ctx.rank_cpus,
             "rank_host": ctx.rank_host,
@@ -365,9 +365,12 @@ class Session:
             self.writer.append(rows)
 
 
-def _ci(us: np.ndarray) -> float | None:
-    """The time_ci column: the median's 95% CI half-width over the median; None under 6 samples."""
-    width = median_ci_halfwidth(us) if us.size else math.inf
+def time_ci(us: np.ndarray) -> float | None:
+    """The time_ci column: the median's 95% CI half-width over the median; None under 6 samples, or
+    where a sample is not a finite time (a pairs link that failed: its row says so, not its CI)."""
+    if not us.size or not np.isfinite(us).all():
+        return None
+    width = median_ci_halfwidth(us)
     return width if math.isfinite(width) else None
 
 
