@@ -110,6 +110,7 @@ CASES = [
     ("export-over-its-input", ["export", "{d}/good.parquet", "--openmetrics", "{d}/good.parquet"],
      ["is an input of export"]),
     ("export-push-not-http", ["export", "{d}/good.parquet", "--push", "ftp://example.com"], ["not an http(s) URL"]),
+    ("capture-no-command", ["capture", "--out", "{d}/job.trace"], ["capture needs a command after --"]),
     ("pairs-size-zero", ["pairs", "--size", "0"], ["--size '0' must be at least 1 byte"]),
     ("pairs-mode-unknown", ["pairs", "--mode", "bogus"], ["'bogus' is not one of 'sendrecv', 'bidir'"]),
     ("pairs-from-sweep-results", ["pairs", "--from", "{d}/good.parquet"], ["the results hold no pairs rows"]),
@@ -130,6 +131,7 @@ CASES = [
     # ------------------------------------------------------------------ lab (refused before anything is made)
     ("lab-nodes-not-a-number", ["lab", "up", "--nodes", "two"], ["'two' is not a valid integer"]),
     ("lab-nodes-too-many", ["lab", "up", "--nodes", "65"], ["--nodes 65 is outside 2..64"]),
+    ("lab-run-linger-negative", ["lab", "run", "--linger", "-1", "--", "true"], ["--linger -1.0 is outside 0..3600", "e.g. --linger 10"]),
     ("lab-subnet-not-a-network", ["lab", "up", "--subnet", "10.0.0.300/24"], ["--subnet '10.0.0.300/24' is not a network"]),
     ("lab-subnet-too-small", ["lab", "up", "--nodes", "4", "--subnet", "10.9.0.0/30"],
      ["must be a private range with room for 4 hosts"]),

@@ -132,14 +132,17 @@ def rsh(args) -> int:
               type=Number(int, 1, 64, rule="is outside 1..64", example="2"),
               help="Ranks on every host, numbered block-wise (host 1: ranks 0..N-1), each with its LOCAL_RANK; "
                    "with `lab up --rails N`, `--iface eth0,eth1` of the command puts local rank i on rail i.")
+@click.option("--linger", type=Number(float, 0, 3600, rule="is outside 0..3600", example="10"), default=10.0,
+              show_default=True, help="Seconds a rank may run on after rank 0 ended (one cut off by a dead link "
+                                      "may never return) before it is killed and named.")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
-def run(port, per_host, argv) -> int:
+def run(port, per_host, linger, argv) -> int:
     """Run a command on every host, one rank each (or --ranks-per-host N): commbench lab run -- commbench sweep."""
     from commbench.lab import run as labrun
 
     labrun.check_port(port)  # before the lab (or root) is looked at: 0 would hang, 70000 fail later
     labstate.require_root()
-    return labrun.run_everywhere(labstate.require_state(), list(argv), port, per_host)
+    return labrun.run_everywhere(labstate.require_state(), list(argv), port, per_host, linger)
 
 
 @lab.command()

@@ -107,8 +107,10 @@ def check_port(port: int) -> None:
     launch.check_port(port, f"--port {port}", f"--port {LAB_PORT}")
 
 
-def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT, per_host: int = 1) -> int:
-    """`argv` as `per_host` ranks on every lab host (block-wise: host 1 ranks 0..per_host-1)."""
+def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT, per_host: int = 1,
+                   linger: float | None = None) -> int:
+    """`argv` as `per_host` ranks on every lab host (block-wise: host 1 ranks 0..per_host-1); a rank
+    still running `linger` seconds (LINGER_AFTER_RANK0_S) after rank 0 ended is killed and named."""
     check_port(port)
     check_ranks_per_host(per_host)
     if not argv:
@@ -123,15 +125,17 @@ def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT, per_h
         for p in procs:
             p.kill()
         raise BadInput(f"command not found: {argv[0]}") from None
-    return _wait_all(procs, [f"rank {r} on {node.name}" for r, node in enumerate(hosts)])
+    return _wait_all(procs, [f"rank {r} on {node.name}" for r, node in enumerate(hosts)],
+                     LINGER_AFTER_RANK0_S if linger is None else linger)
 
 
 STOP_WAIT_S = 10.0  # after a forwarded Ctrl-C / SIGTERM: how long every rank gets, together, before SIGKILL
 WAITING_NOTE_S = 1.0  # ranks still running this long after the signal are named on stderr
-LINGER_AFTER_RANK0_S = 10.0  # a rank cut off by a dead link may never return from its backend
+LINGER_AFTER_RANK0_S = 10.0  # a rank cut off by a dead link may never return from its backend (`lab run --linger`)
 
 
-def _wait_all(procs: list[subprocess.Popen], names: list[str] | None = None) -> int:
+def _wait_all(procs: list[subprocess.Popen], names: list[str] | None = None,
+              linger: float = LINGER_AFTER_RANK0_S) -> int:
     """Wait for every rank; forward Ctrl-C / SIGTERM; rank 0's code unless one failed worse. A rank
     still running LINGER_AFTER_RANK0_S after rank 0 ended (blocked on a dead link, as torchrun's
     agent would see it) is killed and named; rank 0's code stands, since its rows are complete."""
@@ -141,7 +145,7 @@ def _wait_all(procs: list[subprocess.Popen], names: list[str] | None = None) -> 
             stop_once()  # the first Ctrl-C / SIGTERM is forwarded; later ones change nothing
             while any(p.poll() is None for p in procs):
                 if procs[0].poll() is not None:
-                    killed = _stop_lingering(procs)
+                    killed = _stop_lingering(procs, linger)
                     break
                 time.sleep(0.05)
         finally:
@@ -202,14 +206,14 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _stop_lingering(procs: list[subprocess.Popen]) -> list[int]:
+def _stop_lingering(procs: list[subprocess.Popen], linger: float = LINGER_AFTER_RANK0_S) -> list[int]:
     """Rank 0 has ended: wait for the others, then kill those still running; their ranks."""
-    end = time.monotonic() + LINGER_AFTER_RANK0_S
+    end = time.monotonic() + linger
     while time.monotonic() < end and any(p.poll() is None for p in procs):
         time.sleep(0.1)
     killed = [r for r, p in enumerate(procs) if p.poll() is None]
     for r in killed:
-        print(f"commbench: lab run: rank {r} still running {LINGER_AFTER_RANK0_S:g} s after rank 0 ended "
+        print(f"commbench: lab run: rank {r} still running {linger:g} s after rank 0 ended "
               "(blocked on a dead link?): killed", file=sys.stderr, flush=True)
         procs[r].kill()
         procs[r].wait()

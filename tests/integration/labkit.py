@@ -78,12 +78,13 @@ def first_run(side: Path) -> Path:
 class LabRun:
     """`lab run -- commbench ...` in `env`, its stdout and stderr read as they come."""
 
-    def __init__(self, env: dict[str, str], *args: str):
+    def __init__(self, env: dict[str, str], *args: str, linger: float | None = None):
         self.started = time.monotonic()
         self.elapsed = 0.0
-        self.proc = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m",
-                                      "commbench", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+        lab = ["--linger", str(linger)] if linger is not None else []  # `lab run --linger`: its default is 10 s
+        self.proc = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", *lab, "--", sys.executable,
+                                      "-m", "commbench", *args], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
         self.out: list[str] = []
         self.err: list[str] = []
         self._readers = [threading.Thread(target=self._read, args=(s, sink), daemon=True)
