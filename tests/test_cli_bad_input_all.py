@@ -110,6 +110,7 @@ CASES = [
     ("export-over-its-input", ["export", "{d}/good.parquet", "--openmetrics", "{d}/good.parquet"],
      ["is an input of export"]),
     ("export-push-not-http", ["export", "{d}/good.parquet", "--push", "ftp://example.com"], ["not an http(s) URL"]),
+    ("capture-no-command", ["capture", "--out", "{d}/job.trace"], ["capture needs a command after --"]),
     ("pairs-size-zero", ["pairs", "--size", "0"], ["--size '0' must be at least 1 byte"]),
     ("pairs-mode-unknown", ["pairs", "--mode", "bogus"], ["'bogus' is not one of 'sendrecv', 'bidir'"]),
     ("pairs-from-sweep-results", ["pairs", "--from", "{d}/good.parquet"], ["the results hold no pairs rows"]),

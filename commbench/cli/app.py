@@ -8,7 +8,7 @@ import sys
 import click
 
 from commbench import __version__
-from commbench.cli import analyze, check, doctor, export, measure, trend, tune
+from commbench.cli import analyze, capture, check, doctor, export, measure, trend, tune
 from commbench.cli.lab import lab
 from commbench.cli.nccl_tests import nccl_tests
 from commbench.cli.options import InOrder
@@ -26,7 +26,7 @@ def cli() -> None:
 
 for _command in (measure.sweep, measure.buckets, measure.zero, measure.pairs, tune.tune,  # measure
                  analyze.compare, analyze.gate, trend.trend, analyze.plot, analyze.report,  # judge and look
-                 export.export,  # results as Prometheus metrics
+                 export.export, capture.capture,  # results as Prometheus metrics; a job's communication
                  doctor.doctor, check.check, nccl_tests, lab):  # diagnose, nccl-tests, the emulated cluster
     cli.add_command(_command)
 
