@@ -20,8 +20,12 @@ SHIM = '''\
 import importlib.machinery, importlib.util, os, sys
 _here = os.path.dirname(os.path.abspath(__file__))
 if os.environ.get("{env}"):
-    from commbench.integrations import capture as _capture
-    _capture.autostart(os.environ["{env}"])
+    try:
+        from commbench.integrations import capture as _capture
+    except ImportError as _exc:  # another interpreter than commbench's: this process is not recorded
+        sys.stderr.write(f"commbench capture: not recording {{sys.executable}}: {{_exc}}\\n")
+    else:
+        _capture.autostart(os.environ["{env}"])
 _rest = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
 if _spec is not None and _spec.loader is not None:

@@ -121,6 +121,10 @@ def _barrier(group=None, async_op=False, *a, **k):
     return 0, 0, None, group, async_op, None, None, None
 
 
+def _monitored_barrier(group=None, timeout=None, wait_all_ranks=False, *a, **k):
+    return 0, 0, None, group, False, None, None, None
+
+
 FUNCTIONS: dict[str, tuple[str, Callable[..., tuple]]] = {
     "all_reduce": ("all_reduce", _all_reduce), "broadcast": ("broadcast", _broadcast),
     "reduce": ("reduce", _reduce), "all_gather": ("all_gather", _all_gather),
@@ -132,7 +136,7 @@ FUNCTIONS: dict[str, tuple[str, Callable[..., tuple]]] = {
     "all_to_all": ("all_to_all", _all_to_all), "all_to_all_single": ("all_to_all", _all_to_all_single),
     "gather": ("gather", _gather), "scatter": ("scatter", _scatter),
     "send": ("send", _send), "recv": ("recv", _recv), "isend": ("send", _isend), "irecv": ("recv", _irecv),
-    "barrier": ("barrier", _barrier), "monitored_barrier": ("barrier", _barrier),
+    "barrier": ("barrier", _barrier), "monitored_barrier": ("barrier", _monitored_barrier),
 }
 
 
