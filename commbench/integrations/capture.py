@@ -11,6 +11,8 @@ reduce_scatter_tensor (deepspeed/comm/torch.py), or those two are refreshed here
 backend already exists. The functions are replaced both in torch.distributed and in
 distributed_c10d, so a helper that calls another (all_gather_object -> all_gather) is recorded
 by what it issues; a wrapped call made inside another wrapped call is not recorded twice.
+Steps: the job may mark them (step(n)); otherwise, under DeepSpeed, each op carries the engine's
+optimizer step (DeepSpeedEngine.forward and .step are followed for engine.global_steps).
 
 Each op is kept in memory as a tuple and written at exit (the part file, JSON lines as in
 core/trace.py); the cost per call is two clock reads and a tuple (benchmarks/capture_cost.py).
@@ -148,6 +150,7 @@ class Recorder:
         self.rows: list[tuple] = []
         self.groups: dict[int, tuple[str, tuple[int, ...], str]] = {}  # id(pg) -> (name, ranks, desc)
         self.step: int | None = None
+        self.marked = False  # the job marks its own steps: DeepSpeed's are not used
         self.inside = False
         self.written = False
 
@@ -262,6 +265,7 @@ def step(number: int | None) -> None:
     """Mark the ops issued from now on as step `number` (None: outside any step). A no-op without capture."""
     if _recorder is not None:
         _recorder.step = number
+        _recorder.marked = True
 
 
 def _write_at_exit() -> None:
@@ -270,23 +274,62 @@ def _write_at_exit() -> None:
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patch torch.distributed right after it is imported, in whatever process imports it."""
+    """Patch a module right after it is imported, in whatever process imports it."""
+
+    def __init__(self, name: str, patch: Callable[[Any], None]) -> None:
+        self.name, self.patch = name, patch
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "torch.distributed":
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
-        run = spec.loader.exec_module
+        run, patch = spec.loader.exec_module, self.patch
 
         def exec_module(module: Any) -> None:
             run(module)
-            install(module)
+            patch(module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+def mark_deepspeed_steps(engine_module: Any) -> None:
+    """Label ops with DeepSpeed's optimizer step (engine.global_steps, read as each forward starts
+    and after each engine.step()) unless the job marks steps itself with step()."""
+    cls = getattr(engine_module, "DeepSpeedEngine", None)
+    if cls is None or hasattr(cls.forward, "__commbench_original__"):
+        return
+
+    def follow(fn: Callable, before: bool) -> Callable:
+        @functools.wraps(fn)
+        def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if before:
+                _follow_step(self)
+            result = fn(self, *args, **kwargs)
+            if not before:
+                _follow_step(self)
+            return result
+
+        wrapped.__commbench_original__ = fn  # type: ignore[attr-defined]
+        return wrapped
+
+    cls.forward, cls.step = follow(cls.forward, True), follow(cls.step, False)
+
+
+def _follow_step(engine: Any) -> None:
+    rec = _recorder
+    if rec is not None and not rec.marked:
+        rec.step = int(getattr(engine, "global_steps", 0))
+
+
+def _arm(name: str, patch: Callable[[Any], None]) -> None:
+    if name in sys.modules:
+        patch(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _PatchOnImport(name, patch))
 
 
 def autostart(parts: str) -> None:
@@ -294,10 +337,8 @@ def autostart(parts: str) -> None:
     global _recorder
     _recorder = Recorder(Path(parts))
     atexit.register(_write_at_exit)
-    if "torch.distributed" in sys.modules:
-        install(sys.modules["torch.distributed"])
-    else:
-        sys.meta_path.insert(0, _PatchOnImport())
+    _arm("torch.distributed", install)
+    _arm("deepspeed.runtime.engine", mark_deepspeed_steps)
 
 
 @contextlib.contextmanager
@@ -309,6 +350,7 @@ def capture(path: str | os.PathLike[str]) -> Iterator[Recorder]:
     parts = out.with_name(out.name + ".parts")
     _recorder = rec = Recorder(parts)
     install()
+    _arm("deepspeed.runtime.engine", mark_deepspeed_steps)
     try:
         yield rec
     finally:

@@ -45,3 +45,40 @@ def test_capture_without_a_command_is_one_line(cli, tmp_path):
     r = cli("capture", "--out", str(tmp_path / "j.trace"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "capture needs a command after --" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+class _Engine:
+    """DeepSpeedEngine's step counting as the capture sees it: global_steps grows at a boundary."""
+
+    def __init__(self, gas):
+        self.global_steps, self.gas, self.micro = 0, gas, 0
+
+    def forward(self, x):
+        return x
+
+    def step(self):
+        self.micro += 1
+        if self.micro % self.gas == 0:
+            self.global_steps += 1
+
+
+def test_deepspeed_steps_label_ops_unless_the_job_marks_its_own(tmp_path, monkeypatch):
+    import types
+
+    from commbench.integrations import capture as cap
+
+    module = types.SimpleNamespace(DeepSpeedEngine=type("DeepSpeedEngine", (_Engine,), {}))
+    cap.mark_deepspeed_steps(module)
+    rec = cap.Recorder(tmp_path)
+    monkeypatch.setattr(cap, "_recorder", rec)
+    engine, seen = module.DeepSpeedEngine(gas=2), []
+    for _ in range(4):  # 2 optimizer steps of 2 micro-batches
+        engine.forward(1)
+        seen.append(rec.step)
+        engine.step()
+    assert seen == [0, 0, 1, 1] and rec.step == 2
+    cap.step(7)
+    engine.forward(1)
+    engine.step()
+    assert rec.step == 7
+
