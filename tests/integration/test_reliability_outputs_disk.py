@@ -27,7 +27,7 @@ KINDS = {
     "compare-table": (["compare", "{a}", "{b}", "--out", "{d}/c.txt"], ["c.txt"]),
     "compare-json": (["compare", "{a}", "{b}", "--format", "json", "--out", "{d}/c.json"], ["c.json"]),
     "compare-plot": (["compare", "{a}", "{b}", "--plot", "{d}/c.png"], ["c.png"]),
-    "compare-out-and-plot": (["compare", "{a}", "{b}", "--out", "{d}/c.txt", "--plot", "{d}/c.svg"],
+    "compare-out-and-plot": (["compare", "{a}", "{b}", "--wide", "--out", "{d}/c.txt", "--plot", "{d}/c.svg"],
                              ["c.svg", "c.txt"]),
     "gate-report": (["gate", "{b}", "--expect", "{bands}", "--out", "{d}/g.txt"], ["g.txt"]),
     "gate-suggest": (["gate", "--suggest", "--allow-wide", "{a}", "--out", "{d}/new.yaml"], ["new.yaml"]),

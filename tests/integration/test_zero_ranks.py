@@ -22,7 +22,7 @@ def test_1_3b_schedule_per_stage_has_the_paper_volumes(tmp_path):
     out = tmp_path / "zero.parquet"
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "commbench", "zero", "--model", "1.3b", "-n", "3", "-w", "1",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+                           "--wide", "--out", str(out)], capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     assert elapsed < 60, f"the default 1.3B schedule took {elapsed:.0f} s"
@@ -40,7 +40,7 @@ def test_1_3b_schedule_per_stage_has_the_paper_volumes(tmp_path):
     assert df.paper_bytes_per_rank[3] / df.paper_bytes_per_rank[1] == pytest.approx(1.5, rel=0.01)
     assert set(json.loads(df.ops[3])) == {"all_gather", "reduce_scatter"}
     assert set(json.loads(df.ops[0])) == {"all_reduce"}
-    assert "paper" in proc.stdout and "3P=" in proc.stdout
+    assert "paper" in proc.stdout and "3P=" in proc.stdout  # --wide: the full table (default: 120 columns)
     # the scaled model's bytes, and beside them the full model's (issue #19: "2P = 32 MiB" alone read as 1.3b's)
     lines = proc.stdout.splitlines()
     assert "full model" in next(ln for ln in lines if "bytes/rank/step" in ln)
