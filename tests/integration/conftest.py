@@ -33,6 +33,24 @@ SIDES_SCHEDULE = [
     ("again", ["--mtu", "1500"], 3), ("base", None, 3), ("slow", ["--rate", "800mbit"], 5),
 ]
 
+# Tests that run with nothing beside them (CI's last pytest line, `-m serial`): every lab test (link rates and
+# timings measured on 2 cores), Slurm and Open MPI, and those that time a run against a limit or a ratio. The
+# rest of the tier runs two at a time (`-n 2 -m "not serial"`), as the unit tier does.
+SERIAL_FILES = ("test_lost_rank.py", "test_default_precision.py", "test_reliability_subprocess.py",
+                "test_settings_ranks.py", "test_reliability_labsecrets.py", "test_reliability_labstate.py")
+
+
+def is_serial(path: Path) -> bool:
+    name = path.name
+    return name.startswith("test_lab") or "mpirun" in name or "slurm" in name or name in SERIAL_FILES
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_serial(Path(str(item.fspath))):
+            item.add_marker(pytest.mark.serial)
+
+
 QUIET_SPREAD = 1.10  # the slowest repetition of a side at a size over its fastest, on a quiet machine 1.02-1.04
 
 

@@ -39,11 +39,13 @@ def test_quick_start_makes_a_venv_before_the_set_up_ci_runs() -> None:
         "pip install -r requirements-cpu.txt",
         "commbench sweep --collective allreduce",
         "python -m pytest -n 2 tests/unit",
-        "python -m pytest --ignore=tests/unit",
+        'python -m pytest -n 2 -m "not serial" --ignore=tests/unit',
+        "python -m pytest -m serial --ignore=tests/unit",
     ]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "\npip install -q -r requirements-cpu.txt\n" in ci
-    assert "\npython -m pytest -n 2 tests/unit " in ci and "\npython -m pytest --ignore=tests/unit " in ci
+    for line in commands[3:]:  # the test lines, as CI runs them (with its -v and --durations)
+        assert f"\n{line} " in ci, line
     assert "venv" not in ci.split("set -euo pipefail", 1)[1].split("#", 1)[0]
     assert "externally-managed-environment" in quick
 
