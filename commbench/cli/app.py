@@ -83,6 +83,7 @@ _EXAMPLES = {
     "gate": "commbench gate results/ --expect bands.yaml",
     "plot": "commbench plot results/",
     "trend": "commbench trend results/nightly/",
+    "export": "commbench export results/ --openmetrics commbench.prom",
     "report": "commbench report results/",
     "nccl-tests import": "commbench nccl-tests import all_reduce_perf.log",
     "nccl-tests run": "commbench nccl-tests run ./build/all_reduce_perf -- -b 8 -e 8G -f 2 -g 8",

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from commbench.core import trace as tr
 from commbench.core.errors import BadInput
-from commbench.core.vocab import COLLECTIVES
+from commbench.core.vocab import COLLECTIVES, NCCL_TESTS_ONLY
 
 ET_SCHEMA_MAJOR = 1  # Chakra ET schema "1.1.1-chakra.0.0.4": a newer major is refused
 
@@ -31,21 +31,10 @@ ET_SCHEMA_MAJOR = 1  # Chakra ET schema "1.1.1-chakra.0.0.4": a newer major is r
 _DEEPSPEED = {op: c.name for c in COLLECTIVES for op in c.deepspeed_ops if c.name != "sendrecv"} | {
     "send": "send", "isend": "send", "recv": "recv", "irecv": "recv",
     "barrier": "barrier", "log_summary_barrier": "barrier", "monitored_barrier": "barrier"}
-_C10D = {
-    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce", "_allgather_base_": "all_gather",
-    "allgather_": "all_gather", "allgather_into_tensor_coalesced_": "all_gather",
-    "allgather_coalesced_": "all_gather", "reduce_scatter_": "reduce_scatter",
-    "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_tensor_coalesced_": "reduce_scatter",
-    "broadcast_": "broadcast", "reduce_": "reduce", "alltoall_base_": "all_to_all", "alltoall_": "all_to_all",
-    "gather_": "gather", "scatter_": "scatter", "send": "send", "recv_": "recv", "recv_any_source_": "recv",
-    "barrier": "barrier", "monitored_barrier_": "barrier"}
-_PARAM = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "allgather": "all_gather",
-          "all_gather": "all_gather", "_allgather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
-          "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
-          "reduce_scatter_tensor_coalesced": "reduce_scatter", "broadcast": "broadcast", "reduce": "reduce",
-          "all_to_all": "all_to_all", "alltoall": "all_to_all", "all_to_allv": "all_to_all",
-          "alltoall_base": "all_to_all", "gather": "gather", "scatter": "scatter", "send": "send", "recv": "recv",
-          "barrier": "barrier"}
+_TORCH = {op: c.name for c in COLLECTIVES + NCCL_TESTS_ONLY for op in c.torch_ops}  # core/vocab.py's torch_ops
+_C10D = _TORCH | {"send": "send", "recv_": "recv", "recv_any_source_": "recv", "barrier": "barrier",
+                  "monitored_barrier_": "barrier"}
+_PARAM = _TORCH | {"send": "send", "recv": "recv", "barrier": "barrier"}
 # ET's dtype names (c10 type names in `types`, ScalarType names in record_param_comms) -> torch's.
 _DTYPES = {"c10::bfloat16": "bfloat16", "bfloat16": "bfloat16", "c10::half": "float16", "half": "float16",
            "float": "float32", "double": "float64", "unsigned char": "uint8", "byte": "uint8",

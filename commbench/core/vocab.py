@@ -128,6 +128,9 @@ class CollectiveSpec:
     # otherwise, as training issues them: tensor- and data-parallel gradients all-reduced, context
     # parallel's keys and values all-gathered, experts' tokens all-to-all, pipeline stages send/recv.
     parallel_dims: tuple[str, ...] = ()
+    # The names torch gives it in an Execution Trace: its c10d op (`c10d::allreduce_`, without the
+    # namespace) and record_param_comms' collective name (core/tracereaders.py).
+    torch_ops: tuple[str, ...] = ()
 
     def supports(self, placement: str) -> bool:
         return placement in self.placements
@@ -149,18 +152,27 @@ COLLECTIVES: tuple[CollectiveSpec, ...] = (
     CollectiveSpec("all_reduce", ("allreduce",), _full, lambda n: 2 * (n - 1) / n, reduces=True,
                    placements=("in",), volume=2.0, zero_step=True, nccl_func="AllReduce",
                    deepspeed_ops=("all_reduce", "all_reduce_coalesced", "inference_all_reduce"),
-                   parallel_dims=("tp", "dp")),
+                   parallel_dims=("tp", "dp"),
+                   torch_ops=("allreduce_", "allreduce_coalesced_", "allreduce", "all_reduce")),
     CollectiveSpec("reduce_scatter", ("reducescatter",), _scatter_family, ring_factor, reduces=True,
                    zero_step=True, nccl_func="ReduceScatter",
-                   deepspeed_ops=("reduce_scatter", "reduce_scatter_tensor")),
+                   deepspeed_ops=("reduce_scatter", "reduce_scatter_tensor"),
+                   torch_ops=("reduce_scatter_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_",
+                              "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced")),
     CollectiveSpec("all_gather", ("allgather",), _gather_family, ring_factor, zero_step=True, nccl_func="AllGather",
-                   deepspeed_ops=("all_gather", "all_gather_into_tensor", "all_gather_base"), parallel_dims=("cp",)),
+                   deepspeed_ops=("all_gather", "all_gather_into_tensor", "all_gather_base"), parallel_dims=("cp",),
+                   torch_ops=("_allgather_base_", "allgather_", "allgather_into_tensor_coalesced_",
+                              "allgather_coalesced_", "allgather", "all_gather", "_allgather_base",
+                              "allgather_into_tensor_coalesced")),
     CollectiveSpec("all_to_all", ("alltoall", "a2a"), _alltoall, ring_factor, placements=("out",),
-                   nccl_func="AlltoAll", deepspeed_ops=("all_to_all", "all_to_all_single"), parallel_dims=("ep",)),
+                   nccl_func="AlltoAll", deepspeed_ops=("all_to_all", "all_to_all_single"), parallel_dims=("ep",),
+                   torch_ops=("alltoall_base_", "alltoall_", "all_to_all", "alltoall", "all_to_allv", "alltoall_base")),
     CollectiveSpec("broadcast", ("bcast",), _full, lambda n: 1.0, rooted=True, placements=("in",),
-                   exits_together=False, nccl_func="Broadcast", deepspeed_ops=("broadcast",)),
+                   exits_together=False, nccl_func="Broadcast", deepspeed_ops=("broadcast",),
+                   torch_ops=("broadcast_", "broadcast")),
     CollectiveSpec("reduce", (), _full, lambda n: 1.0, reduces=True, rooted=True, placements=("in",),
-                   exits_together=False, zero_step=True, nccl_func="Reduce", deepspeed_ops=("reduce",)),
+                   exits_together=False, zero_step=True, nccl_func="Reduce", deepspeed_ops=("reduce",),
+                   torch_ops=("reduce_", "reduce")),
     CollectiveSpec("sendrecv", ("send_recv", "p2p", "ring"), _full, lambda n: 1.0, placements=("out",),
                    exits_together=False, nccl_func="SendRecv",
                    deepspeed_ops=("send", "recv", "isend", "irecv", "batch_isend_irecv"), parallel_dims=("pp",)),
@@ -169,7 +181,8 @@ COLLECTIVES: tuple[CollectiveSpec, ...] = (
 # nccl-tests binaries commbench does not run: their results are read under their own names,
 # with nccl-tests' bus factors.
 NCCL_TESTS_ONLY: tuple[CollectiveSpec, ...] = tuple(
-    CollectiveSpec(name, (), layout, ring_factor, rooted=name in ("gather", "scatter"))
+    CollectiveSpec(name, (), layout, ring_factor, rooted=name in ("gather", "scatter"),
+                   torch_ops=(f"{name}_", name) if name in ("gather", "scatter") else ())
     for name, layout in (("gather", _gather_family), ("scatter", _scatter_family), ("hypercube", _gather_family),
                          ("alltoallv", _alltoallv)))
 
