@@ -189,7 +189,7 @@ def test_tune_in_a_batch_script_measures_on_every_task_of_the_job(slurm_lab, tmp
     log = (tmp_path / f"slurm-{job}.out").read_text()
     assert res.returncode == 0 and f"job {job} COMPLETED" in res.stdout, f"{res.stdout}\n{res.stderr}\n{log}"
 
-    assert "# tune: custom-2x256 (0.00465B parameters) on 2 ranks, 2 candidates" in log
+    assert "# tune: custom-2x256 (0.00465B parameters), 2 ranks, 2 candidates" in log
     assert "# winner: ZeRO-2, reduce_bucket_size" in log
     runs = sorted((tmp_path / "tuned").glob("*.parquet"))
     kinds = sorted(p.name.split(".")[1].split("-")[0] for p in runs)

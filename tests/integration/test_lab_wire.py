@@ -107,7 +107,8 @@ def test_doctor_watch_names_the_dropping_queue_while_traffic_runs(lab, tmp_path)
         for line in traffic.stdout:  # the first measured point: traffic flows
             if line.strip()[:1].isdigit():
                 break
-        res = cb("lab", "exec", f"{PREFIX}node2", "--", sys.executable, "-m", "commbench", "doctor", "--watch", "3")
+        res = cb("lab", "exec", f"{PREFIX}node2", "--", sys.executable, "-m", "commbench", "doctor", "--watch", "3",
+                 "--verbose")  # the watched rates are facts: --verbose (findings come first either way)
         quiet = cb("lab", "exec", f"{PREFIX}node1", "--", sys.executable, "-m", "commbench", "doctor")
     finally:
         traffic.send_signal(signal.SIGTERM)
@@ -129,7 +130,7 @@ def test_compare_names_the_new_drops_as_the_likely_cause(lab, tmp_path):
         sweep(tmp_path / "after.parquet", *args)
     finally:
         cb("lab", "set", "--queue", "0")
-    res = cb("compare", str(tmp_path / "before.parquet"), str(tmp_path / "after.parquet"))
+    res = cb("compare", str(tmp_path / "before.parquet"), str(tmp_path / "after.parquet"), "--wide")  # notes unwrapped
     assert res.returncode in (1, 3), res.stdout + res.stderr  # slower, or too few repetitions to say
     lines = [line for line in res.stdout.splitlines() if "likely cause:" in line]
     assert len(lines) == 2, res.stdout  # both sizes
