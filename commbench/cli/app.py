@@ -37,8 +37,11 @@ MESSAGE_LIMIT = 4000
 
 
 def _fail(message: str, code: int) -> None:
-    """Every error line passes here: one terminal line, control and bidi characters shown as escapes."""
-    print(f"commbench: {terminal(message, MESSAGE_LIMIT)}", file=sys.stderr)
+    """Every error line passes here: one terminal line, control and bidi characters shown as escapes,
+    written in one write with its newline (print writes the end apart, and the ranks of a launcher
+    that share one stderr then ran two refusals into one line)."""
+    sys.stderr.write(f"commbench: {terminal(message, MESSAGE_LIMIT)}\n")
+    sys.stderr.flush()
     sys.exit(code)
 
 
