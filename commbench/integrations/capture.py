@@ -179,9 +179,10 @@ class Recorder:
                         meta={"ranks": [rank]})
 
     def write_part(self) -> Path | None:
-        import torch.distributed as dist
-
-        if self.written or not (self.rows or (dist.is_available() and dist.is_initialized())):
+        # A launcher that never imported torch (`commbench lab run`) has nothing to write, and
+        # importing torch now, at interpreter shutdown, fails ("can't register atexit after shutdown").
+        dist = sys.modules.get("torch.distributed")
+        if self.written or not (self.rows or (dist is not None and dist.is_available() and dist.is_initialized())):
             return None  # a launcher (torchrun) imports torch.distributed too, and is no rank
         self.written = True
         t = self.trace()
