@@ -14,15 +14,16 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from commbench.analysis import layoutview, settingsview, wirequery
+from commbench.analysis import layoutview, replay, replayview, settingsview, wirequery
 from commbench.analysis.runsdiffer import (  # noqa: F401 - SAME_RUN is part of compare's interface (cli/analyze.py)
     DIFFERENCE_COLUMNS, SAME_RUN, WARN_COLUMNS, differences_between, run_values, same_run_warning, warnings_between)
+from commbench.analysis.replay import StepChange
 from commbench.analysis.frames import REQUIRED_COLUMNS, check_frame, jsonable, printable, scalar
 from commbench.analysis.sides import KEY_COLUMNS, Lost, Side, describe_point
 from commbench.analysis.wireview import GROWTH
@@ -92,6 +93,7 @@ class Comparison:
     latency_threshold: float
     allow_within_run: bool = False
     repetitions_needed: int | None = None  # a side, for the number of common points
+    replay: list[StepChange] = field(default_factory=list)  # replayed steps (docs/REPLAY.md)
 
     def exit_code(self) -> int:
         if self.verdict == "regression":
@@ -149,10 +151,12 @@ def compare_aggregates(before: Aggregate, after: Aggregate, threshold: float = 0
                                   f"the {agg.name} results", comparing=True)
     b_lost, a_lost = before.lost, after.lost
     same = same_run_warning(run_values(before.context, "run_id"), run_values(after.context, "run_id"))
-    return _compare(before.side(), after.side(), b_lost, a_lost,
-                    ([same] if same else []) + warnings_between(before.context, after.context),
-                    differences_between(before.context, after.context), _settings_of(before.context, after.context),
-                    lambda common: wirequery.likely_causes(before, after, common), limits, allow_within_run)
+    c = _compare(before.side(), after.side(), b_lost, a_lost,
+                 ([same] if same else []) + warnings_between(before.context, after.context),
+                 differences_between(before.context, after.context), _settings_of(before.context, after.context),
+                 lambda common: wirequery.likely_causes(before, after, common), limits, allow_within_run)
+    c.replay = replay.compared(before, after, c.points)
+    return c
 
 
 def compare_paths(before: Sequence[str | os.PathLike], after: Sequence[str | os.PathLike],
@@ -443,7 +447,7 @@ def _extra_columns(keys: Iterable[dict]) -> list[str]:
         extra.append("workload")
     if any(layoutview.group_label(k.get("group_dim"), None) for k in keys):
         extra.append("group")  # a layout run's rows: 'dp1', 'dp1 solo' (docs/LAYOUTS.md)
-    for name in ("bucket_bytes", "zero_stage", "grad_accum", "rail", "settings"):
+    for name in ("bucket_bytes", "zero_stage", "grad_accum", "trace_step", "trace_op", "rail", "settings"):
         plain = (None, "", 1) if name == "grad_accum" else (None, "")  # an accumulation of 1 goes without saying
         if any(k.get(name) not in plain for k in keys):
             extra.append(name)
@@ -594,7 +598,8 @@ def render_table(c: Comparison, wide: bool = False) -> str:
             lines += [fmt(r)] if wide else _wrapped_row(fmt(r[:-1] + [""]), r[-1], note_at)
         lines += (_wrapped(f"every point: {shared}") if shared else []) + [""]
     text = _one_sided_lines(c) + [f"warning: {terminal(w, LINE_LIMIT)}" for w in c.warnings]
-    text += [f"differs: {terminal(d, LINE_LIMIT)}" for d in c.differences] + _summary_lines(c)
+    text += [f"differs: {terminal(d, LINE_LIMIT)}" for d in c.differences] + replayview.compare_lines(c.replay)
+    text += _summary_lines(c)
     lines += text if wide else [part for line in text for part in _wrapped(line)]
     return "\n".join(lines) + "\n"
 
@@ -657,7 +662,7 @@ def render_markdown(c: Comparison) -> str:
     """Markdown for pasting into a ticket."""
     md = lambda text: markdown(text, LINE_LIMIT)  # noqa: E731 - every line from the files, inert
     lines = [f"### commbench compare: **{c.verdict}**", ""]
-    lines += [f"- {s}" for s in _summary_lines(c)[1:]]
+    lines += [f"- {s}" for s in _summary_lines(c)[1:]] + replayview.compare_markdown(c.replay)
     if c.warnings:
         lines += ["", "**Warnings** (these should not differ):", ""] + [f"- {md(w)}" for w in c.warnings]
     if c.differences:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from commbench.analysis import layoutview, plot, settingsview, wireview
+from commbench.analysis import layoutview, plot, replayview, settingsview, wireview
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE,
                                            ZERO_NOTE, curve_tables, fault_runs, fnum, json_value, net_rows, ratio_text,
                                            report_title, run_facts, runs_named, size_text, wrong_cell)
@@ -64,6 +64,7 @@ def build_markdown(df: pd.DataFrame, figure_name: str | None, sources: Sequence[
         out += pairs_markdown(views.pairs, pairs_figure_name)
     if grid is not None:
         out += zero_markdown(grid, zero_figure_name)
+    out += replayview.section_markdown(df, md_table, md)  # a replay's steps (docs/REPLAY.md)
     out += layoutview.section_markdown(df, md_table, md)  # a layout run's groups (docs/LAYOUTS.md)
     if curves is not None:
         out += ["## Bandwidth and latency", ""]

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib
     import pandas as pd
     from matplotlib.figure import Figure
 
-from commbench.analysis import layoutview, plot, reportparts, settingsview, trendview, wireview
+from commbench.analysis import layoutview, plot, replayview, reportparts, settingsview, trendview, wireview
 from commbench.analysis.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
                                            CurveTables, curve_tables, fault_runs, fnum, fp, json_value,
                                            late_arrivals_by_run, missing, net_rows, ratio_text, report_title, run_facts,
@@ -567,8 +567,8 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
         sections[2:2] = [("settings", "Settings")] if tables.settings else []
         sections.append(("points", "All points"))
-    layout = layoutview.section_html(df, _table, esc)  # a layout run's groups (docs/LAYOUTS.md)
-    sections[:0] = [("layout", "Layout")] if layout else []
+    layout, replayed = layoutview.section_html(df, _table, esc), replayview.section_html(df, _table, esc)
+    sections[:0] = ([("replay", "Replay")] if replayed else []) + ([("layout", "Layout")] if layout else [])
     if grid is not None:
         sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
     if views.pairs is not None:
@@ -600,7 +600,7 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         out.append(pairs_html(views.pairs))
     if grid is not None:
         out.append(zero_html(grid))
-    out.append(layout)
+    out += [replayed, layout]  # a replay's steps (docs/REPLAY.md), a layout run's groups (docs/LAYOUTS.md)
     if curves is not None and tables is not None:
         cfig = drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate)
         out += _curves_html(cfig, tables)

@@ -1,0 +1,206 @@
+"""Replay views (issue #42 part 4, docs/REPLAY.md "Reading a replay"): the one aggregation of replay
+rows (analysis/replay.py), compare's block per replayed step, the report's Replay section.
+
+The rows are made to the replay row contract (step rows: collective replay_step, trace_op NULL;
+op rows: the op's collective and trace_op), on top of synthetic.make_rows' run columns."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from commbench.analysis import compare as cmp
+from commbench.analysis import replay, replayview
+from tests.unit import synthetic
+from tests.unit.synthetic import make_rows
+
+# Step 0 of a ZeRO-2 job (standing for steps 0-3): 4 all_reduce and an all_gather, each op's time in us.
+FAST = [("all_reduce", 33_472, 7_500.0), ("all_reduce", 33_472, 7_500.0), ("all_reduce", 33_472, 7_500.0),
+        ("all_reduce", 33_472, 7_500.0), ("all_gather", 16_384, 11_200.0)]
+SLOW = [("all_reduce", 33_472, 76_750.0), ("all_reduce", 33_472, 76_750.0), ("all_reduce", 33_472, 76_750.0),
+        ("all_reduce", 33_472, 76_750.0), ("all_gather", 16_384, 49_200.0)]
+
+
+def replay_rows(steps: dict[int, list[tuple[str, int, float]]], repetitions: int = 7,
+                run_id: str = "20250101-000000-abcdef", spans: dict[int, str] | None = None,
+                recorded: float | None = 0.5, setting: str | None = None) -> list[dict]:
+    """A replay run's rows: per step, a step row (the ops' times summed: issued one after another)
+    and an op row per op, each repetition wobbling by 0.2% either way; recorded: the recorded times as a
+    fraction of the replayed (None: the trace held no times)."""
+    base = make_rows(collectives=("all_reduce",), sizes=(8,), placements=(True,), repetitions=1, run_id=run_id)[0]
+    rows = []
+    for rep in range(repetitions):
+        wobble = 1 + 0.002 * (rep % 3 - 1)  # the median repetition has none
+        for step, ops in steps.items():
+            common = dict(workload="replay", repetition=rep, trace_step=step, trace_file="job.trace",
+                          trace_steps=(spans or {}).get(step, str(step)), settings=setting, world_size=2, nnodes=2,
+                          ranks_per_node=1, in_place=False, op=None)
+            total = sum(t for _, _, t in ops) * wobble
+            size = sum(s for _, s, _ in ops)
+            counts: dict[str, dict[str, int]] = {}
+            for name, s, _ in ops:
+                counts.setdefault(name, {"count": 0, "bytes": 0})
+                counts[name]["count"] += 1
+                counts[name]["bytes"] += s
+            rows.append(_row(base, common, "replay_step", size, total, recorded, trace_op=None,
+                             n_collectives=len(ops), ops=json.dumps(counts)))
+            for i, (name, s, t) in enumerate(ops):
+                rows.append(_row(base, common, name, s, t * wobble, recorded, trace_op=i, trace_group="0",
+                                 op="sum" if name == "all_reduce" else None))
+    return rows
+
+
+def _row(base: dict, common: dict, collective: str, size: int, t_us: float, recorded: float | None,
+         **extra) -> dict:
+    algbw = size / (t_us * 1e-6) / 1e9
+    return {**base, **common, "collective": collective, "size_bytes": size, "time_us": t_us,
+            "time_us_min": t_us * 0.98, "time_us_max": t_us * 1.05, "time_us_p99": t_us * 1.04,
+            "algbw_GBps": algbw, "busbw_GBps": algbw, "samples_us": [t_us * 0.99, t_us, t_us * 1.01],
+            "recorded_us": None if recorded is None else t_us * recorded, "wrong": None, **extra}
+
+
+def fast_and_slow(**kwargs):
+    before = pd.DataFrame(replay_rows({0: FAST}, spans={0: "0-3"}, **kwargs))
+    after = pd.DataFrame(replay_rows({0: SLOW}, spans={0: "0-3"}, run_id="20250102-000000-abcdef", **kwargs))
+    return before, after
+
+
+# ---- the aggregation ----
+
+
+def test_a_steps_time_by_collective_is_the_sum_of_its_ops_medians_with_calls_bytes_and_recorded():
+    (step,) = replay.steps(pd.DataFrame(replay_rows({0: FAST}, spans={0: "0-3"})))
+    assert step.title() == "step 0 (steps 0-3)"
+    assert step.time_us == pytest.approx(41_200)
+    assert step.ratio == pytest.approx(2.0)  # recorded at half the replayed time
+    ar, ag = step.parts
+    assert (ar.collective, ar.calls, ar.size_bytes) == ("all_reduce", 4, 4 * 33_472)
+    assert ar.time_us == pytest.approx(4 * 7_500) and ar.recorded_us == pytest.approx(ar.time_us / 2)
+    assert (ag.collective, ag.calls) == ("all_gather", 1)
+    assert [o.trace_op for o in step.largest(2)] == [4, 0]  # the all_gather is the largest op, then issue order
+
+
+def test_steps_come_in_step_order_with_the_ops_outside_any_step_last_and_no_recorded_time_stays_unknown():
+    df = pd.DataFrame(replay_rows({-1: FAST[:1], 2: FAST[4:], 1: FAST[:2]}, recorded=None, repetitions=2))
+    got = replay.steps(df)
+    assert [s.trace_step for s in got] == [1, 2, -1]
+    assert got[-1].title() == "ops outside any step" and got[0].title() == "step 1"
+    assert got[0].recorded_us is None and got[0].ratio is None and got[0].parts[0].recorded_us is None
+
+
+def test_rows_without_a_replay_have_no_steps():
+    assert replay.steps(pd.DataFrame(make_rows(repetitions=1))) == []
+
+
+def test_causes_share_the_collectives_summed_change_and_name_one_that_moved_the_other_way():
+    before = replay.parts_of([replay.Op(0, "all_reduce", 8, None, None, 100.0, None),
+                              replay.Op(1, "broadcast", 8, None, None, 50.0, None)])
+    after = replay.parts_of([replay.Op(0, "all_reduce", 8, None, None, 400.0, None),
+                             replay.Op(1, "broadcast", 8, None, None, 30.0, None)])
+    got = replay.causes(before, after)
+    assert [(c.collective, round(c.share, 3), c.change_us) for c in got] == [
+        ("all_reduce", round(300 / 280, 3), 300.0), ("broadcast", round(-20 / 280, 3), -20.0)]
+    assert replay.causes(before, before) == []
+
+
+# ---- compare ----
+
+
+def test_compare_of_two_replays_says_regression_for_the_step_and_names_the_collectives_behind_it():
+    c = cmp.compare_frames(*fast_and_slow())
+    assert c.verdict == "regression" and c.exit_code() == 1
+    (change,) = c.replay
+    assert change.verdict == "regression"
+    assert ("replay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression; all_reduce 88% of the change "
+            "(+277 ms, 4 calls), all_gather 12% (+38 ms, 1 call)\n") in cmp.render_table(c, wide=True)
+    text = cmp.render_table(c)  # 120 columns: the line wraps, indented
+    assert "\nreplay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression; all_reduce 88% of the change" in text
+    assert "\n    12% (+38 ms, 1 call)\n" in text
+    assert text.index("replay step 0") < text.index("verdict: regression")  # the block before the verdict
+    assert "- replay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression" in cmp.render_markdown(c)
+    got = c.to_dict()["replay"][0]
+    assert got["causes"][0]["collective"] == "all_reduce" and got["verdict"] == "regression"
+
+
+def test_compare_of_a_replay_with_itself_is_unchanged_and_names_no_collective():
+    before, _ = fast_and_slow()
+    c = cmp.compare_frames(before, before.assign(run_id="20250102-000000-abcdef"))
+    (change,) = c.replay
+    assert change.verdict == "unchanged" and change.causes == []
+    assert "replay step 0 (steps 0-3): 41.2 ms -> 41.2 ms, unchanged\n" in cmp.render_table(c)
+
+
+def test_compare_of_plain_sweeps_has_no_replay_block():
+    c = cmp.compare_frames(pd.DataFrame(make_rows(repetitions=3)),
+                           pd.DataFrame(make_rows(repetitions=3, run_id="20250102-000000-abcdef")))
+    assert c.replay == [] and "replay" not in cmp.render_table(c) and "Replayed" not in cmp.render_markdown(c)
+
+
+def test_compare_of_two_replay_files_from_the_command_line_exits_1_with_the_step_line(tmp_path, cli):
+    b = synthetic.write(tmp_path / "fast.parquet", replay_rows({0: FAST}, spans={0: "0-3"}))
+    a = synthetic.write(tmp_path / "slow.parquet", replay_rows({0: SLOW}, spans={0: "0-3"},
+                                                              run_id="20250102-000000-abcdef"))
+    got = cli("compare", str(b), str(a))
+    assert got.returncode == 1, got.stderr
+    assert "replay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression; all_reduce 88% of the change" in got.stdout
+
+
+def test_a_hostile_collective_name_in_a_replay_is_inert_in_compare_and_the_report():
+    from commbench.analysis import report
+
+    evil = "all_reduce\x1b[31m<b>|"
+    before, after = (pd.DataFrame(replay_rows({0: [(evil, 64, t)]}, run_id=r))
+                     for t, r in ((100.0, "20250101-000000-abcdef"), (900.0, "20250102-000000-abcdef")))
+    text = cmp.render_table(cmp.compare_frames(before, after))
+    assert "\x1b" not in text and "all_reduce\\x1b[31m<b>|" in text
+    page = report.build_html(after)
+    assert "\x1b" not in page and "<b>|" not in page and "all_reduce\\x1b[31m&lt;b&gt;|" in page
+    md = replayview.section_markdown(after, _md_table(), _md())
+    assert not any("<b>" in line or "\x1b" in line for line in md)
+
+
+def _md_table():
+    from commbench.analysis.markdown import md_table
+
+    return md_table
+
+
+def _md():
+    from commbench.analysis.markdown import md
+
+    return md
+
+
+# ---- the report ----
+
+
+def test_the_report_of_a_replay_has_a_replay_section_with_collectives_largest_ops_and_ratio():
+    from commbench.analysis import report
+
+    df = pd.DataFrame(replay_rows({0: FAST, 1: SLOW}, spans={0: "0-3"}, repetitions=3))
+    page = report.build_html(df)
+    assert '<a href="#replay">Replay</a>' in page and '<section id="replay"><h2>Replay</h2>' in page
+    section = page[page.index('<section id="replay">'):]
+    section = section[:section.index("</section>")]
+    assert "<h3>step 0 (steps 0-3)</h3>" in section and "<h3>step 1: the 5 largest ops</h3>" in section
+    assert "5 ops; replayed 41.2 ms, recorded 20.6 ms, replay/recorded 2.00" in section
+    assert '<td>all_reduce</td><td class="num">4</td><td class="num">130.8 KiB</td>' in section
+
+
+def test_the_markdown_report_of_a_replay_has_the_same_tables_and_a_plain_run_has_none():
+    from commbench.analysis import markdown, report
+
+    df = pd.DataFrame(replay_rows({0: FAST}, repetitions=2))
+    text = markdown.build_markdown(df, None)
+    assert "## Replay" in text and "### step 0: the 5 largest ops" in text
+    assert "| all_reduce | 4 | 130.8 KiB |" in text
+    plain = pd.DataFrame(make_rows(repetitions=1))
+    assert "## Replay" not in markdown.build_markdown(plain, None) and 'id="replay"' not in report.build_html(plain)
+
+
+def test_durations_keep_three_digits_in_the_unit_that_keeps_them_short():
+    assert [replayview.duration(x) for x in (812.0, 41_234.0, 356_000.0, 1_250_000.0, None)] == [
+        "812 us", "41.2 ms", "356 ms", "1.25 s", "-"]
+    assert replayview.signed(-38_100.0) == "-38.1 ms"
