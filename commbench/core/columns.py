@@ -10,7 +10,8 @@ fails when the two differ: regenerate with `python -m commbench.core.columns`).
 Schema versions: 1 is every file written before the registry (columns were added to it one by
 one, so a version-1 file may lack any but the required ones); 2 is the registry's first: every
 column typed as declared here; 3 adds `group_index`; 4 adds sweep's parallel groups (`group_dim`,
-`group_ranks`, `group_hosts`, `concurrent`, `contention`; docs/LAYOUTS.md). A column added later
+`group_ranks`, `group_hosts`, `concurrent`, `contention`; docs/LAYOUTS.md); 5 adds replay's
+(`trace_step`, `trace_steps`, `trace_op`, `trace_group`, `recorded_us`, `trace_file`; docs/REPLAY.md). A column added later
 says so in `since`, and the version rises.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Roles: what analysis does with a column (names_with(role) gives them, in registry order).
 KEY = "key"  # identifies a point across runs: compare pairs points on it, gate's entries match on part of it
@@ -35,8 +36,8 @@ DIFFERS = "differs"  # expected to differ between sides (often the point of the 
 HEAVY = "heavy"  # a list or a long JSON string a row: read only by what needs it
 REQUIRED = "required"  # a file without it is not a results file
 
-ALL_WORKLOADS = ("sweep", "buckets", "zero", "pairs", "nccl-tests")
-MEASURED = ("sweep", "buckets", "zero", "pairs")  # commbench's own ranks (not an imported log)
+ALL_WORKLOADS = ("sweep", "buckets", "zero", "pairs", "replay", "nccl-tests")
+MEASURED = ("sweep", "buckets", "zero", "pairs", "replay")  # commbench's own ranks (not an imported log)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ REGISTRY: tuple[Column, ...] = (
        "where, whatever the launcher's placement; the straggler findings are judged again from it in the report",
        "heavy", writers=MEASURED),
     _c("workload", _S, "", "always",
-       "`sweep`, `buckets`, `zero`, `pairs`, `nccl-tests` (an imported log; paired with `sweep` by compare)",
+       "`sweep`, `buckets`, `zero`, `pairs`, `replay`, `nccl-tests` (an imported log; paired with `sweep` by compare)",
        "key gate run"),
     _c("bucket_bytes", _I64, "bytes", "`buckets`, `zero`", "the gradient bucket size; null for `sweep`", "key",
        writers=("buckets", "zero")),
@@ -155,8 +156,9 @@ REGISTRY: tuple[Column, ...] = (
        "the point's gradient_accumulation_steps (micro-batches per optimizer step; `zero --grad-accum`); part of "
        "a point in compare and gate; `zero` files written before it read as 1 (a step was one micro-batch)",
        "key", writers=("zero",), absent=(("zero", 1),)),
-    _c("n_collectives", _I32, "", "`buckets`, `zero`",
-       "collectives issued per timed iteration (the buckets of one step)", writers=("buckets", "zero")),
+    _c("n_collectives", _I32, "", "`buckets`, `zero`, `replay` (a step row)",
+       "collectives issued per timed iteration (the buckets of one step; a replayed step's ops)",
+       writers=("buckets", "zero", "replay")),
     _c("overlap", _I32, "", "`buckets`, `zero`",
        "collectives in flight at once: `buckets --overlap N`; for `zero`, the gradient reductions in flight "
        "(overlap_comm: 2 for stages 1/2, 3 for stage 3, else 1)", writers=("buckets", "zero")),
@@ -170,9 +172,25 @@ REGISTRY: tuple[Column, ...] = (
        "the ZeRO paper's volume per rank and step (2x the parameters' bytes at stages 0-2, 3x at stage 3, "
        "times grad_accum where gradients are reduced every micro-batch, x (n-1)/n), to hold bytes_per_rank against",
        writers=("zero",)),
-    _c("ops", _S, "", "`zero`",
+    _c("ops", _S, "", "`zero`, `replay` (a step row)",
        "JSON: per collective of the step, its calls and bytes (`{\"all_reduce\": {\"count\": 3, \"bytes\": N}}`)",
-       writers=("zero",)),
+       writers=("zero", "replay")),
+    _c("trace_step", _I32, "", "`replay`",
+       "the recorded step the row replays (the first of the steps it stands for, `trace_steps`); -1: the ops "
+       "outside any step the job marked. Part of the point", "key", writers=("replay",), since=5),
+    _c("trace_steps", _S, "", "`replay`",
+       "the recorded steps the row stands for (`0-9`, `3,5`): steps that issue the same ops are replayed once",
+       writers=("replay",), since=5),
+    _c("trace_op", _I32, "", "`replay`, an op row (null on a step row, `collective` `replay_step`)",
+       "the op's issue order on the lowest rank that issued it, from 0 (the trace's `index`). Part of the point",
+       "key", writers=("replay",), since=5),
+    _c("trace_group", _S, "", "`replay`, an op row", "the op's process group in the trace (`0`: the default group)",
+       writers=("replay",), since=5),
+    _c("recorded_us", _F64, "us", "`replay` (null where the trace holds no times)",
+       "what the job itself took for the same op or step: the op's end minus start as recorded, max over its "
+       "ranks; a step's, the sum over its ops per rank, max over ranks (with `--with-gaps`, the step's span); "
+       "the median over the steps the row stands for", writers=("replay",), since=5),
+    _c("trace_file", _S, "", "`replay`", "the replayed trace's file name", "run", writers=("replay",), since=5),
     _c("mtu", _I32, "bytes", "always (null if unknown)",
        "with `--mtu`, the MTU of that pass; otherwise rank 0's traffic interface's", "run differs"),
     _c("iface", _S, "", "always (null if unknown)",
@@ -244,7 +262,7 @@ REGISTRY: tuple[Column, ...] = (
        "the algorithm (`Ring`, `Tree`, `NVLS`, `CollNetDirect`, ...) NCCL chose for the point's collective and "
        "size (docs/NCCL_TESTS.md)"),
     _c("nccl_proto", _S, "", "as `nccl_algo`", "the protocol (`LL`, `LL128`, `Simple`) NCCL chose"),
-    _c("schema_version", _I32, "", "always", "the version of this table a file follows (the registry's, now 4)",
+    _c("schema_version", _I32, "", "always", "the version of this table a file follows (the registry's, now 5)",
        "run required"),
 )
 
