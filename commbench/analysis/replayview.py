@@ -70,6 +70,14 @@ def compare_lines(changes: Sequence[StepChange]) -> list[str]:
     return [change_text(c, terminal) for c in changes]
 
 
+def compare_html(changes: Sequence[StepChange], esc: Callable[[Any], str]) -> str:
+    """The report's comparison: the same lines as a list ('' for no replayed step); esc: report.py's."""
+    if not changes:
+        return ""
+    items = "".join(f"<li>{esc(change_text(c))}</li>" for c in changes)
+    return f'<h3>Replayed steps</h3><ul class="replay">{items}</ul>'
+
+
 def compare_markdown(changes: Sequence[StepChange]) -> list[str]:
     if not changes:
         return []
@@ -121,7 +129,13 @@ def _step_parts(s: Step, runs: bool) -> list[Part]:
     ops = ["op", "collective", "size", "dtype", "group", "replayed", "recorded", "replay/recorded"]
     title = _name(s, runs)
     return [(title, intro, coll, _by_collective(s), [1, 2, 3, 4, 5, 6]),
-            (f"{title}: the {min(len(s.ops), LARGEST)} largest ops", "", ops, _largest(s), [0, 2, 5, 6, 7])]
+            (f"{title}: {_largest_title(len(s.ops))}", "", ops, _largest(s), [0, 2, 5, 6, 7])]
+
+
+def _largest_title(n: int) -> str:
+    if n > LARGEST:
+        return f"the {LARGEST} largest of its {n} ops"
+    return "its op" if n == 1 else "its ops, largest first"
 
 
 def section_parts(df: pd.DataFrame) -> list[Part]:

@@ -594,7 +594,7 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         if cfig is not None:
             figure = _figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
                                   reportparts.comparison_caption(cfig))
-        out += [comparison_html(comparison, figure), "</section>"]
+        out += [comparison_html(comparison, figure), replayview.compare_html(comparison.replay, esc), "</section>"]
     out += [part for part in (faults, trend) if part]
     if views.pairs is not None:
         out.append(pairs_html(views.pairs))

@@ -184,7 +184,7 @@ def test_the_report_of_a_replay_has_a_replay_section_with_collectives_largest_op
     assert '<a href="#replay">Replay</a>' in page and '<section id="replay"><h2>Replay</h2>' in page
     section = page[page.index('<section id="replay">'):]
     section = section[:section.index("</section>")]
-    assert "<h3>step 0 (steps 0-3)</h3>" in section and "<h3>step 1: the 5 largest ops</h3>" in section
+    assert "<h3>step 0 (steps 0-3)</h3>" in section and "<h3>step 1: its ops, largest first</h3>" in section
     assert "5 ops; replayed 41.2 ms, recorded 20.6 ms, replay/recorded 2.00" in section
     assert '<td>all_reduce</td><td class="num">4</td><td class="num">130.8 KiB</td>' in section
 
@@ -194,7 +194,7 @@ def test_the_markdown_report_of_a_replay_has_the_same_tables_and_a_plain_run_has
 
     df = pd.DataFrame(replay_rows({0: FAST}, repetitions=2))
     text = markdown.build_markdown(df, None)
-    assert "## Replay" in text and "### step 0: the 5 largest ops" in text
+    assert "## Replay" in text and "### step 0: its ops, largest first" in text
     assert "| all_reduce | 4 | 130.8 KiB |" in text
     plain = pd.DataFrame(make_rows(repetitions=1))
     assert "## Replay" not in markdown.build_markdown(plain, None) and 'id="replay"' not in report.build_html(plain)
@@ -204,3 +204,28 @@ def test_durations_keep_three_digits_in_the_unit_that_keeps_them_short():
     assert [replayview.duration(x) for x in (812.0, 41_234.0, 356_000.0, 1_250_000.0, None)] == [
         "812 us", "41.2 ms", "356 ms", "1.25 s", "-"]
     assert replayview.signed(-38_100.0) == "-38.1 ms"
+
+
+def test_a_step_of_many_ops_lists_its_five_largest_and_many_steps_are_bounded():
+    ops = [("all_reduce", 1024, float(t)) for t in (10, 70, 20, 60, 30, 50, 40)]
+    parts = replayview.section_parts(pd.DataFrame(replay_rows({0: ops}, repetitions=1)))
+    title, _, _, rows, _ = parts[2]
+    assert title == "step 0: the 5 largest of its 7 ops"
+    assert [r[0] for r in rows] == ["1", "3", "5", "6", "4"]  # trace_op, largest time first
+    many = pd.DataFrame(replay_rows({s: ops[:1] for s in range(replayview.MAX_STEPS + 3)}, repetitions=1))
+    parts = replayview.section_parts(many)
+    assert len(parts[0][3]) == replayview.MAX_STEPS + 3  # every step in the overview
+    assert parts[-1][1] == "3 more steps: in the Steps table above"
+    assert len(parts) == 1 + 2 * replayview.MAX_STEPS + 1
+
+
+def test_the_reports_comparison_with_a_replay_baseline_lists_the_replayed_steps():
+    from commbench.analysis import report
+
+    before, after = fast_and_slow()
+    page = report.build_html(after, baseline_df=before, comparison=cmp.compare_frames(before, after))
+    section = page[page.index('<section id="comparison">'):]
+    section = section[:section.index("</section>")]
+    assert ('<h3>Replayed steps</h3><ul class="replay"><li>replay step 0 (steps 0-3): 41.2 ms -&gt; 356 ms, '
+            "regression; all_reduce 88% of the change (+277 ms, 4 calls), all_gather 12% (+38 ms, 1 call)</li></ul>"
+            ) in section
