@@ -25,6 +25,7 @@ from unit.synthetic import make_rows, write  # tests/ is on sys.path (rootdir-re
 DATA = Path(__file__).parent / "data"
 NCCL_LOG = DATA / "nccl-tests" / "all_reduce_v2.19.4_1node_8xA100.txt"
 DS = str(DATA / "ds_config" / "zero2_bucket5e8_fp16.json")
+TRACE = DATA / "traces" / "ds_zero2.trace"  # a real 2-rank DeepSpeed ZeRO-2 capture
 
 # (id, argv with {placeholders} for the files made below, substrings the one stderr line must hold)
 CASES = [
@@ -111,6 +112,15 @@ CASES = [
      ["is an input of export"]),
     ("export-push-not-http", ["export", "{d}/good.parquet", "--push", "ftp://example.com"], ["not an http(s) URL"]),
     ("capture-no-command", ["capture", "--out", "{d}/job.trace"], ["capture needs a command after --"]),
+    # ------------------------------------------------------------------ replay
+    ("replay-other-format", ["replay", DS], ["zero2_bucket5e8_fp16.json", "trace"]),
+    ("replay-truncated-trace", ["replay", "{d}/truncated.trace"], ["holds 3 ops of the 48 its header names"]),
+    ("replay-group-never-created", ["replay", "{d}/nogroup.trace"], ["runs on group '7', which the trace never created"]),
+    ("replay-world-the-run-lacks", ["replay", str(TRACE), "--nproc", "3"],
+     ["was recorded with 2 ranks and this run has 3", "--world-size 3"]),
+    ("replay-unordered-comms-log", ["replay", str(DATA / "traces" / "dscomms_rank0.json"),
+                                    str(DATA / "traces" / "dscomms_rank1.json")], ["keeps no order"]),
+    ("replay-step-not-recorded", ["replay", str(TRACE), "--steps", "9"], ["has no step 9 (its steps: 0,1)"]),
     ("pairs-size-zero", ["pairs", "--size", "0"], ["--size '0' must be at least 1 byte"]),
     ("pairs-mode-unknown", ["pairs", "--mode", "bogus"], ["'bogus' is not one of 'sendrecv', 'bidir'"]),
     ("pairs-from-sweep-results", ["pairs", "--from", "{d}/good.parquet"], ["the results hold no pairs rows"]),
@@ -209,6 +219,10 @@ def d(tmp_path_factory) -> Path:
     (d / "junk2.log").write_bytes(bytes((i * 37 + 128) % 128 + 128 for i in range(4096)))
     (d / "empty.log").write_bytes(b"")
     (d / "cut.json").write_text('{"config": {"nGpus": 8}, "results": [{"size": 8, "count"')
+    # traces: a real capture cut after three ops; one whose op runs on a group it never created
+    lines = TRACE.read_text().splitlines(keepends=True)
+    (d / "truncated.trace").write_text("".join(lines[:4]))
+    (d / "nogroup.trace").write_text("".join([lines[0], lines[1].replace('"group":"1"', '"group":"7"'), *lines[2:]]))
     return d
 
 

@@ -174,8 +174,11 @@ class Query:
         failed = ("coalesce(status IN (" + ", ".join(f"'{s}'" for s in FAILED) + "), false)"
                   if "status" in has else "false")
         confirm = "coalesce(CAST(confirm AS BOOLEAN), false)" if "confirm" in has else "false"
+        # a replayed barrier moves no byte: it has a time, but no bandwidth to compare
+        empty = "coalesce(workload = 'replay' AND size_bytes = 0, false)" if {"workload", "size_bytes"} <= set(has) \
+            else "false"
         return (f"CAST({v} AS DOUBLE) AS v, ({failed} AND NOT {confirm}) AS failed_row, "
-                f"({failed} OR {confirm}) AS excluded")
+                f"({failed} OR {confirm} OR {empty}) AS excluded")
 
     def run(self, sql: str, params: Sequence = ()) -> pa.Table:
         import duckdb

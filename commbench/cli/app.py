@@ -8,7 +8,7 @@ import sys
 import click
 
 from commbench import __version__
-from commbench.cli import analyze, capture, check, doctor, export, measure, trend, tune
+from commbench.cli import analyze, capture, check, doctor, export, measure, replay, trend, tune
 from commbench.cli.lab import lab
 from commbench.cli.nccl_tests import nccl_tests
 from commbench.cli.options import InOrder
@@ -26,7 +26,7 @@ def cli() -> None:
 
 for _command in (measure.sweep, measure.buckets, measure.zero, measure.pairs, tune.tune,  # measure
                  analyze.compare, analyze.gate, trend.trend, analyze.plot, analyze.report,  # judge and look
-                 export.export, capture.capture,  # results as Prometheus metrics; a job's communication
+                 export.export, capture.capture, replay.replay,  # results as Prometheus metrics; a job's communication
                  doctor.doctor, check.check, nccl_tests, lab):  # diagnose, nccl-tests, the emulated cluster
     cli.add_command(_command)
 
@@ -88,6 +88,7 @@ _EXAMPLES = {
     "trend": "commbench trend results/nightly/",
     "export": "commbench export results/ --openmetrics commbench.prom",
     "report": "commbench report results/",
+    "replay": "commbench replay job.trace",
     "nccl-tests import": "commbench nccl-tests import all_reduce_perf.log",
     "nccl-tests run": "commbench nccl-tests run ./build/all_reduce_perf -- -b 8 -e 8G -f 2 -g 8",
     "nccl-tests side-by-side": "commbench nccl-tests side-by-side results/sweep.parquet results/nccl/",

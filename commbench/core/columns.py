@@ -11,8 +11,8 @@ Schema versions: 1 is every file written before the registry (columns were added
 one, so a version-1 file may lack any but the required ones); 2 is the registry's first: every
 column typed as declared here; 3 adds `group_index`; 4 adds sweep's parallel groups (`group_dim`,
 `group_ranks`, `group_hosts`, `concurrent`, `contention`; docs/LAYOUTS.md); 5 adds replay's
-(`trace_step`, `trace_steps`, `trace_op`, `trace_group`, `recorded_us`, `trace_file`; docs/REPLAY.md). A column added later
-says so in `since`, and the version rises.
+(`trace_step`, `trace_steps`, `trace_op`, `trace_group`, `recorded_us`, `trace_file`; docs/REPLAY.md).
+A column added later says so in `since`, and the version rises.
 """
 
 from __future__ import annotations

@@ -203,6 +203,8 @@ CLI_CASES = [
     ("check-link-rate-1e400", ["check", "--link-rate", "1e400gbit"], ["--link-rate '1e400gbit'", "finite"]),
     ("export-no-results", ["export", "{d}/nope.parquet", "--openmetrics", "{d}/m.prom"], ["nope.parquet does not exist"]),
     ("capture-no-command", ["capture", "--out", "{d}/job.trace"], ["capture needs a command after --"]),
+    ("replay-world-size-huge", ["replay", str(DATA / "traces" / "ds_zero2.trace"), "--world-size", HUGE],
+     ["--world-size", "must be at most"]),
     ("doctor-timeout-inf", ["doctor", "--timeout", "inf"], ["--timeout inf"]),
     ("doctor-watch-nan", ["doctor", "--watch", "nan"], ["--watch nan"]),
     ("nccl-run-timeout-inf", ["nccl-tests", "run", "--timeout", "inf", "--out", "results", "/bin/true"],

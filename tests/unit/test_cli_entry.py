@@ -24,7 +24,7 @@ def test_an_unknown_command_is_one_line_with_a_guess(cli):
 
 @pytest.mark.parametrize("group, order", [
     ((), ["sweep", "buckets", "zero", "pairs", "tune", "compare", "gate", "trend", "plot", "report", "export",
-          "capture", "doctor", "check", "nccl-tests", "lab"]),
+          "capture", "replay", "doctor", "check", "nccl-tests", "lab"]),
     (("lab",), ["up", "status", "set", "exec", "rsh", "run", "down", "slurm"]),
     (("lab", "slurm"), ["up", "status", "down", "submit"]),
 ])
