@@ -9,7 +9,7 @@ import os
 import sys
 from typing import NoReturn
 
-from commbench.core import ifaces
+from commbench.core import exithooks, ifaces
 from commbench.core.errors import BadInput
 
 
@@ -207,4 +207,4 @@ def _end_now(code: int) -> NoReturn:
         except (OSError, ValueError):  # a closed or broken pipe: nothing more can be said there
             pass
     logging.shutdown()
-    os._exit(code)
+    exithooks.exit_now(code)

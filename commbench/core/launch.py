@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from commbench.core import streams
+from commbench.core import exithooks, streams
 from commbench.core.binding import pinned
 from commbench.core.signals import Terminated, ignore_signals_until_exit, stop_once, stopping
 from commbench.core.errors import EXIT_RUNTIME, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, BadInput
@@ -326,7 +326,7 @@ def _child(rank: int, world: int, port: int, target: Callable[[RankEnv], int], q
         sys.stdout.flush()
     except (OSError, ValueError):
         pass
-    os._exit(code)
+    exithooks.exit_now(code)
 
 
 def _signal_name(code: int) -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator
 
+from commbench.core import exithooks
 from commbench.core import trace as tr
 
 PARTS_ENV = "COMMBENCH_CAPTURE_PARTS"
@@ -153,8 +154,14 @@ class Recorder:
         self.marked = False  # the job marks its own steps: DeepSpeed's are not used
         self.inside = False
         self.written = False
+        self.world: tuple[int, int] | None = None  # (rank, world size), read at the first op
 
     def add(self, op: str, call: str, facts: tuple, start: int, end: int) -> None:
+        if self.world is None:  # while the group exists: a job may destroy it before the part is written
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                self.world = (dist.get_rank(), dist.get_world_size())
         self.rows.append((op, call, facts[0], facts[1], _dtype(facts[2]), self._group(facts[3]), bool(facts[4]),
                           self.step, facts[5], facts[6], facts[7], start, end))
 
@@ -169,8 +176,11 @@ class Recorder:
         import torch.distributed as dist
 
         ready = dist.is_available() and dist.is_initialized()
-        rank = dist.get_rank() if ready else int(os.environ.get("RANK", "0"))
-        world = dist.get_world_size() if ready else int(os.environ.get("WORLD_SIZE", "1"))
+        if self.world is not None:
+            rank, world = self.world
+        else:
+            rank = dist.get_rank() if ready else int(os.environ.get("RANK", "0"))
+            world = dist.get_world_size() if ready else int(os.environ.get("WORLD_SIZE", "1"))
         ops = tuple(tr.Op(rank=rank, index=i, op=r[0], call=r[1], bytes_in=r[2], bytes_out=r[3], dtype=r[4],
                           group=r[5], async_op=r[6], step=r[7], peer=r[8], in_splits=r[9], out_splits=r[10],
                           start_ns=r[11], end_ns=r[12]) for i, r in enumerate(self.rows))
@@ -338,6 +348,7 @@ def autostart(parts: str) -> None:
     global _recorder
     _recorder = Recorder(Path(parts))
     atexit.register(_write_at_exit)
+    exithooks.register(_write_at_exit)  # commbench's own ranks end by os._exit, past atexit
     _arm("torch.distributed", install)
     _arm("deepspeed.runtime.engine", mark_deepspeed_steps)
 

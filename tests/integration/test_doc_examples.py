@@ -48,7 +48,8 @@ MARK = re.compile(
 FENCE = re.compile(r"```(?P<lang>[a-z]*)[^\n]*\n(?P<body>.*?)```", re.S)
 SHELL_LANGS = {"bash", "console", "sh", "shell"}
 LAUNCHERS = ("srun", "mpirun")  # several hosts: parsed only
-PLACEHOLDERS = ("ds_config.json", "bands.yaml", "RUN.parquet", "results/nccl", "sweep.parquet", "results/nightly")
+PLACEHOLDERS = ("ds_config.json", "bands.yaml", "RUN.parquet", "results/nccl", "sweep.parquet", "results/nightly",
+                "train.py", "job.trace", "results/fabric-")
 RUN_TIMEOUT = 240
 
 

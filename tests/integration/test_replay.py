@@ -90,3 +90,19 @@ def test_compare_pairs_two_replays_op_by_op(replayed, tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr  # a regression
     line = next(x for x in proc.stdout.splitlines() if x.startswith("replay step 0"))
     assert "regression" in line and "all_reduce" in line and "all_gather" in line, line
+
+
+def test_commbench_s_own_ranks_are_captured_and_replayed(tmp_path):
+    """The README's stand-in job: commbench's ranks end by os._exit (no atexit), and destroy their
+    group before: each still writes its part, with its own rank and the world's size."""
+    job = tmp_path / "zero.trace"
+    proc = subprocess.run([sys.executable, "-m", "commbench", "capture", "--out", str(job), "--", sys.executable,
+                           "-m", "commbench", "zero", "--stages", "2", "-n", "2", "-w", "1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    t = tr.read(job)
+    assert t.world_size == 2 and t.ranks == [0, 1] and t.meta["missing_ranks"] == []
+    assert t.totals(0)["all_reduce"][0] >= 2  # the step's gradient buckets, at least once per iteration
+    replayed = _replay(tmp_path / "replayed", str(job))
+    assert replayed.returncode == 0, replayed.stderr
+    assert "# Replay of zero.trace: 2 ranks" in replayed.stdout

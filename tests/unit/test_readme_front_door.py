@@ -18,7 +18,8 @@ QUESTIONS = [
     "What do my DeepSpeed settings cost?",
     "Is this number good?",
     "Run it in Slurm, mpirun or torchrun?",
-    "Is it worse than last week? Check every node each night?",  # issue #41
+    "Is it worse than last week? Check every node each night?",
+    "What does my training job's communication cost on this fabric, or on the new one?",  # issue #41
 ]
 # A path the docs name: docs/X.md, benchmarks/..., slurm/..., tests/..., tools/..., .ci/run.
 PATH = re.compile(r"(?<![\w/.-])((?:docs|slurm|benchmarks|tools|\.ci)/[\w./*-]*[\w*]|[A-Z]+\.md)(?![\w/])")
