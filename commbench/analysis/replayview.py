@@ -59,10 +59,21 @@ def change_text(c: StepChange, clean: Callable[[Any], str] = str) -> str:
     setting = f" [{clean(c.setting)}]" if c.setting else ""
     line = f"replay {clean(c.title)}{setting}: {duration(c.before_us)} -> {duration(c.after_us)}, {c.verdict}"
     shown = c.causes[:MAX_CAUSES]
-    parts = [_cause_text(x, i == 0, clean) for i, x in enumerate(shown)]
+    against = _against(c)
+    parts = [_cause_text(x, i == 0 and not against, clean) for i, x in enumerate(shown)]
     if len(c.causes) > len(shown):
         parts.append(f"{len(c.causes) - len(shown)} more")
+    if against:  # overlapping ops: their sums can move while the step moves the other way
+        summed = signed(sum(x.change_us for x in c.causes))
+        parts[0] = f"the collectives' summed time moved the other way ({summed}): {parts[0]}"
     return "; ".join([line, ", ".join(parts)]) if parts else line
+
+
+def _against(c: StepChange) -> bool:
+    """Whether the collectives' summed change has the other sign than the step's own."""
+    if c.before_us is None or c.after_us is None:
+        return False
+    return (c.after_us - c.before_us) * sum(x.change_us for x in c.causes) < 0
 
 
 def compare_lines(changes: Sequence[StepChange]) -> list[str]:

@@ -229,3 +229,11 @@ def test_the_reports_comparison_with_a_replay_baseline_lists_the_replayed_steps(
     assert ('<h3>Replayed steps</h3><ul class="replay"><li>replay step 0 (steps 0-3): 41.2 ms -&gt; 356 ms, '
             "regression; all_reduce 88% of the change (+277 ms, 4 calls), all_gather 12% (+38 ms, 1 call)</li></ul>"
             ) in section
+
+
+def test_a_step_that_moved_against_its_collectives_sums_says_so():
+    cause = replay.Cause("all_reduce", 1.0, 818.0, 4)
+    change = replay.StepChange(0, "step 0 (steps 0,1)", "", 4_500.0, 4_390.0, "inconclusive", [cause])
+    assert replayview.change_text(change) == (
+        "replay step 0 (steps 0,1): 4.5 ms -> 4.39 ms, inconclusive; the collectives' summed time moved the other "
+        "way (+818 us): all_reduce 100% (+818 us, 4 calls)")
