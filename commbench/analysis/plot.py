@@ -574,6 +574,10 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
         from commbench.analysis import pairsplot
 
         drawers.append(("-pairs", lambda: pairsplot.build_figure(views.pairs)))
+    if views.replay is not None:
+        from commbench.analysis import replayplot
+
+        drawers.append(("-replay", lambda: replayplot.build_figure(views.replay)))
     paths_out = [target] + [check_new(target.with_name(target.stem + suffix + target.suffix), inputs=paths,
                                       force=force) for suffix, _ in drawers[1:]]
     # All the views or none: a full disk or Ctrl-C leaves no lone figure behind.
@@ -584,23 +588,31 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
 @dataclass
 class Views:
     """The parts of a results table that are drawn differently (None: no such rows): curves over
-    message size, the ZeRO stage x bucket grid, the pairs host x host matrix."""
+    message size, the ZeRO stage x bucket grid, the pairs host x host matrix, replayed steps."""
 
     curves: pd.DataFrame | None
     zero: pd.DataFrame | None
     pairs: pd.DataFrame | None
+    replay: pd.DataFrame | None = None
 
 
 def split_views(df: pd.DataFrame) -> Views:
-    """A ZeRO step or a link between two hosts has no message-size curve: their rows get their own view."""
+    """A ZeRO step, a link between two hosts or a replayed job has no message-size curve: their rows
+    get their own view."""
     from commbench.analysis.pairsplot import pairs_rows
 
+    replayed = None
+    if "workload" in df.columns and (df["workload"] == "replay").any():
+        mask = df["workload"] == "replay"
+        replayed, df = df[mask], df[~mask]
+        if not len(df):
+            return Views(None, None, None, replayed)
     rest, zero = split_zero(df)
     pairs = pairs_rows(rest) if rest is not None else None
     if rest is not None and pairs is not None:  # pairs only from rows left
         rest = rest.drop(index=pairs.index)
         rest = rest if len(rest) else None
-    return Views(rest, zero, pairs)
+    return Views(rest, zero, pairs, replayed)
 
 
 def split_zero(df: pd.DataFrame) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:

@@ -237,3 +237,21 @@ def test_a_step_that_moved_against_its_collectives_sums_says_so():
     assert replayview.change_text(change) == (
         "replay step 0 (steps 0,1): 4.5 ms -> 4.39 ms, inconclusive; the collectives' summed time moved the other "
         "way (+818 us): all_reduce 100% (+818 us, 4 calls)")
+
+
+def test_plot_draws_replayed_steps_apart_from_size_curves(tmp_path):
+    """A replay's rows have no size curve: `plot` draws them as bars per step, and a sweep beside
+    them keeps its curves (two files)."""
+    from commbench.analysis import plot as plotting
+    from commbench.analysis.replayplot import build_figure
+
+    frame = pd.concat(fast_and_slow(), ignore_index=True)
+    views = plotting.split_views(frame)
+    assert views.curves is None and views.replay is not None and len(views.replay) == len(frame)
+    fig = build_figure(views.replay)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert any(label.endswith(": replayed") for label in labels) and any(label.endswith(": recorded") for label in labels)
+    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} == {"all_reduce", "all_gather"}
+    assert len(labels) == 4  # two runs' step 0, replayed and recorded each
+    mixed = plotting.split_views(pd.concat([frame, pd.DataFrame(make_rows(repetitions=1))], ignore_index=True))
+    assert mixed.curves is not None and (mixed.curves.workload != "replay").all() and len(mixed.replay) == len(frame)
