@@ -30,7 +30,7 @@ def replay(traces, steps, with_gaps, world_size, env_axes, nproc, **run) -> int:
 
     name = ", ".join(click.format_filename(t, shorten=True) for t in traces)
     program = rp.build(read_any(list(traces)), name, steps, with_gaps)
-    if world_size:
+    if world_size and not run.get("layout"):
         program = rp.scaled(program, world_size, name)
     fields = run_fields(nproc=nproc, workload="replay", **run)
     fields["axes"] = settings_axes(env_axes, fields["backend"], run.get("iface"))
@@ -40,5 +40,7 @@ def replay(traces, steps, with_gaps, world_size, env_axes, nproc, **run) -> int:
                       **fields)
     from commbench.core import launch
 
-    local = launch.detect() is None  # a local run starts the trace's ranks unless --nproc says otherwise
-    return launch_workload(ReplayWorkload(plan), program.world_size if nproc is None and local else nproc)
+    # a local run starts the trace's ranks (--world-size's with --layout) unless --nproc says otherwise
+    local = launch.detect() is None
+    ranks = world_size if world_size and run.get("layout") else program.world_size
+    return launch_workload(ReplayWorkload(plan), ranks if nproc is None and local else nproc)

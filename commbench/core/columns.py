@@ -67,7 +67,7 @@ def _c(name: str, type_: pa.DataType, unit: str, filled: str, meaning: str, role
 _S, _I32, _I64, _F64, _B = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 
 # The workloads that write a row per parallel group (--layout; docs/LAYOUTS.md)
-_GROUPED = ("sweep", "zero", "buckets")
+_GROUPED = ("sweep", "zero", "buckets", "replay")  # replay: its op rows under --layout (no --solo: no contention)
 
 REGISTRY: tuple[Column, ...] = (
     _c("run_id", _S, "", "always", "`YYYYMMDD-HHMMSS-xxxxxx`, one per run", "line run"),
@@ -96,7 +96,8 @@ REGISTRY: tuple[Column, ...] = (
        "lines, the color nccl-tests gave it), and `hosts` is that group's",
        "key", writers=(*_GROUPED, "nccl-tests"), since=3),
     _c("group_dim", _S, "",
-       "`sweep --layout`/`--split`, `zero`/`buckets --layout`, nccl-tests split logs (null otherwise)",
+       "`sweep --layout`/`--split`, `zero`/`buckets`/`replay --layout` (a replay's op rows), nccl-tests split logs "
+       "(null otherwise)",
        "the parallel dimension whose groups ran: `tp`, `cp`, `ep`, `dp`, `pp` (`--group`), or `split` (`--split`, "
        "and an nccl-tests split log's rows, so compare pairs the two); part of the point", "key",
        writers=(*_GROUPED, "nccl-tests"), since=4),
@@ -110,7 +111,7 @@ REGISTRY: tuple[Column, ...] = (
     _c("contention", _F64, "", "`sweep --solo`, the concurrent rows (null otherwise)",
        "the group's contention factor at this point and repetition: its median busbw with every group running "
        "over its median busbw alone (the solo row's), from the same repetition's iterations; below 1: the "
-       "groups slowed each other (docs/LAYOUTS.md, \"The contention factor\")", writers=_GROUPED, since=4),
+       "groups slowed each other (docs/LAYOUTS.md, \"The contention factor\")", writers=_GROUPED[:3], since=4),
     _c("ranks_per_node", _I32, "ranks", "always", "most ranks on one host", "key topology run warn"),
     _c("backend", _S, "", "always", "`gloo` or `nccl`", "run warn"),
     _c("device", _S, "", "always", "`cpu` or `cuda`"),

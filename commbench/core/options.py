@@ -83,8 +83,10 @@ class Flag:
         return not self.commands or command in self.commands
 
 
-# The commands that run in parallel groups (--layout; docs/LAYOUTS.md)
+# The commands that run in parallel groups (--layout; docs/LAYOUTS.md); replay: its trace in every
+# data-parallel group at once (--layout and --order only)
 _GROUPED = ("sweep", "zero", "buckets")
+_LAID_OUT = (*_GROUPED, "replay")
 
 
 def flag(default: Any, *names: str, kind: str, **how: Any) -> Any:
@@ -147,12 +149,13 @@ class RunOptions:
                               "stdout is a terminal), off (plain lines).")
     # --layout and its kin (core/layout.py; docs/LAYOUTS.md): the ranks cut into parallel groups, every
     # group of the chosen dimensions running at once
-    layout: str | None = flag(None, "--layout", kind="text", most=200, show_default=False, commands=_GROUPED,
+    layout: str | None = flag(None, "--layout", kind="text", most=200, show_default=False, commands=_LAID_OUT,
                               help="Cut the ranks into parallel groups, e.g. tp=2,pp=2,dp=auto (tp, cp, ep, dp, "
                                    "pp; Megatron-LM's order, tp fastest): every group of the --group dimensions "
                                    "runs at once, each its own row (docs/LAYOUTS.md); zero, buckets: their step "
-                                   "in every dp group at once, over P / (tp x pp).")
-    order: str | None = flag(None, "--order", kind="text", most=200, show_default=False, commands=_GROUPED,
+                                   "in every dp group at once, over P / (tp x pp); replay: the trace in every dp "
+                                   "group at once, each op 1 / (tp x pp) of its bytes.")
+    order: str | None = flag(None, "--order", kind="text", most=200, show_default=False, commands=_LAID_OUT,
                              help="The rank order of --layout, fastest first [default: tp-cp-ep-dp-pp].")
     group: str | None = flag(None, "--group", kind="text", most=200, show_default=False, commands=_GROUPED,
                              help="With --layout: the dimensions whose groups run, each with its collective, e.g. "

@@ -14,11 +14,13 @@ step's span on its slowest rank); each the median over the steps of its shape.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from commbench.core.errors import BadInput
+from commbench.core.layout import data_parallel
 from commbench.core.trace import WORLD, Group, Op, Trace
 
 UNMARKED = -1  # trace_step of the ops outside any step the job marked
@@ -57,13 +59,33 @@ class Shape:
 
     def keys(self) -> list[Key]:
         """Every distinct op of the step, in the order of the lowest rank that issued it."""
-        return sorted(self.op_index, key=lambda k: (min(self.ranks_of(k)), self.op_index[k]))
+        return sorted(self.op_index, key=lambda k: (self._members[k][0], self.op_index[k]))
 
     def ranks_of(self, key: Key) -> list[int]:
-        return [r for r, ops in self.ops.items() if any(o.key == key for o in ops)]
+        return self._members[key]
 
     def first(self, key: Key) -> Op:
-        return next(o.op for r in sorted(self.ops) for o in self.ops[r] if o.key == key)
+        return self._members_first[key]
+
+    @functools.cached_property
+    def _members(self) -> dict[Key, list[int]]:
+        """Per op, the ranks that issue it, ascending (read once: a step may hold 20,000 ops)."""
+        out: dict[Key, list[int]] = {}
+        for r in sorted(self.ops):
+            for o in self.ops[r]:
+                ranks = out.setdefault(o.key, [])
+                if not ranks or ranks[-1] != r:
+                    ranks.append(r)
+        return out
+
+    @functools.cached_property
+    def _members_first(self) -> dict[Key, Op]:
+        """Per op, the lowest issuing rank's."""
+        out: dict[Key, Op] = {}
+        for r in sorted(self.ops):
+            for o in self.ops[r]:
+                out.setdefault(o.key, o.op)
+        return out
 
 
 @dataclass(frozen=True)
@@ -197,13 +219,14 @@ def _shape(steps: tuple[int, ...], members: list[dict[int, list[tuple[Key, Op]]]
     gaps = {(r, j): _median([_gap(m[r], j) for m in members]) for r in first for j in range(len(first[r]))}
     ops = {r: tuple(ReplayOp(k, o, gaps[(r, j)] or 0.0) for j, (k, o) in enumerate(first[r])) for r in sorted(first)}
     index: dict[Key, int] = {}
+    places: dict[Key, list[tuple[int, int]]] = {}  # where each op stands in every step of the shape
     for r in sorted(first):
-        for k, o in first[r]:
+        for j, (k, o) in enumerate(first[r]):
             index.setdefault(k, o.index)
+            places.setdefault(k, []).append((r, j))
     op_times: dict[Key, float] = {}
     for k in index:
-        places = [(r, j) for r in first for j, (kk, _) in enumerate(first[r]) if kk == k]
-        per_step = [_min([_duration(m[r][j][1]) for r, j in places]) for m in members]
+        per_step = [_min([_duration(m[r][j][1]) for r, j in places[k]]) for m in members]
         value = _median(per_step)
         if value is not None:
             op_times[k] = value
@@ -282,3 +305,72 @@ def _why_not_scalable(program: Program, world: int) -> str:
         if any(o.op.peer is not None and o.op.peer >= world for o in s.ops[0]):
             return f"roots an op at a rank the {world} ranks do not have"
     return ""
+
+
+# ----------------------------------------------------------------------------- --layout
+
+def laid_out(program: Program, groups: tuple[tuple[int, ...], ...], shards: int) -> Program:
+    """The job replayed in every group of `groups` at once (--layout's data-parallel groups): the
+    trace's rank r is the r-th rank of each group, its groups and peers mapped the same way, each
+    op carrying 1/`shards` of its bytes (tp x pp: a data-parallel group holds that share of the
+    parameters, as `zero --layout` models it). A group's ops run on its own copy of every trace
+    group, named `<trace group>@<group index>`."""
+    n = program.world_size
+    made = (Group(WORLD, tuple(range(n)), "default_pg"), *program.groups)
+    new_groups = tuple(Group(f"{g.id}@{i}", tuple(members[r] for r in g.ranks), g.desc)
+                       for i, members in enumerate(groups) for g in made)
+    shapes = []
+    for s in program.shapes:
+        ops: dict[int, tuple[ReplayOp, ...]] = {}
+        index: dict[Key, int] = {}
+        recorded: dict[Key, float] = {}
+        for i, members in enumerate(groups):
+            for r, mine in s.ops.items():
+                ops[members[r]] = tuple(_moved(o, i, members, shards) for o in mine)
+            for k, at in s.op_index.items():
+                index[_moved_key(k, i, members)] = at
+                if k in s.op_recorded_us:
+                    recorded[_moved_key(k, i, members)] = s.op_recorded_us[k]
+        shapes.append(Shape(s.steps, ops, s.recorded_us, recorded, index))
+    return Program(n * len(groups), new_groups, tuple(shapes), program.with_gaps, program.recorded_world or n)
+
+
+def split_group(gid: str) -> tuple[str, int | None]:
+    """'1@3' -> ('1', 3): the trace group and the layout group an op ran in; ('1', None) without --layout."""
+    base, _, at = gid.rpartition("@")
+    return (base, int(at)) if base and at.isdigit() else (gid, None)
+
+
+def _moved_key(key: Key, i: int, members: tuple[int, ...]) -> Key:
+    if key[0] == "p":
+        return ("p", members[int(str(key[1]))], members[int(str(key[2]))], key[3])
+    return ("c", f"{key[1]}@{i}", key[2])
+
+
+def _moved(o: ReplayOp, i: int, members: tuple[int, ...], shards: int) -> ReplayOp:
+    op = o.op
+
+    def part(splits: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        return None if splits is None else tuple(x // shards for x in splits)
+
+    moved = replace(op, rank=members[op.rank], group=f"{op.group}@{i}",
+                    peer=None if op.peer is None else members[op.peer], bytes_in=op.bytes_in // shards,
+                    bytes_out=op.bytes_out // shards, in_splits=part(op.in_splits), out_splits=part(op.out_splits))
+    return replace(o, key=_moved_key(o.key, i, members), op=moved)
+
+
+def for_run(built: Program, world: int, name: str, world_size: int | None = None, layout: str | None = None,
+            order: str | None = None) -> Program:
+    """What a run of `world` ranks replays: the trace as recorded, at --world-size, or in every
+    data-parallel group of --layout (each group at the trace's size or, data parallel, scaled to it)."""
+    if layout is None:
+        program = scaled(built, world_size, name) if world_size else built
+        check_world(program, world, name)
+        return program
+    if world_size and world_size != world:
+        raise BadInput(f"--world-size {world_size} and this run's {world} ranks differ: with --layout, --world-size "
+                       "is every rank of the run: launch that many, or drop --world-size")
+    cut = data_parallel(world, "replay", layout, order)
+    assert cut is not None  # a layout was given
+    work, shards = cut
+    return laid_out(scaled(built, len(work.groups[0]), name), work.groups, shards)

@@ -23,12 +23,14 @@ from commbench.analysis.tuneview import format_us
 from commbench.core import replayprogram as rp
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
+from commbench.core.layout import GroupWork
 from commbench.core.options import RunOptions
 from commbench.core.trace import WORLD, Op
 from commbench.core.tracereaders import read_any
 from commbench.core.units import format_size
 from commbench.core.vocab import BY_NAME, volume_factor
 from commbench.harness.dtypes import get_dtype
+from commbench.harness import groups as grouping
 from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
 from commbench.harness.memory import check_need
 from commbench.harness.runner import Measurement, Session
@@ -49,33 +51,34 @@ class ReplayPlan(RunOptions):
 class ReplayWorkload:
     command: ClassVar[str] = "replay"
     plan: ReplayPlan
-    _program: rp.Program | None = None
+    _programs: dict[int, rp.Program] = field(default_factory=dict)  # by the run's world size
 
     @property
     def name(self) -> str:
         return ", ".join(Path(t).name for t in self.plan.traces)
 
-    def program(self) -> rp.Program:
-        if self._program is None:
+    def program(self, world: int) -> rp.Program:
+        """What a run of `world` ranks replays (worked out once: every rank reads the trace)."""
+        if world not in self._programs:
             p = self.plan
             built = rp.build(read_any(p.traces), self.name, p.steps, p.with_gaps)
-            self._program = rp.scaled(built, p.replay_world, self.name) if p.replay_world else built
-        return self._program
+            self._programs[world] = rp.for_run(built, world, self.name, p.replay_world, p.layout, p.order)
+        return self._programs[world]
 
     def validate(self, world: int) -> None:
         if self.plan.cuda_graph:
             raise BadInput("--cuda-graph captures one call, and a replayed step is many: drop --cuda-graph")
-        rp.check_world(self.program(), world, self.name)
+        self.program(world)
 
     def prepare(self, backend: str, device: torch.device, env: RankEnv) -> None:
-        check_need(int(self.program().buffer_bytes(env.rank) * 1.1), env.local_world_size, device,
+        check_need(int(self.program(env.world_size).buffer_bytes(env.rank) * 1.1), env.local_world_size, device,
                    "one replayed step's buffers", "replay fewer steps (--steps)")
 
     def total_points(self, world: int) -> int:
-        return len(self.program().shapes)
+        return len(self.program(world).shapes)
 
     def run(self, session: Session, repetitions: range) -> bool:
-        program, reporter = self.program(), session.reporter
+        program, reporter = self.program(session.world), session.reporter
         reporter.line(f"# Replay of {self.name}: {program.world_size} ranks, {len(program.groups)} group(s) besides "
                       f"the default, {len(program.shapes)} distinct step(s)"
                       + (", compute gaps kept (--with-gaps)" if program.with_gaps else ""))
@@ -97,13 +100,13 @@ class ReplayWorkload:
     def _make_groups(self, session: Session) -> dict[str, Any]:
         """The trace's groups, created in the same order on every rank (torch requires it)."""
         made: dict[str, Any] = {WORLD: session.group}
-        for g in self.program().groups:
+        for g in self.program(session.world).groups:
             made[g.id] = dist.new_group(list(g.ranks))
         return made
 
     def _point(self, session: Session, shape: rp.Shape, groups: dict[str, Any], repetition: int) -> None:
         mine = shape.ops.get(session.rank, ())
-        step, durations = _bind(mine, groups, session.device, self.program())
+        step, durations = _bind(mine, groups, session.device, self.program(session.world))
         label = f"replayed step {shape.step} ({len(mine)} ops on rank {session.rank})"
         timing = session.time_call(step, label)
         own = {o.key: d[-timing.iters:] for o, d in zip(mine, durations)}
@@ -124,7 +127,7 @@ class ReplayWorkload:
 
     def _step_row(self, session: Session, shape: rp.Shape, m: Measurement, repetition: int) -> dict:
         keys = shape.keys()
-        program = self.program()
+        program = self.program(session.world)
         sizes = {k: shape.first(k).bytes for k in keys}
         total = sum(sizes.values()) or 1
         moved = sum(sizes[k] * volume_factor(shape.first(k).op, program.group_size(shape.first(k).group))
@@ -144,12 +147,14 @@ class ReplayWorkload:
         size = max(1, o.bytes)
         itemsize = _itemsize(o.dtype)
         spec = BY_NAME.get(o.op)
-        factor = spec.busbw_factor(self.program().group_size(o.group)) if spec else 1.0
+        program = self.program(session.world)
+        factor = spec.busbw_factor(program.group_size(o.group)) if spec else 1.0
         return session.record(collective=o.op, dtype=o.dtype or "uint8", op="sum" if spec and spec.reduces else None,
                               root=-1 if o.peer is None else o.peer, size_bytes=o.bytes, count=size // itemsize,
                               in_place=False, busbw_factor=factor,
                               m=Measurement(samples, iters, None), repetition=repetition, trace_op=shape.op_index[key],
-                              trace_group=o.group, recorded_us=shape.op_recorded_us.get(key), **self._common(shape))
+                              recorded_us=shape.op_recorded_us.get(key), **self._common(shape),
+                              **_group_columns(session, program, o.group))
 
     def _line(self, step: dict, ops: list[dict]) -> str:
         recorded = step.get("recorded_us")
@@ -159,6 +164,16 @@ class ReplayWorkload:
         return (f"  {step['trace_steps']:>8s}  {step['n_collectives']:4d}  {format_size(step['size_bytes']):>9s}  "
                 f"{format_us(step['time_us']):>10s}  {format_us(recorded) if recorded else '-':>10s}  {ratio}  "
                 f"{largest}")
+
+
+def _group_columns(session: Session, program: rp.Program, gid: str) -> dict[str, Any]:
+    """The op's trace group; with --layout also the data-parallel group it ran in, named as sweep's
+    layout rows name theirs (group_dim, group_index, the group's size and hosts: harness/groups.py)."""
+    base, index = rp.split_group(gid)
+    if index is None:
+        return {"trace_group": gid}
+    dp = GroupWork("dp", "replay", tuple(g.ranks for g in program.groups if rp.split_group(g.id)[0] == WORLD))
+    return {"trace_group": base, **grouping.group_columns(session, dp, index, True, None)}
 
 
 def _slowest(everyone: list[dict], iters: int) -> dict[rp.Key, list[float]]:

@@ -106,3 +106,15 @@ def test_commbench_s_own_ranks_are_captured_and_replayed(tmp_path):
     replayed = _replay(tmp_path / "replayed", str(job))
     assert replayed.returncode == 0, replayed.stderr
     assert "# Replay of zero.trace: 2 ranks" in replayed.stdout
+
+
+def test_layout_replays_the_job_in_each_data_parallel_group_at_once(tmp_path):
+    proc = _replay(tmp_path, str(CAPTURE), "--layout", "tp=2", "--world-size", "4")
+    assert proc.returncode == 0, proc.stderr
+    frame = pd.read_parquet(next(tmp_path.glob("*.parquet")))
+    ops, step = frame[frame.collective != "replay_step"], frame[frame.collective == "replay_step"]
+    assert list(step.world_size) == [4] and step.group_dim.isna().all()  # the step: the whole run's
+    assert set(ops.group_dim) == {"dp"} and set(ops.world_size) == {2}
+    assert sorted(set(zip(ops.group_index, ops.group_ranks))) == [(0, "0,2"), (1, "1,3")]
+    assert set(ops[ops.collective == "all_gather"].size_bytes) == {33472 // 2}  # 1 / (tp x pp) of the bytes
+    assert len(ops) == 2 * 5 and set(ops.trace_group) == {"1"}

@@ -146,3 +146,35 @@ def test_point_to_point_does_not_scale():
     ops = [_op(0, 0, op="send", peer=1), _op(1, 0, op="recv", peer=0)]
     with pytest.raises(BadInput, match="point-to-point ops"):
         rp.scaled(rp.build(_trace(ops), "pp.trace"), 4, "pp.trace")
+
+
+# ----------------------------------------------------------------------------- --layout
+
+def test_layout_replays_the_trace_in_every_data_parallel_group_at_once():
+    # 8 ranks, tp=2: dp groups (0,2,4,6) and (1,3,5,7); the 2-rank trace scaled to 4 ranks in each
+    program = rp.for_run(rp.build(tr.read(CAPTURE), "x"), 8, "x", layout="tp=2")
+    assert program.world_size == 8 and program.recorded_world == 2
+    assert [(g.id, g.ranks) for g in program.groups] == [
+        ("0@0", (0, 2, 4, 6)), ("1@0", (0, 2, 4, 6)), ("0@1", (1, 3, 5, 7)), ("1@1", (1, 3, 5, 7))]
+    shape = program.shapes[0]
+    assert sorted(shape.ops) == list(range(8))
+    first = shape.ops[3][0].op  # rank 3: the second rank of dp group 1
+    assert (first.rank, first.group, first.bytes) == (3, "1@1", 33472 // 2)  # each op carries 1 / (tp x pp)
+    assert len(shape.keys()) == 2 * 5 and {k[1] for k in shape.keys()} == {"1@0", "1@1"}
+    assert rp.split_group("1@1") == ("1", 1) and rp.split_group("1") == ("1", None)
+
+
+def test_layout_maps_a_trace_s_peers_into_each_group():
+    ops = [_op(0, 0, op="send", peer=1), _op(1, 0, op="recv", peer=0)]
+    program = rp.for_run(rp.build(_trace(ops), "pp.trace"), 4, "pp.trace", layout="tp=2")
+    sends = {r: o.op.peer for r, ops in program.shapes[0].ops.items() for o in ops if o.op.op == "send"}
+    assert sends == {0: 2, 1: 3}  # dp groups (0, 2) and (1, 3): each group's first rank sends to its second
+    assert sorted(program.shapes[0].keys()) == [("p", 0, 2, 0), ("p", 1, 3, 0)]
+
+
+def test_layout_refusals_name_the_fix():
+    built = rp.build(tr.read(CAPTURE), "x")
+    with pytest.raises(BadInput, match="replay --layout tp=2,dp=1 leaves dp groups of 1 rank"):
+        rp.for_run(built, 2, "x", layout="tp=2")
+    with pytest.raises(BadInput, match="--world-size 16 and this run's 8 ranks differ"):
+        rp.for_run(built, 8, "x", world_size=16, layout="tp=2")
