@@ -19,7 +19,8 @@ from commbench.cli.options import Number, env_option, run_fields, run_options, s
 @click.option("--with-gaps", "with_gaps", is_flag=True,
               help="Keep the compute gaps between ops (slept), as recorded; the step time then is its span.")
 @click.option("--world-size", "world_size", type=Number(int, 1, 1 << 20, example="16"), default=None,
-              help="Replay the job at this many ranks (a data-parallel trace only: each op keeps its size).")
+              help="Replay the job at this many ranks (a data-parallel trace only: each op keeps its size); "
+                   "with --layout, every rank of the run.")
 @env_option
 @run_options
 @launcher_checked
