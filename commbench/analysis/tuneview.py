@@ -10,6 +10,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Protocol
 
+from commbench.core.units import format_us
+
 MISS_LIMIT = 0.25  # a prediction more than 25% off its measurement is flagged (issue #21)
 # A further change to the user's config must buy at least this much (tune --min-gain): above the
 # run-to-run noise of one measurement per candidate (3-6% between runs of a 100mbit lab step).
@@ -165,17 +167,6 @@ def record(plan: Plan, rows: list[Row], full: bool, best: Row, patch: dict, note
 
 def _rank(rows: list[Row], row: Row) -> int:
     return next(i for i, r in enumerate(rows, 1) if r is row)
-
-
-def format_us(us: float | None) -> str:
-    """A time in the unit a reader takes in at a glance: us below 10 ms, then ms, then s."""
-    if us is None:
-        return "n/a"
-    if us < 10_000:
-        return f"{us:,.0f} us"
-    if us < 10_000_000:
-        return f"{us / 1e3:,.1f} ms"
-    return f"{us / 1e6:,.2f} s"
 
 
 def table(rows: list[Row], full: bool, scale: float, wide: bool = False) -> list[str]:

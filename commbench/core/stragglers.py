@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from commbench.core.units import format_us
+
 ABS_FLOOR_US = 100.0
 REL_FLOOR = 0.2
 Z_MIN = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
@@ -194,14 +196,6 @@ class Straggler(Finding):
         return (f"rank {self.rank} on host {self.host} arrives late: "
                 f"+{format_us(self.excess_us)} median arrival skew over the other ranks at "
                 f"{self.late_points} of {self.points} points ({why_text(self.z, 'ranks')})")
-
-
-def format_us(us: float) -> str:
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us:.0f} us"
 
 
 def usable_points(rows: Iterable[Mapping[str, Any]], world: int) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from commbench.analysis.tuneview import format_us
 from commbench.core import replayprogram as rp
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
@@ -27,7 +26,7 @@ from commbench.core.layout import GroupWork
 from commbench.core.options import RunOptions
 from commbench.core.trace import WORLD, Op
 from commbench.core.tracereaders import read_any
-from commbench.core.units import format_size
+from commbench.core.units import format_size, format_us
 from commbench.core.vocab import BY_NAME, volume_factor
 from commbench.harness.dtypes import get_dtype
 from commbench.harness import groups as grouping

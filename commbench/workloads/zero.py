@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from commbench.analysis.tuneview import format_us
 from commbench.core.vocab import check_backend_support, volume_factor
 from commbench.harness.dtypes import get_dtype
 from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
@@ -27,7 +26,7 @@ from commbench.harness import groups as grouping
 from commbench.harness.runner import Measurement, Session
 from commbench.core.layout import GroupWork, InDataGroups
 from commbench.core import wire
-from commbench.core.units import format_size
+from commbench.core.units import format_size, format_us
 from commbench.workloads.zeroschedule import (MAX_GRAD_ACCUM, MAX_STEP_COLLECTIVES, PAPER_VOLUME, REDUCTIONS,
                                               Comm, curve_comms, in_flight, module_sizes, param_count,
                                               scaled, step_collectives, step_schedule)

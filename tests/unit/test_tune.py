@@ -63,7 +63,7 @@ def test_winner_the_smallest_change_within_min_gain():
     assert tuneview.winner(rows, user, 0.0) is bf16  # --min-gain 0: the fastest, whatever it changes
     assert tuneview.winner(rows, user, 0.10) is mine  # 10% is within --min-gain 10%: keep yours
     lines = tuneview.verdict_lines(rows, fp16, user, 0.05)
-    assert lines[0] == "# measured: 7% less communication per micro-batch than your config (1,020 us vs 1,100 us)"
+    assert lines[0] == "# measured: 7% less communication per micro-batch than your config (1.02 ms vs 1.10 ms)"
     assert "the fastest measured (rank 1) is 2.0% faster but changes 3 of your settings, the winner 2" in lines[1]
     assert tuneview.verdict_lines(rows, mine, user, 0.10)[0].startswith("# no measured candidate beats your config")
 

@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from commbench.core import units
+
 from commbench.analysis import tuneview
 from commbench.analysis.tuneview import Row
 from commbench.workloads import tune as work
@@ -133,15 +135,19 @@ def test_without_the_flag_another_accumulation_is_refused(cli, tmp_path):
     "us, text",
     [
         (850.4, "850 us"),
-        (9_999.0, "9,999 us"),
+        (9_999.0, "10.00 ms"),
+        (4_496.0, "4.50 ms"),
         (12_345.0, "12.3 ms"),
-        (1_500_000.0, "1,500.0 ms"),
-        (12_300_000.0, "12.30 s"),
+        (1_500_000.0, "1.50 s"),
+        (12_300_000.0, "12.3 s"),
+        (1_234_000_000.0, "1,234.0 s"),
         (None, "n/a"),
+        (float("nan"), "n/a"),
     ],
 )
 def test_times_in_human_units(us, text):
-    assert tuneview.format_us(us) == text
+    """One time format for tune, zero, replay and the straggler findings (core/units.py)."""
+    assert units.format_us(us) == text
 
 
 def test_table_fits_120_columns_unless_wide():
@@ -152,7 +158,7 @@ def test_table_fits_120_columns_unless_wide():
     narrow = tuneview.table(rows, False, 0.00123)
     assert max(len(line) for line in narrow) <= 120 and "MISS>25%  (yours)" in narrow[1]
     wide = tuneview.table(rows, False, 0.00123, wide=True)
-    assert "full-scale pred." in wide[0] and "allgather_bucket" in wide[0] and "123.46 s" in wide[1]
+    assert "full-scale pred." in wide[0] and "allgather_bucket" in wide[0] and "123.5 s" in wide[1]
 
 
 def test_a_lower_stage_says_what_it_costs_in_memory():
