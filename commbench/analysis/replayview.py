@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.analysis.replay import LARGEST, Cause, Step, StepChange, steps
 from commbench.core.outtext import markdown, terminal
-from commbench.core.units import counted, format_size
+from commbench.core.units import counted, format_size, format_us
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,14 +26,8 @@ REPLAY_NOTE = ("Each replayed step's communication on this fabric against what t
 
 
 def duration(us: float | None) -> str:
-    """'812 us', '41.2 ms', '1.25 s': three significant digits, in the unit that keeps them short."""
-    if us is None:
-        return "-"
-    size = abs(us)
-    for unit, scale in (("s", 1e6), ("ms", 1e3)):
-        if size >= scale:
-            return f"{us / scale:.3g} {unit}"
-    return f"{us:.3g} us"
+    """The one time format (core/units.py), '-' where unknown, as the tables write it."""
+    return "-" if us is None else format_us(us)
 
 
 def signed(us: float) -> str:

@@ -89,15 +89,16 @@ _COUNT_UNITS = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
 
 def format_us(us: float | None) -> str:
-    """A time in the unit a reader takes in at a glance, three figures: 287 us, 4.50 ms, 13.9 ms,
-    1.20 s ("n/a" when unknown). The one time format of the tables and findings (tune, zero,
-    replay, stragglers)."""
+    """A time in the unit a reader takes in at a glance, three figures: 287 us, 4.50 ms, 41.2 ms,
+    356 ms, 1.20 s ("n/a" when unknown). The one time format of the tables and findings (tune,
+    zero, replay, compare's replay lines, the straggler findings)."""
     if us is None or not math.isfinite(us):
         return "n/a"
     for scale, unit in ((1e6, "s"), (1e3, "ms")):
         if abs(us) >= scale:
             v = us / scale
-            return f"{v:,.1f} {unit}" if abs(v) >= 10 else f"{v:.2f} {unit}"
+            decimals = 2 if abs(v) < 10 else 1 if abs(v) < 100 else 0
+            return f"{v:,.{decimals}f} {unit}"
     return f"{us:.0f} us"
 
 

@@ -114,10 +114,10 @@ def test_compare_of_two_replays_says_regression_for_the_step_and_names_the_colle
     (change,) = c.replay
     assert change.verdict == "regression"
     assert ("replay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression; all_reduce 88% of the change "
-            "(+277 ms, 4 calls), all_gather 12% (+38 ms, 1 call)\n") in cmp.render_table(c, wide=True)
+            "(+277 ms, 4 calls), all_gather 12% (+38.0 ms, 1 call)\n") in cmp.render_table(c, wide=True)
     text = cmp.render_table(c)  # 120 columns: the line wraps, indented
     assert "\nreplay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression; all_reduce 88% of the change" in text
-    assert "\n    12% (+38 ms, 1 call)\n" in text
+    assert "\n    12% (+38.0 ms, 1 call)\n" in text
     assert text.index("replay step 0") < text.index("verdict: regression")  # the block before the verdict
     assert "- replay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression" in cmp.render_markdown(c)
     got = c.to_dict()["replay"][0]
@@ -227,7 +227,7 @@ def test_the_reports_comparison_with_a_replay_baseline_lists_the_replayed_steps(
     section = page[page.index('<section id="comparison">'):]
     section = section[:section.index("</section>")]
     assert ('<h3>Replayed steps</h3><ul class="replay"><li>replay step 0 (steps 0-3): 41.2 ms -&gt; 356 ms, '
-            "regression; all_reduce 88% of the change (+277 ms, 4 calls), all_gather 12% (+38 ms, 1 call)</li></ul>"
+            "regression; all_reduce 88% of the change (+277 ms, 4 calls), all_gather 12% (+38.0 ms, 1 call)</li></ul>"
             ) in section
 
 
@@ -235,7 +235,7 @@ def test_a_step_that_moved_against_its_collectives_sums_says_so():
     cause = replay.Cause("all_reduce", 1.0, 818.0, 4)
     change = replay.StepChange(0, "step 0 (steps 0,1)", "", 4_500.0, 4_390.0, "inconclusive", [cause])
     assert replayview.change_text(change) == (
-        "replay step 0 (steps 0,1): 4.5 ms -> 4.39 ms, inconclusive; the collectives' summed time moved the other "
+        "replay step 0 (steps 0,1): 4.50 ms -> 4.39 ms, inconclusive; the collectives' summed time moved the other "
         "way (+818 us): all_reduce 100% (+818 us, 4 calls)")
 
 
