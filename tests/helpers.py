@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -28,11 +29,26 @@ def clean_env(extra: dict[str, str] | None = None, /, **more: str) -> dict[str, 
     return env
 
 
+def run_group(argv: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run with the output captured as text, the command in a session of its own: on a
+    timeout the whole group is killed (a launcher's workers too: torchrun, commbench's own ranks),
+    not only the command, so that no orphan rank outlives the test holding ports and CPUs."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          **kw) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def cb(*args: str, env: dict[str, str] | None = None, timeout: float = 300, check: bool = False,
        **kw) -> subprocess.CompletedProcess:
     """`python -m commbench ARGS` in a subprocess, its output captured as text (env None: this
     process's environment). check: an exit code other than 0 fails with both outputs."""
-    proc = subprocess.run([*COMMBENCH, *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
+    proc = run_group([*COMMBENCH, *args], timeout, env=env, **kw)
     if check and proc.returncode != 0:
         raise AssertionError(f"commbench {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -6,7 +6,6 @@ logger recorded in the same run, and the Execution Trace of the same steps reads
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from commbench.core.tracereaders import read_any
-from helpers import cb, clean_env
+from helpers import cb, clean_env, run_group
 
 pytestmark = pytest.mark.integration
 
@@ -71,8 +70,7 @@ def test_context_manager_records_every_rank_in_one_file(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(WORKER)
     out = tmp_path / "cm.trace"
-    proc = subprocess.run([*TORCHRUN, str(script), str(out)], env=_env(), capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    proc = run_group([*TORCHRUN, str(script), str(out)], 120, env=_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     t = read_any([out])
     assert t.world_size == 2 and t.meta["missing_ranks"] == []
