@@ -506,3 +506,14 @@ def test_rails_that_only_some_hosts_have_are_said():
     chosen = pairrails.choose(facts, hosts, [0, 1, 2], None)
     assert chosen == ["eth0"]
     assert pairrails.partial(facts, hosts, [0, 1, 2], chosen) == ["eth1 (on a only)", "eth2 (on a, b only)"]
+
+
+def test_a_nightly_folder_of_pairs_runs_maps_the_newest_four():
+    """Six nights of pairs: the figure (plot, report) shows the newest four maps and says so, where
+    it once refused the folder."""
+    nights = [pd.DataFrame(pairs_rows({"n1": 0.1, "n2": 0.1, "n3": 0.1, "n4": 0.1}, run_id=f"2025010{d}-000000-aaaaaa",
+                                      repetitions=1)).assign(label=f"night {d}") for d in range(1, 7)]
+    fig = pairsplot.build_figure(pd.concat(nights[::-1], ignore_index=True))  # the files' order is not the nights'
+    titles = [ax.get_title(loc="left").split(":")[0] for ax in fig.axes if ax.get_title(loc="left")]
+    assert titles == ["night 3", "night 4", "night 5", "night 6"], titles
+    assert any("the newest 4 of 6 pairs runs" in t.get_text() for t in fig.texts)
