@@ -29,6 +29,8 @@ CASES = [
     ("min-above-max", ["-b", "1M", "-e", "1K"],
      ["--min-bytes 1048576 is larger than --max-bytes 1024", "swap them"]),
     ("zero-size", ["-b", "0"], ["--min-bytes '0' must be at least 1 byte"]),
+    ("mtu-with-an-iface-list", ["--mtu", "1500,9000", "--iface", "lo,lo"],
+     ["--mtu sets one interface's MTU", "--iface lo --mtu 1500,9000"]),
     ("negative-size", ["-e", "-5"], ["--max-bytes '-5' is not a size", "e.g. 8, 4K"]),
     ("unparseable-size", ["-e", "12Q"], ["--max-bytes '12Q' is not a size", "e.g. 8, 4K"]),
     ("fractional-bytes", ["-e", "1.5"], ["--max-bytes '1.5' is not a whole number of bytes"]),

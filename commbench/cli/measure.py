@@ -110,6 +110,9 @@ def _mtu_axis(text: str | None, iface: str | None) -> list[int]:
         raise BadInput(f"--mtu {text!r}: MTUs are whole numbers from 576 to 65535, e.g. 1500,9000")
     if not iface:
         raise BadInput("--mtu changes an interface: name it with --iface (e.g. --iface eth0)")
+    if "," in iface:
+        raise BadInput(f"--mtu sets one interface's MTU on every host, and --iface {iface} names one a local rank: "
+                       f"measure one rail at a time (--iface {iface.split(',')[0].strip()} --mtu {text})")
     if os.geteuid() != 0:
         raise BadInput("--mtu sets the MTU of --iface on every host and needs root: run as root, or drop --mtu")
     from commbench.net import netctl
