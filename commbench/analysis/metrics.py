@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from commbench.analysis import linkfaults, linkrank, railrank
+from commbench.analysis import linkfaults, linkrank, railrank, replay
 from commbench.analysis.engine import Query, Source, frame_source, open_source, quote
 from commbench.core import wire
 from commbench.core.errors import BadInput, RuntimeFailure
@@ -93,6 +93,7 @@ def collect(rows_or_paths: Any, check: Mapping[str, str] | None = None) -> Metri
     _busbw(q, m)
     _pairs(q, m)
     _wire(q, m)
+    _replay(q, m)
     if check:
         check_gauges(m, check)
     return m
@@ -217,6 +218,29 @@ def _ranked(m: Metrics, rail: str, r: linkrank.Ranking, cells: dict, with_links:
         for ln in r.links:
             m.set("pairs_link_busbw_bytes_per_second", "Median bandwidth of a link in the latest pairs run.",
                   {"src_host": ln.src, "dst_host": ln.dst, "rail": rail}, ln.gbps * 1e9)
+
+
+def _replay(q: Query, m: Metrics) -> None:
+    """Per replayed trace, its latest run: each step's communication time, replayed and as the job
+    recorded it, and each collective's part of the step (analysis/replay.py's one aggregation)."""
+    rows = replay.rows_in(q)
+    if rows.empty:
+        return
+    rows = rows.assign(_trace=rows["trace_file"].fillna("").astype(str))
+    for trace, of_trace in rows.groupby("_trace", sort=True):
+        latest = of_trace[of_trace["run_id"] == of_trace.sort_values("started_at")["run_id"].iloc[-1]]
+        for s in replay.steps(latest):
+            base = {"trace": trace, "step": "outside" if s.trace_step == replay.OUTSIDE else s.trace_step,
+                    "setting": s.setting}
+            if s.time_us is not None:
+                m.set("replay_step_seconds", "A replayed step's communication time (median over repetitions, max "
+                      "over ranks), the latest run of the trace.", base, s.time_us / 1e6)
+            if s.recorded_us is not None:
+                m.set("replay_step_recorded_seconds", "The same step's communication time as the job recorded it.",
+                      base, s.recorded_us / 1e6)
+            for part in s.parts:
+                m.set("replay_collective_seconds", "A collective's time within a replayed step: the sum of its ops' "
+                      "medians.", {**base, "collective": part.collective}, part.time_us / 1e6)
 
 
 def _wire(q: Query, m: Metrics) -> None:

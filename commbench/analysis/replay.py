@@ -20,14 +20,14 @@ import pandas as pd
 from commbench.analysis.frames import scalar
 
 if TYPE_CHECKING:
-    from commbench.analysis.engine import Aggregate
+    from commbench.analysis.engine import Aggregate, Query
 
 WORKLOAD = "replay"
 STEP = "replay_step"  # a step row's collective (docs/REPLAY.md)
 OUTSIDE = -1  # trace_step of the ops outside any step the job marked
 # What this module reads of a replay row; settings and run_id only where a file has them.
 COLUMNS = ("workload", "collective", "trace_step", "trace_steps", "trace_op", "trace_group", "trace_file",
-           "size_bytes", "dtype", "time_us", "recorded_us", "repetition", "settings", "run_id")
+           "size_bytes", "dtype", "time_us", "recorded_us", "repetition", "settings", "run_id", "started_at")
 LARGEST = 5  # ops listed per step
 
 
@@ -96,7 +96,12 @@ def is_replay(df: pd.DataFrame | None) -> bool:
 def rows_of(agg: Aggregate) -> pd.DataFrame:
     """A compared side's replay rows (COLUMNS), read through the engine's view of its files or
     frame: an empty frame for results without replay rows."""
-    q = agg.query
+    return rows_in(agg.query)
+
+
+def rows_in(q: Query | None) -> pd.DataFrame:
+    """The replay rows (COLUMNS) of a query's files or frame (engine.Query): an empty frame for
+    results without them."""
     if q is None or "trace_step" not in q.source.columns or "workload" not in q.source.columns:
         return pd.DataFrame(columns=list(COLUMNS))
     from commbench.analysis.engine import quote

@@ -255,3 +255,20 @@ def test_plot_draws_replayed_steps_apart_from_size_curves(tmp_path):
     assert len(labels) == 4  # two runs' step 0, replayed and recorded each
     mixed = plotting.split_views(pd.concat([frame, pd.DataFrame(make_rows(repetitions=1))], ignore_index=True))
     assert mixed.curves is not None and (mixed.curves.workload != "replay").all() and len(mixed.replay) == len(frame)
+
+
+def test_export_writes_each_replayed_step_and_collective_of_the_latest_run():
+    """A replay run every night exported for Prometheus: the latest run's step time, its recorded
+    time and each collective's part, per trace and step."""
+    from commbench.analysis import metrics
+
+    before, after = fast_and_slow()
+    after = after.assign(started_at=after["started_at"] + pd.Timedelta(days=1))
+    text = metrics.collect(pd.concat([before, after], ignore_index=True)).text().decode()
+    step = replay.steps(after)[0]
+    labels = 'setting="",step="0",trace="job.trace"'
+    assert f"commbench_replay_step_seconds{{{labels}}} {step.time_us / 1e6}" in text
+    assert f"commbench_replay_step_recorded_seconds{{{labels}}} {step.recorded_us / 1e6}" in text
+    for part in step.parts:
+        assert (f'commbench_replay_collective_seconds{{collective="{part.collective}",{labels}}} '
+                f"{part.time_us / 1e6}") in text
