@@ -17,6 +17,7 @@ from commbench.analysis import metrics
 from commbench.core import wire
 
 from .synthetic import make_rows, write
+from .test_replay_views import FAST, replay_rows
 from .test_fault_views import host_down, link_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,6 +195,7 @@ def test_push_to_a_gateway_that_does_not_answer(cli, tmp_path):
 def test_dashboard_queries_name_exported_metrics(tmp_path):
     write(tmp_path / "s.parquet", trouble_rows(1, 7))
     write(tmp_path / "p.parquet", pairs_night(2, down=host_down("n2")))
+    write(tmp_path / "r.parquet", replay_rows({0: FAST}, spans={0: "0-3"}))
     m = metrics.collect([tmp_path])
     metrics.check_gauges(m, {"n1": "PASS"})
     exported = set(m.names())
