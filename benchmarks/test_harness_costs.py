@@ -66,7 +66,7 @@ def session():
     from commbench.core.options import RunOptions
     from commbench.core.results import make_run_id
     from commbench.harness.console import Reporter
-    from commbench.harness.runner import RunContext, Session
+    from commbench.harness.session import RunContext, Session
     from commbench.harness.timing import CpuTimer
     from commbench.net.envinfo import iface_facts, traffic_iface
     from commbench.net.netinfo import host_summary
@@ -103,7 +103,7 @@ def test_time_call(benchmark, session):
 
 @pytest.fixture(scope="module")
 def measurement(session):
-    from commbench.harness.runner import Measurement
+    from commbench.harness.session import Measurement
 
     timing = session.time_call(noop)
     return Measurement(timing.samples_s, timing.iters, 0, timing.ranks, None)

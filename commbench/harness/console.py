@@ -178,7 +178,7 @@ class Reporter:
               file=sys.stderr, flush=True)
 
     def advance(self, description: str, steps: int = 1) -> None:
-        if self.progress is not None:
+        if self.progress is not None and self.task is not None:  # set together in __init__
             self.progress.update(self.task, advance=steps, description=description)
 
     def close(self) -> None:

@@ -490,7 +490,7 @@ class ControlPlane:
         while waiting and time.monotonic() < end:
             with ThreadPoolExecutor(max_workers=min(32, len(waiting))) as pool:
                 boxes = dict(zip(waiting, pool.map(self.read_all, waiting)))
-            waiting = [r for r in waiting if boxes[r] is not None and ("at/" + name) not in boxes[r]]
+            waiting = [r for r, box in boxes.items() if box is not None and ("at/" + name) not in box]
             if waiting:
                 time.sleep(0.05)
         self._progress = (self._seq, f"what follows the barrier {name}", time.monotonic())  # not stuck: it returned

@@ -46,8 +46,10 @@ def fill(buffers: Buffers, args: CallArgs, dtype: DType, in_place: bool) -> None
 
 
 def reducer(op: str | None, world: int, dtype: DType):
-    fold = {None: torch.add, "sum": torch.add, "avg": torch.add, "prod": torch.mul,
-            "max": torch.maximum, "min": torch.minimum}[op]
+    folds: dict[str | None, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+        None: torch.add, "sum": torch.add, "avg": torch.add, "prod": torch.mul,
+        "max": torch.maximum, "min": torch.minimum}
+    fold = folds[op]
 
     def reduce(input_of: Callable[[int], torch.Tensor]) -> torch.Tensor:
         out = input_of(0).to(torch.float64)

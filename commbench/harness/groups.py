@@ -28,7 +28,7 @@ from commbench.core.layout import GroupWork
 from commbench.harness import faults
 from commbench.harness.collectives import Buffers, CallArgs, Collective
 from commbench.harness.data import count_wrong, fill
-from commbench.harness.runner import Measurement, RankTimes, Session, Timing
+from commbench.harness.session import Measurement, RankTimes, Session, Timing
 
 
 @dataclass(frozen=True)

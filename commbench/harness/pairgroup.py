@@ -15,9 +15,23 @@ kernel routes the transfer out of that interface (each rail its own subnet).
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Protocol, cast
 
 import torch
 import torch.distributed as dist
+
+
+class PairBackend(Protocol):
+    """The calls PairGroup makes on its ProcessGroupGloo or ProcessGroupNCCL: pybind methods of both
+    at run time, which torch's stubs (torch/_C/_distributed_c10d.pyi, torch 2.13) leave out of Backend."""
+
+    def send(self, tensors: list[torch.Tensor], dst_rank: int, tag: int, /) -> dist.Work: ...
+
+    def recv(self, tensors: list[torch.Tensor], src_rank: int, tag: int, /) -> dist.Work: ...
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: dist.AllreduceOptions, /) -> dist.Work: ...
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], /) -> dist.Work: ...
 
 
 class PairGroup:
@@ -27,14 +41,17 @@ class PairGroup:
                  rail: str | None = None):
         prefix = dist.PrefixStore(f"pair/{gid}/", store)
         span = timedelta(seconds=timeout)
+        pg: object  # a ProcessGroupNCCL or ProcessGroupGloo (torch._C), typed below
         if backend == "nccl":
             if rail is not None:  # NCCL picks its interfaces per process (NCCL_SOCKET_IFNAME), not per group
                 raise ValueError("a rail binds a pair group through gloo; NCCL cannot bind one communicator")
-            self.pg = dist.ProcessGroupNCCL(prefix, index, 2, dist.ProcessGroupNCCL.Options())
+            pg = dist.ProcessGroupNCCL(prefix, index, 2, dist.ProcessGroupNCCL.Options())
         elif rail is not None:
-            self.pg = dist.ProcessGroupGloo(prefix, index, 2, rail_options(rail, span))
+            pg = rail_gloo(prefix, index, rail, span)
         else:
-            self.pg = dist.ProcessGroupGloo(prefix, index, 2, span)
+            pg = dist.ProcessGroupGloo(prefix, index, 2, span)
+        # The one place torch's stubs are told what its backends do (PairBackend's docstring).
+        self.pg = cast(PairBackend, pg)
         self.index = index
 
     @property
@@ -55,7 +72,7 @@ class PairGroup:
 
     def max_(self, tensor: torch.Tensor) -> None:
         opts = dist.AllreduceOptions()
-        opts.reduceOp = dist.ReduceOp.MAX
+        opts.reduceOp = dist.ReduceOp(dist.ReduceOp.MAX)  # the stubs type MAX as RedOpType, not a ReduceOp
         self.pg.allreduce([tensor], opts).wait()
 
     def gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -67,13 +84,33 @@ class PairGroup:
         self.max_(torch.zeros(1))
 
 
-def rail_options(rail: str, span: timedelta):
-    """gloo options whose one device is bound to the interface `rail` (torch 2.13: `_Options`,
+class _GlooOptions(Protocol):
+    """torch 2.13's gloo options with devices (ProcessGroupGloo._Options at run time)."""
+
+    _devices: list[dist.ProcessGroupGloo.Device]
+    _timeout: timedelta
+
+
+class _GlooWithDevices(Protocol):
+    """dist.ProcessGroupGloo as rail_gloo uses it at run time (torch 2.13): `_Options` and a
+    constructor that takes them, both missing from the stubs (whose `Options` is, at run time, the
+    backend-neutral base without devices, and whose constructor takes only a timeout)."""
+
+    def _Options(self) -> _GlooOptions: ...
+
+    def create_device(self, hostname: str = "", interface: str = "") -> dist.ProcessGroupGloo.Device: ...
+
+    def __call__(self, store: dist.Store, rank: int, size: int, options: _GlooOptions, /) -> PairBackend: ...
+
+
+def rail_gloo(store: dist.Store, index: int, rail: str, span: timedelta) -> PairBackend:
+    """A gloo pair whose one device is bound to the interface `rail` (torch 2.13: `_Options`,
     `_devices`, `_timeout`; the public `Options` is the backend-neutral base without devices)."""
-    opts = dist.ProcessGroupGloo._Options()
-    opts._devices = [dist.ProcessGroupGloo.create_device(interface=rail)]
+    gloo = cast(_GlooWithDevices, dist.ProcessGroupGloo)  # the stubs lack these (_GlooWithDevices)
+    opts = gloo._Options()
+    opts._devices = [gloo.create_device(interface=rail)]
     opts._timeout = span
-    return opts
+    return gloo(store, index, 2, opts)
 
 
 class DistOps:

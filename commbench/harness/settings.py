@@ -23,12 +23,13 @@ from __future__ import annotations
 import contextlib
 import os
 from datetime import timedelta
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch.distributed as dist
 
-from commbench.core.errors import RuntimeFailure
+from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.settings import Setting, combinations, from_plan
+from commbench.harness.session import Session
 from commbench.net import netctl
 
 
@@ -48,7 +49,7 @@ def axis_interfaces(plan) -> list[str]:
     return list(dict.fromkeys(n for n in names if n))
 
 
-def run_each(session, run: Callable[[object, range], bool]) -> bool:
+def run_each(session: Session, run: Callable[[Session, range], bool]) -> bool:
     """`run(session, repetitions)`: without axes once, with every repetition (the workload loops over
     them itself); with axes once per repetition and setting, repetition outermost, the settings
     in reverse order every other repetition. True if any output was wrong."""
@@ -65,7 +66,7 @@ def run_each(session, run: Callable[[object, range], bool]) -> bool:
                     any_wrong |= run(session, range(repetition, repetition + 1))
     finally:
         if original_mtu is not None and _sets_mtu(session):
-            netctl.set_mtu(session.ctx.plan.iface, original_mtu)
+            netctl.set_mtu(_mtu_iface(session), original_mtu)
     return any_wrong
 
 
@@ -75,16 +76,24 @@ def _pass_line(setting: Setting, repetition: int, repetitions: int) -> str:
                                             if repetitions > 1 else "")
 
 
-def _sets_mtu(session) -> bool:
+def _sets_mtu(session: Session) -> bool:
     return session.ctx.env.local_rank == 0
 
 
-def _original_mtu(session, settings: list[Setting]) -> int | None:
-    return netctl.get_mtu(session.ctx.plan.iface) if settings[0].mtu is not None else None
+def _mtu_iface(session: Session) -> str:
+    """--iface, the interface an MTU axis changes (the CLI refuses --mtu without it: cli/measure.py)."""
+    iface = session.ctx.plan.iface
+    if iface is None:
+        raise BadInput("--mtu changes an interface: name it with --iface (e.g. --iface eth0)")
+    return iface
+
+
+def _original_mtu(session: Session, settings: list[Setting]) -> int | None:
+    return netctl.get_mtu(_mtu_iface(session)) if settings[0].mtu is not None else None
 
 
 @contextlib.contextmanager
-def _applied(session, setting: Setting, repetition: int):
+def _applied(session: Session, setting: Setting, repetition: int) -> Iterator[None]:
     """The setting on every rank, a fresh group for it; the environment as it was afterwards."""
     saved = {name: os.environ.get(name) for name in setting.env}
     try:
@@ -110,9 +119,9 @@ def _applied(session, setting: Setting, repetition: int):
                 os.environ[name] = value
 
 
-def _set_mtu(session, mtu: int) -> None:
+def _set_mtu(session: Session, mtu: int) -> None:
     """The MTU on --iface of every host (by its first local rank), checked on every rank."""
-    iface = session.ctx.plan.iface
+    iface = _mtu_iface(session)
     if _sets_mtu(session):
         netctl.set_mtu(iface, mtu)
     dist.barrier()

@@ -26,7 +26,8 @@ from commbench.core.stats import median_ci_halfwidth
 class Timer(Protocol):
     # Calls each sample stands for (1; GRAPH_OPS for a graph replay): an iteration's real cost is
     # its sample times this, which is what a time budget spends.
-    ops_per_sample: int
+    @property
+    def ops_per_sample(self) -> int: ...
 
     def run(self, call: Callable[[], None], iters: int) -> list[float]:
         """Seconds per call, one entry per iteration (a call, or a replay of ops_per_sample calls)."""
@@ -75,14 +76,15 @@ class CudaGraphTimer:
     def __init__(self, ops: int = GRAPH_OPS):
         self.ops_per_sample = ops
         self._call: Callable[[], None] | None = None
-        self._graph = None
+        self._graph: torch.cuda.CUDAGraph | None = None
 
     def run(self, call: Callable[[], None], iters: int) -> list[float]:
         replays = _between_events(self._graph_of(call).replay, iters)
         return [t / self.ops_per_sample for t in replays]
 
-    def _graph_of(self, call: Callable[[], None]):
-        if self._call is not None and call == self._call:  # equal: a bound method is made anew each time
+    def _graph_of(self, call: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        # _call and _graph are set together; `==`, not `is`: a bound method is made anew each time
+        if self._graph is not None and call == self._call:
             return self._graph
         self._call, self._graph = None, None  # the last point's graph and its memory go first
         side = torch.cuda.Stream()

@@ -99,17 +99,23 @@ def entry(moved: list[ct.Moved], ranks: int, cost_s: float) -> dict:
     counters: dict[str, dict[str, int]] = {}
     for m in moved:
         counters.setdefault(m.where, {})[m.name] = m.delta
-    sent = [m for m in moved if m.kind == ct.TRAFFIC and ct.lookup(m.source, m.name).unit == "bytes"
-            and m.source in (ct.NETDEV, ct.IB)]
-    out = [m for m in sent if ct.lookup(m.source, m.name).direction == "out"]
+    out = [m for m in moved if _bytes_direction(m) == "out"]
     return {"counters": counters,
             "trouble": [[m.where, m.name, m.delta, m.kind] for m in ct.trouble(moved)],
             "out_bytes": sum(m.delta for m in out),
-            "in_bytes": sum(m.delta for m in sent if ct.lookup(m.source, m.name).direction == "in"),
+            "in_bytes": sum(m.delta for m in moved if _bytes_direction(m) == "in"),
             # sockets (the interfaces' own counters) apart from RDMA (the ports'), for --nccl-debug
             "netdev_out_bytes": sum(m.delta for m in out if m.source == ct.NETDEV),
             "rdma_out_bytes": sum(m.delta for m in out if m.source == ct.IB),
             "ranks": ranks, "cost_ms": round(cost_s * 1e3, 3)}
+
+
+def _bytes_direction(m: ct.Moved) -> str | None:
+    """"out" or "in" for a count of bytes a NIC or an IB port moved; None for any other counter."""
+    counter = ct.lookup(m.source, m.name)
+    if m.kind != ct.TRAFFIC or m.source not in (ct.NETDEV, ct.IB) or counter is None or counter.unit != "bytes":
+        return None
+    return counter.direction
 
 
 def gather(ops, payload: bytes, host_of: list[str], device) -> dict[str, dict] | None:

@@ -25,6 +25,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from commbench.core import units
 from commbench.core.errors import BadInput, RuntimeFailure
@@ -323,7 +324,7 @@ def live_facts(state: LabState) -> list[dict]:
         qdiscs = json.loads(_tc("-j", "qdisc", "show", netns=n.name).stdout or "[]")
         for r, link in enumerate(n.links()):
             kernel = links.get(link.iface, {})
-            tbf = next((q for q in qdiscs if q.get("kind") == "tbf" and q.get("dev") == link.iface), {})
+            tbf: dict[str, Any] = next((q for q in qdiscs if q.get("kind") == "tbf" and q.get("dev") == link.iface), {})
             options = tbf.get("options", {})
             rate_bps = options.get("rate")
             out.append({"host": n.name, "rail": r, "addr": link.addr, "iface": link.iface, "mtu": kernel.get("mtu"),
@@ -338,7 +339,7 @@ def _tbf_queue(options: dict) -> dict:
     else `lat`, the microseconds a full queue adds beyond the burst (limit / rate - burst / rate)."""
     rate, burst, lat = options.get("rate"), options.get("burst"), options.get("lat")
     limit = options.get("limit")
-    if limit is None and None not in (rate, burst, lat):
+    if limit is None and rate is not None and burst is not None and lat is not None:
         limit = round(lat * rate / 1e6 + burst)
     return {"queue_bytes": limit, "queue_latency_us": lat}
 

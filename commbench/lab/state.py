@@ -18,8 +18,10 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.inputs import check_path, shown_path
@@ -139,7 +141,8 @@ def owns_daemon(entry: object) -> bool:
     """A daemon entry `lab slurm up` writes: munged, slurmctld or `slurmd <host>`, a real pid."""
     if not isinstance(entry, dict):
         return False
-    words = entry.get("name").split(" ") if isinstance(entry.get("name"), str) else []
+    name = entry.get("name")
+    words = name.split(" ") if isinstance(name, str) else []
     pid = entry.get("pid")
     if not words or words[0] not in DAEMON_NAMES or not isinstance(pid, int) or isinstance(pid, bool):
         return False
@@ -235,18 +238,24 @@ def _damaged(why: str) -> BadInput:
                     f"(ip netns list; ip link show: names starting with {PREFIX}) and delete {path}")
 
 
-_TYPE_WORDS = {str: "text", int: "a whole number", bool: "true or false", list: "a list",
+# A field's JSON type: one Python type, or a tuple of them (a whole number or null).
+FieldType = type | tuple[type, ...]
+# A JSON object whose fields _check_fields has checked against a table of FieldTypes: its values are
+# what json.loads made of them (Any), known by that check to have the table's types.
+JsonObject = dict[str, Any]
+
+_TYPE_WORDS: dict[FieldType, str] = {str: "text", int: "a whole number", bool: "true or false", list: "a list",
                (int, type(None)): "a whole number or null"}
 
 
-def _typed(value: object, kind: type | tuple) -> bool:
+def _typed(value: object, kind: FieldType) -> bool:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if isinstance(value, bool) and bool not in kinds:
         return False  # JSON true is not an MTU
     return isinstance(value, kinds)
 
 
-def _check_fields(raw: object, types: dict[str, type | tuple], required: set[str], what: str) -> dict:
+def _check_fields(raw: object, types: Mapping[str, FieldType], required: set[str], what: str) -> JsonObject:
     if not isinstance(raw, dict):
         raise _damaged(f"{what} is not an object")
     unknown = sorted(set(raw) - set(types))
@@ -261,12 +270,12 @@ def _check_fields(raw: object, types: dict[str, type | tuple], required: set[str
     return raw
 
 
-_NODE_TYPES = {"name": str, "addr": str, "port": str, "mtu": int, "rate": str, "queue": (int, type(None)),
-               "frames": bool, "rails": list}
-_RAIL_TYPES = {"iface": str, "addr": str, "port": str, "mtu": int, "rate": str, "queue": (int, type(None)),
-               "frames": bool}
-_STATE_TYPES = {"subnet": str, "bridge": str, "nodes": list, "created": list, "daemons": list, "files": list,
-                "rails": int}
+_NODE_TYPES: dict[str, FieldType] = {"name": str, "addr": str, "port": str, "mtu": int, "rate": str,
+                                     "queue": (int, type(None)), "frames": bool, "rails": list}
+_RAIL_TYPES: dict[str, FieldType] = {"iface": str, "addr": str, "port": str, "mtu": int, "rate": str,
+                                     "queue": (int, type(None)), "frames": bool}
+_STATE_TYPES: dict[str, FieldType] = {"subnet": str, "bridge": str, "nodes": list, "created": list,
+                                      "daemons": list, "files": list, "rails": int}
 
 
 def _check_addr(addr: str, what: str) -> None:
@@ -276,17 +285,17 @@ def _check_addr(addr: str, what: str) -> None:
         raise _damaged(f"{what}'s address {addr[:40]!r} is not an IP address") from None
 
 
-def _parse_node(n: object, i: int, rails: int) -> LabNode:
+def _parse_node(entry: object, i: int, rails: int) -> LabNode:
     """Host i's entry (from 0): rail 0 in its own fields, rails 1.. under 'rails', eth1, eth2, ... in order."""
-    _check_fields(n, _NODE_TYPES, {"name", "addr", "port", "mtu", "rate"}, f"host {i + 1}")
+    n = _check_fields(entry, _NODE_TYPES, {"name", "addr", "port", "mtu", "rate"}, f"host {i + 1}")
     _check_addr(n["addr"], f"host {i + 1}")
     extra = n.get("rails", [])
     if len(extra) != rails - 1:
         raise _damaged(f"host {i + 1} has {len(extra) + 1} rails, the lab {rails}")
     parsed = []
-    for r, rail in enumerate(extra, start=1):
+    for r, raw_rail in enumerate(extra, start=1):
         what = f"host {i + 1} rail {r}"
-        _check_fields(rail, _RAIL_TYPES, {"iface", "addr", "port", "mtu", "rate"}, what)
+        rail = _check_fields(raw_rail, _RAIL_TYPES, {"iface", "addr", "port", "mtu", "rate"}, what)
         if rail["iface"] != f"eth{r}":
             raise _damaged(f"{what} is {rail['iface'][:40]!r}, not eth{r}")
         _check_addr(rail["addr"], what)
@@ -294,9 +303,9 @@ def _parse_node(n: object, i: int, rails: int) -> LabNode:
     return LabNode(**{**n, "rails": parsed})
 
 
-def _parse(raw: object) -> LabState:
+def _parse(doc: object) -> LabState:
     """The file's JSON as a LabState, or a BadInput naming what is wrong (types and shape only)."""
-    _check_fields(raw, _STATE_TYPES, {"subnet", "bridge"}, "the file")
+    raw = _check_fields(doc, _STATE_TYPES, {"subnet", "bridge"}, "the file")
     try:
         ipaddress.ip_network(raw["subnet"])
     except ValueError:

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -337,7 +338,7 @@ def check_host(facts: dict) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _groups(values: dict[str, object]) -> list[tuple[object, list[str]]]:
+def _groups(values: Mapping[str, object]) -> list[tuple[object, list[str]]]:
     """{host: value} -> [(value, [hosts])], the most common value first."""
     by: dict[object, list[str]] = defaultdict(list)
     for host, v in values.items():
@@ -345,7 +346,7 @@ def _groups(values: dict[str, object]) -> list[tuple[object, list[str]]]:
     return sorted(by.items(), key=lambda kv: (-len(kv[1]), str(kv[0])))
 
 
-def _differs(check: str, what: str, values: dict[str, object], hint: str, fmt=str) -> list[Finding]:
+def _differs(check: str, what: str, values: Mapping[str, object], hint: str, fmt=str) -> list[Finding]:
     groups = _groups(values)
     if len(groups) < 2:
         return []

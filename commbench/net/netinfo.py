@@ -346,6 +346,7 @@ def recorded_interfaces(root: Path) -> list[dict]:
         drv = re.search(r"^DRIVER=(\S+)", uevent, re.M)
         rec = ip.get(name)
         flags = set(rec["flags"]) if rec else set()
+        running: bool | None  # None: sysfs says nothing of the link's state
         if rec and "UP" in flags:
             carrier = "LOWER_UP" in flags or oper in ("up", "unknown")
             state, running = ("up", True) if carrier else ("no-carrier", False)
@@ -535,8 +536,8 @@ def parse_topo_matrix(text: str) -> dict | None:
     nics = [c for c in cols if not c.startswith("GPU")]
     nearest = {}
     for g in gpus:
-        links = [(name[n], matrix.get(g, {}).get(n)) for n in nics]
-        links = [(n, link) for n, link in links if link in _LINK_RANK]
+        seen = [(name[n], matrix.get(g, {}).get(n)) for n in nics]
+        links = [(n, link) for n, link in seen if link is not None and link in _LINK_RANK]
         if links:
             best = min(_LINK_RANK[link] for _, link in links)
             nearest[g] = {"link": next(link for _, link in links if _LINK_RANK[link] == best),

@@ -11,7 +11,7 @@ import torch
 
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
-from commbench.harness.runner import Measurement, Session
+from commbench.harness.session import Measurement, Session
 from commbench.core.vocab import BY_NAME, volume_factor
 from commbench.workloads.zero import ZeroPlan
 from commbench.workloads.zeroschedule import PAPER_VOLUME, REDUCTIONS, curve_comms, module_sizes, step_schedule

@@ -25,7 +25,7 @@ from commbench.harness.data import allocate, fill
 from commbench.harness.dtypes import DType, get_dtype
 from commbench.harness.groups import Passes, RankGroup
 from commbench.harness.plan import SweepPlan
-from commbench.harness.runner import Measurement, Session
+from commbench.harness.session import Measurement, Session
 
 _HEAD = (f"#{'size':>11s} {'count':>11s} {'type':>8s} {'redop':>6s} {'place':>5s}  {'slowest group':<22s} "
          f"{'time':>9s} {'busbw':>8s} {'median':>8s} {'aggregate':>10s}")

@@ -33,7 +33,7 @@ from commbench.core.columns import UNOBSERVED
 from commbench.harness import faults
 from commbench.harness.control import PROBE_S, ControlPlane, probe
 from commbench.harness.pairgroup import PairGroup
-from commbench.harness.runner import Measurement, Session, TransferFailed
+from commbench.harness.session import Measurement, Session, TransferFailed
 from commbench.workloads import paircapture
 
 WIRE_WAIT_S = 2.0  # for the second end's counters, once the first end's outcome is in

@@ -44,7 +44,7 @@ from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.harness.arrival import Absent, who
 from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
-from commbench.harness.runner import Measurement, Session
+from commbench.harness.session import Measurement, Session
 from commbench.core.units import format_size
 
 MODES = ("sendrecv", "bidir")

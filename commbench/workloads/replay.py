@@ -32,7 +32,7 @@ from commbench.harness.dtypes import get_dtype
 from commbench.harness import groups as grouping
 from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
 from commbench.harness.memory import check_need
-from commbench.harness.runner import Measurement, Session
+from commbench.harness.session import Measurement, Session
 
 STEP = "replay_step"  # a step row's collective
 

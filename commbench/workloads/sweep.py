@@ -26,7 +26,7 @@ from commbench.core.errors import BadInput
 from commbench.core.layout import DEFAULT_COLLECTIVE, GroupWork, group_work
 from commbench.harness.plan import Point, SweepPlan, validate
 from commbench.workloads import groupsweep
-from commbench.harness.runner import Measurement, Session
+from commbench.harness.session import Measurement, Session
 
 
 def measure_point(session: Session, collective: Collective, layout: Layout, point: Point, dtype: DType,

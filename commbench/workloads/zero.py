@@ -23,7 +23,7 @@ from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
 from commbench.core.options import RunOptions
 from commbench.harness import groups as grouping
-from commbench.harness.runner import Measurement, Session
+from commbench.harness.session import Measurement, Session
 from commbench.core.layout import GroupWork, InDataGroups
 from commbench.core import wire
 from commbench.core.units import format_size, format_us

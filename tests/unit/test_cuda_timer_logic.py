@@ -190,7 +190,7 @@ def _session(timer, **plan_fields):
     from types import SimpleNamespace
 
     from commbench.harness.plan import SweepPlan
-    from commbench.harness.runner import Session
+    from commbench.harness.session import Session
 
     ctx = SimpleNamespace(plan=SweepPlan(**plan_fields), device=torch.device("cpu"))
     return Session(ctx, timer, reporter=None, writer=None, ops=OneRank())

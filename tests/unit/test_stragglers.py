@@ -19,7 +19,7 @@ from commbench.analysis.compare import compare_frames
 from commbench.core.errors import BadInput
 from commbench.analysis.report import write_report
 from commbench.core.results import SCHEMA, read_results
-from commbench.harness.runner import Measurement, RankTimes, Timing, _rank_columns
+from commbench.harness.session import Measurement, RankTimes, Timing, _rank_columns
 from commbench.core.stragglers import find, late_at_point, rank_summary, robust_z, straggler_warnings
 
 from .synthetic import make_rows, write

@@ -1,4 +1,4 @@
-"""The time_ci column of a row (harness/runner.py): the median's CI half-width, or None where it is unknown.
+"""The time_ci column of a row (harness/session.py): the median's CI half-width, or None where it is unknown.
 A pairs link that failed has non-finite samples; its row must still be written (it crashed rank 0 once)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from commbench.harness.runner import time_ci
+from commbench.harness.session import time_ci
 
 
 def test_a_finite_sample_gives_its_half_width():
