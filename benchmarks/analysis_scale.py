@@ -5,11 +5,12 @@
     python benchmarks/analysis_scale.py --rows 20000 --no-save                           # quick smoke run
 
 Generates two sides in the commbench schema, "before" (MTU 1500) and "after" (MTU 9000), half the
-rows each, each a folder of --nights result files (one run each, 1 by default): NCCL sweeps of every collective in commbench's table at each placement it
-supports, 4 dtypes, 31 sizes (8 B .. 8 GiB), on 18 topologies (1..32 nodes x 8, 4 or 2 ranks per
-node), every point repeated 25 times (-R 25; 10M rows: --repetitions 250, the same 20,000 points a side
-and the same figures, written 25 repetitions a row group so that generating stays within memory), every row holding 20 per-iteration samples (-n 20,
-nccl-tests' default). env / net / plan are JSON strings as the runner writes them, net holding
+rows each, each a folder of --nights result files (one run each, 1 by default): NCCL sweeps of
+every collective in commbench's table at each placement it supports, 4 dtypes, 31 sizes (8 B ..
+8 GiB), on 18 topologies (1..32 nodes x 8, 4 or 2 ranks per node), every point repeated 25 times
+(-R 25; 10M rows: --repetitions 250, the same 20,000 points a side and the same figures, written 25
+repetitions a row group so that generating stays within memory), every row holding 20 per-iteration
+samples (-n 20, nccl-tests' default). env / net / plan are JSON strings as the runner writes them, net holding
 each host's facts (interfaces, 8 RDMA ports: a GPU node with 8 RoCE NICs, ~4 KB a host). Rows are
 written like commbench.core.results writes them (pyarrow, zstd, one row group), then the four commands
 run as subprocesses over every row, as a user runs them, each measured for wall time and peak RSS
@@ -168,7 +169,8 @@ def side_table(label: str, mtu: int, gain: float, n_points: int, reps: int, n_sa
                                "op": "sum", "out": "results", "placement": "both", "repetitions": reps, "root": 0,
                                "run_id": run_id, "sizes": SIZES, "time_budget": 0.2, "timeout": 300.0,
                                "warmup": 5, "workload": "sweep"}, sort_keys=True) for _ in TOPOLOGIES]
-    started = np.array([f"2026-03-{night + 1:02d}T0{1 if label == 'before' else 2}:{t:02d}" for t in range(len(TOPOLOGIES))],
+    hour = 1 if label == "before" else 2
+    started = np.array([f"2026-03-{night + 1:02d}T0{hour}:{t:02d}" for t in range(len(TOPOLOGIES))],
                        dtype="datetime64[us]")  # UTC
 
     reduces = np.array([BY_NAME[c].reduces for c in coll_names])[coll[point]]
@@ -308,13 +310,14 @@ def _wire_column(seed: Seed, hosts: list[str], ranks: int, bus: np.ndarray, trou
         cost = np.round(rng.gamma(2.0, 0.3, n) + 0.1, 3)
         last = i == len(hosts) - 1
         troubled = trouble & last
-        counters = [f'{{"cost_ms": ', cost, f', "counters": {{"{seed.iface}": {{"rx_bytes": ', out,
+        counters = ['{"cost_ms": ', cost, f', "counters": {{"{seed.iface}": {{"rx_bytes": ', out,
                     ', "rx_packets": ', packets, ', "tx_bytes": ', out, ', "tx_packets": ', packets, "}"]
         qdisc = np.where(troubled & (drops > 0),
                          np.char.add(np.char.add(f', "{seed.iface} qdisc": {{"drops": ', drops.astype(str)), "}"), "")
         tcp = np.where(troubled, np.char.add(np.char.add(', "tcp": {"RetransSegs": ', retrans.astype(str)), "}"), "")
         items = np.where(troubled & (drops > 0),
-                         np.char.add(np.char.add(f'["{seed.iface} qdisc", "drops", ', drops.astype(str)), ', "drop"], '),
+                         np.char.add(np.char.add(f'["{seed.iface} qdisc", "drops", ', drops.astype(str)),
+                                     ', "drop"], '),
                          "")
         items = np.where(troubled, np.char.add(np.char.add(np.char.add(items, '["tcp", "RetransSegs", '),
                                                            retrans.astype(str)), ', "retransmit"]'), items)
@@ -609,7 +612,8 @@ def measure(argv: list[str], cwd: Path, time_limit: float, memory_cap: int, env:
     watcher.join()
     peak = usage.ru_maxrss * 1024  # kilobytes on Linux
     err_lines = out_chunks.get("stderr", b"").decode(errors="replace").strip().splitlines()
-    return {"last_stderr": err_lines[-1][:300] if err_lines else "", "as_limit_bytes": as_limit, "argv": argv, "exit_code": proc.returncode, "wall_s": round(wall, 2), "peak_rss_bytes": peak,
+    return {"last_stderr": err_lines[-1][:300] if err_lines else "", "as_limit_bytes": as_limit, "argv": argv,
+            "exit_code": proc.returncode, "wall_s": round(wall, 2), "peak_rss_bytes": peak,
             "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2),
             "killed": killed[0] if killed else None,
             "stdout_tail": out_chunks.get("stdout", b"").decode(errors="replace")[-600:],
@@ -682,7 +686,7 @@ def run_markdown(tag: str, figures: dict) -> list[str]:
                         f"its 2 ranks on {d.get('seed_hosts', 2)} host(s).", ""]
     if figures.get("as_limit_kib"):
         lines[-2:-2] = [f"Each command under `ulimit -v {figures['as_limit_kib']}` (RLIMIT_AS).", ""]
-    for name, r in figures["commands"].items():
+    for r in figures["commands"].values():
         last = r.get("last_stderr") if r["exit_code"] not in (0, 1, 3) else None
         lines.append(f"| `{' '.join(r['argv'])}` | {r['wall_s']:.2f} | {_gb(r['peak_rss_bytes'])} | {r['exit_code']} | "
                      f"{'yes' if r['ok'] else 'NO' + (' (' + r['killed'] + ')' if r['killed'] else '')}"
@@ -787,7 +791,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, cmd in commands(folder).items():
             if args.only and name not in args.only:
                 continue
-            r = measure(cmd, args.code.resolve() if args.code else REPO, args.time_limit, int(args.memory_cap * 1e9), env, as_limit)
+            r = measure(cmd, args.code.resolve() if args.code else REPO, args.time_limit, int(args.memory_cap * 1e9),
+                        env, as_limit)
             r["ok"] = (r["killed"] is None and r["exit_code"] in ((0, 1, 3) if name == "compare" else (0, 1))
                        and r["wall_s"] <= limit and r["peak_rss_bytes"] <= BUDGET_BYTES)
             r["argv"] = ["commbench"] + [a if not a.startswith(str(folder)) else Path(a).name for a in cmd[3:]]

@@ -5,10 +5,11 @@ schedule (5 warm-up, 20 timed iterations per size) on the same grid, for time an
 
 Both run as a user runs them (`python -m commbench sweep ...`, 2 local gloo ranks, the default
 grid 8 B .. 64 MiB x every collective x both placements), one after the other, twice by default
-in the order A B B A (--rounds), and each figure is the median over its runs. The wall time is the command's, from start to exit. Each
-point's precision is the 95% confidence interval of its median from its stored per-iteration
-times (samples_us), distribution-free from order statistics (commbench.core.stats.median_ci_halfwidth:
-[x(k), x(n+1-k)] with k from Binomial(n, 1/2)); its half-width is the longer side over the median.
+in the order A B B A (--rounds), and each figure is the median over its runs. The wall time is
+the command's, from start to exit. Each point's precision is the 95% confidence interval of its
+median from its stored per-iteration times (samples_us), distribution-free from order statistics
+(commbench.core.stats.median_ci_halfwidth: [x(k), x(n+1-k)] with k from Binomial(n, 1/2)); its
+half-width is the longer side over the median.
 
 Figures (benchmarks/results/economy.json and .md): wall time of each; per-point CI half-width
 (median, 90th percentile, max, points above 3%); points where the adaptive width is at most the
@@ -91,7 +92,8 @@ def markdown(meta: dict, runs: dict, paired: dict, worst: list[dict]) -> str:
               f"{paired['adaptive_not_wider']} of {paired['points']} points; median width ratio adaptive/fixed "
               f"{paired['width_ratio_median']:.2f}.", "",
               "Verdict: " + "; ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in meta["verdict"].items()) + ".", "",
-              "Widest adaptive points:", "", "| collective | size | in place | iters | time us | CI half-width | fixed CI |",
+              "Widest adaptive points:", "",
+              "| collective | size | in place | iters | time us | CI half-width | fixed CI |",
               "|---|---:|---|---:|---:|---:|---:|"]
     for p in worst:
         lines.append(f"| {p['collective']} | {common.human(int(p['size_bytes']))} | {p['in_place']} | {p['iters']} | "
@@ -132,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                 df = point_widths(out)
                 frames.setdefault(name, df)
                 runs[name].append(summary(df, wall))
-                print(f"{name:>20s}: {wall:6.1f} s, CI half-width median {runs[name][-1]['ci_median']:.2%} "
-                      f"max {runs[name][-1]['ci_max']:.2%}, {runs[name][-1]['points_over_bound']} points > 3%", flush=True)
+                last = runs[name][-1]
+                print(f"{name:>20s}: {wall:6.1f} s, CI half-width median {last['ci_median']:.2%} "
+                      f"max {last['ci_max']:.2%}, {last['points_over_bound']} points > 3%", flush=True)
     adaptive, fixed = (frames[n] for n in SCHEDULES)
     both = adaptive.merge(fixed, on=KEY, suffixes=("", "_fixed"))
     paired = {"points": int(len(both)),
@@ -156,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     meta = {"nproc": 2, "machine": m0, "loadavg_end": common.machine()["loadavg_1m"],
             "wall_s": time.monotonic() - start, "commands": commands, "verdict": verdict,
-            "command": "python benchmarks/economy.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
+            "command": "python benchmarks/economy.py"
+                       + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
             "bounds": {"time_s": TIME_BOUND_S, "ci_halfwidth": WIDTH_BOUND}}
     md = markdown(meta, runs, paired, worst)
     figures = {"meta": meta, "runs": runs, "paired": paired,

@@ -131,9 +131,10 @@ def summarise(rows: list[dict], collective: str, world: int) -> list[dict]:
             factor = bare_loop.busbw_factor(collective, world)
             fig = 1 / row["time_ratio"]
             ci = [1 / hi, 1 / lo] if ranks else [None, None]
-            row.update(kind="busbw", bare_busbw=size / bare_t / 1e9 * factor, commbench_busbw=size / cb_t / 1e9 * factor,
-                       figure=fig, figure_ci=ci, mean_figure=1 / row["mean_time_ratio"],
-                       meets=fig >= BUSBW_BOUND, resolved=ranks is not None and (ci[0] >= BUSBW_BOUND or ci[1] < BUSBW_BOUND))
+            row.update(kind="busbw", bare_busbw=size / bare_t / 1e9 * factor,
+                       commbench_busbw=size / cb_t / 1e9 * factor,
+                       figure=fig, figure_ci=ci, mean_figure=1 / row["mean_time_ratio"], meets=fig >= BUSBW_BOUND,
+                       resolved=ranks is not None and (ci[0] >= BUSBW_BOUND or ci[1] < BUSBW_BOUND))
         else:
             fig = row["time_ratio"] - 1
             ci = [lo - 1, hi - 1] if ranks else [None, None]
@@ -206,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     table = summarise(rows, a.collective, a.nproc)
     meta = {"collective": a.collective, "world": a.nproc, "rounds": a.rounds, "machine": m0,
             "loadavg_end": common.machine()["loadavg_1m"], "wall_s": wall,
-            "command": "python benchmarks/fidelity.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
+            "command": "python benchmarks/fidelity.py"
+                       + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
             "bounds": {"busbw_ratio_min": BUSBW_BOUND, "latency_overhead_max": LATENCY_BOUND},
             "policy": {"warmup": plan.warmup, "time_budget": plan.time_budget, "precision": plan.precision,
                        "min_iters": plan.min_iters, "max_iters": plan.max_iters}}

@@ -83,7 +83,7 @@ def main() -> None:
     for sc in SCENARIOS:
         outcomes = [trial(rng, sc) for _ in range(args.trials)]
 
-        def share(case: str, what: str) -> float:
+        def share(case: str, what: str, outcomes: list = outcomes) -> float:
             return sum(o[case] == what for o in outcomes) / len(outcomes)
 
         f = {"scenario": sc[0], "trials": args.trials, "unchanged_fails": share("unchanged", "fail"),
@@ -97,7 +97,8 @@ def main() -> None:
 
     md = (f"# Suggested gate bands: error rates\n\n{common.machine_line(common.machine())}; "
           f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d}. {args.trials} trials a scenario (seed {args.seed}); "
-          f"defaults: floor {tolerance.DEFAULT_FLOOR:.0%}, Z {tolerance.Z:g}, --max-band {tolerance.DEFAULT_MAX_BAND:.0%}. "
+          f"defaults: floor {tolerance.DEFAULT_FLOOR:.0%}, Z {tolerance.Z:g}, "
+          f"--max-band {tolerance.DEFAULT_MAX_BAND:.0%}. "
           "A gate has 4 entries (1M..8M) and fails when one does.\n\n"
           "| scenario | unchanged run fails | 10% regression passes | 25% regression passes | refused (too wide) |\n"
           "|---|---|---|---|---|\n" + "\n".join(lines) + "\n")

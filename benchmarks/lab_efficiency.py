@@ -68,10 +68,10 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     for r in rows:
         bound = (f">= {BOUND} {'met' if r['ratio'] >= BOUND else 'MISSED'}" if r["collective"] == "all_reduce"
                  else "recorded")
-        lines.append(f"| {r['hosts']} | {r['mtu']} | {r['collective']} | {common.human(r['size_bytes'])} | {r['iters']} | "
-                     f"{r['busbw_GBps']:.4f} | {r['limit_GBps']:.4f} | {r['ratio']:.3f} | {bound} |")
-    lines += ["", "busbw from the median time per operation (nccl-tests definitions); limit = rate x (MTU-52)/(MTU+14).",
-              ""]
+        lines.append(f"| {r['hosts']} | {r['mtu']} | {r['collective']} | {common.human(r['size_bytes'])} "
+                     f"| {r['iters']} | {r['busbw_GBps']:.4f} | {r['limit_GBps']:.4f} | {r['ratio']:.3f} | {bound} |")
+    lines += ["", "busbw from the median time per operation (nccl-tests definitions); "
+              "limit = rate x (MTU-52)/(MTU+14).", ""]
     return "\n".join(lines)
 
 
@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             "rate": a.rate, "walls_s": walls, "bound": BOUND,
             "all_reduce_min_ratio": min((r["ratio"] for r in ar), default=None),
             "meets": bool(ar) and all(r["ratio"] >= BOUND for r in ar),
-            "command": "python benchmarks/lab_efficiency.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
+            "command": "python benchmarks/lab_efficiency.py"
+                       + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
             "sweep": f"commbench lab run -- commbench sweep --collective {a.collectives} --sizes {a.sizes} "
                      f"--placement in --mtu {a.mtus} --iface eth0 {a.sweep_args}".rstrip()}
     md = markdown(meta, rows)

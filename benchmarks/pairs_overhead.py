@@ -38,7 +38,8 @@ def timed_run(env: dict, tree: Path, out: Path) -> float:
                            *PAIRS, "--out", str(out)], env=ranks_env, capture_output=True, text=True)
     elapsed = time.monotonic() - started
     if proc.returncode != 0:
-        raise SystemExit(f"pairs failed with {proc.returncode} in {tree}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"pairs failed with {proc.returncode} in {tree}:\n"
+                         f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return elapsed
 
 

@@ -225,7 +225,8 @@ def _pair_rows(plant: dict, names: list[str], src, dst, status, confirm: np.ndar
         "src_host": pa.DictionaryArray.from_arrays(pa.array(src, pa.int32()), pa.array(names, pa.string())),
         "dst_host": pa.DictionaryArray.from_arrays(pa.array(dst, pa.int32()), pa.array(names, pa.string())),
         "src_rank": pa.array(src * RANKS_PER_HOST, pa.int32()), "dst_rank": pa.array(dst * RANKS_PER_HOST, pa.int32()),
-        "status": pa.array(status, pa.string()), "error": pa.array(_errors(status, names, src, dst, plant), pa.string()),
+        "status": pa.array(status, pa.string()),
+        "error": pa.array(_errors(status, names, src, dst, plant), pa.string()),
         "confirm": pa.array(np.where(confirm, True, None), pa.bool_()),
         "time_us": pa.array(time_us), "time_us_min": pa.array(np.where(failed, np.nan, samples.min(axis=1))),
         "time_us_max": pa.array(np.where(failed, np.nan, samples.max(axis=1))),
@@ -635,7 +636,8 @@ def checks(folder: Path, n_hosts: int, results: dict) -> list[dict]:
     check("stragglers: exactly the planted ranks", expected_stragglers(n_hosts), s.get("stragglers"))
     check("stragglers: the planted slow host named as a host", [expected_slow_host(n_hosts)], s.get("slow_hosts"))
     if (folder / "compare.json").exists():
-        check("compare: exactly the planted regression", expected_regressions(), compare_regressions(folder / "compare.json"))
+        check("compare: exactly the planted regression", expected_regressions(),
+              compare_regressions(folder / "compare.json"))
     if (folder / "gate.json").exists():
         check("gate: exactly the planted regression fails", expected_regressions(), gate_failures(folder / "gate.json"))
     return out
@@ -657,7 +659,8 @@ def markdown(f: dict) -> str:
              f"+ {f['data'].get('confirm_rows', 0):,} confirmation rows, {f['data'].get('failed_rows', 0):,} failed); "
              f"a sweep on {f['hosts'] * RANKS_PER_HOST:,} ranks, {f['data'].get('straggler_rows', 0)} rows with "
              f"{f['hosts'] * RANKS_PER_HOST:,} values a per-rank list; {f['nights']} nightly sweeps of "
-             f"{f['data'].get('rows_per_night', 0)} rows ({f['data'].get('night_bytes', 0) / 1e6:.0f} MB of parquet).", "",
+             f"{f['data'].get('rows_per_night', 0)} rows "
+             f"({f['data'].get('night_bytes', 0) / 1e6:.0f} MB of parquet).", "",
              "| step | wall s | CPU s | peak RSS GB | exit |", "|---|---:|---:|---:|---:|"]
     for name, r in f["steps"].items():
         lines.append(f"| {name} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {_gb(r['peak_rss_bytes'])} | {r['exit_code']}"

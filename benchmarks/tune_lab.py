@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             "worst_miss": max((abs(c["ratio"] - 1) for c in bound_rows), default=None),
             "meets": bool(bound_rows) and all(abs(c["ratio"] - 1) <= BOUND for c in bound_rows),
             "winners": {f"{rate} {part}": run["record"]["winner"] for (rate, part), run in runs.items()},
-            "command": "python benchmarks/tune_lab.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
+            "command": "python benchmarks/tune_lab.py"
+                       + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
             "tune": f"commbench tune --ds-config ds.json {' '.join(SHAPE)} --grad-accum 1 --dtypes fp16 --top 10 "
                     f"--launcher lab --backend gloo {a.tune_args}"}
     md = markdown(meta, runs)

@@ -85,7 +85,8 @@ def lab_sweeps(rounds: int) -> dict:
         spread[int(size)] = float((off.quantile(0.75) - off.quantile(0.25)) / off.median())
     costs = [e["cost_ms"] for w in both["wire"].wire for e in json.loads(w)["hosts"].values()]
     return {"command": "lab run -- commbench " + " ".join(SWEEP) + " --wire | --no-wire", "hosts": 2, "rate": "1gbit",
-            "points_per_side": len(both["wire"]), "time_ratio_wire_over_nowire": ratio, "nowire_iqr_over_median": spread,
+            "points_per_side": len(both["wire"]), "time_ratio_wire_over_nowire": ratio,
+            "nowire_iqr_over_median": spread,
             "cost_ms_median": statistics.median(costs), "cost_ms_max": max(costs), "cost_samples": len(costs)}
 
 
@@ -99,8 +100,9 @@ def markdown(snap: dict, run: dict | None, m: dict) -> str:
     rows = "".join(f"| {common.human(s)} | {r:.3f} | {run['nowire_iqr_over_median'][s]:.1%} |\n"
                    for s, r in run["time_ratio_wire_over_nowire"].items())
     return text + (f"\n## On the lab\n\n`{run['command']}`, {run['hosts']} hosts at {run['rate']}, A B B A, "
-                   f"{run['points_per_side']} points a side.\n\n| size | median time, --wire / --no-wire | spread of --no-wire "
-                   f"points (IQR / median) |\n|---|---|---|\n"
+                   f"{run['points_per_side']} points a side.\n\n"
+                   f"| size | median time, --wire / --no-wire | spread of --no-wire points (IQR / median) |\n"
+                   f"|---|---|---|\n"
                    f"{rows}\nBoth snapshots of a point, as each host's reader timed them during the run: median "
                    f"**{run['cost_ms_median']:.2f} ms**, max {run['cost_ms_max']:.2f} ms ({run['cost_samples']} "
                    "host-points).\n")

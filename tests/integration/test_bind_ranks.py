@@ -102,7 +102,8 @@ def test_under_torchrun_only_an_explicit_bind_rebinds(tmp_path, given, expect_ow
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--bind", "foo"), "commbench: --bind 'foo' is not a binding: use one of auto, none, cores, numa (e.g. --bind cores)"),
+    (("--bind", "foo"),
+     "commbench: --bind 'foo' is not a binding: use one of auto, none, cores, numa (e.g. --bind cores)"),
     (("--bind", "cores=0-1"), "commbench: --bind 'cores=0-1' is not a binding: use one of auto, none, cores, numa "
                               "(e.g. --bind cores)"),
 ])

@@ -54,7 +54,7 @@ def test_repetitions_end_with_a_median_line_per_bucket(tmp_path):
     proc, df = run(tmp_path, "--grad-bytes", "256K", "-d", "float32", "--bucket-size", "1e3,1e5", "-R", "3")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert [l for l in lines if l.startswith("# repetition")] == [f"# repetition {r}/3" for r in (1, 2, 3)]
+    assert [line for line in lines if line.startswith("# repetition")] == [f"# repetition {r}/3" for r in (1, 2, 3)]
     i = lines.index("# Median over 3 repetitions: all_reduce (buckets)")
     assert lines[i + 1].split()[:3] == ["#", "point", "time"]
     for line, bucket in zip(lines[i + 3:i + 5], (4_000, 262_144)):

@@ -40,7 +40,8 @@ cb = partial(helpers.cb, env=ENV)  # python -m commbench in a subprocess (tests/
 
 def leftovers() -> list[str]:
     """Anything of this test's lab that still exists: namespaces, links, qdiscs, processes, state."""
-    left = [f"netns {n}" for n in os.listdir("/var/run/netns") if n.startswith(PREFIX)] if os.path.isdir("/var/run/netns") else []
+    netns = os.listdir("/var/run/netns") if os.path.isdir("/var/run/netns") else []
+    left = [f"netns {n}" for n in netns if n.startswith(PREFIX)]
     links = json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True).stdout)
     left += [f"link {link['ifname']}" for link in links if link["ifname"].startswith(PREFIX)]
     qdiscs = json.loads(subprocess.run(["tc", "-j", "qdisc", "show"], capture_output=True, text=True).stdout or "[]")
@@ -89,7 +90,8 @@ def test_lifecycle_status_set_exec_and_down(clean_lab):
     assert name.stdout.strip() == "ctnode3"
     routes = cb("lab", "exec", "ctnode1", "--", "ip", "route", check=True).stdout
     assert "default" not in routes and "10.233.0.0/24" in routes
-    ping = cb("lab", "exec", "ctnode1", "--", "ping", "-c", "1", "-W", "2", "10.233.0.3") if shutil.which("ping") else None
+    ping = (cb("lab", "exec", "ctnode1", "--", "ping", "-c", "1", "-W", "2", "10.233.0.3")
+            if shutil.which("ping") else None)
     if ping is not None:
         assert ping.returncode == 0
     assert cb("lab", "exec", "ctnode1", "--", "false").returncode == 1
@@ -123,7 +125,8 @@ def test_down_after_a_crash_mid_up_removes_exactly_what_was_made(clean_lab):
         assert 3 <= len(made["nodes"]) < 12, "the crash should come mid-way"
 
         cb("lab", "down", check=True)
-        assert sorted(leftovers()) == sorted([f"netns {foreign_ns}", f"link {PREFIX}foreign0", f"link {PREFIX}foreign1"])
+        assert sorted(leftovers()) == sorted([f"netns {foreign_ns}", f"link {PREFIX}foreign0",
+                                              f"link {PREFIX}foreign1"])
     finally:
         subprocess.run(["ip", "netns", "del", foreign_ns])
         subprocess.run(["ip", "link", "del", f"{PREFIX}foreign0"])

@@ -22,7 +22,8 @@ cb = partial(helpers.cb, env=ENV, timeout=600)  # python -m commbench in a subpr
 
 def test_bucket_knee_on_a_1gbit_link(tmp_path):
     cb("lab", "down")
-    assert cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.235.0.0/24").returncode == 0
+    up = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.235.0.0/24")
+    assert up.returncode == 0
     out = tmp_path / "buckets.parquet"
     try:
         res = cb("lab", "run", "--", sys.executable, "-m", "commbench", "buckets", "--grad-bytes", "32M",
@@ -34,7 +35,7 @@ def test_bucket_knee_on_a_1gbit_link(tmp_path):
     per_step = dict(zip(df.bucket_bytes, df.time_us))
     smallest, largest = df.iloc[0], df.iloc[-1]
     limit = 1e9 / 8 * (1500 - 52) / (1500 + 14) / 1e9
-    print(f"\nbuckets on 2 lab hosts at 1gbit, 32 MiB float32 gradients: "
+    print("\nbuckets on 2 lab hosts at 1gbit, 32 MiB float32 gradients: "
           + ", ".join(f"{b // 4:.0e} el: {t / 1e3:.0f} ms ({bw:.4f} GB/s)" for b, t, bw in
                       zip(df.bucket_bytes, df.time_us, df.busbw_GBps))
           + f"; payload limit {limit:.4f} GB/s")

@@ -23,8 +23,9 @@ PREFIX = "cpc"
 ENV = lab_env(PREFIX)
 SUBNET = "10.252.1"
 QUEUE = 30000  # bytes: 20 frames at 1gbit; 16000 starved 4 MiB transfers past --timeout 15, 40000 was only mildly slow
-CAPTURED = re.compile(r"^#   (\S+) -> (\S+), checking slow host (\S+): ([\d,]+) packets in [\d.]+ s \(\d+ TCP connections?\): "
-                      r"([\d,]+) retransmissions?, ([\d,]+) duplicate ACKs?, .*\(captured at \S+ eth0[^)]*\): (\S+\.pcap)$")
+CAPTURED = re.compile(r"^#   (\S+) -> (\S+), checking slow host (\S+): ([\d,]+) packets in [\d.]+ s "
+                      r"\(\d+ TCP connections?\): ([\d,]+) retransmissions?, ([\d,]+) duplicate ACKs?, "
+                      r".*\(captured at \S+ eth0[^)]*\): (\S+\.pcap)$")
 
 cb = partial(helpers.cb, env=ENV, timeout=120)
 

@@ -2,7 +2,8 @@
 one run. Two hosts with eth0 and eth1 at 1gbit each, host 2's eth1 shaped to 200mbit: the eth1
 setting must run at most 0.3 x eth0's bus bandwidth, every row carries its setting, the wire
 counters show the bytes on the rail the setting named, plot draws a line per setting and compare
-gives a verdict per setting (two runs), and the two settings of one run compare side by side. Then eth0,eth1 (both rails at 1gbit): does gloo stripe?"""
+gives a verdict per setting (two runs), and the two settings of one run compare side by side.
+Then eth0,eth1 (both rails at 1gbit): does gloo stripe?"""
 
 from __future__ import annotations
 

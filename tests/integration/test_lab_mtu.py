@@ -33,7 +33,8 @@ def host_mtus() -> dict[str, int]:
 @pytest.fixture
 def lab():
     cb("lab", "down")
-    assert cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.237.0.0/24").returncode == 0
+    up = cb("lab", "up", "--nodes", "2", "--rate", "1gbit", "--mtu", "1500", "--subnet", "10.237.0.0/24")
+    assert up.returncode == 0
     yield
     cb("lab", "down")
 

@@ -104,7 +104,8 @@ DOCTOR = [sys.executable, "-m", "commbench", "doctor"]
 def doctor_problems() -> tuple[int, list[tuple[str, str, str]]]:
     res = cb("lab", "run", "--", *DOCTOR, "--json")
     doc = json.loads(res.stdout)
-    return res.returncode, [(f["check"], f["host"], f["message"]) for f in doc["findings"] if f["severity"] == "problem"]
+    problems = [(f["check"], f["host"], f["message"]) for f in doc["findings"] if f["severity"] == "problem"]
+    return res.returncode, problems
 
 
 @pytest.fixture
@@ -119,7 +120,8 @@ def test_doctor_names_the_one_slow_rail_and_where_its_cap_comes_from(four_by_two
     assert cb("lab", "set", "--node", f"{PREFIX}node3", "--rail", "eth1", "--rate", "200mbit").returncode == 0
     code, found = doctor_problems()
     assert code == 1 and found == [
-        ("rail", f"{PREFIX}node3", f"{PREFIX}node3 rail eth1: 200 Mbit/s (tbf shaper), the other rails 1 Gbit/s (eth0)")]
+        ("rail", f"{PREFIX}node3",
+         f"{PREFIX}node3 rail eth1: 200 Mbit/s (tbf shaper), the other rails 1 Gbit/s (eth0)")]
     human = cb("lab", "run", "--", *DOCTOR)
     assert human.returncode == 1
     line = next(x for x in human.stdout.splitlines() if x.startswith("PROBLEM"))

@@ -6,8 +6,8 @@ The change is what a job can do on a cluster node it is root on: reshape the nod
 tc (each lab host's eth0, where its egress tbf sits), on every node through srun. The lab's
 bridge ports live in the machine's root namespace, which a job cannot enter. The test's lab is its
 own (prefix `csc`, subnet 10.246.0.0/24); COMMBENCH_ARGS keeps the sweeps small (two sizes, one
-collective, 4 and 8 MiB, 5 timed calls each) with the repetitions compare needs to decide two points (4 a side; 5 for margin), and
-COMPARE_ARGS a minimum effect above this machine's run-to-run noise.
+collective, 4 and 8 MiB, 5 timed calls each) with the repetitions compare needs to decide two
+points (4 a side; 5 for margin), and COMPARE_ARGS a minimum effect above this machine's run-to-run noise.
 """
 
 from __future__ import annotations

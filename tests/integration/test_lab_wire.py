@@ -47,7 +47,8 @@ def sweep(out, *args: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
 
 
 def test_clean_lab_flags_nothing(lab, tmp_path):
-    res, df = sweep(tmp_path / "clean.parquet", "--collective", "allreduce,allgather", "-b", "1M", "-e", "16M", "-f", "4")
+    res, df = sweep(tmp_path / "clean.parquet", "--collective", "allreduce,allgather", "-b", "1M", "-e", "16M",
+                    "-f", "4")
     assert "wire:" not in res.stdout and "wire:" not in res.stderr
     assert df.wire_trouble.notna().all() and not df.wire_trouble.any()
     for value in df.wire:
@@ -99,8 +100,9 @@ def test_tiny_queue_names_host_interface_and_counter(lab, tmp_path):
 
 def test_doctor_watch_names_the_dropping_queue_while_traffic_runs(lab, tmp_path):
     assert cb("lab", "set", "--node", f"{PREFIX}node2", "--queue", "40000").returncode == 0
-    traffic = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--", sys.executable, "-m", "commbench",
-                                "sweep", "--sizes", "1M", "-n", "5", "-w", "1", "-R", "200", "--timeout", "60",
+    traffic = subprocess.Popen([sys.executable, "-m", "commbench", "lab", "run", "--",
+                                sys.executable, "-m", "commbench", "sweep", "--sizes", "1M", "-n", "5", "-w", "1",
+                                "-R", "200", "--timeout", "60",
                                 "--out", str(tmp_path / "bg.parquet")], env=ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:

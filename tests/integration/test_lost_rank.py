@@ -24,7 +24,8 @@ import psutil
 import pytest
 
 import helpers  # tests/helpers.py
-from test_sweep_ranks import LONG_SWEEP, start, assert_no_processes_left, clean_env, kill_quietly, kept_rows, wait_for_rows
+from test_sweep_ranks import (LONG_SWEEP, assert_no_processes_left, clean_env, kept_rows, kill_quietly, start,
+                              wait_for_rows)
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +125,8 @@ def test_torchrun_rank_killed_mid_sweep(tmp_path):
     rank0 = re.search(rf"exitcode\s*: (-?\d+) \(pid: {pids[0]}\)", err)
     assert rank0 and int(rank0.group(1)) in (3, 143), err
     if int(rank0.group(1)) == 3:
-        assert re.search(rf"commbench: rank 0 on \S+: collective failed: lost rank 1 on \S+ \(pid {pids[1]}, ", err), err
+        lost = rf"commbench: rank 0 on \S+: collective failed: lost rank 1 on \S+ \(pid {pids[1]}, "
+        assert re.search(lost, err), err
     # no orphans: torchrun starts each worker in its own session, so look for them by pid and by argv
     deadline = time.monotonic() + 10
     while (any(alive(p) for p in pids.values()) or processes_mentioning(str(out))) and time.monotonic() < deadline:

@@ -28,7 +28,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from commbench.core.errors import BadInput
 from commbench.lab import network, processes, slurm
 from commbench.lab import state as lab
 from commbench.net import envinfo, netinfo

@@ -51,7 +51,7 @@ def test_four_runs_at_once_into_one_folder_never_clobber_each_other(tmp_path):
     finally:
         for p in procs:
             kill_quietly(p)
-    for p, (so, se) in zip(procs, results):
+    for p, (_, se) in zip(procs, results):
         assert p.returncode == 0, se
     files = sorted(out.iterdir())
     assert len(files) == 4 and all(f.suffix == ".parquet" for f in files), files  # no temporaries left

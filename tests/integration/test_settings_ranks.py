@@ -1,7 +1,7 @@
 """`--env NAME=v1|v2` with real gloo ranks on this machine: the grid once per setting and
-repetition, the settings taking turns within each repetition, every other one reversed (A B, B A), each pass on a fresh process
-group, the setting in every row (its own column, and the environment the row records), for sweep,
-buckets and zero. The lab tests (test_lab_env.py) measure what a setting changes."""
+repetition, the settings taking turns within each repetition, every other one reversed (A B, B A),
+each pass on a fresh process group, the setting in every row (its own column, and the environment
+the row records), for sweep, buckets and zero. The lab tests (test_lab_env.py) measure what a setting changes."""
 
 from __future__ import annotations
 

@@ -38,13 +38,14 @@ def test_tables_show_only_the_placements_torch_offers_and_mark_imprecise_points(
     for name, rows in tables.items():
         for fields in rows:
             assert "n/a" not in fields and len(cells(fields)) == len(IN_PLACE[name]), (name, fields)
-    lines = [l for l in stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s+float", l)]
+    lines = [line for line in stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s+float", line)]
     live = lines[:len(lines) - 6]  # the median tables' 6 lines come last
-    assert live and all(re.search(r"  ~ >?±[\d.]+%", l) for l in live), live
+    assert live and all(re.search(r"  ~ >?±[\d.]+%", line) for line in live), live
     n = len(df)
     assert f"# Precision: 0 of {n} points ({n // 2} x 2 repetitions) reached 0.0001% " in stdout
     assert f"{n} stopped short: {n} at the time budget (0.002 s)" in stdout
-    assert re.search(r"^# ~ ±N% in the table: that point's median is known only to ±N% \((worst ±|>±100%: )", stdout, re.M)
+    assert re.search(r"^# ~ ±N% in the table: that point's median is known only to ±N% \((worst ±|>±100%: )",
+                     stdout, re.M)
 
 
 def test_busbw_per_collective_matches_the_file(run):
@@ -52,7 +53,8 @@ def test_busbw_per_collective_matches_the_file(run):
     assert "Avg bus bandwidth" not in stdout  # two collectives: no one average
     for name in NAMES:
         med = df[df.collective == name].groupby(["size_bytes", "in_place"]).busbw_GBps.median()
-        m = re.search(rf"^# {name}\s+avg bus bandwidth ([\d.e-]+) GB/s, peak ([\d.e-]+) GB/s (?:>?±[\d.]+% )?at ", stdout, re.M)
+        m = re.search(rf"^# {name}\s+avg bus bandwidth ([\d.e-]+) GB/s, peak ([\d.e-]+) GB/s (?:>?±[\d.]+% )?at ",
+                      stdout, re.M)
         assert m, name
         assert float(m.group(1)) == pytest.approx(med.mean(), rel=5e-3), name  # 3 significant digits
         assert float(m.group(2)) == pytest.approx(med.max(), rel=5e-3), name

@@ -180,7 +180,7 @@ def test_stdout_is_the_nccl_tests_table(sweep_run):
             assert "n/a" not in fields, (name, fields)
             for cell in cells(fields):
                 assert cell[3] == "0"  # #wrong
-    assert f"# Results: " in out and f"({len(df)} rows)" in out
+    assert "# Results: " in out and f"({len(df)} rows)" in out
     assert proc.stderr.strip() == ""
 
 
@@ -201,8 +201,8 @@ def test_corrupted_output_is_counted_and_fails_the_run(tmp_path):
     df = pd.read_parquet(out)
     assert len(df) == 3 and (df.wrong > 0).all()
     lines = stderr_lines(proc.stderr)
-    assert lines == [l for l in lines if l.startswith("commbench: ")]
-    assert sum("some results were wrong" in l for l in lines) == 1, proc.stderr
+    assert lines == [line for line in lines if line.startswith("commbench: ")]
+    assert sum("some results were wrong" in line for line in lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     wrong_cells = [c[3] for rows in table_rows(proc.stdout).values() for r in rows for c in cells(r)]
     assert wrong_cells and all(int(w) > 0 for w in wrong_cells)

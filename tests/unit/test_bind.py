@@ -18,7 +18,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "netinfo"
 
 
 @pytest.mark.parametrize("text, cpus", [
-    ("0-3,8", {0, 1, 2, 3, 8}), ("0", {0}), ("", set()), ("5,1-2\n", {1, 2, 5}), ("0-47,96-143", set(range(48)) | set(range(96, 144))),
+    ("0-3,8", {0, 1, 2, 3, 8}), ("0", {0}), ("", set()), ("5,1-2\n", {1, 2, 5}),
+    ("0-47,96-143", set(range(48)) | set(range(96, 144))),
 ])
 def test_cpulist_parses_the_kernel_form(text, cpus):
     assert binding.parse_cpulist(text) == cpus
@@ -90,7 +91,8 @@ def test_numa_gives_each_rank_a_node(tmp_path):
 
 def test_numa_without_numa_information_is_one_line(tmp_path):
     assert binding.numa_nodes(tmp_path / "absent") == {}
-    with pytest.raises(BadInput, match=r"^--bind numa: this machine shows no NUMA nodes .*use --bind cores or --bind none$"):
+    no_numa = r"^--bind numa: this machine shows no NUMA nodes .*use --bind cores or --bind none$"
+    with pytest.raises(BadInput, match=no_numa):
         binding.plan("numa", 2, {0, 1}, nodes={})
 
 

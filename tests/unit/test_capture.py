@@ -175,7 +175,8 @@ def test_the_evidence_names_each_file_and_says_why_one_is_missing():
     assert lines[1] == ("#   n2 -> n3, checking slow host n3: 3,081 packets in 0.5 s (1 TCP connection): 506 "
                         "retransmissions, 675 duplicate ACKs, 0 zero windows, 0 resets (captured at n2 eth0, 7 dropped "
                         "by the kernel): /r/R-n2-n3.pcap")
-    assert lines[2] == "#   n1 -> n3, checking slow host n3: no capture at n1: tcpdump is not installed here (apt-get ...)"
+    assert lines[2] == ("#   n1 -> n3, checking slow host n3: no capture at n1: "
+                        "tcpdump is not installed here (apt-get ...)")
 
 
 def test_no_suspect_link_is_said_in_one_line():

@@ -22,7 +22,8 @@ def test_the_schema_is_the_registry():
 
 def test_every_column_is_documented_as_the_registry_says():
     doc = (ROOT / "docs" / "RESULTS.md").read_text()
-    assert columns.with_table(doc) == doc, "docs/RESULTS.md's column table differs: run python -m commbench.core.columns"
+    assert columns.with_table(doc) == doc, \
+        "docs/RESULTS.md's column table differs: run python -m commbench.core.columns"
     table = doc.split(columns.TABLE_BEGIN)[1].split(columns.TABLE_END)[0]
     documented = [line.split("|")[1].strip() for line in table.splitlines()[3:] if line.startswith("|")]
     assert documented == list(columns.NAMES)

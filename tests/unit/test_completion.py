@@ -13,7 +13,8 @@ from commbench.core.vocab import DTYPES, ORDER
 
 def complete(*words: str) -> list[str]:
     *args, incomplete = words
-    return [c.value for c in BashComplete(cli, {}, "commbench", "_COMMBENCH_COMPLETE").get_completions(args, incomplete)]
+    completer = BashComplete(cli, {}, "commbench", "_COMMBENCH_COMPLETE")
+    return [c.value for c in completer.get_completions(args, incomplete)]
 
 
 @pytest.mark.parametrize("words, expected", [

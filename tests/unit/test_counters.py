@@ -36,7 +36,8 @@ def test_every_counter_has_a_kind_unit_and_meaning():
     # the IB data counters count 4-byte words, in sysfs and in perfquery (current and older names)
     for name in ("port_xmit_data", "port_rcv_data"):
         assert ct.lookup(ct.IB, name).scale == 4
-    assert ct.lookup(ct.PERFQUERY, "PortXmitData") is ct.lookup(ct.PERFQUERY, "XmtData") is ct.lookup(ct.IB, "port_xmit_data")
+    xmit = ct.lookup(ct.IB, "port_xmit_data")
+    assert ct.lookup(ct.PERFQUERY, "PortXmitData") is ct.lookup(ct.PERFQUERY, "XmtData") is xmit
     assert ct.lookup(ct.PERFQUERY, "SymbolErrors").name == "symbol_error"
     assert ct.lookup(ct.ETHTOOL, "rx_prio3_pause").kind == ct.PAUSE
     assert ct.lookup(ct.ETHTOOL, "rx_xdp_drop") is None  # not guessed at
@@ -103,7 +104,8 @@ def test_deltas_skip_counters_that_went_backwards():
 
 
 def test_host_entry_and_row_columns():
-    moved = [ct.Moved(ct.NETDEV, "eth0", "tx_bytes", 1046, ct.TRAFFIC), ct.Moved(ct.NETDEV, "eth0", "rx_bytes", 900, ct.TRAFFIC),
+    moved = [ct.Moved(ct.NETDEV, "eth0", "tx_bytes", 1046, ct.TRAFFIC),
+             ct.Moved(ct.NETDEV, "eth0", "rx_bytes", 900, ct.TRAFFIC),
              ct.Moved(ct.IB, "mlx5_0/1", "port_xmit_data", 4000, ct.TRAFFIC),
              ct.Moved(ct.QDISC, "eth0", "drops", 3, ct.DROP), ct.Moved(ct.QDISC, "eth0", "overlimits", 50, ct.QUEUE)]
     host = entry(moved, ranks=1, cost_s=0.0012)

@@ -220,9 +220,11 @@ def test_port_excluded_by_ib_hca_is_not_reported(capsys, monkeypatch):
 def test_port_in_init_and_polling(capsys):
     code, out, _ = run_doctor(capsys, *roots("ib_sdr_init_mthca"))
     assert code == 1
-    assert "PROBLEM [port-state] mthca0:1 (InfiniBand) on ib_sdr_init_mthca is not ACTIVE/LinkUp: INIT, phys_state LinkUp" in out
+    assert ("PROBLEM [port-state] mthca0:1 (InfiniBand) on ib_sdr_init_mthca is not ACTIVE/LinkUp: INIT, "
+            "phys_state LinkUp") in out
     assert "no subnet manager has activated it" in out
-    assert "PROBLEM [port-state] mthca0:2 (InfiniBand) on ib_sdr_init_mthca is not ACTIVE/LinkUp: DOWN, phys_state Polling" in out
+    assert ("PROBLEM [port-state] mthca0:2 (InfiniBand) on ib_sdr_init_mthca is not ACTIVE/LinkUp: DOWN, "
+            "phys_state Polling") in out
 
 
 def test_port_slower_than_its_peers(capsys):
@@ -297,7 +299,8 @@ def test_roce_active_mtu_from_ibv_devinfo(capsys):
 def test_ib_active_mtu_below_4096(capsys):
     code, out, _ = run_doctor(capsys, *roots("ib_sdr_init_mthca"))
     assert code == 1
-    assert "PROBLEM [ib-mtu] mthca0:1 (InfiniBand) on ib_sdr_init_mthca has active_mtu 2048 (max_mtu 2048): below 4096" in out
+    assert ("PROBLEM [ib-mtu] mthca0:1 (InfiniBand) on ib_sdr_init_mthca has active_mtu 2048 (max_mtu 2048): "
+            "below 4096") in out
     assert "the HCA itself stops at max_mtu 2048" in out
     assert "mthca0:2 (InfiniBand) on ib_sdr_init_mthca has active_mtu" not in out  # link down: its MTU means nothing
 
@@ -315,7 +318,9 @@ def test_hosts_with_different_ports_and_states(capsys):
     assert code == 1
     assert ("PROBLEM [rate-mismatch] ACTIVE RDMA ports and rates differ across hosts: "
             "3x 200 Gb/s on ib_hdr_3port; 1x 200 Gb/s on ib_hdr_port_down") in out
-    assert "PROBLEM [state-mismatch] RDMA port states differ across hosts: mlx5_0:1=ACTIVE mlx5_1:1=ACTIVE mlx5_2:1=ACTIVE on ib_hdr_3port; mlx5_0:1=ACTIVE mlx5_1:1=DOWN on ib_hdr_port_down" in out
+    assert ("PROBLEM [state-mismatch] RDMA port states differ across hosts: "
+            "mlx5_0:1=ACTIVE mlx5_1:1=ACTIVE mlx5_2:1=ACTIVE on ib_hdr_3port; "
+            "mlx5_0:1=ACTIVE mlx5_1:1=DOWN on ib_hdr_port_down") in out
     assert "doctor: 3 problem(s) on ib_hdr_port_down (2 host(s) checked)" in out
 
 
@@ -423,7 +428,8 @@ def test_rdma_ports_from_sysfs():
         ("mlx5_0", 1, "ACTIVE", "LinkUp", 200.0, "InfiniBand"), ("mlx5_1", 1, "DOWN", "Disabled", 10.0, "InfiniBand")]
     gids = netinfo.host_facts(root=DATA / "roce_v2_gids")["rdma"][1]["gids"]
     assert [(g["index"], g["type"], g["ndev"]) for g in gids] == [
-        (0, "IB/RoCE v1", "ens2np0"), (1, "RoCE v2", "ens2np0"), (2, "IB/RoCE v1", "ens2np0"), (3, "RoCE v2", "ens2np0")]
+        (0, "IB/RoCE v1", "ens2np0"), (1, "RoCE v2", "ens2np0"),
+        (2, "IB/RoCE v1", "ens2np0"), (3, "RoCE v2", "ens2np0")]
 
 
 # ------------------------------------------------------------------ the sweep's warning and the results' summary

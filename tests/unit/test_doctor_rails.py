@@ -84,7 +84,8 @@ def test_mtu_state_and_link_layer_within_a_host():
     a = host("a", iface("eth0", "10.0.0.1"), iface("eth1", "10.0.1.1", mtu=9000), iface("eth2", "10.0.2.1"),
              iface("eth3", "10.0.3.1", state="no-carrier", speed=None))
     assert problems([a]) == [("rail", "a", "a rail eth1: MTU 9000, the other rails MTU 1500 (eth0, eth2, eth3)"),
-                             ("rail", "a", "a rail eth3: state no-carrier, the other rails state up (eth0, eth1, eth2)")]
+                             ("rail", "a",
+                              "a rail eth3: state no-carrier, the other rails state up (eth0, eth1, eth2)")]
     ib = host("b", *[iface(f"ib{r}", f"10.1.{r}.1", None, speed=400000, driver="mlx5_core", link_layer="infiniband")
                      for r in range(3)], iface("ib3", "10.1.3.1", None, speed=400000, driver="mlx5_core"))
     assert problems([ib]) == [("rail", "b", "b rail ib3: link layer ethernet, the other rails link layer infiniband "
@@ -132,7 +133,8 @@ def test_hca_ports_one_on_ethernet_among_infiniband_and_a_port_slower_than_elsew
     assert [p for p in problems([a]) if p[0] == "rail"] == [
         ("rail", "a", "a rail mlx5_3:1: RoCE (Ethernet), the other rails InfiniBand (mlx5_0:1, mlx5_1:1, mlx5_2:1)")]
     mixed = host("m", iface("eth0", "10.0.0.1"), rdma=[port("mlx5_0", "Ethernet"), port("mlx5_1", "InfiniBand")])
-    assert [p for p in problems([mixed]) if p[0] == "rail"] == []  # one of each: two networks on purpose, nothing to name
+    # one of each: two networks on purpose, nothing to name
+    assert [p for p in problems([mixed]) if p[0] == "rail"] == []
     hosts = [host(h, iface("eth0", f"10.0.0.{i}"), rdma=[port("mlx5_0", "InfiniBand"), port("mlx5_1", "InfiniBand")])
              for i, h in enumerate("abc", start=1)]
     hosts[1]["rdma"] = [port("mlx5_0", "InfiniBand", 200.0), port("mlx5_1", "InfiniBand", 200.0)]

@@ -399,7 +399,7 @@ def test_agrees_with_deepspeeds_own_zero_config(zero):
 def test_refuses_what_deepspeed_refuses(zero):
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):  # pydantic's ValidationError
         DeepSpeedZeroConfig(**zero)
     bad(dsconfig.parse, {"zero_optimization": zero})
 

@@ -117,7 +117,8 @@ HOSTLISTS = st.one_of(
     st.sampled_from(["n[0-99999999]", "n[1-2-3]", "n[", "n]", "[1-2]", "n[2-1]", "n[01-10]", "a,b,,c",
                      "n[0-3],m[1,3-4]", "n[1-3]x", "n[1-1000000000000000000000]", ",", " ", "n[-1]"]),
 )
-TASKS = st.one_of(st.text(max_size=20), st.from_regex(r"\A[0-9]{1,12}(\(x[0-9]{1,15}\))?(,[0-9]{1,3}(\(x[0-9]{1,3}\))?){0,3}\Z"),
+TASKS = st.one_of(st.text(max_size=20),
+                  st.from_regex(r"\A[0-9]{1,12}(\(x[0-9]{1,15}\))?(,[0-9]{1,3}(\(x[0-9]{1,3}\))?){0,3}\Z"),
                   st.sampled_from(["2(x99999999999999)", "1(x0)", "(x2)", "2(x3),1"]))
 NUMBERS = st.one_of(st.integers(-5, 10**20).map(str), st.text(max_size=6), st.sampled_from(["", "0", "1", "-1", "1e3"]))
 

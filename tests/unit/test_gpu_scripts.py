@@ -32,7 +32,8 @@ def source(tmp_path):
 @pytest.mark.parametrize("args, env, message", [
     (["--bogus"], {}, "unknown option --bogus: use --dry-run, --build-only, --help or an OUT_DIR"),
     (["a", "b"], {}, "one OUT_DIR only (got a and b)"),
-    (["--dry-run"], {"STEP_TIMEOUT": "ten"}, "STEP_TIMEOUT=ten is not a whole number of seconds: e.g. STEP_TIMEOUT=120"),
+    (["--dry-run"], {"STEP_TIMEOUT": "ten"},
+     "STEP_TIMEOUT=ten is not a whole number of seconds: e.g. STEP_TIMEOUT=120"),
     (["--dry-run"], {"BUILD_TIMEOUT": "0"}, "BUILD_TIMEOUT=0 is not a whole number of seconds"),
     (["--dry-run"], {"COLLECTIVES": "all_reduce,alltoall"},
      "COLLECTIVES names alltoall: this check builds all_reduce, all_gather and reduce_scatter only"),

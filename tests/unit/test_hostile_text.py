@@ -88,7 +88,8 @@ def test_tables_warnings_and_notes_on_a_terminal_stay_one_escaped_line_each(tmp_
     failure="the same collective, a label with an OSC title sequence, in `compare`, `gate` and `report` "
             "`--format markdown`",
     does="every value through core/outtext.py `markdown`: brackets, `*`, `_`, backticks, `|`, `~`, `#`, `$` and "
-         "backslashes backslash-escaped, `& < >` as entities, `://` and `www.` escaped (no autolink), control characters as escapes on one line: no live "
+         "backslashes backslash-escaped, `& < >` as entities, `://` and `www.` escaped (no autolink), "
+         "control characters as escapes on one line: no live "
          "link, image, HTML, emphasis, code, column break or math reaches the ticket",
 )
 def test_markdown_of_compare_gate_and_report_is_inert(tmp_path, cli):

@@ -181,7 +181,8 @@ def test_timeouts_while_the_wire_lost_packets_name_a_lossy_host_not_a_hung_one()
     lines = linkfaults.render_faults(v)
     assert lines[0] == "# Lossy host: n4 (every link failed: 3 of 3, timeout)"
     assert ("#   wire during the failed transfers: n4 eth0 qdisc drops +105, n1 tcp RetransSegs +200, "
-            "n2 tcp RetransSegs +200, n3 tcp RetransSegs +200 (packets were lost on the data path: a sick link, NIC or queue, "
+            "n2 tcp RetransSegs +200, n3 tcp RetransSegs +200 "
+            "(packets were lost on the data path: a sick link, NIC or queue, "
             "not a hung process)") in lines
 
 
@@ -538,7 +539,8 @@ def test_the_failed_list_is_capped():
     lines = linkfaults.render_faults(v)
     assert "# Failed links (18):" in lines and len(lines) == 4 + 1 + 18
     lines = linkfaults.render_faults(v, shown=10)
-    assert lines[-1] == "#   ... and 8 more (the status and error columns hold them all)" and len(lines) == 4 + 1 + 10 + 1
+    assert lines[-1] == "#   ... and 8 more (the status and error columns hold them all)"
+    assert len(lines) == 4 + 1 + 10 + 1
     assert v.named[0].evidence[0] == ("9 of 9 links failed (unreachable): n10 <-> n1, n10 <-> n2, n10 <-> n3, "
                                       "n10 <-> n4, n10 <-> n5, n10 <-> n6, n10 <-> n7, n10 <-> n8, ... (9 in all)")
 
@@ -593,7 +595,7 @@ def rail_mesh(fail, rails=("eth0", "eth1"), hosts=HOSTS, confirm=()):
     """mesh_rows per rail; fail(src, dst, rail) -> status. confirm: (src, dst, status, rail)."""
     rows = []
     for rail in rails:
-        rows += [{**r, "rail": rail} for r in mesh_rows(hosts, lambda s, d: fail(s, d, rail))]
+        rows += [{**r, "rail": rail} for r in mesh_rows(hosts, lambda s, d, rail=rail: fail(s, d, rail))]
     for s, d, status, rail in confirm:
         rows += [{**row(hosts, a, b, status, confirm=True), "rail": rail} for a, b in [(s, d), (d, s)]]
     return rows

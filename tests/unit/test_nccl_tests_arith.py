@@ -15,7 +15,8 @@ from commbench.integrations.nccl_tests.arith import half_unit
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 LOG = (DATA / "all_reduce_v2.19.4_1node_8xA100.txt").read_text()  # 8 ranks: all_reduce's factor 1.75
-ROW = "    33554432       8388608     float     sum      -1   431.40   77.78  136.11       0   432.67   77.55  135.72       0"
+ROW = ("    33554432       8388608     float     sum      -1   431.40   77.78  136.11       0"
+       "   432.67   77.55  135.72       0")
 LINE = LOG.split("\n").index(ROW) + 1
 
 

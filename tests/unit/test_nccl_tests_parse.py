@@ -734,7 +734,8 @@ def test_cuda_graph_launches_are_kept_from_the_header_and_from_json(tmp_path):
 
 
 @pytest.mark.parametrize("field, header", [
-    ("nThread", "# nThread 99999999999999999999 nGpus 8 minBytes 1 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20"),
+    ("nThread",
+     "# nThread 99999999999999999999 nGpus 8 minBytes 1 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20"),
     ("iters", "# nThread 1 nGpus 8 minBytes 1 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 99999999999999999999"),
     ("warmup iters", "# nThread 1 nGpus 8 minBytes 1 maxBytes 8 step: 2(factor) warmup iters: 2147483648 iters: 20"),
 ])

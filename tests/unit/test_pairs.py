@@ -329,7 +329,7 @@ def rail_rows(rate, rails=RAILS, hosts=HOSTS, repetitions=2, run_id="20250101-00
     status(src_host, dst_host, rail) -> a failed row's status, or None."""
     rows = []
     for rep in range(repetitions):
-        for number, pairs in enumerate(tournament.rounds(list(range(len(hosts)))), 1):
+        for pairs in tournament.rounds(list(range(len(hosts)))):
             for phase in (0, 1):
                 for rail in rails:
                     for a, b in pairs:

@@ -134,7 +134,8 @@ def test_doctor_writes_plain_text_under_a_launcher(monkeypatch, env, styled):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     out = FakeTerminal()
-    host = {"host": "node01", "source": "live", "interfaces": [], "rdma": [], "gpus": [], "traffic": None, "watch": None}
+    host = {"host": "node01", "source": "live", "interfaces": [], "rdma": [], "gpus": [], "traffic": None,
+            "watch": None}
     doctor.report_human([host], [doctor.Finding("counters", "node01", "eth0 drops rose", "check the cable")],
                         file=out)
     assert "node01" in out.getvalue()

@@ -130,7 +130,8 @@ def test_an_existing_output_is_refused_and_untouched(kind, inputs, tmp_path, cap
 
 @pytest.mark.parametrize("args, links, needle", [
     (["gate", "{b}", "--expect", "{bands}", "--out", "{bands}"], {}, "{bands} already exists and is an input"),
-    (["gate", "{b}", "--expect", "{bands}", "--out", "{bands}", "--force"], {}, "{bands} already exists and is an input"),
+    (["gate", "{b}", "--expect", "{bands}", "--out", "{bands}", "--force"], {},
+     "{bands} already exists and is an input"),
     (["gate", "{b}", "--expect", "{bands}", "--out", "{d}/hard.yaml", "--force"], {"hard.yaml": ("hard", "bands")},
      "{d}/hard.yaml already exists and is an input"),
     (["gate", "{b}", "--expect", "{bands}", "--out", "{d}/soft.yaml", "--force"], {"soft.yaml": ("soft", "bands")},
@@ -142,7 +143,8 @@ def test_an_existing_output_is_refused_and_untouched(kind, inputs, tmp_path, cap
     (["compare", "{a}", "{b}", "--out", "{d}/hard.txt", "--force"], {"hard.txt": ("hard", "b")},
      "{d}/hard.txt already exists and is an input"),
     (["compare", "{a}", "{b}", "--out", "{b}", "--force"], {}, "is a folder or a results file"),
-    (["plot", "{a}", "--out", "{d}/hard.png"], {"hard.png": ("hard", "a")}, "{d}/hard.png already exists and is an input"),
+    (["plot", "{a}", "--out", "{d}/hard.png"], {"hard.png": ("hard", "a")},
+     "{d}/hard.png already exists and is an input"),
     (["report", "{a}", "--out", "{a}"], {}, "{a} already exists and is an input"),
     (["report", "{a}", "--baseline", "{b}", "--out", "{d}/hard.html"], {"hard.html": ("hard", "b")},
      "{d}/hard.html already exists and is an input"),
@@ -321,7 +323,8 @@ def test_an_unwritable_folder_is_bad_input_naming_the_fix(inputs, tmp_path, caps
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
     monkeypatch.setattr(outputs.tempfile, "mkstemp", denied)
-    code, _, err = run(["gate", "--suggest", "--allow-wide", str(inputs["a"]), "--out", str(tmp_path / "b.yaml")], capsys)
+    code, _, err = run(["gate", "--suggest", "--allow-wide", str(inputs["a"]), "--out", str(tmp_path / "b.yaml")],
+                       capsys)
     assert code == 2 and the_error(err) == (f"commbench: cannot write {tmp_path / 'b.yaml'}: Permission denied; "
                                             "pass another --out")
     assert listing(tmp_path) == []

@@ -19,7 +19,8 @@ nccl_version env net schema_version""".split()
 
 def row(**over) -> dict:
     base = {
-        "run_id": "20250101-000000-abcdef", "label": "before", "started_at": dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+        "run_id": "20250101-000000-abcdef", "label": "before",
+        "started_at": dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
         "collective": "all_reduce", "dtype": "float32", "op": "sum", "root": -1, "size_bytes": 1024, "count": 256,
         "in_place": True, "world_size": 2, "nnodes": 1, "ranks_per_node": 2, "backend": "gloo", "device": "cpu",
         "device_name": "cpu", "launcher": "local", "iters": 10, "warmup": 5, "repetition": 0, "time_us": 12.5,
@@ -136,7 +137,8 @@ def test_read_rejects_a_csv_renamed_parquet(tmp_path):
 def test_read_rejects_a_foreign_parquet(tmp_path):
     path = tmp_path / "foreign.parquet"
     pq.write_table(pa.table({"collective": ["all_reduce"], "size_bytes": [8], "busbw_GBps": [1.0]}), path)
-    with pytest.raises(BadInput, match=r"foreign\.parquet is not a commbench results file \(no column schema_version\)"):
+    foreign = r"foreign\.parquet is not a commbench results file \(no column schema_version\)"
+    with pytest.raises(BadInput, match=foreign):
         read_results([path])
 
 

@@ -64,8 +64,10 @@ def _refused(argv, capsys, *needles) -> str:
 
 n = 40  # rows of _table(): 2 collectives x 5 sizes x 2 placements x 2 repetitions
 WRONG = {  # id -> (column, its values, what the line must say)
-    "schema_version-string": ("schema_version", pa.array(["1"] * n), "column schema_version holds string, expected int32"),
-    "size_bytes-string": ("size_bytes", pa.array(["64K"] * n), "column size_bytes holds string, expected int64 (bytes)"),
+    "schema_version-string": ("schema_version", pa.array(["1"] * n),
+                              "column schema_version holds string, expected int32"),
+    "size_bytes-string": ("size_bytes", pa.array(["64K"] * n),
+                          "column size_bytes holds string, expected int64 (bytes)"),
     "busbw-string": ("busbw_GBps", pa.array(["fast"] * n), "column busbw_GBps holds string, expected double (GB/s)"),
     "world_size-string": ("world_size", pa.array(["16"] * n), "column world_size holds string, expected int32"),
     "collective-number": ("collective", pa.array([7] * n), "column collective holds int64, expected string"),
@@ -131,7 +133,8 @@ def test_a_samples_bomb_is_refused_from_the_footer(tmp_path, capsys, good):
     pq.write_table(table, bomb, compression="zstd")
     assert bomb.stat().st_size < 100_000
     for command in ("compare", "report", "plot", "gate"):
-        _refused(COMMANDS[command](bomb, good, tmp_path), capsys, "column samples_us holds 10,000,001 items in 1 row(s)")
+        _refused(COMMANDS[command](bomb, good, tmp_path), capsys,
+                 "column samples_us holds 10,000,001 items in 1 row(s)")
 
 
 def test_a_minimal_file_works_or_is_refused_in_one_line(tmp_path, capsys, good):

@@ -145,12 +145,13 @@ def test_bus_bandwidth_is_per_collective_with_units():
                                                                                   (2048, 0.20 - r * 0.01))]
     rows += [_row("all_gather", 1024, p, 0, busbw=b) for p, b in ((False, 0.05), (True, 0.07))]
     lines = runsummary.bandwidth_lines(runsummary.series_of(runsummary.point_medians(rows)))
-    ar = next(l for l in lines if "all_reduce" in l)
+    ar = next(line for line in lines if "all_reduce" in line)
     # avg over sizes of the medians over repetitions: (0.11 + 0.19) / 2
-    assert re.search(r"avg bus bandwidth 0\.150 GB/s, peak 0\.190 GB/s ±0\.0% at 2 KiB \(1 KiB\.\.2 KiB: 2 points\)", ar), ar
-    ag = next(l for l in lines if "all_gather" in l)
+    assert re.search(r"avg bus bandwidth 0\.150 GB/s, peak 0\.190 GB/s ±0\.0% at 2 KiB \(1 KiB\.\.2 KiB: 2 points\)",
+                     ar), ar
+    ag = next(line for line in lines if "all_gather" in line)
     assert "avg bus bandwidth 0.0600 GB/s, peak 0.0700 GB/s ±0.0% at 1 KiB in place" in ag
-    assert not any("Avg bus bandwidth" in l for l in lines)  # an average over two collectives means nothing
+    assert not any("Avg bus bandwidth" in line for line in lines)  # an average over two collectives means nothing
     one = runsummary.bandwidth_lines(runsummary.series_of(runsummary.point_medians(rows[:6])))
     assert one[-1] == "# Avg bus bandwidth    : 0.1500 GB/s"  # nccl-tests' line, with its unit
 
@@ -161,7 +162,7 @@ def test_repetitions_end_with_one_median_table():
              for p in (False, True)]
     plan = RunOptions(repetitions=3, iters=20)
     lines = closing_lines(rows, plan)
-    titles = [l for l in lines if l.startswith("# Median over 3 repetitions: ")]
+    titles = [line for line in lines if line.startswith("# Median over 3 repetitions: ")]
     assert titles == ["# Median over 3 repetitions: all_reduce", "# Median over 3 repetitions: reduce_scatter"]
     i = lines.index(titles[0])
     assert "out-of-place" not in lines[i + 1] and "in-place" in lines[i + 1]
@@ -177,26 +178,29 @@ def test_repetitions_end_with_one_median_table():
 def test_a_zero_run_s_median_table_names_each_stage_and_accumulation_above_1():
     rows = [_row("zero_step", 64 << 20, True, r, time_us=t * g, busbw=1e3 / t, workload="zero", zero_stage=stage,
                  bucket_bytes=1 << 30, grad_accum=g)
-            for g in (1, 4) for stage, base in ((1, 100.0), (3, 200.0)) for r, t in enumerate((base, base * 3, base * 2))]
+            for g in (1, 4) for stage, base in ((1, 100.0), (3, 200.0))
+            for r, t in enumerate((base, base * 3, base * 2))]
     lines = closing_lines(rows, RunOptions(workload="zero", repetitions=3, iters=20))
     i = lines.index("# Median over 3 repetitions: zero_step (zero)")
     body = lines[i + 3:i + 7]
-    assert [l.split("  ")[1].strip() for l in body] == [
+    assert [line.split("  ")[1].strip() for line in body] == [
         "ZeRO-1, buckets of 1 GiB", "ZeRO-3, buckets of 1 GiB",
         "ZeRO-1, buckets of 1 GiB, GAS 4", "ZeRO-3, buckets of 1 GiB, GAS 4"]
     assert body[3].split()[-4:] == ["1600.0", "800.0..2400.0", "2.50", "2.50"]  # median, range, busbw
-    peak = next(l for l in lines if "avg bus bandwidth" in l)
+    peak = next(line for line in lines if "avg bus bandwidth" in line)
     assert "peak 5.00 GB/s ±0.0% at ZeRO-1, buckets of 1 GiB (ZeRO-1..3, buckets of 1 GiB, GAS 1..4: 4 points)" in peak
-    assert not any(l.startswith("# Median over") for l in closing_lines(rows, RunOptions(workload="pairs", iters=20)))
+    pairs = closing_lines(rows, RunOptions(workload="pairs", iters=20))
+    assert not any(line.startswith("# Median over") for line in pairs)
 
 
 def test_links_between_ranks_of_one_host_are_points_of_their_own():
     """pairs on one host (local ranks): each direction is its own point, not one median of both."""
     rows = [_row("sendrecv", 64 << 20, False, 0, time_us=t, busbw=b, workload="pairs", src_host="vm", dst_host="vm",
                  src_rank=s, dst_rank=d) for s, d, t, b in ((0, 1, 100.0, 2.88), (1, 0, 110.0, 2.58))]
-    line = next(l for l in closing_lines(rows, RunOptions(workload="pairs", iters=20)) if "avg bus bandwidth" in l)
+    closing = closing_lines(rows, RunOptions(workload="pairs", iters=20))
+    line = next(text for text in closing if "avg bus bandwidth" in text)
     assert "avg bus bandwidth 2.73 GB/s, peak 2.88 GB/s ±0.0% at 64 MiB (64 MiB: 2 points)" in line
-    one = next(l for l in closing_lines(rows[:1], RunOptions(workload="pairs", iters=20)) if "avg bus" in l)
+    one = next(line for line in closing_lines(rows[:1], RunOptions(workload="pairs", iters=20)) if "avg bus" in line)
     assert one.endswith("(64 MiB: 1 point)")
 
 
@@ -217,7 +221,8 @@ def _gap_points(backend="gloo"):
     ar = {1 << 20: 0.02, 1 << 22: 0.10, 1 << 24: 0.12}
     rs = {1 << 20: 0.015, 1 << 22: 0.05, 1 << 24: 0.048}
     return ([{"collective": "all_reduce", "size_bytes": s, "busbw": b, "backend": backend} for s, b in ar.items()]
-            + [{"collective": "reduce_scatter", "size_bytes": s, "busbw": b, "backend": backend} for s, b in rs.items()])
+            + [{"collective": "reduce_scatter", "size_bytes": s, "busbw": b, "backend": backend}
+               for s, b in rs.items()])
 
 
 def test_reduce_scatter_gap_is_stated_where_both_were_measured():
@@ -238,11 +243,12 @@ def test_reduce_scatter_gap_is_stated_where_both_were_measured():
 
 def test_the_sweep_and_the_report_state_the_gap():
     rows = [_row(c, s, True, 0, busbw=b, time_us=100.0)
-            for c, sizes in (("all_reduce", {1 << 22: 0.10, 1 << 24: 0.12}), ("reduce_scatter", {1 << 22: 0.05, 1 << 24: 0.048}))
+            for c, sizes in (("all_reduce", {1 << 22: 0.10, 1 << 24: 0.12}),
+                             ("reduce_scatter", {1 << 22: 0.05, 1 << 24: 0.048}))
             for s, b in sizes.items()]
     lines = closing_lines(rows, RunOptions(iters=20))
-    assert any(l.startswith("# reduce_scatter busbw is 0.45x all_reduce's") for l in lines)
-    assert not any("reduce_scatter busbw is" in l for l in closing_lines(rows[:2], RunOptions(iters=20)))
+    assert any(line.startswith("# reduce_scatter busbw is 0.45x all_reduce's") for line in lines)
+    assert not any("reduce_scatter busbw is" in line for line in closing_lines(rows[:2], RunOptions(iters=20)))
     from commbench.analysis.summary import collective_gaps
 
     df = pd.DataFrame([dict(r, run_id="r1", label="", samples_us=None) for r in rows])
@@ -270,6 +276,7 @@ def test_the_html_and_markdown_reports_state_the_gap(tmp_path):
     rows = make_rows(collectives=("all_reduce", "reduce_scatter"), sizes=(1 << 20, 1 << 22, 1 << 24))
     df = frame(rows, tmp_path)
     assert "reduce_scatter busbw is" in report.build_html(df, ["run.parquet"])
-    assert any(line.startswith("reduce_scatter busbw is") for line in markdown.build_markdown(df, None, ["run.parquet"]).splitlines())
+    md = markdown.build_markdown(df, None, ["run.parquet"])
+    assert any(line.startswith("reduce_scatter busbw is") for line in md.splitlines())
     no_rs = frame(make_rows(collectives=("all_reduce",), sizes=(1 << 20,)), tmp_path, "x.parquet")
     assert "reduce_scatter busbw is" not in markdown.build_markdown(no_rs, None, ["run.parquet"])

@@ -24,9 +24,9 @@ def _all_text(nodes) -> bool:
 
 
 def lists_of_collectives(source: str | ast.Module) -> list[tuple[int, list[str]]]:
-    """(line, names) of every literal in `source` (a module's text or its parsed tree) that lists three or more collective names: a
-    tuple, list or set, or a dict from names to names (keys or values; a dict from a name to code,
-    such as the harness' torch bindings, is no list of names)."""
+    """(line, names) of every literal in `source` (a module's text or its parsed tree) that lists three
+    or more collective names: a tuple, list or set, or a dict from names to names (keys or values; a
+    dict from a name to code, such as the harness' torch bindings, is no list of names)."""
     found = []
     for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):

@@ -32,11 +32,13 @@ def half(size: int, time_us: float) -> tuple[str, float]:
 
 def main() -> None:
     out, buses = [], []
-    rank_line = re.compile(r"^#  Rank\s+(\d+) Group\s+\d+ Pid\s+(\d+) on\s+(\S+) device\s+(\d+) \[(\w+):(\w+):(\w+)\] (.*)$")
+    rank_line = re.compile(r"^#  Rank\s+(\d+) Group\s+\d+ Pid\s+(\d+) on\s+(\S+) device\s+(\d+) "
+                           r"\[(\w+):(\w+):(\w+)\] (.*)$")
     for line in (HERE / "all_reduce_2node_16xH100.txt").read_text().splitlines():
         if m := rank_line.match(line):
             rank = int(m.group(1))
-            out.append(f"#  Rank {rank:2d} Group {rank % SPLIT:2d} Pid {int(m.group(2)):6d} on {m.group(3):>10s} device "
+            out.append(f"#  Rank {rank:2d} Group {rank % SPLIT:2d} Pid {int(m.group(2)):6d} "
+                       f"on {m.group(3):>10s} device "
                        f"{int(m.group(4)):2d} [{int(m.group(5), 16):04x}:{int(m.group(6), 16):02x}:"
                        f"{int(m.group(7), 16):02x}] {m.group(8)}")
         elif line.strip() and line.split()[0].isdigit():
