@@ -24,7 +24,6 @@ ranks of the same node block, when one of them arrived). mpirun tells nothing: t
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import socket
@@ -37,6 +36,7 @@ from typing import Protocol
 
 from commbench.core.errors import RuntimeFailure
 from commbench.core.launch import RankEnv
+from commbench.harness.tcpprobe import probe
 
 COUNT = "commbench/arrival/count"
 ACK = "commbench/arrival/ack"
@@ -58,23 +58,6 @@ class Store(Protocol):
     def get(self, key: str) -> bytes: ...
     def add(self, key: str, amount: int) -> int: ...
     def check(self, keys: list[str]) -> bool: ...
-
-
-def probe(addr: str, port: int, timeout: float = PROBE_S) -> str:
-    """What a host says to a TCP connection: 'open', 'refused' (the host is up, nothing listens
-    there), 'no route' (the kernel knows no way there, or the host does not answer ARP), 'no
-    answer' (nothing came back in time) or 'unknown host' (the name does not resolve)."""
-    try:
-        with socket.create_connection((addr, port), timeout=timeout):
-            return "open"
-    except ConnectionRefusedError:
-        return "refused"
-    except TimeoutError:
-        return "no answer"
-    except socket.gaierror:
-        return "unknown host"
-    except OSError as exc:
-        return "no route" if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH) else "no answer"
 
 
 def reach(addr: str, port: int, deadline: float, sleep: Callable[[float], None] = time.sleep) -> str | None:
@@ -285,7 +268,7 @@ def probe_hosts(absent: Absent, own_host: str, port: int) -> None:
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         addrs = dict(zip(hosts, pool.map(resolve, hosts)))
         found = {h: a for h, a in addrs.items() if a}
-        said = dict(zip(found, pool.map(lambda h: probe(found[h], port), found)))
+        said = dict(zip(found, pool.map(lambda h: probe(found[h], port, PROBE_S), found)))
     absent.addrs.update(found)
     absent.said.update(said)
 

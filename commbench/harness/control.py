@@ -44,6 +44,7 @@ from commbench.core.columns import UNOBSERVED
 from commbench.net.envinfo import iface_facts, traffic_iface
 from commbench.harness import observer
 from commbench.harness.observer import OwnLink, Sight
+from commbench.harness.tcpprobe import host_answers, probe, probe_listener
 
 HEARTBEAT_S = 0.5
 ROLL_CALL_S = 2.0  # how long a roll call waits for heartbeats to move (several heartbeats)
@@ -218,39 +219,6 @@ class _StopGuard:
             pass
 
 
-def _probe_listener() -> socket.socket:
-    """A listening socket only probes connect to: the kernel completes their connections while the
-    host is up, also while the process is stopped; a thread closes them while it runs. Reads of the
-    mailbox cannot fill its backlog."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("0.0.0.0", 0))
-    sock.listen(64)
-
-    def drain() -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-                conn.close()
-            except OSError:
-                return
-
-    threading.Thread(target=drain, name="commbench-probe", daemon=True).start()
-    return sock
-
-
-def probe(addr: str, port: int, timeout: float = PROBE_S) -> str:
-    """What a rank's host says to a TCP connection to its mailbox: 'open' (the host is up and the
-    process exists, perhaps stopped), 'refused' (the host is up, the process is gone) or 'silent'
-    (no answer: the host or the path to it is down)."""
-    try:
-        with socket.create_connection((addr, port), timeout=timeout):
-            return "open"
-    except ConnectionRefusedError:
-        return "refused"
-    except OSError:
-        return "silent"
-
-
 class _Mailbox(ThreadingHTTPServer):
     """This rank's keys, served read-only: GET /KEY -> the value (404 when absent), GET / -> all."""
 
@@ -313,7 +281,7 @@ class ControlPlane:
         self.main, self.rank, self.world, self.timeout = main, rank, world, timeout
         self.iface = iface  # this rank's interface towards the others, whose state judges it (observer.py)
         self._own = _Mailbox()
-        self._probe = _probe_listener()
+        self._probe = probe_listener()
         # Pairs of which this rank is the lower end rendezvous here (a c10d store, as gloo needs).
         self.pair_store = dist.TCPStore("0.0.0.0", 0, 1, True, timeout=timedelta(seconds=timeout),
                                         wait_for_workers=False)
@@ -536,12 +504,12 @@ class ControlPlane:
             silent = [r for r in ranks if not _answered(before[r], after[r])]
             peers = self.peers()
             probes = dict(zip(silent, pool.map(lambda r: probe(peers[r].addr, peers[r].probe_port,
-                                                               self._patience(PROBE_S)) if r in peers else "silent",
+                                                               self._patience(PROBE_S)) if r in peers else "no answer",
                                                silent)))
         call = RollCall(answered=sorted([self.rank] + [r for r in ranks if r not in probes]),
                         last={r: after[r] or before[r] or {} for r in ranks}, observer=self.rank)
         for r, said in probes.items():
-            {"open": call.hung, "refused": call.gone, "silent": call.unreachable}[said].append(r)
+            {"open": call.hung, "refused": call.gone}.get(said, call.unreachable).append(r)
         self.put("sees", json.dumps(call.answered))  # who answered whom: the others judge themselves by it
         if call.unreachable:
             call.sight = self._judge_self(call, ranks)
@@ -567,7 +535,7 @@ class ControlPlane:
         if not link.down and not reached and rest:
             with ThreadPoolExecutor(max_workers=min(32, len(rest))) as pool:
                 said = pool.map(lambda r: probe(peers[r].addr, peers[r].probe_port, self._patience(PROBE_S)), rest)
-                reached = [r for r, s in zip(rest, said) if s != "silent"]
+                reached = [r for r, s in zip(rest, said) if host_answers(s)]
         lost = call.unreachable + ([r for r in rest if r not in reached] if not reached else [])
         views = {r: json.loads(box["sees"]) for r, box in call.last.items() if box.get("sees")}
         routes = observer.no_route({r: peers[r].addr for r in lost if r in peers})

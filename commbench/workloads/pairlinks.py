@@ -31,7 +31,8 @@ from commbench.analysis.linkrank import FAILED
 from commbench.core import wire
 from commbench.core.columns import UNOBSERVED
 from commbench.harness import faults
-from commbench.harness.control import PROBE_S, ControlPlane, probe
+from commbench.harness.control import PROBE_S, ControlPlane
+from commbench.harness.tcpprobe import host_answers, probe
 from commbench.harness.pairgroup import PairGroup
 from commbench.harness.session import Measurement, Session, TransferFailed
 from commbench.workloads import paircapture
@@ -112,7 +113,7 @@ class LinkTester:
         addr = self.rail_addrs[peer].get(rail)
         if addr is None:
             return None
-        if probe(addr, self.control.peers()[peer].probe_port, PROBE_S) != "silent":
+        if host_answers(probe(addr, self.control.peers()[peer].probe_port, PROBE_S)):
             return None
         return (f"rank {peer} on {self.hosts[peer]} does not answer on rail {rail} ({addr}) while it answers the "
                 "control plane")

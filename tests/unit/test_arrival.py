@@ -1,10 +1,9 @@
-"""harness/arrival.py without rank processes: the probe's words, reaching rank 0's port, the count
-on a real in-process TCPStore (rank 0's side and another rank's, on threads), who never came and
-the one line that names them, and each launcher's rank -> host map."""
+"""harness/arrival.py without rank processes: reaching rank 0's port (the probe's own words are
+test_tcpprobe.py's), the count on a real in-process TCPStore (rank 0's side and another rank's, on
+threads), who never came and the one line that names them, and each launcher's rank -> host map."""
 
 from __future__ import annotations
 
-import errno
 import socket
 import threading
 import time
@@ -38,30 +37,7 @@ def env_of(rank: int, world: int, port: int, launcher: str = "mpi") -> RankEnv:
     return RankEnv(launcher, rank, world, 0, 1, "127.0.0.1", port)
 
 
-# ---- the probe and reaching rank 0 -------------------------------------------------------------
-
-
-def test_probe_tells_open_from_refused():
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        assert arrival.probe("127.0.0.1", listener.getsockname()[1], 1.0) == "open"
-    assert arrival.probe("127.0.0.1", closed_port(), 1.0) == "refused"
-
-
-@pytest.mark.parametrize("error, said", [
-    (TimeoutError(), "no answer"),
-    (OSError(errno.EHOSTUNREACH, "No route to host"), "no route"),
-    (OSError(errno.ENETUNREACH, "Network is unreachable"), "no route"),
-    (OSError(errno.ECONNRESET, "reset"), "no answer"),
-    (socket.gaierror(-2, "Name or service not known"), "unknown host"),
-])
-def test_probe_words_for_each_failure(monkeypatch, error, said):
-    def fail(*args, **kwargs):
-        raise error
-
-    monkeypatch.setattr(arrival.socket, "create_connection", fail)
-    assert arrival.probe("10.0.0.9", 29400, 0.1) == said
+# ---- reaching rank 0 -------------------------------------------------------------------------
 
 
 def test_reach_returns_none_once_the_port_accepts():

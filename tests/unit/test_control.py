@@ -18,7 +18,8 @@ from types import SimpleNamespace
 import pytest
 
 from commbench.harness import control
-from commbench.harness.control import ControlPlane, Peer, RollCall, _answered, probe
+from commbench.harness.control import ControlPlane, Peer, RollCall, _answered
+from commbench.harness.tcpprobe import probe
 
 
 HEARTBEAT = ControlPlane._heartbeat  # the real loop: the fixtures below keep it from starting on a thread
@@ -189,29 +190,6 @@ def test_patience_is_shorter_under_a_short_timeout_but_never_below_a_fifth_of_a_
 # ---- probes ------------------------------------------------------------------------------------
 
 
-def test_a_probe_tells_open_refused_and_silent(monkeypatch):
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen(1)
-        assert probe("127.0.0.1", listening.getsockname()[1], timeout=5) == "open"
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]  # bound, never listening: the kernel refuses
-        assert probe("127.0.0.1", port, timeout=5) == "refused"
-
-    def no_answer(address, timeout):
-        raise TimeoutError("timed out")
-
-    monkeypatch.setattr(control.socket, "create_connection", no_answer)
-    assert probe("10.0.0.9", 1234) == "silent"
-
-    def no_route(address, timeout):
-        raise OSError(113, "No route to host")
-
-    monkeypatch.setattr(control.socket, "create_connection", no_route)
-    assert probe("10.0.0.9", 1234) == "silent"
-
-
 def test_the_probe_port_answers_while_the_plane_lives(planes):
     p0, p1 = planes(2)
     port = p0.peers()[1].probe_port
@@ -250,7 +228,7 @@ def test_a_roll_call_reads_twice_and_probes_only_the_silent(rank0, monkeypatch):
 
     def fake_probe(addr, port, timeout):
         probed.append((addr, port, timeout))
-        return {9002: "open", 9003: "refused", 9004: "silent"}[port]
+        return {9002: "open", 9003: "refused", 9004: "no route"}[port]
 
     monkeypatch.setattr(control, "probe", fake_probe)
     clock = Clock()

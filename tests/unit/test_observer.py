@@ -82,7 +82,7 @@ def _cut_off_plane(fakes, monkeypatch, link: OwnLink, world: int = 4) -> Control
         store.set(control._PEERS + str(r), entry(r))
     plane = ControlPlane(store, 0, world, "10.0.0.0", 10.0, iface="eth0")
     assert plane.gather(5.0) == []
-    monkeypatch.setattr(control, "probe", lambda addr, port, timeout: "silent")
+    monkeypatch.setattr(control, "probe", lambda addr, port, timeout: "no answer")
     monkeypatch.setattr(control, "time", Clock())
     monkeypatch.setattr(plane, "read_all", lambda r: None)
     monkeypatch.setattr(plane, "own_link", lambda: link)
@@ -117,7 +117,7 @@ def test_a_partial_roll_call_probes_the_others_before_the_observer_judges_itself
 
         def answer(addr, port, timeout):
             probed[port] = True
-            return "silent" if port in (9001, 9002) else "open"  # host3 answers: rank 0 is not cut off
+            return "no answer" if port in (9001, 9002) else "open"  # host3 answers: rank 0 is not cut off
 
         monkeypatch.setattr(control, "probe", answer)
         call = plane.roll_call([1, 2])
