@@ -21,6 +21,9 @@ from commbench.harness.dtypes import torch_op
 class Buffers:
     send: torch.Tensor
     recv: torch.Tensor
+    # all_to_all's uneven shares per peer (a recorded job's, workloads/replay.py); None: even chunks
+    send_splits: list[int] | None = None
+    recv_splits: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,14 @@ class CallArgs:
     world: int
     root: int
     op: str | None
-    group: object = None  # the process group (None: the default one)
+    group: dist.ProcessGroup | None = None  # None: the default group
+    async_op: bool = False  # a started call (Collective.start) returns the work to wait on
+
+    def reduce_op(self) -> dist.ReduceOp:
+        """The op as torch's ReduceOp: a reducing collective always carries one (the run's --op)."""
+        if self.op is None:
+            raise ValueError("a reducing collective was bound without an op")
+        return torch_op(self.op)
 
 
 
@@ -37,7 +47,7 @@ class CallArgs:
 
 
 def _bind_all_reduce(b: Buffers, a: CallArgs) -> Callable[[], None]:
-    op = torch_op(a.op)
+    op = a.reduce_op()
     return lambda: dist.all_reduce(b.recv, op=op, group=a.group)
 
 
@@ -51,7 +61,7 @@ def _bind_all_gather(b: Buffers, a: CallArgs) -> Callable[[], None]:
 
 
 def _bind_reduce_scatter(b: Buffers, a: CallArgs) -> Callable[[], None]:
-    op = torch_op(a.op)
+    op = a.reduce_op()
     return lambda: reduce_scatter_flat(b.recv, b.send, op=op, group=a.group)
 
 
@@ -64,7 +74,7 @@ def _bind_broadcast(b: Buffers, a: CallArgs) -> Callable[[], None]:
 
 
 def _bind_reduce(b: Buffers, a: CallArgs) -> Callable[[], None]:
-    op = torch_op(a.op)
+    op = a.reduce_op()
     return lambda: dist.reduce(b.recv, dst=a.root, op=op, group=a.group)
 
 
@@ -119,12 +129,61 @@ def _exp_sendrecv(lay: Layout, a: CallArgs, inputs: Inputs, reduce: Reducer):
     return inputs((a.rank - 1) % a.world, lay.send_numel)
 
 
+# ---- the same calls started, for workloads that keep several in flight (zero, buckets, replay):
+# each returns a zero-argument callable that issues the op (async with CallArgs.async_op) and
+# returns its work, or None when it ran synchronously ----
+
+Started = Callable[[], "dist.Work | None"]
+
+
+def _start_all_reduce(b: Buffers, a: CallArgs) -> Started:
+    op = a.reduce_op()
+    return lambda: dist.all_reduce(b.recv, op=op, group=a.group, async_op=a.async_op)
+
+
+def _start_all_gather(b: Buffers, a: CallArgs) -> Started:
+    return lambda: all_gather_flat(b.recv, b.send, group=a.group, async_op=a.async_op)
+
+
+def _start_reduce_scatter(b: Buffers, a: CallArgs) -> Started:
+    op = a.reduce_op()
+    return lambda: reduce_scatter_flat(b.recv, b.send, op=op, group=a.group, async_op=a.async_op)
+
+
+def _start_all_to_all(b: Buffers, a: CallArgs) -> Started:
+    return lambda: dist.all_to_all_single(b.recv, b.send, output_split_sizes=b.recv_splits,
+                                          input_split_sizes=b.send_splits, group=a.group, async_op=a.async_op)
+
+
+def _start_broadcast(b: Buffers, a: CallArgs) -> Started:
+    return lambda: dist.broadcast(b.recv, src=a.root, group=a.group, async_op=a.async_op)
+
+
+def _start_reduce(b: Buffers, a: CallArgs) -> Started:
+    op = a.reduce_op()
+    return lambda: dist.reduce(b.recv, dst=a.root, op=op, group=a.group, async_op=a.async_op)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Collective(vocab.CollectiveSpec):
     """A vocabulary entry with its torch call and expected output."""
 
     bind: Callable[[Buffers, CallArgs], Callable[[], None]]
     expected: Callable[..., torch.Tensor | None]
+    # The call started (see above); None for sendrecv, a ring of pairs rather than one call (a
+    # recorded job's sends and receives are ops of their own).
+    start: Callable[[Buffers, CallArgs], Started] | None = None
+    uneven: bool = False  # its start takes per-peer split sizes (torch's all_to_all_single)
+
+    def buffers(self, whole: int, chunk: int, world: int, make: Callable[[int], torch.Tensor]) -> Buffers:
+        """A rank's buffers for one call: each side `whole` elements or one rank's `chunk`, as the
+        layout has them (all_gather sends a chunk and receives the whole), made by `make(numel)`;
+        one tensor for both sides where torch works in place only (all_reduce, broadcast, reduce)."""
+        send_whole, recv_whole = self.whole_sides(world)
+        recv = make(whole if recv_whole else chunk)
+        if not self.supports("out"):
+            return Buffers(recv, recv)
+        return Buffers(make(whole if send_whole else chunk), recv)
 
 
 _BIND = {"all_reduce": _bind_all_reduce, "reduce_scatter": _bind_reduce_scatter, "all_gather": _bind_all_gather,
@@ -133,11 +192,15 @@ _BIND = {"all_reduce": _bind_all_reduce, "reduce_scatter": _bind_reduce_scatter,
 _EXPECTED = {"all_reduce": _exp_all_reduce, "reduce_scatter": _exp_reduce_scatter, "all_gather": _exp_all_gather,
              "all_to_all": _exp_all_to_all, "broadcast": _exp_broadcast, "reduce": _exp_reduce,
              "sendrecv": _exp_sendrecv}
+_START = {"all_reduce": _start_all_reduce, "reduce_scatter": _start_reduce_scatter, "all_gather": _start_all_gather,
+          "all_to_all": _start_all_to_all, "broadcast": _start_broadcast, "reduce": _start_reduce}
+_UNEVEN = {"all_to_all"}
 
 
 def _bound(spec: vocab.CollectiveSpec) -> Collective:
     facts = {f.name: getattr(spec, f.name) for f in fields(vocab.CollectiveSpec)}
-    return Collective(**facts, bind=_BIND[spec.name], expected=_EXPECTED[spec.name])
+    return Collective(**facts, bind=_BIND[spec.name], expected=_EXPECTED[spec.name], start=_START.get(spec.name),
+                      uneven=spec.name in _UNEVEN)
 
 
 COLLECTIVES: tuple[Collective, ...] = tuple(_bound(spec) for spec in vocab.COLLECTIVES)

@@ -24,9 +24,9 @@ import torch.distributed as dist
 
 from commbench.harness import faults
 from commbench.core.vocab import check_backend_support, chunk_elements
-from commbench.harness.collectives import BY_NAME, CallArgs, reduce_scatter_flat
+from commbench.harness.collectives import BY_NAME, Buffers, CallArgs
 from commbench.harness.data import check_bytes, count_mismatches, input_pattern, reducer
-from commbench.harness.dtypes import get_dtype, torch_op
+from commbench.harness.dtypes import get_dtype
 from commbench.harness.memory import check_need
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
@@ -210,24 +210,24 @@ class BucketWorkload(InDataGroups):
     def _bind(self, lay: BucketLayout, grads: torch.Tensor, out: torch.Tensor | None, world: int,
               group=None) -> Callable[[], None]:
         """One step's reduction: every bucket, at most `overlap` collectives in flight."""
+        bound = BY_NAME[self.plan.op]
+        if bound.start is None:
+            raise ValueError(self.plan.op)
         inputs = [grads[a:b] for a, b in lay.bounds()]
-        if out is None:
-            op = torch_op("sum")
-            launches = [lambda t=t: dist.all_reduce(t, op=op, async_op=True, group=group) for t in inputs]
-        else:
-            outputs = [out[a // world:b // world] for a, b in lay.bounds()]
-            launches = [lambda i=i, o=o: reduce_scatter_flat(o, i, op=torch_op("sum"), async_op=True, group=group)
-                        for i, o in zip(inputs, outputs)]
+        # all_reduce works on each bucket in place; reduce_scatter writes it to the rank's part of `out`
+        outputs = inputs if out is None else [out[a // world:b // world] for a, b in lay.bounds()]
+        args = CallArgs(0, world, 0, "sum", group, async_op=True)
+        launches = [bound.start(Buffers(i, o), args) for i, o in zip(inputs, outputs)]
         depth = self.plan.overlap
 
         def step() -> None:
-            pending = deque()
+            pending: deque[dist.Work | None] = deque()
             for launch in launches:
                 pending.append(launch())
                 if len(pending) >= depth:
-                    pending.popleft().wait()
+                    _wait(pending.popleft())
             while pending:
-                pending.popleft().wait()
+                _wait(pending.popleft())
 
         return step
 
@@ -254,6 +254,11 @@ class _Step:
     grads: torch.Tensor
     out: torch.Tensor | None
     args: CallArgs
+
+
+def _wait(work: dist.Work | None) -> None:
+    if work is not None:  # a started call with async_op always has one
+        work.wait()
 
 
 def _line(row: dict, lay: BucketLayout, itemsize: int) -> str:

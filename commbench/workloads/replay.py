@@ -30,7 +30,7 @@ from commbench.core.units import format_size, format_us
 from commbench.core.vocab import BY_NAME, volume_factor
 from commbench.harness.dtypes import get_dtype
 from commbench.harness import groups as grouping
-from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
+from commbench.harness.collectives import BY_NAME as BOUND, Buffers, CallArgs, Collective
 from commbench.harness.memory import check_need
 from commbench.harness.session import Measurement, Session
 
@@ -236,66 +236,71 @@ def _bind(ops: tuple[rp.ReplayOp, ...], groups: dict[str, Any], device: torch.de
 
 
 def _launch(o: Op, group: Any, device: torch.device, program: rp.Program) -> Callable[[], Any]:
-    """The op as a call on buffers of its recorded sizes; returns the work (None when synchronous)."""
+    """The op as a call on buffers of its recorded sizes; returns the work (None when synchronous).
+    A collective commbench measures is started through its one torch binding (harness/collectives.py);
+    the ops it does not measure (point-to-point, barrier, gather, scatter) are bound below."""
     dtype = _torch_dtype(o.dtype)
     itemsize = torch.empty((), dtype=dtype).element_size()
     n = program.group_size(o.group)
-    a = o.async_op
+
+    def make(numel: int) -> torch.Tensor:
+        return torch.ones(numel, dtype=dtype, device=device)
 
     def buf(nbytes: int) -> torch.Tensor:
-        return torch.ones(max(1, nbytes // itemsize), dtype=dtype, device=device)
+        return make(max(1, nbytes // itemsize))
 
-    if o.op == "all_reduce":
-        t = buf(o.bytes)
-        return lambda: dist.all_reduce(t, group=group, async_op=a)
-    if o.op == "all_gather":
-        part = buf(-(-o.bytes // n))
-        full = torch.ones(part.numel() * n, dtype=dtype, device=device)
-        return lambda: all_gather_flat(full, part, group=group, async_op=a)
-    if o.op == "reduce_scatter":
-        part = buf(-(-o.bytes // n))
-        full = torch.ones(part.numel() * n, dtype=dtype, device=device)
-        return lambda: reduce_scatter_flat(part, full, group=group, async_op=a)
-    if o.op == "broadcast":
-        t = buf(o.bytes)
-        return lambda: dist.broadcast(t, src=o.peer or 0, group=group, async_op=a)
-    if o.op == "reduce":
-        t = buf(o.bytes)
-        return lambda: dist.reduce(t, dst=o.peer or 0, group=group, async_op=a)
-    if o.op == "all_to_all":
-        return _all_to_all(o, group, buf, n)
-    if o.op in ("send", "recv"):
-        t = buf(o.bytes)
-        call = {("send", False): dist.send, ("send", True): dist.isend,
-                ("recv", False): dist.recv, ("recv", True): dist.irecv}[(o.op, a)]
-        return lambda: call(t, o.peer, group=group)
-    if o.op == "barrier":
-        return lambda: dist.barrier(group=group, async_op=a)
-    if o.op in ("gather", "scatter"):
-        return _rooted(o, group, buf, n)
-    raise BadInput(f"replay cannot issue a {o.op!r} op (rank {o.rank}, op {o.index}): record the job again")
+    bound = BOUND.get(o.op)
+    if bound is not None and bound.start is not None:
+        args = CallArgs(o.rank, n, o.peer or 0, "sum", group, async_op=o.async_op)
+        return bound.start(_buffers(bound, o, make, itemsize, n), args)
+    unbound = _UNBOUND.get(o.op)
+    if unbound is None:
+        raise BadInput(f"replay cannot issue a {o.op!r} op (rank {o.rank}, op {o.index}): record the job again")
+    return unbound(o, group, buf, n)
 
 
-def _all_to_all(o: Op, group: Any, buf: Callable[[int], torch.Tensor], n: int) -> Callable[[], Any]:
-    if o.in_splits and o.out_splits:
-        inp, out = buf(1), buf(1)
-        inp = torch.ones(sum(o.in_splits), dtype=inp.dtype, device=inp.device)
-        out = torch.ones(sum(o.out_splits), dtype=out.dtype, device=out.device)
-        outs, ins = list(o.out_splits), list(o.in_splits)
-        return lambda: dist.all_to_all_single(out, inp, output_split_sizes=outs, input_split_sizes=ins,
-                                              group=group, async_op=o.async_op)
-    per = buf(-(-o.bytes // n))
-    inp = torch.ones(per.numel() * n, dtype=per.dtype, device=per.device)
-    out = torch.empty_like(inp)
-    return lambda: dist.all_to_all_single(out, inp, group=group, async_op=o.async_op)
+def _buffers(c: Collective, o: Op, make: Callable[[int], torch.Tensor], itemsize: int, n: int) -> Buffers:
+    """The op's buffers: an all-to-all's recorded shares as they are; a collective counted per rank
+    (the gather/scatter family, all-to-all) a chunk of the recorded size over the group, rounded up,
+    and `n` of them; any other the recorded size whole."""
+    if c.uneven and o.in_splits and o.out_splits:
+        return Buffers(make(sum(o.in_splits)), make(sum(o.out_splits)), list(o.in_splits), list(o.out_splits))
+    if c.per_rank_count:
+        chunk = max(1, -(-o.bytes // n) // itemsize)
+        return c.buffers(chunk * n, chunk, n, make)
+    whole = max(1, o.bytes // itemsize)
+    return c.buffers(whole, whole, n, make)
 
 
-def _rooted(o: Op, group: Any, buf: Callable[[int], torch.Tensor], n: int) -> Callable[[], Any]:
+Buf = Callable[[int], torch.Tensor]  # a tensor of that many bytes (at least one element)
+
+
+def _point(o: Op, group: Any, buf: Buf, n: int) -> Callable[[], Any]:
+    """A send or a receive, blocking or not as recorded."""
+    t = buf(o.bytes)
+    call = {("send", False): dist.send, ("send", True): dist.isend,
+            ("recv", False): dist.recv, ("recv", True): dist.irecv}[(o.op, o.async_op)]
+    return lambda: call(t, o.peer, group=group)
+
+
+def _barrier(o: Op, group: Any, buf: Buf, n: int) -> Callable[[], Any]:
+    return lambda: dist.barrier(group=group, async_op=o.async_op)
+
+
+def _gather(o: Op, group: Any, buf: Buf, n: int) -> Callable[[], Any]:
     root = o.peer or 0
-    if o.op == "gather":
-        t = buf(o.bytes_in or o.bytes)
-        parts = [torch.empty_like(t) for _ in range(n)] if o.rank == root else None
-        return lambda: dist.gather(t, parts, dst=root, group=group, async_op=o.async_op)
+    t = buf(o.bytes_in or o.bytes)
+    parts = [torch.empty_like(t) for _ in range(n)] if o.rank == root else None
+    return lambda: dist.gather(t, parts, dst=root, group=group, async_op=o.async_op)
+
+
+def _scatter(o: Op, group: Any, buf: Buf, n: int) -> Callable[[], Any]:
+    root = o.peer or 0
     t = buf(o.bytes_out or o.bytes)
     pieces = [torch.ones_like(t) for _ in range(n)] if o.rank == root else None
     return lambda: dist.scatter(t, pieces, src=root, group=group, async_op=o.async_op)
+
+
+# The recorded ops that are no collective commbench measures, by the trace's name for them.
+_UNBOUND: dict[str, Callable[[Op, Any, Buf, int], Callable[[], Any]]] = {
+    "send": _point, "recv": _point, "barrier": _barrier, "gather": _gather, "scatter": _scatter}

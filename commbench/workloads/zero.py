@@ -6,6 +6,7 @@ parameters it holds (P / (tp x pp)), as DeepSpeed with a model-parallel group is
 group (harness/groups.py)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -13,11 +14,10 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
 
 from commbench.core.vocab import check_backend_support, volume_factor
 from commbench.harness.dtypes import get_dtype
-from commbench.harness.collectives import all_gather_flat, reduce_scatter_flat
+from commbench.harness.collectives import BY_NAME, Buffers, CallArgs
 from commbench.harness.memory import check_need
 from commbench.core.errors import BadInput
 from commbench.core.launch import RankEnv
@@ -280,37 +280,35 @@ def _bind(sched: list[Comm], torch_dtype, device, world: int, group=None, depth:
     """One step: every collective of the schedule, in order, each on its own buffers; up to
     `depth` gradient reductions in flight at once (overlap_comm), anything else after they end.
     `ranks`: the group's global ranks (torch names a reduce's destination by its global rank)."""
-    launches = []  # (is a reduction, launch() -> the async works to wait on)
-    launch: Callable[[], list]
-    # the lambdas' default arguments bind each collective to its own buffers (a def would need the same)
+    launches = []  # (is a reduction, the started calls whose works to wait on)
+    dsts = list(ranks) if ranks else list(range(world))
+
+    def make(numel: int) -> torch.Tensor:
+        return torch.ones(numel, dtype=torch_dtype, device=device)
+
     for c in sched:
-        full = torch.ones(c.numel, dtype=torch_dtype, device=device)
-        part = torch.ones(c.numel // world, dtype=torch_dtype, device=device)
-        if c.op == "all_reduce":
-            launch = (lambda t=full: [dist.all_reduce(t, group=group, async_op=True)])  # noqa: E731
-        elif c.op == "reduce":
-            # DeepSpeed reduces each bucket's slices to the ranks that own them: one reduce per owner
-            owners = [full[r * part.numel():(r + 1) * part.numel()] for r in range(world)]
-            dsts = list(ranks) if ranks else list(range(world))
-            launch = (lambda owners=owners, dsts=dsts: [dist.reduce(t, dst=d, group=group,  # noqa: E731
-                                                                    async_op=True) for d, t in zip(dsts, owners)])
-        elif c.op == "all_gather":
-            launch = (lambda o=full, i=part: [all_gather_flat(o, i, group=group, async_op=True)])  # noqa: E731
-        elif c.op == "reduce_scatter":
-            launch = (lambda o=part, i=full: [reduce_scatter_flat(o, i, group=group, async_op=True)])  # noqa: E731
-        else:
+        bound = BY_NAME.get(c.op)
+        if bound is None or bound.start is None:
             raise ValueError(c.op)
-        launches.append((c.op in REDUCTIONS and c.phase == "backward", launch))
+        args = CallArgs(0, world, 0, "sum", group, async_op=True)
+        if bound.rooted:
+            # DeepSpeed reduces each bucket's slices to the ranks that own them: one reduce per owner
+            full, part = make(c.numel), c.numel // world
+            starts = [bound.start(Buffers(t, t), dataclasses.replace(args, root=d))
+                      for d, t in zip(dsts, [full[r * part:(r + 1) * part] for r in range(world)])]
+        else:
+            starts = [bound.start(bound.buffers(c.numel, c.numel // world, world, make), args)]
+        launches.append((c.op in REDUCTIONS and c.phase == "backward", starts))
 
     def step() -> None:
         pending: deque = deque()
-        for reduction, launch in launches:
+        for reduction, starts in launches:
             if not reduction:  # a gather waits for the reductions before it, and is waited on
                 while pending:
                     _wait(pending.popleft())
-                _wait(launch())
+                _wait([start() for start in starts])
                 continue
-            pending.append(launch())
+            pending.append([start() for start in starts])
             if len(pending) >= depth:
                 _wait(pending.popleft())
         while pending:
