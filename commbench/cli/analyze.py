@@ -83,9 +83,7 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
         if chosen:
             comparison.differences.insert(0, chosen)
         files = [] if plot_path is None else [plotting.comparison_output(before_df, after_df, plot_path)]
-    same_file = os.path.realpath(before) == os.path.realpath(after)
-    if same_file and not any(w.startswith(comparing.SAME_RUN) for w in comparison.warnings):
-        comparison.warnings.insert(0, comparing.same_run_warning(set(), set(), before))
+    _warn_same_file(comparison, before, after)
     for line in comparison.warnings:
         print(f"commbench: warning: {terminal(line, LINE_LIMIT)}", file=sys.stderr)
     text = _render(fmt, comparison, comparing.render_markdown, lambda c: comparing.render_table(c, wide=wide))
@@ -114,6 +112,17 @@ def _chosen_settings(before_df, after_df, before_setting, after_setting):
     if after_setting is not None:
         after_df = settingsview.select(after_df, after_setting, "after", "--after-setting")
     return before_df, after_df, f"settings: before {before_setting or '(all)'}, after {after_setting or '(all)'}"
+
+
+def _warn_same_file(comparison, before: str, after: str) -> None:
+    """Both sides one file: say so first, unless a same-run warning already does."""
+    from commbench.analysis import compare as comparing
+
+    same_file = os.path.realpath(before) == os.path.realpath(after)
+    if same_file and not any(w.startswith(comparing.SAME_RUN) for w in comparison.warnings):
+        warning = comparing.same_run_warning(set(), set(), before)  # a file given: always a warning
+        if warning is not None:
+            comparison.warnings.insert(0, warning)
 
 
 def _render(fmt: str, result, markdown, table) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TypedDict
 
 import click
 
@@ -12,7 +13,7 @@ from commbench.cli.launcher import launch_workload, launcher_checked
 from commbench.cli.tables import wide_option
 from commbench.cli.options import (Number, check_number, complete_bucket_ops, complete_collectives, complete_dtypes,
                                    complete_ops, env_option, fraction, model_shape, model_shape_options, run_fields,
-                                   run_options, settings_axes)
+                                   run_options, settings_axes, Shape)
 from commbench.core.errors import BadInput
 from commbench.core.options import GRAPH_OPS
 from commbench.core.vocab import ORDER
@@ -272,12 +273,14 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
     cfg = dsconfig.load(ds_config) if ds_config else None
     dt = get_dtype(dtype or (cfg.dtype_name if cfg else "bfloat16"))
     shape, name = model_shape(model, layers, hidden, vocab)
-    buckets = {}
+    buckets: ZeroKnobs = {}
     wanted = [0, 1, 2, 3]
     if cfg:
-        buckets = dict(reduce_bucket_size=cfg.reduce_bucket_size, prefetch_bucket_size=cfg.stage3_prefetch_bucket_size,
-                       micro_batches=cfg.gradient_accumulation_steps or 1,
-                       multi_rank_allreduce=cfg.use_multi_rank_bucket_allreduce, overlap_comm=_zero_config_overlap(cfg))
+        buckets = ZeroKnobs(reduce_bucket_size=cfg.reduce_bucket_size,
+                            prefetch_bucket_size=cfg.stage3_prefetch_bucket_size,
+                            micro_batches=cfg.gradient_accumulation_steps or 1,
+                            multi_rank_allreduce=cfg.use_multi_rank_bucket_allreduce,
+                            overlap_comm=_zero_config_overlap(cfg))
         wanted = [cfg.zero_stage]
     buckets.update(_zero_axes(grad_accum, overlap, curve, engine))
     wanted = _zero_stages(stages) if stages is not None else wanted
@@ -305,10 +308,22 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
         return launch_workload(EngineWorkload(plan), nproc)
     from commbench.workloads.zero import ZeroPlan, ZeroWorkload  # torch: once the flags are checked
 
-    plan = ZeroPlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, dtype=dt.name,
-                    scale=factor, ds_config=ds_config, reduce_bucket_sizes=bucket_grid, wide=wide, **buckets,
-                    **fields)
-    return launch_workload(ZeroWorkload(plan), nproc)
+    schedule = ZeroPlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name, dtype=dt.name,
+                        scale=factor, ds_config=ds_config, reduce_bucket_sizes=bucket_grid, wide=wide, **buckets,
+                        **fields)
+    return launch_workload(ZeroWorkload(schedule), nproc)
+
+
+class ZeroKnobs(TypedDict, total=False):
+    """The ZeroPlan fields that --ds-config, --grad-accum, --overlap and --curve set (absent: the plan's default)."""
+
+    reduce_bucket_size: int
+    prefetch_bucket_size: int
+    micro_batches: int
+    multi_rank_allreduce: bool
+    overlap_comm: bool | None
+    grad_accums: list[int]
+    curve: list[str]
 
 
 def _zero_config_overlap(cfg) -> bool | None:
@@ -317,11 +332,11 @@ def _zero_config_overlap(cfg) -> bool | None:
     return cfg.overlap_comm if isinstance(zero, dict) and isinstance(zero.get("overlap_comm"), bool) else None
 
 
-def _zero_axes(grad_accum: str | None, overlap: str | None, curve: tuple, engine: str) -> dict:
+def _zero_axes(grad_accum: str | None, overlap: str | None, curve: tuple, engine: str) -> ZeroKnobs:
     """The plan fields of --grad-accum, --overlap and --curve, checked."""
     from commbench.workloads.zeroschedule import MAX_GRAD_ACCUM
 
-    out: dict = {}
+    out: ZeroKnobs = {}
     if grad_accum is not None:
         try:
             values = [int(v) for v in grad_accum.split(",") if v.strip()]
@@ -368,7 +383,7 @@ def _zero_buckets(bucket_size: str | None, engine: str) -> list[int]:
 SCALE = Number(float, 0, 1, low_open=True, rule="must be in (0, 1]", example="0.01")
 
 
-def _zero_scale(scale: str, backend: str, shape: tuple, itemsize: int) -> float:
+def _zero_scale(scale: str, backend: str, shape: Shape, itemsize: int) -> float:
     """--scale as a factor; auto: 1 on GPU, the model fitted in DEFAULT_CPU_STEP_BYTES on CPU."""
     from commbench.workloads.zeroschedule import DEFAULT_CPU_STEP_BYTES, param_count
 
@@ -378,7 +393,7 @@ def _zero_scale(scale: str, backend: str, shape: tuple, itemsize: int) -> float:
     return check_number(scale, "--scale", SCALE)
 
 
-def _engine_fits(shape: tuple, stages: list[int], backend: str, nproc: int | None) -> None:
+def _engine_fits(shape: Shape, stages: list[int], backend: str, nproc: int | None) -> None:
     """The real engine builds the whole model on every rank: refuse a shape that cannot fit here."""
     import torch
 
@@ -390,6 +405,6 @@ def _engine_fits(shape: tuple, stages: list[int], backend: str, nproc: int | Non
     ranks_here = env.local_world_size if env is not None else (nproc or 2)
     gpu = env.local_rank % max(1, torch.cuda.device_count()) if env is not None else 0
     device = torch.device("cpu") if backend == "gloo" else torch.device("cuda", gpu)
-    check_need(engine_bytes_per_rank(*shape, stages), ranks_here, device,
+    check_need(engine_bytes_per_rank(*shape, stages=stages), ranks_here, device,
                f"the DeepSpeed engine's {shape[0]}x{shape[1]} model ({param_count(*shape):.3g} parameters)",
                "pass a smaller --layers/--hidden/--vocab")

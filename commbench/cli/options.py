@@ -390,13 +390,16 @@ def complete_models(ctx, param, incomplete: str) -> list[str]:
     return _names(MODELS, incomplete)
 
 
-def model_shape(model: str, layers: int | None, hidden: int | None, vocab: int | None) -> tuple[tuple, str]:
+Shape = tuple[int, int, int]  # a transformer's (layers, hidden, vocab)
+
+
+def model_shape(model: str, layers: int | None, hidden: int | None, vocab: int | None) -> tuple[Shape, str]:
     """(layers, hidden, vocab) and the shape's name, from --model or --layers/--hidden/--vocab."""
     from commbench.workloads.zeroschedule import MODELS
 
     if (layers is None) != (hidden is None):
         raise BadInput("--layers and --hidden go together: pass both for a custom shape, or --model")
-    if layers is not None:
+    if layers is not None and hidden is not None:
         return (layers, hidden, vocab or 50257), f"custom-{layers}x{hidden}"
     if model.lower() not in MODELS:
         from commbench.core.vocab import did_you_mean

@@ -1,7 +1,8 @@
 """The collectives, bound to torch: each entry of the vocabulary (core/vocab.py) with its torch
-call and what every rank must hold afterwards (for the #wrong check). A new collective is one
-more entry in the vocabulary plus its two functions here; the runner never branches on a
-collective's name.
+call (blocking, for the timing loop; started, for the workloads that keep several in flight: zero,
+buckets, replay) and what every rank must hold afterwards (for the #wrong check). The one torch
+binding: a new collective is one more entry in the vocabulary plus its functions here; no workload
+branches on a collective's name.
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ class EngineWorkload:
 
     def settings(self) -> list[tuple[int | None, int]]:
         """(gradient_accumulation_steps or None for the config's, stage) of every point, in order."""
-        return [(g, s) for g in (self.plan.grad_accums or [None]) for s in self.plan.stages]
+        gases: list[int | None] = [*self.plan.grad_accums] or [None]
+        return [(g, s) for g in gases for s in self.plan.stages]
 
     def run(self, session: Session, repetitions: range) -> bool:
         import warnings
@@ -81,7 +82,7 @@ class EngineWorkload:
         reporter.line(f"# DeepSpeed engine: model {shape['layers']} layers x hidden {shape['hidden']}, vocab "
                       f"{shape['vocab']}, seq {shape['seq']}; {plan.steps} timed step(s) per stage"
                       + ("; --validate: stage 3 partitions every parameter" if plan.validate_schedule else ""))
-        differs, noted = False, set()
+        differs, noted = False, set[str]()
         for repetition in repetitions:
             for gas, stage in self.settings():
                 overrides = STAGE3_AS_LARGE if (stage == 3 and plan.validate_schedule) else None

@@ -29,6 +29,7 @@ import torch
 
 from commbench.analysis.linkrank import FAILED
 from commbench.core import wire
+from commbench.core.errors import RuntimeFailure
 from commbench.core.columns import UNOBSERVED
 from commbench.harness import faults
 from commbench.harness.control import PROBE_S, ControlPlane
@@ -51,6 +52,14 @@ def pattern(rank: int, numel: int, device) -> torch.Tensor:
     return base.to(torch.uint8).repeat(-(-numel // PATTERN_PERIOD))[:numel].to(device)
 
 
+def control_of(session: Session) -> ControlPlane:
+    """The run's control plane: pairs reports every link's outcome through it (the launcher starts
+    one for every measuring run; only a unit test's session goes without)."""
+    if session.control is None:
+        raise RuntimeFailure("the pairs workload needs the control plane, and this run has none")
+    return session.control
+
+
 class LinkTester:
     """Measures the links of each step and, on rank 0, turns their outcomes into rows."""
 
@@ -59,7 +68,7 @@ class LinkTester:
         self.session, self.plan, self.hosts, self.names = session, plan, hosts, names
         self.buffers, self.players = buffers, players
         self.rail_addrs = rail_addrs or [{} for _ in hosts]  # per rank: rail -> its address (--per-rail)
-        self.control: ControlPlane = session.control
+        self.control = control_of(session)
         self.rows: list[dict] = []
         self.any_wrong = False
         self._said: set[int] = set()  # ranks already named as silent
@@ -174,8 +183,8 @@ class LinkTester:
         """Rank 0 decides which suspects to measure again (analysis/linkfaults.confirm_plan) and puts
         the plan in its mailbox; every rank reads it from whichever peer has it and runs it."""
         if self.session.rank == 0:
-            pairs = self._plan_confirmation()
-            self.control.put("confirm", json.dumps({"pairs": pairs, "run": self.plan.run_id}))
+            plan = self._plan_confirmation()
+            self.control.put("confirm", json.dumps({"pairs": plan, "run": self.plan.run_id}))
         others = [r for r in self.players if r != self.session.rank]
         text = self.control.relay("confirm", [0] + [r for r in others if r != 0],
                                   2 * self.plan.timeout + STEP_SLACK_S)
@@ -292,7 +301,7 @@ class LinkTester:
         """The counters of both ends' hosts during the transfer (each end reads its own host and
         puts it with its outcome; an end whose transfer failed, up to the failure: drops or
         retransmissions there say the wire starved it); None where neither end read any."""
-        key, hosts = _key(step, link), {}
+        key, hosts = _key(step, link), dict[str, object]()
         deadline = time.monotonic() + WIRE_WAIT_S  # the other end puts its outcome right after the same gather
         for end_rank in (r for r in link if r != outcome.get("peer")):  # a silent end would cost a read timeout
             text = self.control.read(end_rank, key)

@@ -130,17 +130,18 @@ class PairsWorkload:
     def run(self, session: Session, repetitions: range) -> bool:
         plan = self.plan
         hosts, here = self._gather(session)
-        session.control.peers()  # every mailbox's address, while rank 0 can still be reached by all
+        pairlinks.control_of(session).peers()  # every mailbox's address, while rank 0 can still be reached by all
         players = participants(hosts, plan.hosts_only)
         if len(players) < 2:
             raise BadInput(f"--hosts-only found {len(players)} host ({hosts[0]}): run on several hosts under a "
                            "launcher, or drop --hosts-only to pair the ranks of this host")
-        rails: list[str | None] = pairrails.choose(here, hosts, players, plan.rails) if plan.per_rail else [None]
+        chosen = pairrails.choose(here, hosts, players, plan.rails) if plan.per_rail else []
+        rails: list[str | None] = list(chosen) if plan.per_rail else [None]
         names = endpoint_names(hosts, players)
         schedule = tournament.rounds(players)
         self._header(session, hosts, players, schedule, rails)
         if plan.per_rail and not plan.rails:
-            for text in pairrails.partial(here, hosts, players, rails):  # a rail some hosts lack: said, not hidden
+            for text in pairrails.partial(here, hosts, players, chosen):  # a rail some hosts lack: said, not hidden
                 session.reporter.line(f"# Rail {text}: not on every host, not measured (name it with --rails to "
                                       "be told which host lacks it)")
         buffers = self._buffers(session, players)
@@ -167,7 +168,7 @@ class PairsWorkload:
         else, when every peer it reaches says the same, the lowest of them says in one line that they
         still reach each other (rank 0 may be the one cut off, and cannot say it). True then: this
         rank is done (rank 0 can neither plan a confirmation round with it nor collect from it)."""
-        control = session.control
+        control = pairlinks.control_of(session)
         if session.rank == 0 or session.rank not in players or control.suspended_s():
             return False
         call = None if control.answers(0) else control.roll_call(players)

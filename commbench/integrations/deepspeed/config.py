@@ -19,8 +19,8 @@ import copy
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+import os
+from typing import Any, NoReturn, overload
 from collections.abc import Mapping, Sequence
 
 from commbench.core.errors import BadInput
@@ -101,7 +101,7 @@ _CONFIG_FILE = InputMessages(
             "give the path of your ds_config.json")
 
 
-def load(path: str | Path) -> DsConfig:
+def load(path: str | os.PathLike[str]) -> DsConfig:
     """Read a ds_config file (JSON, or hjson as DeepSpeed accepts) into a DsConfig."""
     text = read_text(path, _CONFIG_FILE, name=repr(str(path)), encoding="utf-8-sig")
     return loads(text, source=str(path))
@@ -180,7 +180,7 @@ class _Reader:
         self.source = source
         self.auto: list[str] = []
 
-    def fail(self, key: str, problem: str, fix: str):
+    def fail(self, key: str, problem: str, fix: str) -> NoReturn:
         raise BadInput(f"DeepSpeed config {self.source!r}: {key} {problem}: {fix}")
 
     def section(self, doc: Mapping, key: str, path: str | None = None) -> Mapping:
@@ -191,6 +191,14 @@ class _Reader:
         if not isinstance(value, dict):
             self.fail(path, f"is {_show(value)}, not an object", f'write it as "{key}": {{...}}')
         return value
+
+    # A default that is a number gives a number; only a None default can come back None.
+    @overload
+    def whole(self, doc: Mapping, key: str, path: str, default: int, *, minimum: int, unit: str = "") -> int: ...
+
+    @overload
+    def whole(self, doc: Mapping, key: str, path: str, default: None, *, minimum: int,
+              unit: str = "") -> int | None: ...
 
     def whole(self, doc: Mapping, key: str, path: str, default: int | None, *, minimum: int,
               unit: str = "") -> int | None:
@@ -214,6 +222,12 @@ class _Reader:
         if value > _INT64_MAX:
             self.fail(path, f"is too large ({value})", f"give a whole number up to {_INT64_MAX}")
         return value
+
+    @overload
+    def flag(self, doc: Mapping, key: str, path: str, default: bool) -> bool: ...
+
+    @overload
+    def flag(self, doc: Mapping, key: str, path: str, default: None) -> bool | None: ...
 
     def flag(self, doc: Mapping, key: str, path: str, default: bool | None) -> bool | None:
         if key not in doc or doc[key] is None:
@@ -536,7 +550,8 @@ def _runnable_precision(cfg: DsConfig, out: dict, on_cpu: bool) -> list[str]:
     """fp16 on CPU -> bf16: same bytes on the wire, and no skipped steps (adapt_for says why)."""
     if not (cfg.fp16 and on_cpu):
         return []
-    fp16 = out.get("fp16") if isinstance(out.get("fp16"), dict) else {}
+    fp16_section = out.get("fp16")
+    fp16: dict = fp16_section if isinstance(fp16_section, dict) else {}
     out["fp16"] = {**fp16, "enabled": False}
     out.pop("bfloat16", None)
     out["bf16"] = {"enabled": True}
@@ -590,7 +605,8 @@ def _usable_optimizer(out: dict, cheap_adam: bool) -> list[str]:
         out["optimizer"] = {"type": "AdamW", "params": params}
         return ["no optimizer in the config: added AdamW (lr 1e-4); the engine needs one for ZeRO"]
     if cheap_adam and str(optimizer.get("type")).lower() in _ADAM_NAMES:
-        params = optimizer.get("params") if isinstance(optimizer.get("params"), dict) else {}
+        given = optimizer.get("params")
+        params = given if isinstance(given, dict) else {}
         if not params.get("torch_adam"):
             optimizer["params"] = {**params, "torch_adam": True}
             return [f"optimizer {optimizer['type']} on CPU: torch_adam set (torch.optim.AdamW instead of "

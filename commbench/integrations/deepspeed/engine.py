@@ -287,7 +287,11 @@ def _per_call_latencies(dscomm):
 
 # ----------------------------------------------------------------------------- the run
 
-def run_engine(ds_config: Mapping[str, Any], stage: int, model_shape: Mapping[str, int], steps: int,
+# A ds_config as run_engine takes it: parsed, a document, or a file's path.
+ConfigSource = dsconfig.DsConfig | Mapping[str, Any] | str | os.PathLike[str]
+
+
+def run_engine(ds_config: ConfigSource, stage: int, model_shape: Mapping[str, int], steps: int,
                device: Any = "cpu", *, warmup_steps: int = 1, zero_overrides: Mapping[str, Any] | None = None,
                seed: int = 0, gradient_accumulation_steps: int | None = None) -> EngineResult:
     """Train the synthetic model with DeepSpeed for `warmup_steps` + `steps` optimizer steps.
@@ -391,7 +395,7 @@ def _import_deepspeed():
     return deepspeed, dscomm
 
 
-def _read_config(ds_config: Any) -> dsconfig.DsConfig:
+def _read_config(ds_config: ConfigSource) -> dsconfig.DsConfig:
     """The user's config as a DsConfig, from a DsConfig, a path or a dict."""
     if isinstance(ds_config, dsconfig.DsConfig):
         return ds_config

@@ -38,7 +38,8 @@ def _decode(data: bytes, source: str) -> str:
     # Counted per character kind (str.count, no list of positions: 64 MiB of junk is 30 M of them).
     bad = sum(text.count(ch) for ch in _NOT_TEXT_CHARS)
     if bad and bad > max(8, len(text) // 100):
-        line = text.count("\n", 0, _NOT_TEXT.search(text).start()) + 1
+        first = _NOT_TEXT.search(text)
+        line = text.count("\n", 0, first.start() if first else 0) + 1
         raise BadInput(f"{where(source, line)}: binary data "
                        f"({bad} bytes that are not text): not an nccl-tests log")
     return text

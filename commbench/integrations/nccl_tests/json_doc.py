@@ -103,7 +103,8 @@ def _stream_of(doc: dict, source: str) -> Stream:
     args = doc.get("args")
     if isinstance(args, list) and args and isinstance(args[0], str):
         s.program = os.path.basename(args[0])
-    cfg = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    config = doc.get("config")
+    cfg: dict = config if isinstance(config, dict) else {}
     for attr, name in (("nthread", "nthreads"), ("ngpus", "ngpus"), ("warmup", "warmup_iters"),
                        ("iters", "iterations"), ("agg_iters", "aggregated_iterations"), ("validation", "validation"),
                        ("graph", "graph")):

@@ -65,6 +65,10 @@ class Stream:
     """The state of one output stream (one mpirun tag, or the whole untagged output)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Every field back to a fresh stream's (a new section starts)."""
         self.tests_version: str | None = None
         self.nccl_version: str | None = None
         self.program: str | None = None
@@ -84,7 +88,7 @@ class Stream:
 
     def new_section(self) -> None:
         keep = self.nccl_version
-        self.__init__()
+        self.reset()
         self.nccl_version = keep
 
     @property

@@ -50,6 +50,12 @@ def build_argv(binary: str, args: list[str], launcher: str, np_: int | None, lau
     return [exe, *(["--ntasks", str(np_)] if np_ else []), *launcher_args, binary, *args]
 
 
+def _to_stdout(line: str) -> None:
+    """The binary's output, shown as it arrives."""
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
 def run_binary(binary: str, args: list[str], *, launcher: str = "none", np_: int | None = None,
                launcher_args: list[str] | None = None, timeout: float | None = None, out: str = "results",
                label: str = "", collective: str | None = None, use_json: bool = True,
@@ -58,7 +64,7 @@ def run_binary(binary: str, args: list[str], *, launcher: str = "none", np_: int
     from commbench.net.envinfo import env_snapshot
     from commbench.core.results import ResultWriter, make_run_id, resolve_out
 
-    echo = echo or (lambda line: (sys.stdout.write(line), sys.stdout.flush()))
+    echo = echo or _to_stdout
     say = say or (lambda m: print(f"commbench: {m}", file=sys.stderr, flush=True))
     path, collective, hint = _check_usage(binary, args, launcher, np_, launcher_args, timeout, collective)
     args = list(args)
