@@ -33,7 +33,8 @@ def _check_iface(backend: str) -> None:
 
     import click
 
-    from commbench.net.netinfo import gloo_ifname_missing, has_address, live_interfaces, socket_ifname_selects
+    from commbench.net.ncclrules import gloo_ifname_missing, has_address, socket_ifname_selects
+    from commbench.net.netinfo import live_interfaces
 
     ctx = click.get_current_context(silent=True)
     flag = ctx.params.get("iface") if ctx is not None else None

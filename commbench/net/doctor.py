@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from commbench.net import counters, doctorrails, doctorrdmacm, doctorwire, netinfo, wiresource
+from commbench.net import counters, doctorrails, doctorrdmacm, doctorwire, ncclrules, netinfo, wiresource
 from commbench.net.doctorview import layer_name, port_name, report_human
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, BadInput, RuntimeFailure
 from commbench.core.inputs import check_path, shown_path
@@ -44,13 +44,13 @@ def roce_rdma_mtu(netdev_mtu: int) -> int:
 
 
 def _usable_names(facts: dict) -> str:
-    names = [i["name"] for i in facts["interfaces"] if netinfo.has_address(i)]
+    names = [i["name"] for i in facts["interfaces"] if ncclrules.has_address(i)]
     return ", ".join(names) or "none"
 
 
 def _suggest_iface(facts: dict) -> str:
     for i in facts["interfaces"]:
-        if i.get("link_layer") != "loopback" and i.get("state") == "up" and netinfo.has_address(i):
+        if i.get("link_layer") != "loopback" and i.get("state") == "up" and ncclrules.has_address(i):
             return i["name"]
     return "eth0"
 
@@ -68,12 +68,12 @@ def check_socket_ifname(facts: dict) -> list[Finding]:
         return [Finding("socket-ifname", host, f"NCCL_SOCKET_IFNAME={value} is ignored by NCCL on {host} "
                         "(it reads the variable only when it has 2 or more characters)",
                         "set a real list, e.g. NCCL_SOCKET_IFNAME==" + _suggest_iface(facts), "note")]
-    spec = netinfo.parse_nccl_list(value)
-    selected = netinfo.socket_ifname_selects(value, facts["interfaces"]) or []
+    spec = ncclrules.parse_nccl_list(value)
+    selected = ncclrules.socket_ifname_selects(value, facts["interfaces"]) or []
     hint = ("NCCL reads a comma list of name prefixes ('eth' matches eth0, eth1), '=' first makes them exact "
             f"('=eth0'), '^' first excludes ('^docker,lo'): e.g. NCCL_SOCKET_IFNAME=={_suggest_iface(facts)}")
     if not selected:
-        no_addr = [i["name"] for i in facts["interfaces"] if spec.matches(i["name"]) and not netinfo.has_address(i)]
+        no_addr = [i["name"] for i in facts["interfaces"] if spec.matches(i["name"]) and not ncclrules.has_address(i)]
         extra = f"; {', '.join(no_addr)} matches but has no IP address" if no_addr else ""
         return [Finding("socket-ifname", host, f"NCCL_SOCKET_IFNAME={value} matches no interface with an IP address "
                         f"on {host} (interfaces with an address: {_usable_names(facts)}){extra}", hint)]
@@ -86,7 +86,7 @@ def check_socket_ifname(facts: dict) -> list[Finding]:
 
 def check_gloo_ifname(facts: dict) -> list[Finding]:
     host, value = facts["host"], facts["env"].get("GLOO_SOCKET_IFNAME")
-    missing = netinfo.gloo_ifname_missing(value, facts["interfaces"])
+    missing = ncclrules.gloo_ifname_missing(value, facts["interfaces"])
     if not missing:
         return []
     syntax = " (gloo has no '=' or '^' syntax: names are exact)" if any(m[:1] in "=^" for m in missing) else ""
@@ -132,7 +132,7 @@ def _considered_ports(facts: dict) -> list[dict]:
     value = facts["env"].get("NCCL_IB_HCA")
     if value is None:
         return list(facts["rdma"])
-    spec = netinfo.parse_nccl_list(value)
+    spec = ncclrules.parse_nccl_list(value)
     return [p for p in facts["rdma"] if spec.matches(p["device"], p["port"])]
 
 
@@ -140,14 +140,14 @@ def _used_ports(facts: dict) -> list[dict]:
     """The ports NCCL's IB transport will use (none when NCCL_IB_DISABLE is set)."""
     if _ib_disabled(facts):
         return []
-    return netinfo.ib_hca_selects(facts["env"].get("NCCL_IB_HCA"), facts["rdma"])
+    return ncclrules.ib_hca_selects(facts["env"].get("NCCL_IB_HCA"), facts["rdma"])
 
 
 def check_ib_hca(facts: dict) -> list[Finding]:
     host, value = facts["host"], facts["env"].get("NCCL_IB_HCA")
     if value is None:
         return []
-    spec = netinfo.parse_nccl_list(value)
+    spec = ncclrules.parse_nccl_list(value)
     ports = facts["rdma"]
     have = ", ".join(port_name(p) for p in ports) or "none: /sys/class/infiniband is empty"
     out = []
@@ -162,7 +162,7 @@ def check_ib_hca(facts: dict) -> list[Finding]:
         out.append(Finding("ib-hca", host, f"NCCL_IB_HCA={value} excludes {', '.join(unmatched)}, which does not exist "
                            f"on {host} (RDMA ports: {have})", "harmless, but check the name for a typo", "note"))
     active = _active_rdma(facts)
-    if active and not _ib_disabled(facts) and not netinfo.ib_hca_selects(value, ports):
+    if active and not _ib_disabled(facts) and not ncclrules.ib_hca_selects(value, ports):
         out.append(Finding("ib-hca", host, f"NCCL_IB_HCA={value} selects no ACTIVE RDMA port on {host}: "
                            f"NCCL falls back to TCP sockets (ACTIVE: {', '.join(port_name(p) for p in active)})",
                            f"{syntax}; e.g. NCCL_IB_HCA={','.join(port_name(p) for p in active)}"))
@@ -230,12 +230,12 @@ def check_roce_gid(facts: dict) -> list[Finding]:
                                "(no gid_attrs/types), so the RoCE version of NCCL's GID is not checked",
                                "run `show_gids` to see the GID table", "note"))
             continue
-        idx, how = netinfo.nccl_gid_index(p, env, facts.get("nccl_version"))
+        idx, how = ncclrules.nccl_gid_index(p, env, facts.get("nccl_version"))
         table = {g["index"]: g for g in p["gids"]}
         entry = table.get(idx)
-        v2 = [g for g in p["gids"] if netinfo.roce_version(g.get("type")) == want and netinfo.gid_valid(g["gid"])]
+        v2 = [g for g in p["gids"] if ncclrules.roce_version(g.get("type")) == want and ncclrules.gid_valid(g["gid"])]
         v2_text = ", ".join(f"{g['index']} ({_gid_text(g['gid'])})" for g in v2)
-        if v2 and all(netinfo.gid_family(g["gid"]) == "AF_INET6" for g in v2):
+        if v2 and all(ncclrules.gid_family(g["gid"]) == "AF_INET6" for g in v2):
             fix = (f"RoCE v{want} GIDs here: {v2_text}; set NCCL_IB_GID_INDEX={v2[0]['index']} "
                    "or NCCL_IB_ADDR_FAMILY=AF_INET6")
         elif v2:
@@ -246,17 +246,17 @@ def check_roce_gid(facts: dict) -> list[Finding]:
         where = f"{port_name(p)} (RoCE) on {host}: NCCL uses GID index {idx} ({how})"
         if entry is None:
             out.append(Finding("roce-gid", host, f"{where}, which is empty", fix))
-        elif netinfo.roce_version(entry.get("type")) != want:
+        elif ncclrules.roce_version(entry.get("type")) != want:
             out.append(Finding("roce-gid", host, f"{where}, which is {entry.get('type') or 'of unknown type'} "
                                f"({_gid_text(entry['gid'])}), not RoCE v{want}", fix))
-        elif not netinfo.gid_valid(entry["gid"]):
+        elif not ncclrules.gid_valid(entry["gid"]):
             out.append(Finding("roce-gid", host, f"{where}, a link-local RoCE v{want} GID ({_gid_text(entry['gid'])}) "
                                "that does not route beyond the local link", fix))
     return out
 
 
 def _gid_text(gid: str) -> str:
-    a = netinfo.gid_addr(gid)
+    a = ncclrules.gid_addr(gid)
     if a is None:
         return gid
     return str(a.ipv4_mapped) if a.ipv4_mapped else str(a)
@@ -452,7 +452,7 @@ def _emit(hosts: list[dict], findings: list[Finding], as_json: bool, verbose: bo
 
 def _live_counters(facts: dict, watch_s: float | None) -> None:
     """This host's counters as they stand; with --watch, also what moved meanwhile."""
-    ifaces = [i["name"] for i in facts["interfaces"] if i.get("link_layer") != "loopback" and netinfo.has_address(i)]
+    ifaces = [i["name"] for i in facts["interfaces"] if i.get("link_layer") != "loopback" and ncclrules.has_address(i)]
     ifaces += [p["netdev"] for p in facts["rdma"] if p.get("netdev")]
     ports = wiresource.ib_ports()
     try:
@@ -507,7 +507,7 @@ def _gathered(env, facts: dict, as_json: bool, timeout: float, verbose: bool) ->
     import torch.distributed as dist
 
     # doctor's own rendezvous must not depend on the setting it checks
-    if netinfo.gloo_ifname_missing(os.environ.get("GLOO_SOCKET_IFNAME"), facts["interfaces"]):
+    if ncclrules.gloo_ifname_missing(os.environ.get("GLOO_SOCKET_IFNAME"), facts["interfaces"]):
         os.environ.pop("GLOO_SOCKET_IFNAME", None)
     try:
         dist.init_process_group("gloo", init_method=f"tcp://{env.master_addr}:{env.master_port}", rank=env.rank,

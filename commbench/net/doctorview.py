@@ -10,7 +10,7 @@ from typing import Any
 
 from commbench.core.progress import draw_bar
 from commbench.core.safetext import escaped, escaped_tree
-from commbench.net import counters, doctorwire, netinfo
+from commbench.net import counters, doctorwire, ncclrules
 
 
 def port_name(p: dict) -> str:
@@ -132,7 +132,7 @@ def _rdma(console, h: dict) -> None:
     t = Table("RDMA port", "state", "phys", "rate", "layer", "netdev", "active_mtu", "RoCE v2 GIDs",
               box=None, pad_edge=False)
     for p in h["rdma"]:
-        v2 = [str(g["index"]) for g in p["gids"] if netinfo.roce_version(g.get("type")) == 2]
+        v2 = [str(g["index"]) for g in p["gids"] if ncclrules.roce_version(g.get("type")) == 2]
         t.add_row(port_name(p), p.get("state") or "?", p.get("phys_state") or "?", p.get("rate") or "?",
                   layer_name(p), p.get("netdev") or "-", str(p.get("active_mtu") or "-"),
                   ",".join(v2) if p.get("link_layer") == "Ethernet" else "-")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from commbench.net import doctor
-from commbench.net import netinfo
+from commbench.net import ncclrules, netinfo
 from commbench.cli.app import main
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "netinfo"
@@ -68,14 +68,14 @@ IFACES = [{"name": n, "addresses": ["10.0.0.1"]} for n in ("eth0", "eth1", "ib0"
     (None, None),
 ])
 def test_nccl_socket_ifname_semantics(value, selected):
-    assert netinfo.socket_ifname_selects(value, IFACES) == selected
+    assert ncclrules.socket_ifname_selects(value, IFACES) == selected
 
 
 def test_nccl_socket_ifname_needs_an_address():
     ifaces = [{"name": "eth0", "addresses": []}, {"name": "eth1", "addresses": ["::1"]},
               {"name": "eth2", "addresses": ["fe80::1"]}, {"name": "eth3", "addresses": None}]
     # no address, IPv6 loopback only: skipped as NCCL does; None (not recorded) counts as usable
-    assert netinfo.socket_ifname_selects("eth", ifaces) == ["eth2", "eth3"]
+    assert ncclrules.socket_ifname_selects("eth", ifaces) == ["eth2", "eth3"]
 
 
 PORTS = [{"device": d, "port": p, "state": s, "link_layer": "InfiniBand"} for d, p, s in
@@ -99,12 +99,12 @@ PORTS = [{"device": d, "port": p, "state": s, "link_layer": "InfiniBand"} for d,
     ("=mlx5_0:", ["mlx5_0:1", "mlx5_0:2"]),                        # an empty port means any port
 ])
 def test_nccl_ib_hca_semantics(value, selected):
-    got = [f"{p['device']}:{p['port']}" for p in netinfo.ib_hca_selects(value, PORTS)]
+    got = [f"{p['device']}:{p['port']}" for p in ncclrules.ib_hca_selects(value, PORTS)]
     assert got == selected
 
 
 def test_parse_nccl_list():
-    spec = netinfo.parse_nccl_list("^=mlx5_0:1,mlx5_1,,:2")
+    spec = ncclrules.parse_nccl_list("^=mlx5_0:1,mlx5_1,,:2")
     assert (spec.exclude, spec.exact, spec.items) == (True, True, (("mlx5_0", 1), ("mlx5_1", -1)))
 
 
@@ -115,7 +115,7 @@ def test_parse_nccl_list():
     ("", []), (None, []),
 ])
 def test_gloo_socket_ifname_semantics(value, missing):
-    assert netinfo.gloo_ifname_missing(value, IFACES) == missing
+    assert ncclrules.gloo_ifname_missing(value, IFACES) == missing
 
 
 @pytest.mark.parametrize("mtu, rdma", [(1500, 1024), (2200, 2048), (4200, 4096), (9000, 4096), (4000, 2048)])
@@ -237,12 +237,12 @@ def test_port_slower_than_its_peers(capsys):
 def test_roce_gid_automatic_choice_is_roce_v2(capsys):
     facts = netinfo.host_facts(root=DATA / "roce_v2_gids")
     port = facts["rdma"][0]
-    assert netinfo.nccl_gid_index(port, {}) == (3, "NCCL's automatic choice")
-    assert netinfo.nccl_gid_index(port, {"NCCL_IB_ROCE_VERSION_NUM": "1"})[0] == 2
-    assert netinfo.nccl_gid_index(port, {"NCCL_IB_ADDR_RANGE": "11.0.0.0/24"})[0] == 3
-    assert netinfo.nccl_gid_index(port, {"NCCL_IB_ADDR_RANGE": "10.0.0.0/8"})[0] == 0
-    assert netinfo.nccl_gid_index(port, {"NCCL_IB_GID_INDEX": "1"}) == (1, "NCCL_IB_GID_INDEX=1")
-    assert netinfo.nccl_gid_index(port, {}, nccl_version="2.18.5")[0] == 0  # before 2.21: index 0
+    assert ncclrules.nccl_gid_index(port, {}) == (3, "NCCL's automatic choice")
+    assert ncclrules.nccl_gid_index(port, {"NCCL_IB_ROCE_VERSION_NUM": "1"})[0] == 2
+    assert ncclrules.nccl_gid_index(port, {"NCCL_IB_ADDR_RANGE": "11.0.0.0/24"})[0] == 3
+    assert ncclrules.nccl_gid_index(port, {"NCCL_IB_ADDR_RANGE": "10.0.0.0/8"})[0] == 0
+    assert ncclrules.nccl_gid_index(port, {"NCCL_IB_GID_INDEX": "1"}) == (1, "NCCL_IB_GID_INDEX=1")
+    assert ncclrules.nccl_gid_index(port, {}, nccl_version="2.18.5")[0] == 0  # before 2.21: index 0
 
 
 @pytest.mark.parametrize("index, says", [
