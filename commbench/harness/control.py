@@ -1,7 +1,7 @@
 """The control plane: coordination that outlives the data plane under test.
 
-Every rank serves a small mailbox of its own (HTTP from the standard library, on a thread, so it
-answers while the main thread waits inside a collective) and reads the others'. A rank
+Every rank serves a small mailbox of its own (harness/mailbox.py: HTTP on a thread, so it answers
+while the main thread waits inside a collective) and reads the others'. A rank
 writes only to its own mailbox (heartbeats, where it is, what it measured, why it stopped), so a
 rank cut off from some peers still keeps its books, and whoever can reach it reads them: a link
 or rank that dies takes the collective with it, not the bookkeeping. The mailboxes' addresses are
@@ -10,7 +10,7 @@ the fabric is still whole. Nothing here runs inside a timed loop: heartbeats com
 background thread and a workload marks only the boundaries of its points (enter / leave).
 
 A rank whose mailbox does not answer is told apart by a TCP connection to its probe port (a socket
-only probes use), which the kernel answers while the host is up, also while the process is stopped:
+only probes use, harness/tcpprobe.py), which the kernel answers while the host is up, also while the process is stopped:
 - hung: the connection opens, the process does not answer (SIGSTOP, a deadlock, a busy loop);
 - gone: the connection is refused: the host is up, the process is not there (killed, crashed);
 - unreachable: no answer at all (a link down, a blackhole route, a dead host).
@@ -19,16 +19,13 @@ Nothing here blocks past its deadline whatever the network does: the peers' addr
 by a thread of their own as the ranks publish them (bounded by --timeout; rank 0's store is never
 read after that), every read of a mailbox and every probe has its timeout, and a rank asked to stop
 (SIGINT / SIGTERM) whose main thread stays blocked in a call the network does not give back (a
-collective on a dead link, a store read) leaves by itself STOP_GRACE_S later (ControlPlane.serve).
+collective on a dead link, a store read) leaves by itself seconds later (harness/stopguard.py).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import select
-import signal
 import socket
 import sys
 import threading
@@ -36,14 +33,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch.distributed as dist
 
 from commbench.core.columns import UNOBSERVED
 from commbench.net.envinfo import iface_facts, traffic_iface
 from commbench.harness import observer
+from commbench.harness.mailbox import Mailbox, read_box
 from commbench.harness.observer import OwnLink, Sight
+from commbench.harness.stopguard import StopGuard
 from commbench.harness.tcpprobe import host_answers, probe, probe_listener
 
 HEARTBEAT_S = 0.5
@@ -53,9 +51,6 @@ REMOTE_S = 3.0  # a read from another rank's mailbox gives up after this long
 STUCK_SLACK_S = 15.0  # beyond --timeout before a rank that the backend does not give back leaves
 SUSPENDED_S = 5.0  # a heartbeat (due every HEARTBEAT_S) this late: the process itself did not run
 GATHER_SLACK_S = 15.0  # beyond --timeout: how long the start-time gather looks for a rank's address
-STOP_GRACE_S = 5.0  # a rank asked to stop whose main thread has not moved for this long leaves by itself
-_STOP_TICK_S = 0.25
-_STOP_CODES = {int(signal.SIGINT): ("SIGINT", 130), int(signal.SIGTERM): ("SIGTERM", 143)}
 _PEERS = "commbench/ctl/peer/"
 
 
@@ -115,155 +110,6 @@ def _peer_of(rank: int, info: dict) -> Peer:
                 int(info["probe_port"]))
 
 
-class _StopGuard:
-    """A rank asked to stop stops within seconds, whatever the network does. Python runs a signal's
-    handler in the main thread only, between two bytecodes: a main thread blocked in a call the
-    network does not give back (a collective on a dead link, a read of rank 0's store) never gets
-    there. The C-level handler still writes the signal's number to the wakeup fd, read here on a
-    thread of its own, and the SIGINT / SIGTERM handlers are wrapped so that this thread learns
-    whether Python's handler ran and what it decided: not run STOP_GRACE_S after the signal (the
-    main thread is stuck), or run and raised (the rank is stopping) but the plane still not closed
-    STOP_GRACE_S later (its teardown is stuck): the rank says so and leaves with the signal's code. A
-    handler that let the signal by (a rank reporting a failure ignores a launcher's SIGTERM on
-    purpose, core/signals.py stop_once) is obeyed."""
-
-    def __init__(self, plane: ControlPlane, read_fd: int, write_fd: int, previous: int) -> None:
-        self.plane, self._read, self._write, self._previous = plane, read_fd, write_fd, previous
-        self._ended = threading.Event()
-        self._restored = False
-        self.tick = 0  # this thread's looks so far
-        self.asked: int | None = None  # the stop signal being waited on
-        self.since = 0  # the look before the one that read it: a handler run from then on is for it
-        self.still = 0.0  # seconds since then without the rank stopping
-        self.handled = -1  # the look during which Python's handler last ran (the wrapper says)
-        self.raised = False  # whether that run raised (the rank is stopping) or let the signal by
-        self._handlers: dict[int, object] = {}
-        for sig in _STOP_CODES:
-            handler = signal.getsignal(sig)
-            if callable(handler):
-                self._handlers[sig] = handler
-                signal.signal(sig, self._wrap(handler))
-        threading.Thread(target=self._run, name="commbench-stop-guard", daemon=True).start()
-
-    @classmethod
-    def install(cls, plane: ControlPlane) -> _StopGuard | None:
-        """On the main thread, when no wakeup fd is set yet (nothing else's is replaced); else None."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(write_fd, False)
-        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        if previous != -1:
-            signal.set_wakeup_fd(previous)
-            os.close(read_fd)
-            os.close(write_fd)
-            return None
-        return cls(plane, read_fd, write_fd, previous)
-
-    def _wrap(self, handler):
-        def guarded(signum, frame):
-            self.handled, self.raised = self.tick, True
-            handler(signum, frame)
-            self.raised = False  # it returned: the signal was let by on purpose
-
-        return guarded
-
-    def _run(self) -> None:
-        while not self._ended.is_set():
-            self.tick += 1
-            ready, _, _ = select.select([self._read], [], [], _STOP_TICK_S)
-            code = self.step(os.read(self._read, 64) if ready else b"", 0.0 if ready else _STOP_TICK_S)
-            if code is not None and not self._ended.is_set():
-                self.leave(code)
-        if self._restored:  # the wakeup fd is no longer the pipe: nothing writes to it any more
-            os.close(self._write)
-            os.close(self._read)
-
-    def step(self, signals: bytes, waited: float) -> int | None:
-        """One look: the signals that arrived and the seconds since the last look. The signal's exit
-        code once STOP_GRACE_S passed after it without Python's handler letting it by."""
-        if self.asked is None:
-            self.asked = next((b for b in signals if b in _STOP_CODES), None)
-            self.since, self.still = self.tick - 1, 0.0
-            return None
-        if self.handled >= self.since and not self.raised:
-            self.asked = None  # the handler let it by: the rank goes on (and a later signal is looked at anew)
-            return None
-        self.still += waited
-        return _STOP_CODES[self.asked][1] if self.still >= STOP_GRACE_S else None
-
-    def leave(self, code: int) -> None:
-        plane = self.plane
-        name = _STOP_CODES[self.asked or int(signal.SIGTERM)][0]
-        print(f"commbench: rank {plane.rank} on {plane.host}: asked to stop ({name}) {self.still:.0f} s ago and "
-              f"still blocked in {plane._progress[1]} (a call into the backend or rank 0's store that the network "
-              "does not give back); leaving without it (every finished row is already written)",
-              file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(code)
-
-    def close(self) -> None:
-        """Stop watching; on the main thread put the previous handlers and wakeup fd back (the thread
-        then closes the pipe; off the main thread the pipe stays open, the signal handler may still
-        write to it)."""
-        if threading.current_thread() is threading.main_thread():
-            for sig, handler in self._handlers.items():
-                if getattr(signal.getsignal(sig), "__qualname__", "").endswith("_wrap.<locals>.guarded"):
-                    signal.signal(sig, handler)  # type: ignore[arg-type]
-            signal.set_wakeup_fd(self._previous)
-            self._restored = True
-        self._ended.set()
-        try:
-            os.write(self._write, b"\0")  # wakes the thread's select
-        except OSError:
-            pass
-
-
-class _Mailbox(ThreadingHTTPServer):
-    """This rank's keys, served read-only: GET /KEY -> the value (404 when absent), GET / -> all."""
-
-    daemon_threads = True
-    request_queue_size = 128  # a stopped rank's backlog fills with its peers' unanswered reads
-
-    def __init__(self) -> None:
-        super().__init__(("0.0.0.0", 0), _Reader)
-        self.keys: dict[str, str] = {}
-        self.lock = threading.Lock()
-        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="commbench-mailbox",
-                         daemon=True).start()
-
-    def put(self, key: str, value: str) -> None:
-        with self.lock:
-            self.keys[key] = value
-
-    def handle_error(self, request, client_address) -> None:
-        """A reader that gave up before its answer came (this rank was stopped while peers read it)
-        leaves a broken pipe: normal here, and never a traceback on the user's stderr."""
-        exc = sys.exc_info()[1]
-        if not isinstance(exc, OSError):
-            print(f"commbench: control plane: a read from {client_address[0]} failed: {type(exc).__name__}: {exc}",
-                  file=sys.stderr, flush=True)
-
-
-class _Reader(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-        box: _Mailbox = self.server  # type: ignore[assignment]
-        key = self.path.lstrip("/")
-        with box.lock:
-            body = json.dumps(box.keys) if not key else box.keys.get(key)
-        if body is None:
-            self.send_error(404)
-            return
-        data = body.encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args) -> None:  # requests are the control plane's own: not for stderr
-        return
-
-
 def _answered(before: dict | None, after: dict | None) -> bool:
     """A rank answered when its heartbeat moved between two reads, or it reported why it stopped."""
     if after is None:
@@ -280,7 +126,7 @@ class ControlPlane:
                  iface: str | None = None):
         self.main, self.rank, self.world, self.timeout = main, rank, world, timeout
         self.iface = iface  # this rank's interface towards the others, whose state judges it (observer.py)
-        self._own = _Mailbox()
+        self._own = Mailbox()
         self._probe = probe_listener()
         # Pairs of which this rank is the lower end rendezvous here (a c10d store, as gloo needs).
         self.pair_store = dist.TCPStore("0.0.0.0", 0, 1, True, timeout=timedelta(seconds=timeout),
@@ -298,7 +144,7 @@ class ControlPlane:
         self._peers: dict[int, Peer] = {rank: _peer_of(rank, me)}
         self._gathered = threading.Event()  # the start-time gather of the peers' addresses has ended
         self._closing = threading.Event()  # close() was called (the threads of this module stop)
-        self._guard: _StopGuard | None = None
+        self._guard: StopGuard | None = None
         threading.Thread(target=self._gather, name="commbench-peers", daemon=True).start()
         threading.Thread(target=self._heartbeat, name="commbench-heartbeat", daemon=True).start()
 
@@ -318,10 +164,15 @@ class ControlPlane:
     @classmethod
     def on(cls, main: dist.Store, rank: int, world: int, addr: str | None, timeout: float,
            iface: str | None) -> ControlPlane:
-        """A plane on the main store `main`, guarding this process's stop (see _StopGuard)."""
+        """A plane on the main store `main`, guarding this process's stop (harness/stopguard.py)."""
         plane = cls(main, rank, world, addr, timeout, iface)
-        plane._guard = _StopGuard.install(plane)
+        plane._guard = StopGuard.install(plane)
         return plane
+
+    @property
+    def blocked_in(self) -> str:
+        """What this rank's main thread was last known to be doing: a point, or what follows one."""
+        return self._progress[1]
 
     def group_store(self) -> dist.Store:
         """The store the process group under test rendezvouses on."""
@@ -392,21 +243,11 @@ class ControlPlane:
         """`key` from `rank`'s mailbox (all its keys as JSON with key ""); None when absent, or when
         the rank does not answer in time (REMOTE_S, less under a short --timeout)."""
         if rank == self.rank:
-            with self._own.lock:
-                return json.dumps(self._own.keys) if not key else self._own.keys.get(key)
+            return self._own.get(key)
         peer = self.peers().get(rank)
         if peer is None:
             return None  # its address never reached this rank: it cannot be read
-        conn = http.client.HTTPConnection(peer.addr, peer.port, timeout=self._patience(REMOTE_S))
-        try:
-            conn.request("GET", "/" + key)
-            answer = conn.getresponse()
-            body = answer.read().decode()
-            return body if answer.status == 200 else None
-        except (OSError, http.client.HTTPException):
-            return None
-        finally:
-            conn.close()
+        return read_box(peer.addr, peer.port, key, self._patience(REMOTE_S))
 
     def read_all(self, rank: int) -> dict[str, str] | None:
         text = self.read(rank, "")

@@ -1,8 +1,9 @@
-"""harness/control.py without ranks: the mailboxes (real HTTP on this host, between control planes
-of one process), the probe, the roll call's verdicts, barrier and relay, the watchdog's decisions,
-and serve()'s choice of store. The stores are fakes (a dict for rank 0's main store, a recorder for
-torch's TCPStore and PrefixStore), the heartbeat thread is not started, and time is a fake clock
-wherever a deadline or a sleep matters: nothing here waits on the wall clock."""
+"""harness/control.py without ranks: the mailboxes (harness/mailbox.py, real HTTP on this host,
+between control planes of one process), the probe port, the roll call's verdicts, barrier and
+relay, the watchdog's decisions, the stop guard (harness/stopguard.py) and serve()'s choice of
+store. The stores are fakes (a dict for rank 0's main store, a recorder for torch's TCPStore and
+PrefixStore), the heartbeat thread is not started, and time is a fake clock wherever a deadline or
+a sleep matters: nothing here waits on the wall clock."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench.harness import control
+from commbench.harness import control, mailbox, stopguard
 from commbench.harness.control import ControlPlane, Peer, RollCall, _answered
 from commbench.harness.tcpprobe import probe
 
@@ -522,7 +523,7 @@ def test_a_pair_s_store_is_this_rank_s_own_or_a_client_of_the_peer_s(rank0):
 
 
 def test_a_reader_that_gave_up_is_no_error_but_anything_else_is_one_line(capsys):
-    box = object.__new__(control._Mailbox)
+    box = object.__new__(mailbox.Mailbox)
     try:
         raise BrokenPipeError(32, "Broken pipe")
     except BrokenPipeError:
@@ -643,7 +644,7 @@ def test_the_gather_finds_late_ranks_through_a_real_store_without_holding_it():
 
 
 def test_the_stop_guard_leaves_unless_python_s_handler_let_the_signal_by():
-    guard = object.__new__(control._StopGuard)
+    guard = object.__new__(stopguard.StopGuard)
     guard.asked, guard.still, guard.tick, guard.handled, guard.raised = None, 0.0, 5, -1, False
 
     def look(signals: bytes, waited: float):
@@ -675,9 +676,9 @@ def test_the_stop_guard_leaves_unless_python_s_handler_let_the_signal_by():
 def test_a_rank_blocked_in_a_store_read_leaves_when_asked_to_stop(fakes, monkeypatch):
     import torch.distributed as dist
 
-    monkeypatch.setattr(control, "STOP_GRACE_S", 0.3)
+    monkeypatch.setattr(stopguard, "STOP_GRACE_S", 0.3)
     left: list[tuple[int, float]] = []
-    monkeypatch.setattr(control._StopGuard, "leave", lambda self, code: left.append((code, time.monotonic())))
+    monkeypatch.setattr(stopguard.StopGuard, "leave", lambda self, code: left.append((code, time.monotonic())))
     handled: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: handled.append(signum))
     server = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=1.5), wait_for_workers=False)
@@ -697,9 +698,9 @@ def test_a_rank_blocked_in_a_store_read_leaves_when_asked_to_stop(fakes, monkeyp
 
 
 def test_the_stop_guard_obeys_a_handler_that_lets_the_signal_by_and_puts_everything_back(fakes, monkeypatch):
-    monkeypatch.setattr(control, "STOP_GRACE_S", 0.3)
+    monkeypatch.setattr(stopguard, "STOP_GRACE_S", 0.3)
     left: list[int] = []
-    monkeypatch.setattr(control._StopGuard, "leave", lambda self, code: left.append(code))
+    monkeypatch.setattr(stopguard.StopGuard, "leave", lambda self, code: left.append(code))
     ignore = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: ignore.append(signum))  # a rank reporting
     plane = ControlPlane.serve("127.0.0.1", 1, 0, 1, None, 10.0)
