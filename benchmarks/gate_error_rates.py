@@ -56,7 +56,7 @@ def run_frame(rng, run_id: str, reps: int, iters: int, run_sd: float, rep_sd: fl
 
 
 def trial(rng, scenario) -> dict[str, str]:
-    from commbench.analysis import gate
+    from commbench.analysis.gate import gate
     from commbench.core.errors import BadInput
 
     _, runs, reps, iters, run_sd, rep_sd, iter_sd = scenario
@@ -93,7 +93,7 @@ def main() -> None:
         lines.append(f"| {sc[0]} | {f['unchanged_fails']:.1%} | {f['regression10_passes']:.1%} | "
                      f"{f['regression25_passes']:.1%} | {f['refused']:.1%} |")
         print(lines[-1], flush=True)
-    from commbench.analysis import tolerance
+    from commbench.analysis.gate import tolerance
 
     md = (f"# Suggested gate bands: error rates\n\n{common.machine_line(common.machine())}; "
           f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d}. {args.trials} trials a scenario (seed {args.seed}); "

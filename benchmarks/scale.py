@@ -253,7 +253,7 @@ def generate_pairs(n_hosts: int, path: Path, with_hosts: bool = False, seed: int
     them (as rank 0 does in a run). Returns the plant's sizes and what generating took."""
     import pandas as pd
 
-    from commbench.analysis import linkfaults
+    from commbench.analysis.pairs import linkfaults
 
     rng = np.random.default_rng(seed)
     plant = pairs_plant(n_hosts)
@@ -299,7 +299,7 @@ PAIRS_COLUMNS = ["workload", "run_id", "collective", "src_host", "dst_host", "sr
 
 def analyse_pairs(path: Path) -> dict:
     """The ranking, its verdict and the fault verdict, by the real functions, with each part's time."""
-    from commbench.analysis import linkfaults, linkrank
+    from commbench.analysis.pairs import linkfaults, linkrank
     from commbench.core.results import read_results
 
     times = {}

@@ -22,7 +22,7 @@ def frames(analysis_sides):
 @pytest.fixture(scope="module")
 def bands(frames):
     """Bands `gate --suggest --min-size 1G` writes from the before side (set-up, not timed)."""
-    from commbench.analysis import gate
+    from commbench.analysis.gate import gate
 
     suggestion = gate.suggest(frames[0], min_size=1 << 30, allow_wide=True)
     assert suggestion.entries > 0
@@ -49,7 +49,7 @@ def test_read_results(benchmark, analysis_sides):
 
 @pytest.mark.benchmark(group="analysis: compare")
 def test_compare_frames(benchmark, frames, analysis_sides):
-    from commbench.analysis.compare import compare_frames
+    from commbench.analysis.compare.compare import compare_frames
 
     c = benchmark(compare_frames, *frames)
     assert len(c.points) == analysis_sides.rows // 2 // 25 and not c.only_before and not c.only_after
@@ -66,8 +66,8 @@ def test_compare_frames(benchmark, frames, analysis_sides):
 @pytest.mark.benchmark(group="analysis: compare")
 def test_compare_engine(benchmark, frames, analysis_sides):
     """The one aggregation over the files (reading included)."""
-    from commbench.analysis import compare
-    from commbench.analysis.compare import compare_frames
+    from commbench.analysis.compare import compare
+    from commbench.analysis.compare.compare import compare_frames
 
     c = benchmark(compare.compare_paths, [analysis_sides.before], [analysis_sides.after])
     assert c is not None, "the engine declined the generated files"
@@ -77,7 +77,7 @@ def test_compare_engine(benchmark, frames, analysis_sides):
 
 @pytest.mark.benchmark(group="analysis: gate")
 def test_gate_judge(benchmark, frames, bands):
-    from commbench.analysis import gate
+    from commbench.analysis.gate import gate
 
     report = benchmark(gate.judge, bands, frames[1])
     assert len(report.results) == len(bands.entries)
@@ -89,7 +89,7 @@ def test_gate_judge(benchmark, frames, bands):
 
 @pytest.mark.benchmark(group="analysis: gate")
 def test_gate_engine(benchmark, frames, bands, analysis_sides):
-    from commbench.analysis import gate
+    from commbench.analysis.gate import gate
 
     report = benchmark(gate.gate_paths, bands, [analysis_sides.after])
     pandas = gate.judge(bands, frames[1])
@@ -98,7 +98,7 @@ def test_gate_engine(benchmark, frames, bands, analysis_sides):
 
 @pytest.mark.benchmark(group="analysis: plot and report data")
 def test_plot_lines(benchmark, frames):
-    from commbench.analysis import plot
+    from commbench.analysis.report import plot
 
     lines = benchmark(plot.aggregate, frames[1], "busbw_GBps")
     assert lines and sum(int(line.reps.sum()) for line in lines) == len(frames[1])
@@ -106,7 +106,7 @@ def test_plot_lines(benchmark, frames):
 
 @pytest.mark.benchmark(group="analysis: plot and report data")
 def test_report_peaks(benchmark, frames):
-    from commbench.analysis import plot, summary
+    from commbench.analysis.report import plot, summary
 
     peaks = benchmark(summary.peak_rows, frames[1])
     lines = plot.aggregate(frames[1], "busbw_GBps")
@@ -116,7 +116,7 @@ def test_report_peaks(benchmark, frames):
 
 @pytest.mark.benchmark(group="analysis: plot and report data")
 def test_report_points(benchmark, frames):
-    from commbench.analysis import summary
+    from commbench.analysis.report import summary
 
     points = benchmark(summary.point_rows, frames[1])
     assert sum(p["reps"] for p in points) == len(frames[1])

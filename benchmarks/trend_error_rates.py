@@ -17,8 +17,8 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from commbench.analysis import trend
-from commbench.analysis.sides import KEY_COLUMNS
+from commbench.analysis.points.sides import KEY_COLUMNS
+from commbench.analysis.trend import trend
 
 RUNS, POINTS, CHANGE_AT = 24, 24, 15  # position 15: run 16
 SCENARIOS = [  # name, night_sd, point_sd, heavy tails

@@ -44,7 +44,7 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
 
     Exit 0: no regression; 1: a regression; 3: inconclusive or nothing comparable. See docs/COMPARE.md.
     """
-    from commbench.analysis import compare as comparing
+    from commbench.analysis.compare import compare as comparing
     from commbench.core import results
 
     thr = fraction(threshold, "--threshold")
@@ -62,9 +62,9 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
     read: dict = {"columns": comparing.READ_COLUMNS}
     if plot_path is not None:
         try:
-            from commbench.analysis import plot as plotting
+            from commbench.analysis.report import plot as plotting
         except ImportError:
-            raise BadInput("--plot needs commbench.analysis.plot") from None
+            raise BadInput("--plot needs commbench.analysis.report.plot") from None
         plotting.check_figure(plot_path, "compare", "--plot", inputs, force)
         if out is not None and os.path.abspath(out) == os.path.abspath(plot_path):
             raise BadInput(f"--out and --plot both name {out}: pass two different file names")
@@ -105,7 +105,7 @@ def _chosen_settings(before_df, after_df, before_setting, after_setting):
     """Each side narrowed to its chosen setting; the line that says which were paired."""
     if before_setting is None and after_setting is None:
         return before_df, after_df, None
-    from commbench.analysis import settingsview
+    from commbench.analysis.points import settingsview
 
     if before_setting is not None:
         before_df = settingsview.select(before_df, before_setting, "before", "--before-setting")
@@ -160,9 +160,9 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
     judged (unless --allow-empty); 2: bad input.
     See docs/GATE.md.
     """
-    from commbench.analysis import gate as gating
-    from commbench.analysis import gateview
-    from commbench.analysis import tolerance
+    from commbench.analysis.gate import gate as gating
+    from commbench.analysis.gate import gateview
+    from commbench.analysis.gate import tolerance
     from commbench.core import results as store
     from commbench.core.units import parse_size
 
@@ -227,7 +227,7 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
 def plot(results, metric, out, line_rate, force) -> int:
     """Draw bandwidth (or time) against message size, one line per collective, dtype, placement and run;
     `zero --bucket-size` grids and `pairs` runs as heat maps (beside the curves when both are there)."""
-    from commbench.analysis import plot as plotting
+    from commbench.analysis.report import plot as plotting
 
     written = plotting.plot_results(list(results), metric=metric, out=out, line_rate=line_rate, force=force)
     print(f"plot written to {written[0]}" + (f" (also: {', '.join(map(str, written[1:]))})" if written[1:] else ""))
@@ -246,7 +246,7 @@ def plot(results, metric, out, line_rate, force) -> int:
 @click.option("--force", is_flag=True, help="Replace an existing report and its figures (never an input).")
 def report(results, baseline, out, fmt, line_rate, force) -> int:
     """Write one report of results: curves, peak busbw, run metadata, and the comparison with --baseline."""
-    from commbench.analysis import report as reporting
+    from commbench.analysis.report import report as reporting
 
     written = reporting.write_report(list(results), list(baseline) or None, out=out, fmt=fmt, line_rate=line_rate,
                                      force=force)

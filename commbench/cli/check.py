@@ -48,7 +48,7 @@ def check(profile_path, mode, launcher, nproc, time_budget, link_rate, fmt, drai
     Exit 0 no host failed, 1 some host failed, 3 no verdict. See docs/CHECK.md."""
     import dataclasses
 
-    from commbench.analysis import checkprofile
+    from commbench.analysis.check import checkprofile
     from commbench.core.units import parse_rate
 
     profile = checkprofile.load(profile_path)
@@ -64,7 +64,7 @@ def check(profile_path, mode, launcher, nproc, time_budget, link_rate, fmt, drai
     _not_launched()
     launcher = _launcher(launcher, nproc)
     runner = _slurm_runner(launcher) if drain or resume else None
-    from commbench.analysis import checkverdict
+    from commbench.analysis.check import checkverdict
     from commbench.core.results import make_run_id
     from commbench.workloads import check as work
 
@@ -82,13 +82,13 @@ def check(profile_path, mode, launcher, nproc, time_budget, link_rate, fmt, drai
 
 
 def _metrics(result, files: list[str], path: str) -> None:
-    from commbench.analysis.metrics import write_metrics
+    from commbench.analysis.export.metrics import write_metrics
 
     write_metrics(files, path, check={h.host: h.verdict for h in result.hosts}, command="check")
 
 
 def _healthcheck(profile, out: str, fmt: str, metrics: str | None) -> int:
-    from commbench.analysis import checkverdict
+    from commbench.analysis.check import checkverdict
     from commbench.workloads import check as work
 
     result = work.healthcheck(profile, out)

@@ -27,7 +27,7 @@ def export(results, textfile, url, job) -> int:
 
     Exit 0: written; 2: bad input; 3: the Pushgateway did not answer.
     """
-    from commbench.analysis import metrics
+    from commbench.analysis.export import metrics
 
     if (textfile is None) == (url is None):
         raise BadInput("export needs one of --openmetrics FILE or --push URL: pass one, e.g. "

@@ -197,11 +197,11 @@ def pairs(size, mode, hosts_only, slow_below, from_results, per_rail, rails, cap
         if size is not None or mode is not None or hosts_only or per_rail:
             raise BadInput("--from ranks results already measured: drop --size, --mode, --hosts-only, --per-rail "
                            "and --rails")
-        from commbench.analysis import linkfaults
+        from commbench.analysis.pairs import faultstext, linkfaults
         from commbench.core.results import read_results
 
         frame = read_results(list(from_results))
-        lines, verdicts = linkfaults.report(frame, threshold)
+        lines, verdicts = faultstext.report(frame, threshold)
         click.echo("\n".join(lines))
         for line in verdicts:
             print(f"commbench: {line}", file=sys.stderr)

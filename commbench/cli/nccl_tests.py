@@ -80,7 +80,7 @@ def side_by_side(commbench_results, nccl_tests_results, fmt, out, force) -> int:
     import sys
     from pathlib import Path
 
-    from commbench.analysis import sidebyside
+    from commbench.analysis.ncclside import sidebyside
     from commbench.core import outputs, results
 
     inputs = [commbench_results, nccl_tests_results]

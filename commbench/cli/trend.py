@@ -39,19 +39,20 @@ def trend(results, alpha, threshold, fmt, plot_path, force) -> int:
 
     Exit 0: no point got worse; 1: a point got worse; 3: too few runs for a verdict. See docs/TREND.md.
     """
-    from commbench.analysis import trend as trending
+    from commbench.analysis.trend import trend as trending
 
     a = fraction(alpha, "--alpha", low_open=True)
     thr = fraction(threshold, "--threshold")
     if a > 0.5:
         raise BadInput(f"--alpha {alpha} is above 0.5: pass a significance level such as 0.05 or 0.01")
     if plot_path is not None:
-        from commbench.analysis import plot
+        from commbench.analysis.report import plot
 
         plot.check_figure(plot_path, "trend", "--plot", results, force)  # before anything is read
     found = trending.trend(results, alpha=a, threshold=thr)
     if plot_path is not None:
-        from commbench.analysis import plot, trendplot
+        from commbench.analysis.report import plot
+        from commbench.analysis.trend import trendplot
 
         plot.save_figure(trendplot.draw(found), plot_path, "--plot", "trend", results, force)
     text = json.dumps(_as_dict(found), indent=2, default=str) + "\n" if fmt == "json" else _table(found, trending)

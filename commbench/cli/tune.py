@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from commbench.analysis.tuneview import MIN_GAIN
+from commbench.analysis.tune.tuneview import MIN_GAIN
 from commbench.cli.options import Number, model_shape, model_shape_options, run_fields, run_options
 from commbench.cli.tables import wide_option
 from commbench.core.errors import BadInput
@@ -94,7 +94,7 @@ def tune(ds_config, model, layers, hidden, vocab, curve, top, memory, stages, re
 def _report(plan, result, user, cfg, paths, force, min_gain, wide) -> None:
     """The recommendation first (a change to training on its first line, then the winner against
     the user's config and the patch), the ranked table and the notes after it."""
-    from commbench.analysis import tuneview
+    from commbench.analysis.tune import tuneview
     from commbench.core import outputs
     from commbench.integrations.deepspeed import config as dsconfig
 

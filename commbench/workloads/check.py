@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from commbench.analysis import gate
-from commbench.analysis.checkprofile import Profile
-from commbench.analysis.checkverdict import CheckResult, Judge
+from commbench.analysis.check.checkprofile import Profile
+from commbench.analysis.check.checkverdict import CheckResult, Judge
+from commbench.analysis.gate import gate
 from commbench.core.errors import BadInput
 from commbench.core.linkrate import effective_rate
 from commbench.core.outtext import bounded

@@ -43,7 +43,7 @@ class Slow:
 
 def slow_endpoints(frame, per_rail: bool, run_id: str, threshold: float) -> list[Slow]:
     """The endpoints linkrank.py (railrank.py with rails) names slow, from the main rounds' rows."""
-    from commbench.analysis import linkrank, railrank
+    from commbench.analysis.pairs import linkrank, railrank
 
     if per_rail:
         rails = railrank.by_rail(frame, run_id)

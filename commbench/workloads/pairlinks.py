@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from commbench.analysis.linkrank import FAILED
+from commbench.analysis.pairs.linkrank import FAILED
 from commbench.core import wire
 from commbench.core.errors import RuntimeFailure
 from commbench.core.columns import UNOBSERVED
@@ -221,7 +221,7 @@ class LinkTester:
         """Per rail when the rows have rails: a rail's suspects are judged on that rail's rows."""
         import pandas as pd
 
-        from commbench.analysis import linkfaults
+        from commbench.analysis.pairs import linkfaults
 
         if not self.rows:
             return []

@@ -35,7 +35,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from commbench.analysis import linkfaults, linkrank, railrank
+from commbench.analysis.pairs import faultstext, linkfaults, linkrank, railrank
 from commbench.workloads import pairlinks, pairrails
 from commbench.workloads.pairlinks import pattern
 from commbench.workloads import tournament
@@ -262,7 +262,7 @@ class PairsWorkload:
                 slow = linkrank.verdict(ranking)
             verdict = linkfaults.faults(frame)
             if verdict.failed:
-                lines += linkfaults.render_faults(verdict)
+                lines += faultstext.render_faults(verdict)
             lines += tester.capture_lines()  # --capture: the packets of the suspect links (paircapture.py)
         session.reporter.line("#")
         for line in lines:

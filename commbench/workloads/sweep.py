@@ -82,7 +82,7 @@ class SweepWorkload:
     def finished(self, rows: Sequence[Mapping]) -> None:
         """Rank 0 after the closing lines: --metrics FILE from the run's own rows (analysis/metrics.py)."""
         if self.plan.metrics and rows:
-            from commbench.analysis.metrics import write_metrics
+            from commbench.analysis.export.metrics import write_metrics
 
             path = write_metrics(rows, self.plan.metrics)
             print(f"# Metrics: {path}", flush=True)

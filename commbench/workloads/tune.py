@@ -26,8 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commbench.analysis.predict import Curve, load_curve, predict_us
-from commbench.analysis.tuneview import Row
+from commbench.analysis.tune.predict import Curve, load_curve, predict_us
+from commbench.analysis.tune.tuneview import Row
 from commbench.core import options
 from commbench.core.errors import BadInput, CommbenchError, RuntimeFailure
 from commbench.core.results import read_results
@@ -315,7 +315,7 @@ def run(plan: TunePlan, user: Row, curve_files: list[str],
     if curve is None:
         curve, written = quick_curve(plan, rows)
     notes = predict(plan, rows, curve)
-    from commbench.analysis.tuneview import ranked
+    from commbench.analysis.tune.tuneview import ranked
 
     order, full = ranked(rows)
     yours = next((r for r in order if r.setting() == user.setting()), None)

@@ -92,7 +92,7 @@ class ZeroWorkload(InDataGroups):
     def predict(self, world: int) -> None:
         """Each setting's communication time per step at full scale from the --curve sweep, into
         plan.predicted; a curve that lacks a collective or size, or another world size, is refused."""
-        from commbench.analysis.predict import load_curve, predict_us
+        from commbench.analysis.tune.predict import load_curve, predict_us
 
         p = self.plan
         curve = load_curve(list(p.curve))

@@ -362,7 +362,7 @@ def test_an_expansion_bomb_in_a_bands_file_is_refused_at_once(text, needles, d, 
 
 @pytest.mark.failure(row="yaml-alias-bomb-billion-laughs")
 def test_the_bands_loader_builds_nothing_it_was_not_given():
-    from commbench.analysis import gate
+    from commbench.analysis.gate import gate
 
     start = time.monotonic()
     for _, text, needles in BAD_BANDS:
@@ -453,9 +453,9 @@ def test_read_results_reads_a_json_cell_nested_too_deeply_as_unreadable(d):
 
 @pytest.mark.failure(row="json-nested-million-levels-deep")
 def test_json_cells_are_read_without_recursion():
-    from commbench.analysis.frames import UNREADABLE, json_cell
-    from commbench.analysis.runs import describe_run
-    from commbench.analysis.summary import json_value
+    from commbench.analysis.points.frames import UNREADABLE, json_cell
+    from commbench.analysis.points.runs import describe_run
+    from commbench.analysis.report.summary import json_value
 
     for deep in (DEEP, '{"a":' * 100_000 + "1" + "}" * 100_000, "[" * 1_000_000, "[" * 65 + "]" * 65):
         assert json_cell(deep) == UNREADABLE and json_value(deep) == UNREADABLE
@@ -488,7 +488,7 @@ def test_doctor_shows_escape_sequences_in_the_environment_as_escapes(variable, t
 
 @pytest.mark.failure(row="terminal-escape-x1b-31m-x1b")
 def test_safetext_escapes_every_control_character():
-    from commbench.analysis.frames import printable as frames_printable
+    from commbench.analysis.points.frames import printable as frames_printable
     from commbench.core.safetext import escaped, escaped_tree, printable
 
     assert escaped("a\tb\nc\x1b[0m\x00\u202e\U000e0001é") == "a\\tb\\nc\\x1b[0m\\x00\\u202e\\U000e0001é"

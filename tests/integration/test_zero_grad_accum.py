@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commbench.analysis.predict import load_curve
+from commbench.analysis.tune.predict import load_curve
 from commbench.workloads.zero import ZeroPlan, ZeroWorkload
 from commbench.workloads.zeroschedule import curve_comms
 

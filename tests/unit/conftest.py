@@ -17,6 +17,6 @@ def undrawn(monkeypatch) -> None:
     panels are built, and with what lines, is unchanged. Drawing itself is tested by test_plot.py,
     test_report.py, test_golden_results.py and the heat-map tests (test_zerogrid, test_pairs,
     test_fault_views), which never use this."""
-    from commbench.analysis import plot
+    from commbench.analysis.report import plot
 
     monkeypatch.setattr(plot, "figure_bytes", lambda fig, fmt="png": FIGURE_BYTES[fmt])

@@ -33,3 +33,15 @@ def test_generation_follows_the_code(tmp_path):
     assert archdoc.generate(doc, pkg) == (
         "intro\n<!-- modules: core -->\n| module | job |\n|---|---|\n| `core/b.py` | B does \\| this. |\n"
         "| `core/a.py` | A, first paragraph. |\n<!-- /modules -->\nafter\n")
+
+
+def test_quoted_facts_follow_the_code(tmp_path):
+    """The schema version the page quotes is core/columns.py's: a stale one is rewritten and --check names it."""
+    pkg = tmp_path / "commbench"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "core" / "columns.py").write_text('"""Columns."""\n\nSCHEMA_VERSION = 7\n')
+    doc = "results (schema_version 3)\n"
+    new = archdoc.generate(doc, pkg)
+    assert new == "results (schema_version 7)\n"
+    assert archdoc.differences(doc, new) == ["schema_version"]
+    assert archdoc.generate(new, pkg) == new

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commbench.analysis import checkprofile
-from commbench.analysis.checkverdict import Judge, table
+from commbench.analysis.check import checkprofile
+from commbench.analysis.check.checkverdict import Judge, table
 from commbench.core.errors import BadInput
 from commbench.integrations import slurmnodes
 from commbench.workloads.check import child_argv, doctor_json, link_rates
@@ -116,7 +116,7 @@ def test_equal_links_pass_everyone_and_no_step_is_no_verdict():
 
 
 def test_a_sweep_that_misses_its_bands_warns_every_host_when_none_is_to_blame():
-    from commbench.analysis import gate
+    from commbench.analysis.gate import gate
 
     bands = gate.parse_bands("version: 1\nentries:\n- {collective: all_reduce, size: 1M, ranks: 2, busbw_GBps: 10}\n")
     entry = bands.entries[0]

@@ -1,4 +1,4 @@
-"""commbench.analysis.compare and `commbench compare`: verdicts per point and overall, never failing open.
+"""commbench.analysis.compare.compare and `commbench compare`: verdicts per point and overall, never failing open.
 
 Frames are synthetic but have the real schema: busbw follows a latency/bandwidth curve, each
 repetition (row) gets its own lognormal run factor and each timed iteration its own jitter, and
@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commbench.analysis import compare as cmp
-from commbench.analysis import engine
-from commbench.analysis.sides import KEY_COLUMNS
+from commbench.analysis.compare import compare as cmp
+from commbench.analysis.points import pointtable
+from commbench.analysis.points.sides import KEY_COLUMNS
 from commbench.core import stats
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.results import SCHEMA_VERSION, ResultWriter
@@ -117,8 +117,8 @@ FP_TRIALS = 200
 FP_FULL_EVERY = 20
 
 
-def in_memory(template: engine.Aggregate, frame: pd.DataFrame, name: str) -> engine.Aggregate:
-    """What engine.aggregate makes of `frame` (a make_frame side with the template's points and runs),
+def in_memory(template: pointtable.Aggregate, frame: pd.DataFrame, name: str) -> pointtable.Aggregate:
+    """What pointtable.aggregate makes of `frame` (a make_frame side with the template's points and runs),
     without the engine: each point's values are its rows' busbw in row order, its context the template's."""
     size_at = KEY_COLUMNS.index("size_bytes")
     values = [frame["busbw_GBps"].to_numpy()[frame["size_bytes"].to_numpy() == key[size_at]]
@@ -138,7 +138,7 @@ def test_identical_distributions_false_positive_rate():
         if trial % FP_FULL_EVERY == 0:
             c = cmp.compare_frames(before, after)
             if template is None:
-                template = engine.aggregate((), "before", engine.frame_source(before, "before"))
+                template = pointtable.aggregate((), "before", pointtable.frame_source(before, "before"))
                 assert [k[KEY_COLUMNS.index("size_bytes")] for k in template.keys] == list(SIZES)
             assert cmp.compare_aggregates(in_memory(template, before, "before"),
                                           in_memory(template, after, "after")) == c

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from commbench.analysis import hostfacts, plot
-from commbench.analysis.compare import compare_frames
+from commbench.analysis.compare.compare import compare_frames
+from commbench.analysis.points import hostfacts
+from commbench.analysis.report import plot
 from commbench.cli.app import main
 from commbench.core.results import read_results
 

@@ -12,9 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from commbench.analysis import compare, linkrank, pairsplot, report
-from commbench.analysis.markdown import build_markdown
-from commbench.analysis.plot import figure_bytes
+from commbench.analysis.compare import compare
+from commbench.analysis.pairs import linkrank, pairsplot
+from commbench.analysis.report import report
+from commbench.analysis.report.markdown import build_markdown
+from commbench.analysis.report.plot import figure_bytes
 from commbench.cli.app import main
 from commbench.core.results import read_results
 

@@ -1,4 +1,4 @@
-"""commbench.analysis.gate and `commbench gate`: reference bands judged per entry, suggested from a good run.
+"""commbench.analysis.gate.gate and `commbench gate`: reference bands judged per entry, suggested from a good run.
 
 Result frames are synthetic (tests/unit/synthetic.py: the real schema through the real writer and
 reader); bands files are written as text, the way people write them.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from commbench.analysis import gate, gateview
+from commbench.analysis.gate import gate, gateview
 from commbench.core.errors import BadInput
 
 from . import synthetic
@@ -400,7 +400,7 @@ def test_band_basis_prefers_runs_then_repetitions_then_one_run_s_ci():
 
     import numpy as np
 
-    from commbench.analysis import tolerance
+    from commbench.analysis.gate import tolerance
 
     runs = tolerance.basis(["a", "a", "b", "b", "c", "c"], np.array([100, 101, 104, 103, 98, 99.0]), None, [1] * 6)
     assert runs.kind == "runs" and runs.n == 3

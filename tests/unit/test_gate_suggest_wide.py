@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from commbench.analysis import tolerance
+from commbench.analysis.gate import tolerance
 
 from .synthetic import make_rows, write
 

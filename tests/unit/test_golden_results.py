@@ -164,7 +164,7 @@ def test_compare_old_sweep_against_new(frames):
 def test_compare_through_pandas_agrees(frames):
     """compare --plot and --before-setting read both files with read_results and compare the frames
     (not the parquet engine): the same pairs, values and verdict."""
-    from commbench.analysis.compare import compare_frames
+    from commbench.analysis.compare.compare import compare_frames
 
     by_pandas = compare_frames(frames[OLD, "sweep"], frames[NEW, "sweep"]).to_dict()
     _, out = invoke(["compare", golden(OLD, "sweep"), golden(NEW, "sweep"), "--format", "json"])
@@ -209,13 +209,13 @@ def test_compare_zero_across_versions_pairs_the_stages():
 
 def test_an_old_zero_file_beside_a_new_one_reads_its_grad_accum_as_1(tmp_path):
     """One side of two files, the older without the column: each of its rows as its own file meant it."""
-    from commbench.analysis import engine
+    from commbench.analysis.points import pointtable
 
     df = read_results([golden(OLD, "zero"), golden(NEW, "zero")])
     assert list(df["grad_accum"]) == [1] * len(df)
-    source = engine.open_source([golden(OLD, "zero"), golden(NEW, "zero")])
-    agg = engine.aggregate([golden(OLD, "zero"), golden(NEW, "zero")], "before", source)
-    grad = [dict(zip(engine.KEY_COLUMNS, k))["grad_accum"] for k in agg.keys]
+    source = pointtable.open_source([golden(OLD, "zero"), golden(NEW, "zero")])
+    agg = pointtable.aggregate([golden(OLD, "zero"), golden(NEW, "zero")], "before", source)
+    grad = [dict(zip(pointtable.KEY_COLUMNS, k))["grad_accum"] for k in agg.keys]
     assert grad == [1, 1, 1] and list(agg.counts) == [4, 4, 4]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from commbench.analysis import compare as cmp
+from commbench.analysis.compare import compare as cmp
 from tests.unit.synthetic import make_rows
 
 GROUPS = {0: "0,2", 1: "1,3"}
@@ -51,7 +51,7 @@ def test_compare_of_plain_runs_has_no_group_column():
 
 
 def test_the_report_of_a_layout_run_has_a_layout_section_with_groups_slowest_and_contention():
-    from commbench.analysis import report
+    from commbench.analysis.report import report
 
     rows = layout_rows(repetitions=3, slow_group=1)
     for r in rows:
@@ -72,7 +72,7 @@ def test_the_report_of_a_layout_run_has_a_layout_section_with_groups_slowest_and
 
 
 def test_the_report_of_a_plain_run_has_no_layout_section():
-    from commbench.analysis import report
+    from commbench.analysis.report import report
 
     assert 'id="layout"' not in report.build_html(pd.DataFrame(make_rows(repetitions=2)), ["synthetic"])
 
@@ -80,7 +80,7 @@ def test_the_report_of_a_plain_run_has_no_layout_section():
 def test_gate_suggest_on_a_layout_run_writes_a_band_per_group_and_judges_each_group():
     import yaml
 
-    from commbench.analysis import gate
+    from commbench.analysis.gate import gate
 
     good = pd.DataFrame(layout_rows(repetitions=5))
     s = gate.suggest(good, ["good"], allow_wide=True)
@@ -96,7 +96,7 @@ def test_gate_suggest_on_a_layout_run_writes_a_band_per_group_and_judges_each_gr
 
 
 def test_a_gate_entry_without_a_group_matches_no_group_rows():
-    from commbench.analysis import gate
+    from commbench.analysis.gate import gate
 
     bands = gate.parse_bands("version: 1\nsystem: x\nentries:\n"
                              "- {collective: all_reduce, size: 1M, ranks: 2, busbw_GBps: 1.0}\n"
@@ -106,7 +106,7 @@ def test_a_gate_entry_without_a_group_matches_no_group_rows():
 
 
 def test_the_plot_of_a_layout_run_draws_a_curve_per_group_and_kind_of_pass():
-    from commbench.analysis import plot
+    from commbench.analysis.report import plot
 
     rows = layout_rows(repetitions=2)
     fig = plot.build_figure(pd.DataFrame(rows), "busbw")
@@ -119,7 +119,7 @@ def test_the_plot_of_a_layout_run_draws_a_curve_per_group_and_kind_of_pass():
 
 
 def test_a_group_label_from_a_file_is_inert_in_the_figure():
-    from commbench.analysis import plot
+    from commbench.analysis.report import plot
 
     rows = layout_rows(repetitions=1, sizes=(1 << 20,))
     for r in rows:
@@ -129,7 +129,7 @@ def test_a_group_label_from_a_file_is_inert_in_the_figure():
 
 
 def test_the_markdown_report_of_a_layout_run_has_the_layout_section_with_inert_group_text():
-    from commbench.analysis import markdown
+    from commbench.analysis.report import markdown
 
     rows = layout_rows(repetitions=2, sizes=(1 << 20,))
     for r in rows:
@@ -142,7 +142,7 @@ def test_the_markdown_report_of_a_layout_run_has_the_layout_section_with_inert_g
 
 def test_the_layout_section_of_two_runs_keeps_each_runs_groups_apart():
     """One rail (contended) and two rails (not): one factor per run, never the two pooled."""
-    from commbench.analysis import layoutview
+    from commbench.analysis.layout import layoutview
 
     rows = []
     for run, factor in (("20250101-000000-onerail", 0.5), ("20250102-000000-tworail", 1.0)):

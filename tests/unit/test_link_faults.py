@@ -10,8 +10,8 @@ import math
 import pandas as pd
 import pytest
 
-from commbench.analysis import linkfaults, linkrank
-from commbench.analysis.linkfaults import Culprit
+from commbench.analysis.pairs import faultstext, linkfaults, linkrank
+from commbench.analysis.pairs.linkfaults import Culprit
 from commbench.cli.app import main
 from commbench.workloads import tournament
 
@@ -103,7 +103,7 @@ def test_a_host_whose_links_all_fail_is_named_and_nobody_else(bidir):
     assert len(v.failed) == (3 if bidir else 6)
     assert v.failed[0] == {"src": "n1", "dst": "n3", "status": "unreachable",
                            "error": "peer rank 2 did not answer (unreachable)", "confirm": None, "bidir": bidir}
-    assert linkfaults.render_faults(v)[0] == "# Unreachable host: n3 (every link failed: 3 of 3, unreachable)"
+    assert faultstext.render_faults(v)[0] == "# Unreachable host: n3 (every link failed: 3 of 3, unreachable)"
 
 
 def test_a_failed_link_between_healthy_hosts_is_the_link_not_a_host():
@@ -115,7 +115,7 @@ def test_a_failed_link_between_healthy_hosts_is_the_link_not_a_host():
     v = linkfaults.faults(df)
     assert v.exit_code == 1 and v.undecided is None
     assert [(f["src"], f["dst"]) for f in v.failed] == [("n1", "n4"), ("n4", "n1")]
-    assert linkfaults.render_faults(v)[0] == "# Failed link: n1 <-> n4 (error; both hosts work with others)"
+    assert faultstext.render_faults(v)[0] == "# Failed link: n1 <-> n4 (error; both hosts work with others)"
 
 
 def test_a_link_that_fails_one_way_says_which_way():
@@ -131,7 +131,7 @@ def test_with_two_hosts_a_failed_link_is_undecided_exit_3():
                              "apart): measure at least 3 hosts")
     assert v.named == [] and v.exit_code == 3
     assert v.undecided == "with two endpoints a failed link cannot be pinned on either end: measure at least 3 hosts"
-    lines = linkfaults.render_faults(v)
+    lines = faultstext.render_faults(v)
     assert lines[0] == "# Cannot tell which end: a <-> b (unreachable; only two hosts)"
     assert ("# No verdict: with two endpoints a failed link cannot be pinned on either end: measure at least "
             "3 hosts.") in lines
@@ -142,7 +142,7 @@ def test_when_every_link_fails_there_is_no_verdict():
     assert v.culprits == [] and v.named == [] and v.exit_code == 3 and len(v.failed) == 12
     assert v.undecided == ("every link failed (6 of 6): no two endpoints worked together, so none can be blamed; "
                            "check that the hosts are up and can reach each other")
-    assert linkfaults.render_faults(v)[0] == "# No verdict: " + v.undecided + "."
+    assert faultstext.render_faults(v)[0] == "# No verdict: " + v.undecided + "."
     assert linkfaults.suspects(df_of(mesh_rows(fail=lambda s, d: "unreachable"))) == []
 
 
@@ -156,7 +156,7 @@ def test_a_hung_host_is_named_with_status_timeout():
     v = linkfaults.faults(df_of(mesh_rows(fail=dead(3, status="timeout"))))
     [c] = v.named
     assert (c.kind, c.name, c.status) == ("host", "n4", "timeout")
-    assert linkfaults.render_faults(v)[0] == "# Hung host: n4 (every link failed: 3 of 3, timeout)"
+    assert faultstext.render_faults(v)[0] == "# Hung host: n4 (every link failed: 3 of 3, timeout)"
 
 
 def _wire_of(host, *trouble):
@@ -178,7 +178,7 @@ def test_timeouts_while_the_wire_lost_packets_name_a_lossy_host_not_a_hung_one()
     v = linkfaults.faults(df_of(rows))
     [c] = v.named
     assert (c.kind, c.name, c.status, c.lossy) == ("host", "n4", "timeout", True)
-    lines = linkfaults.render_faults(v)
+    lines = faultstext.render_faults(v)
     assert lines[0] == "# Lossy host: n4 (every link failed: 3 of 3, timeout)"
     assert ("#   wire during the failed transfers: n4 eth0 qdisc drops +105, n1 tcp RetransSegs +200, "
             "n2 tcp RetransSegs +200, n3 tcp RetransSegs +200 "
@@ -193,7 +193,7 @@ def test_counters_that_moved_without_loss_keep_a_hung_host_hung():
         if r["status"] == "timeout":
             r["wire"] = _wire_of(r["src_host"], ("eth0 qdisc", "overlimits", 9, "queue"))
     [c] = linkfaults.faults(df_of(rows)).named
-    assert not c.lossy and linkfaults.render_faults(linkfaults.faults(df_of(rows)))[0].startswith("# Hung host: n4")
+    assert not c.lossy and faultstext.render_faults(linkfaults.faults(df_of(rows)))[0].startswith("# Hung host: n4")
 
 
 def test_two_dead_hosts_of_four_are_both_named():
@@ -253,10 +253,10 @@ def test_a_host_that_goes_down_after_round_1_is_named_and_not_its_links(bidir):
     assert len(c.evidence) == 3 and c.evidence[2].startswith("error: peer rank ")
     v = linkfaults.faults(df)
     assert v.culprits == [c] and v.named == [c] and v.undecided is None and v.exit_code == 1
-    assert linkfaults.render_faults(v)[0] == ("# Unreachable host: n4 (every link since its first failure failed: "
+    assert faultstext.render_faults(v)[0] == ("# Unreachable host: n4 (every link since its first failure failed: "
                                               "2 of 2, unreachable; it worked before)")
     assert linkfaults.confirm_plan(df, [c]) == [(0, 3), (1, 3)]  # against two endpoints that passed
-    lines, verdicts = linkfaults.report(df)
+    lines, verdicts = faultstext.report(df)
     assert verdicts == [f"run {RUN}: unreachable host: n4 (every link since its first failure failed: 2 of 2, "
                         "unreachable; it worked before)"]
 
@@ -267,7 +267,7 @@ def test_a_host_that_went_down_is_confirmed_by_the_confirmation_round():
     [c] = linkfaults.faults(df_of(rows)).named
     assert (c.name, c.confirmed) == ("n4", True)
     assert c.evidence[-1] == "confirmation round: failed again against n1, n2"
-    assert linkfaults.render_faults(linkfaults.faults(df_of(rows)))[0] == (
+    assert faultstext.render_faults(linkfaults.faults(df_of(rows)))[0] == (
         "# Unreachable host: n4 (every link since its first failure failed: 2 of 2, unreachable; it worked before; "
         "confirmed against n1, n2)")
 
@@ -338,7 +338,7 @@ def test_several_ranks_per_host_name_the_rank_whose_links_fail():
     assert (c.kind, c.name) == ("host", "b/r2")
     assert c.evidence[0].startswith("4 of 4 links failed (unreachable): b/r2 <-> a/r0, b/r2 <-> a/r1, ")
     assert c.evidence[1] == "a/r0, a/r1, c/r4, c/r5 each work with other endpoints"
-    assert linkfaults.render_faults(v)[0] == "# Unreachable endpoint: b/r2 (every link failed: 4 of 4, unreachable)"
+    assert faultstext.render_faults(v)[0] == "# Unreachable endpoint: b/r2 (every link failed: 4 of 4, unreachable)"
 
 
 def test_a_host_whose_network_is_down_has_every_rank_named():
@@ -351,7 +351,7 @@ def test_a_host_whose_network_is_down_has_every_rank_named():
 def test_a_failed_link_inside_a_host_is_a_link():
     v = linkfaults.faults(df_of(mesh_rows(hosts=RANK_HOSTS, fail=broken(4, 5))))
     assert [(c.kind, c.name) for c in v.named] == [("link", "c/r4 <-> c/r5")]
-    assert linkfaults.render_faults(v)[0] == "# Failed link: c/r4 <-> c/r5 (error; both endpoints work with others)"
+    assert faultstext.render_faults(v)[0] == "# Failed link: c/r4 <-> c/r5 (error; both endpoints work with others)"
 
 
 def test_two_hosts_with_several_ranks_still_find_a_dead_rail():
@@ -412,11 +412,11 @@ def test_a_host_that_fails_again_is_confirmed():
     v = linkfaults.faults(df_of(mesh_rows(fail=dead(2), confirm=[(0, 2, "unreachable"), (1, 2, "unreachable")])))
     [c] = v.named
     assert c.confirmed is True and c.evidence[-1] == "confirmation round: failed again against n1, n2"
-    assert linkfaults.render_faults(v)[0] == \
+    assert faultstext.render_faults(v)[0] == \
         "# Unreachable host: n3 (every link failed: 3 of 3, unreachable; confirmed against n1, n2)"
     assert [f["confirm"] for f in v.failed].count(True) == 4 and v.exit_code == 1
     assert "#   n1 -> n3                                 unreachable (confirmation)  peer rank 2 did not answer " \
-           "(unreachable)" in linkfaults.render_faults(v)
+           "(unreachable)" in faultstext.render_faults(v)
 
 
 def test_a_host_that_recovers_is_refuted_and_not_named():
@@ -424,7 +424,7 @@ def test_a_host_that_recovers_is_refuted_and_not_named():
     [c] = v.culprits
     assert c.confirmed is False and v.named == [] and v.exit_code == 0
     assert c.evidence[-1] == "confirmation round: worked with n2: it recovered, not named"
-    assert linkfaults.render_faults(v)[0] == ("# Unreachable host: n3 (every link failed: 3 of 3, unreachable; "
+    assert faultstext.render_faults(v)[0] == ("# Unreachable host: n3 (every link failed: 3 of 3, unreachable; "
                                             "recovered when measured again: not named)")
 
 
@@ -434,7 +434,7 @@ def test_a_link_that_fails_again_while_its_ends_work_is_confirmed():
     [c] = v.named
     assert c.confirmed is True
     assert c.evidence[-1] == "confirmation round: the link failed again; n1 worked with n3; n2 worked with n4"
-    assert linkfaults.render_faults(v)[0] == "# Failed link: n1 <-> n2 (error; both hosts work with others; confirmed)"
+    assert faultstext.render_faults(v)[0] == "# Failed link: n1 <-> n2 (error; both hosts work with others; confirmed)"
 
 
 def test_a_link_that_works_when_measured_again_is_refuted():
@@ -464,7 +464,7 @@ def test_the_confirmation_round_turns_a_link_into_the_end_that_fails_everywhere(
     assert c.evidence[0] == f"link failed ({status}): n1 <-> n2"
     assert c.evidence[-1] == ("confirmation round: the link failed again; n1 failed against every endpoint that "
                               "passed (1 of 1: n3) while n2 worked with n4: n1 is to blame, not the link")
-    assert linkfaults.render_faults(v)[0] == (f"# {label} host: n1 (its link n1 <-> n2 failed; in the confirmation "
+    assert faultstext.render_faults(v)[0] == (f"# {label} host: n1 (its link n1 <-> n2 failed; in the confirmation "
                                               f"round it failed against n3, {status}, while n2 worked; confirmed)")
 
 
@@ -504,13 +504,13 @@ def test_null_status_columns_change_nothing():
         r.loc[r["src_host"] == "n3", "busbw_GBps"] = 0.05
     bare = plain.drop(columns=["status", "error", "confirm"])
     assert linkrank.links_by_run(plain) == linkrank.links_by_run(bare)
-    assert linkfaults.report(plain) == linkfaults.report(bare)
+    assert faultstext.report(plain) == faultstext.report(bare)
     assert linkfaults.faults(plain) == linkfaults.FaultVerdict([], [], None)
     assert linkfaults.faults(bare).exit_code == 0
 
 
 def test_report_adds_the_fault_lines_and_names_the_host():
-    lines, verdicts = linkfaults.report(df_of(mesh_rows(fail=dead(2))))
+    lines, verdicts = faultstext.report(df_of(mesh_rows(fail=dead(2))))
     assert lines[0] == f"# run {RUN}: sendrecv of 16 MiB, 4 hosts, 6 links, 6 failed"
     assert "# Unreachable host: n3 (every link failed: 3 of 3, unreachable)" in lines
     assert "# Failed links (6):" in lines
@@ -518,7 +518,7 @@ def test_report_adds_the_fault_lines_and_names_the_host():
 
 
 def test_report_of_a_run_where_everything_failed():
-    lines, verdicts = linkfaults.report(df_of(mesh_rows(fail=lambda s, d: "unreachable")))
+    lines, verdicts = faultstext.report(df_of(mesh_rows(fail=lambda s, d: "unreachable")))
     assert lines[:2] == [f"# run {RUN}: sendrecv of 16 MiB, 4 hosts, 0 links, 12 failed",
                          "# No link was measured: every transfer of this run failed."]
     assert verdicts == [] and lines[2].startswith("# No verdict: every link failed (6 of 6)")
@@ -536,9 +536,9 @@ def test_faults_judge_one_run_at_a_time():
 def test_the_failed_list_is_capped():
     hosts = [f"n{i}" for i in range(1, 11)]
     v = linkfaults.faults(df_of(mesh_rows(hosts=hosts, fail=dead(9))))
-    lines = linkfaults.render_faults(v)
+    lines = faultstext.render_faults(v)
     assert "# Failed links (18):" in lines and len(lines) == 4 + 1 + 18
-    lines = linkfaults.render_faults(v, shown=10)
+    lines = faultstext.render_faults(v, shown=10)
     assert lines[-1] == "#   ... and 8 more (the status and error columns hold them all)"
     assert len(lines) == 4 + 1 + 10 + 1
     assert v.named[0].evidence[0] == ("9 of 9 links failed (unreachable): n10 <-> n1, n10 <-> n2, n10 <-> n3, "
@@ -605,7 +605,7 @@ def test_a_failed_link_on_one_rail_is_that_rail_s_link():
     rows = rail_mesh(lambda s, d, rail: "error" if rail == "eth1" and {s, d} == {0, 1} else None)
     v = linkfaults.faults(df_of(rows))
     assert [(c.kind, c.name, c.rail) for c in v.named] == [("link", "n1 <-> n2", "eth1")]
-    lines = linkfaults.render_faults(v)
+    lines = faultstext.render_faults(v)
     assert "# Failed link: n1 <-> n2 rail eth1 (error; both hosts work with others)" in lines
     assert {f["rail"] for f in v.failed} == {"eth1"}
     eth1 = df_of(rows)[df_of(rows)["rail"] == "eth1"]
@@ -670,7 +670,7 @@ def test_a_host_that_never_joined_is_named_from_its_rows_and_nobody_else(mode):
     v = linkfaults.faults(df_of(rows + measured))
     [c] = v.named
     assert (c.kind, c.name, c.status) == ("host", "n3", "never joined")
-    assert linkfaults.render_faults(v)[0] == "# Never joined host: n3 (every link failed: 3 of 3, never joined)"
+    assert faultstext.render_faults(v)[0] == "# Never joined host: n3 (every link failed: 3 of 3, never joined)"
     assert v.exit_code == 1
 
 

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from commbench.analysis import markdown, plot, report
-from commbench.analysis.compare import compare_frames
-from commbench.analysis.runs import describe_run
-from commbench.analysis.summary import net_rows
+from commbench.analysis.compare.compare import compare_frames
+from commbench.analysis.points.runs import describe_run
+from commbench.analysis.report import markdown, plot, report
+from commbench.analysis.report.summary import net_rows
 from commbench.cli.app import main
 from commbench.core.linkrate import LinkRate, effective_rate, host_rate, net_rates, rate_text
 from commbench.net import netinfo

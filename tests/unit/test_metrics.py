@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from commbench.analysis import metrics
+from commbench.analysis.export import metrics
 from commbench.core import wire
 
 from .synthetic import make_rows, write

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench.analysis import linkfaults
+from commbench.analysis.pairs import faultstext, linkfaults
 from commbench.harness import control, observer
 from commbench.harness.control import ControlPlane
 from commbench.harness.observer import OwnLink, judge, still_together
@@ -153,7 +153,7 @@ def test_pairs_names_rank_0_s_host_when_it_was_cut_off_and_stores_no_link_of_the
     assert [(c.kind, c.name) for c in v.named] == [("host", "n1")] and v.exit_code == 1
     assert v.undecided is None and v.unobserved >= 1
     assert {(f["src"], f["dst"]) for f in v.failed} <= {(a, b) for a in hosts for b in hosts if "n1" in (a, b)}
-    lines = linkfaults.render_faults(v)
+    lines = faultstext.render_faults(v)
     assert lines[0].startswith("# Unreachable host: n1 (every link since its first failure failed")
     assert any(line.startswith("#   rank 0's own host, which collects the rows") for line in lines)
     assert any(line.startswith(f"# Not observed ({v.unobserved} link(s), status unobserved)") for line in lines)

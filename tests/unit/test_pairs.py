@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from commbench.analysis import linkrank
-from commbench.analysis import pairsplot
+from commbench.analysis.pairs import linkrank
+from commbench.analysis.pairs import pairsplot
 from commbench.workloads import tournament
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
@@ -278,7 +278,7 @@ def test_from_results_without_pairs_rows_is_bad_input(tmp_path, capsys):
 
 
 def test_compare_keeps_every_link_a_point_of_its_own(tmp_path):
-    from commbench.analysis import compare
+    from commbench.analysis.compare import compare
 
     fast = {h: 0.12 for h in HOSTS}
     before = pd.DataFrame(pairs_rows(fast, repetitions=5))
@@ -291,7 +291,7 @@ def test_compare_keeps_every_link_a_point_of_its_own(tmp_path):
 
 
 def test_report_has_the_links_section_with_the_ranking(tmp_path, capsys):
-    from commbench.analysis import report
+    from commbench.analysis.report import report
 
     rows = pairs_rows({"n1": 0.1, "n2": 0.1, "n3": 0.05, "n4": 0.1})
     page = report.build_html(pd.DataFrame(rows))
@@ -317,7 +317,7 @@ def test_plot_of_pairs_beside_a_sweep_writes_both(tmp_path, capsys):
 # ----------------------------------------------------------------------------- rails (pairs --per-rail)
 
 
-from commbench.analysis import linkfaults, railrank  # noqa: E402
+from commbench.analysis.pairs import faultstext, linkfaults, railrank  # noqa: E402
 from commbench.workloads import pairrails  # noqa: E402
 
 RAILS = ("eth0", "eth1")
@@ -397,10 +397,10 @@ def test_a_failed_rail_of_one_host_names_that_rail_not_the_host():
     v = linkfaults.faults(df)
     assert [(c.kind, c.name, c.rail, c.status) for c in v.named] == [("host", "n3", "eth1", "unreachable")]
     assert v.exit_code == 1 and v.named[0].label == "n3 rail eth1"
-    text = "\n".join(linkfaults.render_faults(v))
+    text = "\n".join(faultstext.render_faults(v))
     assert "# Unreachable host: n3 rail eth1 (every link failed: 3 of 3, unreachable)" in text
     assert "n1 -> n3 (eth1)" in text and "(eth0)" not in text
-    lines, verdicts = linkfaults.report(df)
+    lines, verdicts = faultstext.report(df)
     assert verdicts == ["run 20250101-000000-rails1: unreachable host: n3 rail eth1 (every link failed: 3 of 3, "
                         "unreachable)"]
     assert "Slow rail" not in "\n".join(lines)  # eth1 has no link of n3's left to be slow; eth0 is equal
@@ -440,7 +440,7 @@ def test_the_heat_map_has_one_map_per_rail(tmp_path):
 
 
 def test_compare_keeps_each_rail_a_point_of_its_own():
-    from commbench.analysis import compare
+    from commbench.analysis.compare import compare
 
     before = pd.DataFrame(rail_rows({}, repetitions=6))
     after = pd.DataFrame(rail_rows({("n3", "eth1"): 0.06}, run_id="20250102-000000-rails2", repetitions=6))
@@ -493,7 +493,7 @@ def test_bad_rails_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch, args,
 
 
 def test_the_report_names_the_slow_rail():
-    from commbench.analysis import report
+    from commbench.analysis.report import report
 
     page = report.build_html(pd.DataFrame(rail_rows({("n3", "eth1"): 0.024})))
     assert 'id="pairs"' in page and "Slow rail: host n3 rail eth1" in page and "Slow host" not in page

@@ -1,4 +1,4 @@
-"""commbench.analysis.plot: the figure's content (lines, ticks, titles, bands, reference line), line-rate
+"""commbench.analysis.report.plot: the figure's content (lines, ticks, titles, bands, reference line), line-rate
 parsing, saving (PNG/SVG, never overwriting) and the `plot` command's bad input. Synthetic rows
 written and read through the real results module; no processes."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
 
-from commbench.analysis import plot
+from commbench.analysis.report import plot
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 

@@ -12,7 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from commbench.analysis import engine, figurequery, points, summary, wireview
+from commbench.analysis.points import pointtable, figurequery, points
+from commbench.analysis.report import summary
+from commbench.analysis.wire import wireview
 from commbench.core.errors import BadInput
 
 
@@ -91,7 +93,7 @@ def test_a_frame_and_its_file_give_the_same_points_and_lines(tmp_path):
     df = _rows(seed=3)
     path = tmp_path / "r.parquet"
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
-    on_disk = engine.Query(engine.open_source([path]), "plotted")
+    on_disk = pointtable.Query(pointtable.open_source([path]), "plotted")
     _same(points.medians(on_disk), points.medians(df))
     for column in ("busbw_GBps", "time_us"):
         mine, theirs = figurequery.frame_lines(df, column), figurequery.plot_lines(on_disk, column)

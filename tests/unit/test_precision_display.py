@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from commbench.analysis import figures, markdown, plot, report
+from commbench.analysis.points import figures
+from commbench.analysis.report import markdown, plot, report
 from commbench.cli.measure import sweep
 from commbench.core import runsummary
 from commbench.core.options import AUTO, AUTO_TARGETS, RunOptions, child_flags, resolve_auto

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from commbench.analysis.predict import flag_size, load_curve, predict_us
+from commbench.analysis.tune.predict import flag_size, load_curve, predict_us
 from commbench.core.errors import BadInput
 from tests.unit.synthetic import make_rows, write
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.analysis import gate
+from commbench.analysis.gate import gate
 from commbench.cli.app import main
 from commbench.core import outputs
 from commbench.core.errors import BadInput

@@ -11,8 +11,8 @@ import json
 import pandas as pd
 import pytest
 
-from commbench.analysis import compare as cmp
-from commbench.analysis import replay, replayview
+from commbench.analysis.compare import compare as cmp
+from commbench.analysis.replay import replayrows, replayview
 from tests.unit import synthetic
 from tests.unit.synthetic import make_rows
 
@@ -71,7 +71,7 @@ def fast_and_slow(**kwargs):
 
 
 def test_a_steps_time_by_collective_is_the_sum_of_its_ops_medians_with_calls_bytes_and_recorded():
-    (step,) = replay.steps(pd.DataFrame(replay_rows({0: FAST}, spans={0: "0-3"})))
+    (step,) = replayrows.steps(pd.DataFrame(replay_rows({0: FAST}, spans={0: "0-3"})))
     assert step.title() == "step 0 (steps 0-3)"
     assert step.time_us == pytest.approx(41_200)
     assert step.ratio == pytest.approx(2.0)  # recorded at half the replayed time
@@ -84,25 +84,25 @@ def test_a_steps_time_by_collective_is_the_sum_of_its_ops_medians_with_calls_byt
 
 def test_steps_come_in_step_order_with_the_ops_outside_any_step_last_and_no_recorded_time_stays_unknown():
     df = pd.DataFrame(replay_rows({-1: FAST[:1], 2: FAST[4:], 1: FAST[:2]}, recorded=None, repetitions=2))
-    got = replay.steps(df)
+    got = replayrows.steps(df)
     assert [s.trace_step for s in got] == [1, 2, -1]
     assert got[-1].title() == "ops outside any step" and got[0].title() == "step 1"
     assert got[0].recorded_us is None and got[0].ratio is None and got[0].parts[0].recorded_us is None
 
 
 def test_rows_without_a_replay_have_no_steps():
-    assert replay.steps(pd.DataFrame(make_rows(repetitions=1))) == []
+    assert replayrows.steps(pd.DataFrame(make_rows(repetitions=1))) == []
 
 
 def test_causes_share_the_collectives_summed_change_and_name_one_that_moved_the_other_way():
-    before = replay.parts_of([replay.Op(0, "all_reduce", 8, None, None, 100.0, None),
-                              replay.Op(1, "broadcast", 8, None, None, 50.0, None)])
-    after = replay.parts_of([replay.Op(0, "all_reduce", 8, None, None, 400.0, None),
-                             replay.Op(1, "broadcast", 8, None, None, 30.0, None)])
-    got = replay.causes(before, after)
+    before = replayrows.parts_of([replayrows.Op(0, "all_reduce", 8, None, None, 100.0, None),
+                              replayrows.Op(1, "broadcast", 8, None, None, 50.0, None)])
+    after = replayrows.parts_of([replayrows.Op(0, "all_reduce", 8, None, None, 400.0, None),
+                             replayrows.Op(1, "broadcast", 8, None, None, 30.0, None)])
+    got = replayrows.causes(before, after)
     assert [(c.collective, round(c.share, 3), c.change_us) for c in got] == [
         ("all_reduce", round(300 / 280, 3), 300.0), ("broadcast", round(-20 / 280, 3), -20.0)]
-    assert replay.causes(before, before) == []
+    assert replayrows.causes(before, before) == []
 
 
 # ---- compare ----
@@ -148,7 +148,7 @@ def test_compare_of_two_replay_files_from_the_command_line_exits_1_with_the_step
 
 
 def test_a_hostile_collective_name_in_a_replay_is_inert_in_compare_and_the_report():
-    from commbench.analysis import report
+    from commbench.analysis.report import report
 
     evil = "all_reduce\x1b[31m<b>|"
     before, after = (pd.DataFrame(replay_rows({0: [(evil, 64, t)]}, run_id=r))
@@ -162,13 +162,13 @@ def test_a_hostile_collective_name_in_a_replay_is_inert_in_compare_and_the_repor
 
 
 def _md_table():
-    from commbench.analysis.markdown import md_table
+    from commbench.analysis.points.mdtext import md_table
 
     return md_table
 
 
 def _md():
-    from commbench.analysis.markdown import md
+    from commbench.analysis.points.mdtext import md
 
     return md
 
@@ -177,7 +177,7 @@ def _md():
 
 
 def test_the_report_of_a_replay_has_a_replay_section_with_collectives_largest_ops_and_ratio():
-    from commbench.analysis import report
+    from commbench.analysis.report import report
 
     df = pd.DataFrame(replay_rows({0: FAST, 1: SLOW}, spans={0: "0-3"}, repetitions=3))
     page = report.build_html(df)
@@ -190,7 +190,7 @@ def test_the_report_of_a_replay_has_a_replay_section_with_collectives_largest_op
 
 
 def test_the_markdown_report_of_a_replay_has_the_same_tables_and_a_plain_run_has_none():
-    from commbench.analysis import markdown, report
+    from commbench.analysis.report import markdown, report
 
     df = pd.DataFrame(replay_rows({0: FAST}, repetitions=2))
     text = markdown.build_markdown(df, None)
@@ -220,7 +220,7 @@ def test_a_step_of_many_ops_lists_its_five_largest_and_many_steps_are_bounded():
 
 
 def test_the_reports_comparison_with_a_replay_baseline_lists_the_replayed_steps():
-    from commbench.analysis import report
+    from commbench.analysis.report import report
 
     before, after = fast_and_slow()
     page = report.build_html(after, baseline_df=before, comparison=cmp.compare_frames(before, after))
@@ -232,8 +232,8 @@ def test_the_reports_comparison_with_a_replay_baseline_lists_the_replayed_steps(
 
 
 def test_a_step_that_moved_against_its_collectives_sums_says_so():
-    cause = replay.Cause("all_reduce", 1.0, 818.0, 4)
-    change = replay.StepChange(0, "step 0 (steps 0,1)", "", 4_500.0, 4_390.0, "inconclusive", [cause])
+    cause = replayrows.Cause("all_reduce", 1.0, 818.0, 4)
+    change = replayrows.StepChange(0, "step 0 (steps 0,1)", "", 4_500.0, 4_390.0, "inconclusive", [cause])
     assert replayview.change_text(change) == (
         "replay step 0 (steps 0,1): 4.50 ms -> 4.39 ms, inconclusive; the collectives' summed time moved the other "
         "way (+818 us): all_reduce 100% (+818 us, 4 calls)")
@@ -242,8 +242,8 @@ def test_a_step_that_moved_against_its_collectives_sums_says_so():
 def test_plot_draws_replayed_steps_apart_from_size_curves(tmp_path):
     """A replay's rows have no size curve: `plot` draws them as bars per step, and a sweep beside
     them keeps its curves (two files)."""
-    from commbench.analysis import plot as plotting
-    from commbench.analysis.replayplot import build_figure
+    from commbench.analysis.replay.replayplot import build_figure
+    from commbench.analysis.report import plot as plotting
 
     frame = pd.concat(fast_and_slow(), ignore_index=True)
     views = plotting.split_views(frame)
@@ -261,12 +261,12 @@ def test_plot_draws_replayed_steps_apart_from_size_curves(tmp_path):
 def test_export_writes_each_replayed_step_and_collective_of_the_latest_run():
     """A replay run every night exported for Prometheus: the latest run's step time, its recorded
     time and each collective's part, per trace and step."""
-    from commbench.analysis import metrics
+    from commbench.analysis.export import metrics
 
     before, after = fast_and_slow()
     after = after.assign(started_at=after["started_at"] + pd.Timedelta(days=1))
     text = metrics.collect(pd.concat([before, after], ignore_index=True)).text().decode()
-    step = replay.steps(after)[0]
+    step = replayrows.steps(after)[0]
     labels = 'setting="",step="0",trace="job.trace"'
     assert f"commbench_replay_step_seconds{{{labels}}} {step.time_us / 1e6}" in text
     assert f"commbench_replay_step_recorded_seconds{{{labels}}} {step.recorded_us / 1e6}" in text

@@ -1,4 +1,4 @@
-"""commbench.analysis.report: the self-contained HTML page (tables, embedded figures, escaping, no external
+"""commbench.analysis.report.report: the self-contained HTML page (tables, embedded figures, escaping, no external
 resources), the Markdown report, comparison_html on a Comparison-shaped object, and the `report`
 command's files and bad input. Synthetic rows through the real results module; no processes."""
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench.analysis import markdown, report, summary
+from commbench.analysis.report import markdown, report, summary
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 
@@ -152,7 +152,7 @@ def test_all_points_table_is_there_collapsed(page_html, page, df):
 
 
 def stand_in_comparison(**over):
-    """The shape of commbench.analysis.compare.Comparison (field names only), for comparison_html alone."""
+    """The shape of commbench.analysis.compare.compare.Comparison (field names only), for comparison_html alone."""
     point = lambda **kw: SimpleNamespace(**{  # noqa: E731
         "key": {"collective": "all_reduce", "dtype": "float32", "in_place": True, "size_bytes": 1 << 20},
         "before_busbw": 40.0, "after_busbw": 30.0, "ratio": 0.75, "p_value": 0.00001, "p_holm": 0.0004,
@@ -198,7 +198,7 @@ def test_comparison_badge_colour_follows_the_verdict(verdict, cls):
 
 
 def test_html_report_with_a_baseline_has_the_comparison_and_its_overlay(tmp_path):
-    pytest.importorskip("commbench.analysis.compare")
+    pytest.importorskip("commbench.analysis.compare.compare")
     before = write(tmp_path / "before.parquet", make_rows(label="before", mtu=1500, speed_gbps=200, repetitions=3))
     after = write(tmp_path / "after.parquet", make_rows(label="after", run_id="20250105-000000-eeeeee", mtu=9000,
                                                         repetitions=3))
@@ -373,7 +373,7 @@ def test_no_settings_section_with_one_setting_or_none(tmp_path, settings):
 def test_settings_beside_rows_without_one_and_ties(tmp_path):
     """Two files side by side: one without a settings column's values, one with --env: the rows
     without a setting are a setting of their own; a tie names both settings."""
-    from commbench.analysis import settingsview
+    from commbench.analysis.points import settingsview
 
     rows = make_rows(collectives=("all_reduce",), placements=(True,), sizes=(1 << 20, 1 << 24), label="")
     other = [dict(r, settings="NCCL_ALGO=Ring NCCL_PROTO=LL", run_id="20250102-000000-bbbbbb") for r in rows]

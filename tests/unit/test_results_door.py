@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from commbench.analysis import engine
+from commbench.analysis.points import pointtable
 from commbench.cli import app as cli
 from commbench.core import filecheck, results
 from commbench.core.errors import BadInput, RuntimeFailure
@@ -97,7 +97,7 @@ def test_a_wrong_type_or_value_is_one_line_naming_file_and_column(case, command,
 
 
 def test_the_engine_path_refuses_the_same(good, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(engine, "MIN_ROWS", 1)  # every input aggregated by DuckDB
+    monkeypatch.setattr(pointtable, "MIN_ROWS", 1)  # every input aggregated by DuckDB
     bad = tmp_path / "bad.parquet"
     pq.write_table(_with(_table(), "time_us", pa.array([1e308] * n)), bad)
     for command in ("compare", "report"):
@@ -160,9 +160,9 @@ def test_file_names_are_never_glob_patterns(tmp_path, monkeypatch):
     folder.mkdir()
     write(folder / "run1.parquet", make_rows(repetitions=1, run_id="20250101-000000-aaaaaa"))
     write(folder / "run[1].parquet", make_rows(repetitions=2, run_id="20250101-000000-bbbbbb"))
-    source = engine.open_source([folder])
+    source = pointtable.open_source([folder])
     assert source.rows == 20 + 40
-    got = engine.Query(source, "read").run("SELECT run_id, count(*) AS n FROM rows GROUP BY run_id ORDER BY run_id")
+    got = pointtable.Query(source, "read").run("SELECT run_id, count(*) AS n FROM rows GROUP BY run_id ORDER BY run_id")
     assert got.to_pydict() == {"run_id": ["20250101-000000-aaaaaa", "20250101-000000-bbbbbb"], "n": [20, 40]}
 
 
@@ -199,11 +199,11 @@ def test_a_live_run_compacted_while_it_is_read_is_not_damage(tmp_path):
     writer = _live_run(tmp_path / "live.parquet", 3)
     opened = results.result_files([tmp_path / "live.parquet"])
     assert len(opened) == 3
-    source = engine.open_source([tmp_path / "live.parquet"])
+    source = pointtable.open_source([tmp_path / "live.parquet"])
     writer.close()
     assert not writer.parts.exists()
     assert sum(pq.read_table(f).num_rows for f in opened) == 30
-    got = engine.Query(source, "live").run("SELECT count(*) AS n FROM rows")
+    got = pointtable.Query(source, "live").run("SELECT count(*) AS n FROM rows")
     assert got.column("n")[0].as_py() == 30
 
 

@@ -16,7 +16,7 @@ import os
 import pandas as pd
 import pytest
 
-from commbench.analysis import sidebyside
+from commbench.analysis.ncclside import sidebyside
 from commbench.core.errors import BadInput
 from commbench.core.results import read_results
 from commbench.integrations.nccl_tests.importer import import_files

@@ -15,9 +15,9 @@ import pytest
 from commbench.harness import faults
 from commbench.core import stragglers
 from commbench.harness import timing
-from commbench.analysis.compare import compare_frames
+from commbench.analysis.compare.compare import compare_frames
 from commbench.core.errors import BadInput
-from commbench.analysis.report import write_report
+from commbench.analysis.report.report import write_report
 from commbench.core.results import SCHEMA, read_results
 from commbench.harness.session import Measurement, RankTimes, Timing, _rank_columns
 from commbench.core.stragglers import find, late_at_point, rank_summary, robust_z, straggler_warnings
@@ -222,7 +222,7 @@ def test_a_runs_findings_are_judged_again_from_its_rows():
 
 
 def test_the_report_shows_a_runs_late_arrivals_from_the_file(tmp_path, undrawn):
-    from commbench.analysis.summary import run_facts
+    from commbench.analysis.report.summary import run_facts
 
     rows = make_rows(hosts=("a", "b"), repetitions=1)
     for r in rows:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from commbench.analysis import trend
+from commbench.analysis.trend import trend
 from tests.helpers import cb
 from tests.unit import synthetic
 
@@ -140,7 +140,7 @@ def test_a_slow_host_of_pairs_links_is_named_as_the_common_end(tmp_path):
 
 
 def test_the_plot_draws_each_changed_point_and_marks_run_16(tmp_path):
-    from commbench.analysis import trendplot
+    from commbench.analysis.trend import trendplot
 
     found = trend.trend([_write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)])
     fig = trendplot.draw(found)
@@ -193,7 +193,7 @@ def test_runs_of_different_collectives_are_refused_in_one_line(tmp_path):
 
 
 def test_the_report_of_nightly_runs_has_a_trend_section_and_of_few_runs_none(tmp_path):
-    from commbench.analysis.report import write_report
+    from commbench.analysis.report.report import write_report
 
     folder = _write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
     page = write_report([str(folder)], out=tmp_path / "r.html")[0].read_text()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.analysis import tuneview
-from commbench.analysis.tuneview import Row
+from commbench.analysis.tune import tuneview
+from commbench.analysis.tune.tuneview import Row
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.integrations.deepspeed import config as dsconfig
 from commbench.workloads import tune as work

@@ -11,8 +11,8 @@ import pytest
 
 from commbench.core import units
 
-from commbench.analysis import tuneview
-from commbench.analysis.tuneview import Row
+from commbench.analysis.tune import tuneview
+from commbench.analysis.tune.tuneview import Row
 from commbench.workloads import tune as work
 
 USER_DOC = {

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from matplotlib.patches import Rectangle
 
-from commbench.analysis import compare as cmp
-from commbench.analysis import plot, reportparts, zerogrid
+from commbench.analysis.compare import compare as cmp
+from commbench.analysis.report import plot, reportparts
+from commbench.analysis.tune import zerogrid
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 from commbench.core.units import parse_rate
@@ -181,9 +182,9 @@ def test_compare_of_a_run_with_itself_warns_in_every_output(tmp_path, capsys):
 
 
 def test_compare_of_one_file_warns_on_the_large_input_path_too(tmp_path, capsys, monkeypatch):
-    from commbench.analysis import engine
+    from commbench.analysis.points import pointtable
 
-    monkeypatch.setattr(engine, "MIN_ROWS", 1)  # every input is "large": aggregated by DuckDB
+    monkeypatch.setattr(pointtable, "MIN_ROWS", 1)  # every input is "large": aggregated by DuckDB
     res = write(tmp_path / "run.parquet", make_rows(sizes=BIG))
     code, out = run_cli(["compare", str(res), str(res)], capsys)
     warned = [ln for ln in out.err.splitlines() if cmp.SAME_RUN in ln]

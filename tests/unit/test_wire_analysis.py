@@ -10,8 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from commbench.analysis import compare as cmp
-from commbench.analysis import markdown, report, wireview
+from commbench.analysis.compare import compare as cmp
+from commbench.analysis.report import markdown, report
+from commbench.analysis.wire import wireview
 from commbench.cli.app import main
 from commbench.core import wire
 from commbench.core.results import read_results

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from commbench.analysis.predict import load_curve
+from commbench.analysis.tune.predict import load_curve
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 from commbench.core.results import SCHEMA, SCHEMA_VERSION
@@ -168,7 +168,7 @@ def test_bad_axis_or_curve_is_one_line_exit_2(tmp_path, capsys, args, message):
 
 def test_compare_keeps_each_grad_accum_value_its_own_point(tmp_path):
     """Rows of one stage and bucket at GAS 1 and GAS 4 are two points, not repetitions of one."""
-    from commbench.analysis import compare as cmp
+    from commbench.analysis.compare import compare as cmp
     from tests.unit.synthetic import frame, make_rows
 
     def side(run_id, name):

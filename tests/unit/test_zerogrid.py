@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from commbench.analysis import plot
-from commbench.analysis import report
-from commbench.analysis import zerogrid
+from commbench.analysis.report import plot
+from commbench.analysis.report import report
+from commbench.analysis.tune import zerogrid
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 

@@ -1,0 +1,663 @@
+"""`commbench report`: one self-contained report of results, and its HTML page (figures embedded as
+base64 PNG, no external URLs, no JavaScript). The Markdown form (for a ticket; the figures saved
+as PNGs beside it) is built by markdown.py; what both show comes from summary.py.
+
+Sections: the comparison against a baseline (when given), the failed links of a pairs run
+("Faults", only when a link could not be measured), the runs over time ("Trend", analysis/trend/trendview.py,
+only for enough runs of one measurement), the pairs heat map, the curves, a peak-busbw
+table, the settings side by side ("Settings", only when the rows hold several settings:
+analysis/points/settingsview.py), the counters on the wire ("Wire", analysis/wire/wireview.py), the runs'
+metadata (hosts, ranks, backend, device, network, versions, environment) and every point.
+
+Every value read from a results file is untrusted (labels and environment values are free
+text): it goes through html.escape in HTML and through md() in Markdown, never raw.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import gc
+import html
+import json
+from importlib import resources
+from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib when they run
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+from commbench.analysis.layout import layoutview
+from commbench.analysis.points import settingsview
+from commbench.analysis.points.runs import describe_run, placement_name, run_rows
+from commbench.analysis.replay import replayview
+from commbench.analysis.report import plot, reportparts
+from commbench.analysis.report.markdown import build_markdown, ci_cell
+from commbench.analysis.report.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
+                                               CurveTables, curve_tables, fault_runs, fnum, fp, json_value,
+                                               late_arrivals_by_run, missing, net_rows, ratio_text, report_title,
+                                               run_facts, run_positions, runs_named, size_text, wrong_cell)
+from commbench.analysis.trend import trendview
+from commbench.analysis.wire import wireview
+from commbench.core import outputs, outtext
+from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.units import counted, format_size
+
+FORMATS = ("html", "markdown")
+UNUSED_COLUMNS = ("rank_time_us",)  # no section reads them; a section that starts to takes them out
+
+# The page's one stylesheet, package data beside this module (pyproject.toml's package-data ships it).
+CSS = "\n" + resources.files("commbench.analysis.report").joinpath("report.css").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- escaping
+
+
+def esc(value: Any) -> str:
+    """Text from a results file, safe between tags and inside quoted attributes; each line bounded (core/outtext.py)."""
+    return html.escape(outtext.lines(value, outtext.LINE_LIMIT), quote=True)
+
+
+# --------------------------------------------------------------------------- HTML pieces
+
+
+def _table(headers: Sequence[str] | None, rows: Iterable[Sequence[Any]], num: Iterable[int] = (),
+           classes: Sequence[Sequence[str]] | None = None) -> str:
+    """rows hold plain text (escaped here); classes[i][j] adds a CSS class to a cell; no
+    headers: a two-column fact table whose first column is a row header."""
+    numbered = set(num)
+    out = ["<table>"]
+    if headers is not None:
+        out.append("<thead><tr>" + "".join(
+            f'<th class="num">{esc(h)}</th>' if i in numbered else f"<th>{esc(h)}</th>" for i, h in enumerate(headers))
+            + "</tr></thead>")
+    out.append("<tbody>")
+    for r_i, row in enumerate(rows):
+        cells = []
+        for i, v in enumerate(row):
+            cls = [c for c in (("num" if i in numbered else ""), (classes[r_i][i] if classes else "")) if c]
+            attr = f' class="{" ".join(cls)}"' if cls else ""
+            tag = "th" if headers is None and i == 0 else "td"
+            cells.append(f"<{tag}{attr}>{esc(v)}</{tag}>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def png_data_uri(fig: Figure) -> str:
+    return "data:image/png;base64," + base64.b64encode(plot.figure_bytes(fig, "png")).decode("ascii")
+
+
+def _figure_html(fig: Figure, alt: str, caption: str) -> str:
+    return f'<figure><img src="{png_data_uri(fig)}" alt="{esc(alt)}"><figcaption>{esc(caption)}</figcaption></figure>'
+
+
+def _several(rows: list[dict], name: str) -> bool:
+    return len({r[name] for r in rows}) > 1
+
+
+def peak_table_html(rows: list[dict]) -> str:
+    several, settings = _several(rows, "run_id"), _several(rows, "settings")
+    extra = (["run"] if several else []) + (["setting"] if settings else [])
+    headers = ["collective", "dtype", "placement"] + extra + [
+        "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong (total)"]
+    body, classes = [], []
+    for r in rows:
+        wrong, bad = wrong_cell(r["wrong"], r["unchecked"])
+        body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else [])
+                    + ([r["setting"]] if settings else []) + [
+            ci_cell(r, "peak_busbw"), size_text(r["size_bytes"]), ci_cell(r, "algbw"), ci_cell(r, "time_us"), r["reps"],
+            wrong])
+        classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
+    first_num = 3 + len(extra)
+    return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
+
+
+def points_table_html(rows: list[dict]) -> str:
+    several, settings = _several(rows, "run"), _several(rows, "settings")
+    extra = (["run"] if several else []) + (["setting"] if settings else [])
+    headers = ["collective", "dtype", "placement"] + extra + [
+        "size", "bytes", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "repetitions", "#wrong"]
+    body, classes = [], []
+    for r in rows:
+        wrong, bad = wrong_cell(r["wrong"])
+        body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else [])
+                    + ([r["setting"]] if settings else []) + [
+            size_text(r["size_bytes"]), r["size_bytes"], ci_cell(r, "time_us"), fnum(r["algbw"]), ci_cell(r, "busbw"),
+            r["reps"], wrong])
+        classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
+    first_num = 3 + len(extra)
+    return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
+
+
+def settings_html(tables: list) -> str:
+    """The "Settings" section (settingsview.settings_tables): "" when the rows hold one setting or none."""
+    if not tables:
+        return ""
+    out = ['<section id="settings"><h2>Settings</h2>', f'<p class="muted">{esc(settingsview.NOTE)}</p>']
+    for t in tables:
+        out += [f"<h3>{esc(t.title)}</h3>", f'<p class="best">{esc(t.line)}</p>',
+                _table(settingsview.HEADERS, t.rows, num=[2, 4, 5])]
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def runs_html(df: pd.DataFrame, late: Mapping[str, str] | None = None) -> str:
+    """The "Runs" section's body; late: as run_facts takes it."""
+    parts = []
+    at = run_positions(df)  # each run's rows, found once for every run
+    for row in run_rows(df):
+        title = f"Run {row['run_id']}" + (f" — {row['label']}" if row.get("label") else "")
+        parts.append(f"<h3>{esc(title)}</h3>")
+        parts.append(f'<p class="muted">{esc(describe_run(row))}</p>')
+        facts = run_facts(row, df, at.get(row["run_id"], np.zeros(0, dtype=np.int64)), late)
+        parts.append('<div class="runs">')
+        half = (len(facts) + 1) // 2
+        for chunk in (facts[:half], facts[half:]):
+            parts.append(_table(None, chunk))
+        parts.append("</div>")
+        net = json_value(row.get("net"))
+        per_host = net_rows(net)
+        if per_host:
+            parts.append("<h4>Network, per host</h4>")
+            parts.append(_table(["host", "interface", "MTU", "link layer", "speed", "state"], per_host, num=[2]))
+        elif net is not None:
+            shown = json.dumps(net, indent=2) if not isinstance(net, str) else net
+            parts.append(f"<h4>Network</h4><pre>{esc(shown)}</pre>")
+        env = json_value(row.get("env"))
+        parts.append("<h4>Environment (allow-listed)</h4>")
+        if isinstance(env, dict) and env:
+            parts.append(_table(["variable", "value"], [[k, v if isinstance(v, str) else json.dumps(v)]
+                                                       for k, v in sorted(env.items())]))
+        elif isinstance(env, dict) or env is None:
+            parts.append('<p class="muted">none of the allow-listed variables (NCCL_*, GLOO_*, ...) were set</p>')
+        else:
+            parts.append(f"<pre>{esc(env)}</pre>")
+        plan_json = json_value(row.get("plan"))
+        if plan_json is not None:
+            text = json.dumps(plan_json, indent=2, sort_keys=True) if not isinstance(plan_json, str) else plan_json
+            parts.append(f"<details><summary>plan (JSON)</summary><pre>{esc(text)}</pre></details>")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def _verdict_class(verdict: Any) -> str:
+    v = str(verdict or "").lower()
+    if any(w in v for w in ("regress", "worse", "slower", "fail", "down")):
+        return "bad"
+    if any(w in v for w in ("improv", "better", "faster", "restored")):
+        return "good"
+    if any(w in v for w in ("inconclusive", "noisy", "unknown", "insufficient", "mixed", "nothing")):
+        return "warn"
+    return "neutral"
+
+
+def _key_text(key: Any, name: str) -> str:
+    if not isinstance(key, dict):
+        return str(key)
+    v = key.get(name)
+    if name == "size_bytes" and not missing(v):
+        return format_size(int(v))  # type: ignore[arg-type]  # missing() ruled out None
+    if name == "in_place" and isinstance(v, (bool, int)) and not missing(v):
+        return placement_name(v)
+    return "–" if missing(v) else str(v)
+
+
+_KEY_TITLES = {"size_bytes": "size", "in_place": "placement"}
+
+
+def _key_columns(keys: Iterable[Any]) -> list[str]:
+    cols: list[str] = []
+    for k in keys:
+        if isinstance(k, dict):
+            cols += [c for c in k if c not in cols]
+    order = ["collective", "dtype", "in_place", "size_bytes"]
+    return sorted(cols, key=lambda c: (order.index(c) if c in order else len(order), cols.index(c)))
+
+
+def _split_key_columns(keys: list) -> tuple[list[str], list[tuple[str, str]]]:
+    """Key columns worth a table column (they vary), and (column, value) of those that do not.
+    Columns missing in every key (bucket_bytes of a sweep) are dropped; collective and size stay."""
+    cols, same = [], []
+    for c in _key_columns(keys):
+        values = {_key_text(k, c) for k in keys}
+        if values == {"–"}:
+            continue
+        if len(values) == 1 and c not in ("collective", "size_bytes") and len(keys) > 1:
+            same.append((c, values.pop()))
+        else:
+            cols.append(c)
+    return cols, same
+
+
+def _items(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return [f"{k}: {v}" for k, v in value.items()]
+    if isinstance(value, (str, bytes)):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:
+        return [value]
+
+
+def _difference_text(item: Any) -> str:
+    if isinstance(item, dict):
+        if {"field", "before", "after"} <= set(item):
+            return f"{item['field']}: {item['before']} → {item['after']}"
+        return ", ".join(f"{k}: {v}" for k, v in item.items())
+    if isinstance(item, (tuple, list)) and len(item) == 3:
+        return f"{item[0]}: {item[1]} → {item[2]}"
+    return str(item)
+
+
+def comparison_html(c: Any, figure_html: str = "") -> str:
+    """A commbench.analysis.compare.compare.Comparison as an HTML section body: the overall verdict badge, the
+    numbers behind it, warnings, setup differences, (figure_html, trusted markup, if given), one
+    table row per point, one-sided points."""
+    def g(name: str, default: Any = None) -> Any:
+        return getattr(c, name, default)
+
+    verdict = g("verdict", "")
+    parts = [f'<p><span class="badge {_verdict_class(verdict)}">{esc(str(verdict).upper() or "NO VERDICT")}</span>']
+    summary = []
+    if not missing(g("geomean_ratio")):
+        summary.append(f"geometric-mean busbw ratio after/before {ratio_text(g('geomean_ratio'))}")
+    if not missing(g("threshold")):
+        summary.append(f"threshold {fnum(float(g('threshold')) * 100)}%")
+    if not missing(g("alpha")):
+        summary.append(f"alpha {fnum(g('alpha'))}")
+    points = list(g("points", []) or [])
+    counts: dict[str, int] = {}
+    for p in points:
+        counts[str(getattr(p, "verdict", "?"))] = counts.get(str(getattr(p, "verdict", "?")), 0) + 1
+    summary.append(f"{counted(len(points), 'point')} compared" + (
+        ": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])) if counts else ""))
+    parts.append(" &nbsp;" + esc(" · ".join(summary)) + "</p>")
+    needed = g("repetitions_needed")
+    if not missing(needed) and needed:
+        parts.append(f'<p class="muted">Deciding a point needs at least {esc(needed)} repetitions a side '
+                     f"(sweep -R {esc(needed)}) at this alpha and number of points.</p>")
+
+    warnings = _items(g("warnings"))
+    if warnings:
+        parts.append("<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{esc(w)}</li>" for w in warnings)
+                     + "</ul>")
+    differences = _items(g("differences"))
+    if differences:
+        parts.append("<h3>Setup differences between the sides</h3><ul>"
+                     + "".join(f"<li>{esc(_difference_text(d))}</li>" for d in differences) + "</ul>")
+
+    if figure_html:
+        parts.append(figure_html)
+    if points:
+        parts.extend(_points_html(points))
+    for name, title in (("only_before", "Only in the baseline (before)"),
+                        ("only_after", "Only in the new results (after)")):
+        parts.extend(_one_sided_html(_items(g(name)), title))
+    return "\n".join(parts)
+
+
+def _points_html(points: list[Any]) -> list[str]:
+    """The "Per point" table of a comparison: the key columns that vary, the numbers, the verdict."""
+    parts = []
+    cols, same = _split_key_columns([p.key for p in points])
+    tests = {"–" if missing(getattr(p, "test", None)) else str(p.test) for p in points}
+    one_test = len(tests) == 1 and len(points) > 1
+    if one_test:
+        same.append(("test", tests.pop()))
+    if same:
+        parts.append('<p class="muted">Every point: '
+                     + esc(", ".join(f"{_KEY_TITLES.get(c, c)} {v}" for c, v in same)) + "</p>")
+    headers = [_KEY_TITLES.get(c, c) for c in cols] + [
+        "busbw before (GB/s)", "busbw after (GB/s)", "ratio", "p", "Holm p", "BH q"] + (
+        [] if one_test else ["test"]) + ["verdict", "note"]
+    body: list[list[str]] = []
+    classes: list[list[str]] = []
+    for p in points:
+        def pv(name: str, p: Any = p) -> Any:
+            return getattr(p, name, None)
+        body.append([_key_text(p.key, col) for col in cols] + [
+            fnum(pv("before_busbw")), fnum(pv("after_busbw")), ratio_text(pv("ratio")), fp(pv("p_value")),
+            fp(pv("p_holm")), fp(pv("q_bh"))]
+            + ([] if one_test else ["–" if missing(pv("test")) else str(pv("test"))]) + [
+            "–" if missing(pv("verdict")) else str(pv("verdict")),
+            _note(pv("note"), pv("likely_cause"))])
+        vc = {"bad": "v-bad", "good": "v-good", "warn": "v-warn"}.get(_verdict_class(pv("verdict")), "")
+        classes.append([""] * (len(headers) - 2) + [vc, "note"])
+    n = len(cols)
+    parts.append("<h3>Per point</h3>")
+    parts.append('<div class="scroll compact">' + _table(headers, body, num=range(n, n + 6), classes=classes)
+                 + "</div>")
+    return parts
+
+
+def _one_sided_html(keys: list[Any], title: str) -> list[str]:
+    """The points one side only measured: a table of their key columns (folded when many)."""
+    if not keys:
+        return []
+    cols, _ = _split_key_columns(keys)
+    body = (_table([_KEY_TITLES.get(c, c) for c in cols], [[_key_text(k, col) for col in cols] for k in keys])
+            if cols else "<ul>" + "".join(f"<li>{esc(k)}</li>" for k in keys) + "</ul>")
+    if len(keys) > 8:
+        body = f"<details><summary>show the {len(keys)} points</summary>{body}</details>"
+    return [f"<h3>{esc(title)}: {counted(len(keys), 'point')}, not compared</h3>", body]
+
+
+
+def _note(note: Any, cause: Any) -> str:
+    """A point's note and, when compare named one, its likely cause (plain text)."""
+    parts = ["" if missing(note) else str(note), "" if missing(cause) or not cause else f"likely cause: {cause}"]
+    return "; ".join(x for x in parts if x)
+
+
+def comparison_figure(before_df: pd.DataFrame, after_df: pd.DataFrame) -> Figure | None:
+    """The before/after overlay, or None when a side has no bandwidth to draw (every pairs link of
+    it failed: the comparison's "link down" points say so)."""
+    try:
+        return plot.build_comparison_figure(before_df, after_df)
+    except BadInput:
+        return None
+
+
+def _compare(before_df: pd.DataFrame, after_df: pd.DataFrame) -> Any:
+    try:
+        from commbench.analysis.compare import compare
+    except ImportError as exc:
+        raise RuntimeFailure(f"--baseline needs commbench.analysis.compare.compare, which this install lacks ({exc})"
+                             ) from None
+    return compare.compare_frames(before_df, after_df)
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def _large_html(paths: Sequence[str | Path], baseline: Sequence[str | Path] | None,
+                rate: float | None) -> str | None:
+    """The HTML page of large inputs (analysis/points/pointtable.py: MIN_ROWS rows or more, curves only): the
+    comparison and the figures aggregated over parquet, the tables from the rows' light columns.
+    None: pandas reads the inputs."""
+    from commbench.analysis.compare import compare
+    from commbench.analysis.points import pointtable, figurequery
+
+    if not pointtable.large([*paths, *(baseline or ())]):
+        return None
+    after = figurequery.plot_source(paths, force=True)
+    before = figurequery.plot_source(baseline, force=True) if baseline else None
+    if after is None or (baseline and before is None):
+        return None
+    comparison = compare.compare_paths(baseline, paths) if baseline else None
+    if baseline and comparison is None:
+        return None
+    # the figures before the rows are read: the engine's aggregations never share memory with them
+    drawn = reportparts.engine_figures(figurequery, after, before, rate)
+    tables = curve_tables(after, with_ratios=True)
+    source, bsource = after.source, before.source if before is not None else None
+    del after, before  # their DuckDB connections and what they cached: half a GB at 10M rows, held
+    gc.collect()  # in reference cycles until a collection
+    if source.rows == 0:
+        raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
+    late = late_arrivals_by_run(source)  # from the files' per-rank columns, which no frame here holds
+    # the baseline's runs' metadata, without its plan, as write_report reads the baseline; only the
+    # columns its "Runs" section reads (not the measured values nor the wire counters), written out
+    # and let go before the after side's rows are read: the two frames are never held together
+    baseline_runs = None
+    if bsource is not None:
+        bdf = figurequery.report_frame(bsource, figurequery.BASELINE_COLUMNS)
+        baseline_runs = runs_html(bdf, late_arrivals_by_run(bsource)) if len(bdf) else None
+        del bdf
+    df = figurequery.report_frame(source)
+    return build_html(df, [str(p) for p in paths], None, comparison, [str(p) for p in baseline or ()],
+                      line_rate=rate, drawn=drawn, baseline_runs=baseline_runs, tables=tables, late=late)
+
+
+def _where_html(df: pd.DataFrame) -> str:
+    """Under the title: one line per run setup, what ran where."""
+    described: dict[str, list[str]] = {}
+    names = runs_named(df)
+    for r in run_rows(df):
+        described.setdefault(describe_run(r), []).append(names[str(r["run_id"])])
+    several = len(names) > 1
+    items = [f"<li>{esc(', '.join(n) + ': ' if several else '')}{esc(text)}</li>" for text, n in described.items()]
+    return '<ul class="sub where">' + "".join(items) + "</ul>"
+
+
+def zero_html(grid_df: pd.DataFrame) -> str:
+    from commbench.analysis.tune import zerogrid
+
+    out = ['<section id="zero"><h2>ZeRO stages x bucket sizes</h2>']
+    out.append(_figure_html(zerogrid.build_figure(grid_df), "heat map of step time by ZeRO stage and bucket size",
+                            ZERO_NOTE))
+    for g in zerogrid.grids(grid_df):
+        out.append(f"<h3>{esc(g.name)}</h3>")
+        out.append(_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), num=range(3, 7)))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def faults_html(pairs_df: pd.DataFrame) -> str:
+    """The "Faults" section: links of a pairs run that could not be measured ("" when none failed)."""
+    runs = fault_runs(pairs_df)
+    if not runs:
+        return ""
+    out = ['<section id="faults"><h2>Faults</h2>', f'<p class="muted">{esc(FAULTS_NOTE)}</p>']
+    for run in runs:
+        if len(runs) > 1:
+            out.append(f"<h3>Run {esc(run['run'])}</h3>")
+        out.append(f'<p><span class="badge bad">{esc(run["summary"])}</span></p>')
+        if run["culprits"]:
+            named = [["v-bad" if n else "", "", "", "", "wrap"] for n in run["named"]]
+            out.append(_table(CULPRIT_HEADERS, run["culprits"], classes=named))
+        if run["undecided"]:
+            out.append(f'<p class="v-warn">No verdict: {esc(run["undecided"])}.</p>')
+        out.append('<div class="scroll">' + _table(FAULT_HEADERS, run["rows"], classes=[
+            ["", "", "bad", "wrap", ""]] * len(run["rows"])) + "</div>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def wire_html(df: pd.DataFrame, ratios: pd.DataFrame | None = None) -> str:
+    """The "Wire" section: trouble counters that moved during the run, wire bytes per payload byte,
+    or the sentence that nothing moved or that no counters were read (`ratios`: wireview.section's)."""
+    names = runs_named(df)
+    w = wireview.section(df, names, ratios)
+    out = ['<section id="wire"><h2>Wire</h2>']
+    if w.read_line:
+        out.append(f'<p class="muted">{esc(wireview.WIRE_NOTE)} {esc(w.read_line)}</p>')
+    if w.sentence:
+        out.append(f"<p>{esc(w.sentence)}</p>")
+    if w.troubles:
+        out.append("<h3>Trouble counters that moved</h3>")
+        out.append(_table(wireview.TROUBLE_HEADERS, w.troubles, num=[4],
+                          classes=[["", "", "", "", "bad", ""]] * len(w.troubles)))
+    if w.payload:
+        out.append("<h3>Wire bytes per payload byte</h3>")
+        out.append(_table(wireview.PAYLOAD_HEADERS, w.payload, num=[2, 3, 4, 5]))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def pairs_html(pairs_df: pd.DataFrame) -> str:
+    from commbench.analysis.pairs import faultstext
+    from commbench.analysis.pairs import pairsplot
+
+    lines, _ = faultstext.report(pairs_df)
+    return "\n".join(['<section id="pairs"><h2>Links between hosts</h2>',
+                      _figure_html(pairsplot.build_figure(pairs_df), "heat map of bandwidth between hosts",
+                                   PAIRS_NOTE),
+                      f"<pre>{esc(chr(10).join(lines))}</pre>", "</section>"])
+
+
+def _curves_html(cfig: Figure, tables: CurveTables) -> list[str]:
+    """The curves' sections: the figure, the peak table with the reduce-scatter gap, the settings."""
+    return ['<section id="curves"><h2>Bandwidth and latency</h2>',
+            _figure_html(cfig, "bus bandwidth and small-size latency against message size",
+                         reportparts.curves_caption(cfig)),
+            "</section>", '<section id="peaks"><h2>Peak bus bandwidth</h2>',
+            '<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
+            "over repetitions (±: its median's 95% CI); #wrong sums every row of the line.</p>",
+            peak_table_html(tables.peaks),
+            *(f'<p class="gap">{esc(line)}</p>' for line in tables.gaps),  # rs vs all_reduce
+            "</section>", settings_html(tables.settings)]
+
+
+def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.DataFrame | None = None,
+               comparison: Any = None, baseline_sources: Sequence[str] = (), line_rate: float | None = None,
+               drawn: dict[str, Any] | None = None, baseline_runs: str | None = None,
+               tables: CurveTables | None = None, late: Mapping[str, str] | None = None) -> str:
+    """The whole page (no external resources, no scripts). drawn: the figures the engine drew (large inputs:
+    {"curves": Figure, "comparison": Figure}); baseline_runs: the baseline's runs_html, written before;
+    tables, late: the curves' tables and each run's "late arrivals" from the files (large inputs), else the rows'."""
+    if baseline_runs is None and baseline_df is not None and len(baseline_df):
+        baseline_runs = runs_html(baseline_df)
+    from commbench import __version__
+
+    views = plot.split_views(df)
+    curves, grid = views.curves, views.zero
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    sections = [("wire", "Wire"), ("runs", "Runs")] + (
+        [("baseline-runs", reportparts.BASELINE_RUNS)] if baseline_runs is not None else [])
+    tables = tables if tables is not None or curves is None else curve_tables(curves)
+    if tables is not None:
+        sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
+        sections[2:2] = [("settings", "Settings")] if tables.settings else []
+        sections.append(("points", "All points"))
+    layout, replayed = layoutview.section_html(df, _table, esc), replayview.section_html(df, _table, esc)
+    sections[:0] = ([("replay", "Replay")] if replayed else []) + ([("layout", "Layout")] if layout else [])
+    if grid is not None:
+        sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
+    if views.pairs is not None:
+        sections.insert(0, ("pairs", "Links between hosts"))
+    faults, trend = faults_html(views.pairs), trendview.section_html(trendview.found(
+        sources, df["run_id"].nunique() if "run_id" in df.columns else 0), esc, _figure_html)
+    sections[:0] = ([("faults", "Faults")] if faults else []) + ([("trend", "Trend")] if trend else [])
+    if comparison is not None:
+        sections.insert(0, ("comparison", "Comparison with the baseline"))
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{esc(report_title(df))}</title>", f"<style>{CSS}</style></head><body>",
+           f"<header><h1>{esc(report_title(df))}</h1>",
+           _where_html(df),
+           "<nav>" + "".join(f'<a href="#{sid}">{esc(t)}</a>' for sid, t in sections) + "</nav></header>"]
+    if comparison is not None:
+        out.append('<section id="comparison"><h2>Comparison with the baseline</h2>')
+        out.append(f'<p class="muted">before (baseline): {esc(", ".join(map(str, baseline_sources)) or "–")}; '
+                   f'after: {esc(", ".join(map(str, sources)) or "–")}</p>')
+        figure = ""
+        cfig = (drawn.get("comparison") if drawn
+                else comparison_figure(baseline_df, df) if baseline_df is not None else None)
+        if cfig is not None:
+            figure = _figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
+                                  reportparts.comparison_caption(cfig))
+        out += [comparison_html(comparison, figure), replayview.compare_html(comparison.replay, esc), "</section>"]
+    out += [part for part in (faults, trend) if part]
+    if views.pairs is not None:
+        out.append(pairs_html(views.pairs))
+    if grid is not None:
+        out.append(zero_html(grid))
+    out += [replayed, layout]  # a replay's steps (docs/REPLAY.md), a layout run's groups (docs/LAYOUTS.md)
+    if curves is not None and tables is not None:
+        cfig = drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate)
+        out += _curves_html(cfig, tables)
+    out.append(wire_html(df, tables.ratios if tables is not None else None))
+    out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df, late)}</section>')
+    if baseline_runs is not None:  # the before side's metadata, as the after side's
+        out.append(f'<section id="baseline-runs"><h2>{esc(reportparts.BASELINE_RUNS)}</h2>{baseline_runs}'
+                   "</section>")
+    if tables is not None:
+        points = tables.points
+        out.append('<section id="points"><h2>All points</h2><details><summary>'
+                   f"{counted(len(points), 'point')} (median over repetitions)</summary>")
+        out.append(points_table_html(points))
+        out.append("</details></section>")
+    out.append(f"<footer>Generated {esc(now)} by commbench {esc(__version__)} from "
+               f"{esc(', '.join(map(str, sources)) or 'a DataFrame')}. GB/s = 1e9 bytes/s; sizes in binary "
+               "units (KiB = 1024 B); busbw and algbw as defined by nccl-tests.</footer>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- command
+
+
+def default_out(first_result: str | Path, fmt: str) -> Path:
+    return plot.default_out(first_result, ".html" if fmt == "html" else ".md")
+
+
+def resolve_format(fmt: str | None, out: str | Path | None) -> str:
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise BadInput(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+        return fmt
+    if out is not None and Path(out).suffix.lower() in (".md", ".markdown"):
+        return "markdown"
+    return "html"
+
+
+def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | None = None,
+                 out: str | Path | None = None, fmt: str | None = None,
+                 line_rate: str | None = None, force: bool = False) -> list[Path]:
+    """The `commbench report` command. Returns the files written (the report first). A Markdown
+    report and its figures are written together (core/outputs.py): all of them or none; force
+    replaces existing ones (never an input)."""
+    from commbench.core.results import read_results
+
+    fmt = resolve_format(fmt, out)
+    inputs = [*paths, *(baseline or ())]
+    target = Path(out) if out is not None else default_out(paths[0], fmt)
+    rate = plot.parse_line_rate(line_rate) if line_rate is not None else None
+    figure, cfigure, zfigure, pfigure = (target.with_name(f"{target.stem}{s}.png") for s in ("", "-comparison", "-zero",
+                                                                                             "-pairs"))
+    plot.check_new(target, "report", inputs=inputs, force=force)
+    if fmt == "html" and (page := _large_html(paths, baseline, rate)) is not None:
+        return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
+    # What no section reads stays on disk (most of a million rows' memory): the per-rank times (the
+    # skews are read: the run facts judge late arrivals from them), the per-iteration samples unless
+    # a comparison tests them, the baseline's plan.
+    df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline or layoutview.grouped(paths) else ("samples_us",)))
+    if len(df) == 0:
+        raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
+    views = plot.split_views(df)
+    curves, grid = views.curves, views.zero
+    if fmt == "markdown":  # before anything is drawn or written: never half a report
+        for path, wanted in ((figure, curves is not None), (cfigure, bool(baseline)), (zfigure, grid is not None),
+                             (pfigure, views.pairs is not None)):
+            if wanted:
+                plot.check_new(path, "report", inputs=inputs, force=force)
+    baseline_df = comparison = None
+    if baseline:
+        baseline_df = read_results(baseline, skip=UNUSED_COLUMNS + ("plan",))
+        if len(baseline_df) == 0:
+            raise BadInput(f"--baseline {baseline[0]} holds no points: nothing to compare with")
+        comparison = _compare(baseline_df, df)
+    sources, bsources = [str(p) for p in paths], [str(p) for p in baseline or ()]
+    if fmt == "html":
+        page = build_html(df, sources, baseline_df, comparison, bsources, line_rate=rate)
+        return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
+    figures = []
+    if curves is not None:
+        figures.append(plot.figure_output(plot.build_figure(curves, "busbw", rate), figure))
+    if grid is not None:
+        from commbench.analysis.tune import zerogrid
+
+        figures.append(plot.figure_output(zerogrid.build_figure(grid), zfigure))
+    if views.pairs is not None:
+        from commbench.analysis.pairs import pairsplot
+
+        figures.append(plot.figure_output(pairsplot.build_figure(views.pairs), pfigure))
+    cfig = comparison_figure(baseline_df, df) if baseline_df is not None else None
+    if cfig is not None:
+        figures.append(plot.figure_output(cfig, cfigure))
+    text = build_markdown(df, figure.name if curves is not None else None, sources, comparison,
+                          cfigure.name if cfig is not None else None, bsources,
+                          zfigure.name if grid is not None else None, pfigure.name if views.pairs is not None else None)
+    text = reportparts.with_baseline_runs(text, baseline_df)
+    return outputs.write_files([outputs.Output(target, text.encode("utf-8")), *figures], "report", inputs, force)

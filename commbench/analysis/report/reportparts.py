@@ -1,0 +1,95 @@
+"""Report pieces that follow what was drawn and what was given: figure captions that name only
+the panels a figure has (a figure without small sizes has no latency panel), and the baseline's
+runs, so that the before side's metadata is in the report as the after side's is.
+
+For large inputs (report._large_html): the figures from the engine's lines, the after side's
+passes over the files shared by its curves and its half of the overlay.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from commbench.analysis.points.figures import ci_bar_sets
+from commbench.analysis.report import plot
+from commbench.analysis.report.markdown import runs_markdown
+from commbench.core.errors import BadInput
+from commbench.core.units import format_size
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+BASELINE_RUNS = "Baseline runs (before)"
+_LATENCY = f"time per operation of sizes ≤ {format_size(plot.SMALL_BYTES)}"
+
+
+def curves_caption(fig: Figure) -> str:
+    """The caption of the curves figure: its top panel, and its bottom one only when it has one."""
+    against = "bucket size" if fig.axes and fig.axes[0].get_xlabel().startswith("Bucket size") else "message size"
+    bars = ", bars: each point's 95% CI of its median" if ci_bar_sets(fig) else ""
+    top = (f"bus bandwidth (nccl-tests definition) against {against}, median over repetitions, "
+           f"band from min to max{bars}.")
+    if not plot.has_latency_panel(fig):
+        return top[0].upper() + top[1:]
+    return f"Top: {top} Bottom: {_LATENCY}."
+
+
+def comparison_caption(fig: Figure) -> str:
+    text = "Before (baseline, dashed) and after (solid): median busbw over every run and repetition of each side"
+    return text + (f"; below, the {_LATENCY}." if plot.has_latency_panel(fig) else ".")
+
+
+def baseline_runs_markdown(df: pd.DataFrame) -> list[str]:
+    """The baseline's runs as the Markdown report's "Runs" section lists the after side's."""
+    return runs_markdown(df, BASELINE_RUNS)
+
+
+def with_baseline_runs(text: str, baseline_df: pd.DataFrame | None) -> str:
+    """The Markdown report with the baseline's runs after its own "Runs" section (before the footer line)."""
+    if baseline_df is None or len(baseline_df) == 0:
+        return text
+    body, _, footer = text.rstrip("\n").rpartition("\n")
+    return "\n".join([body, *baseline_runs_markdown(baseline_df), footer]) + "\n"
+
+
+def engine_figures(figurequery: Any, after: Any, before: Any, rate: float | None) -> dict[str, Any]:
+    """The curves of the after side and the before/after overlay, drawn from the engine's lines.
+    Where the after side's lines are all of one run (one run_id and label), its overlay lines are
+    the same groups, renamed: they are taken from the curves' lines instead of another pass."""
+    mine: dict[str, list[dict[str, Any]]] = {}
+    sides = {"before": before, "after": after}
+
+    def after_lines(column: str) -> list[dict[str, Any]]:
+        if column not in mine:
+            mine[column] = figurequery.plot_lines(after, column)
+        return mine[column]
+
+    def side_lines(name: str, column: str) -> list[dict[str, Any]]:
+        if name == "after":
+            lines = after_lines(column)
+            if len({(ln["key"]["run_id"], ln["key"]["label"]) for ln in lines}) == 1:
+                return [as_side(ln, name) for ln in lines]
+        return figurequery.plot_lines(sides[name], column, side=name)
+
+    drawn: dict[str, Any] = {"curves": plot.build_figure(figurequery.run_firsts(after, "busbw_GBps"), "busbw", rate,
+                                         lines_of=lambda c: [plot.Line(**as_side(ln)) for ln in after_lines(c)])}
+    if before is not None:
+        try:
+            drawn["comparison"] = plot.build_comparison_figure(
+                figurequery.run_firsts(before, "busbw_GBps"), figurequery.run_firsts(after, "busbw_GBps"),
+                lines_of=lambda name, c: [plot.Line(**ln) for ln in side_lines(name, c)])
+        except BadInput:
+            drawn["comparison"] = None
+    return drawn
+
+
+def as_side(line: dict[str, Any], side: str | None = None) -> dict[str, Any]:
+    """A copy of one of plot_lines' lines (a figure styles its lines in place); with `side`, as
+    plot_lines(..., side=side) names it: every run of the side as one."""
+    key = dict(line["key"])
+    if side is not None:
+        key["run_id"], key["label"] = side, ""
+    return {**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in line.items()}, "key": key}
