@@ -16,7 +16,7 @@ written like commbench.core.results writes them (pyarrow, zstd, one row group), 
 run as subprocesses over every row, as a user runs them, each measured for wall time and peak RSS
 (the child's ru_maxrss from wait4); gate judges both sides against bands `gate --suggest` wrote
 from the first before night (not measured). --engine-rows sets COMMBENCH_ENGINE_ROWS for the
-commands (0: always the DuckDB engine, analysis/engine.py; a huge number: always pandas).
+commands (0: always the DuckDB engine, analysis/points/pointtable.py; a huge number: always pandas).
 Prints a table and adds the run to benchmarks/results/analysis_scale.json and .md (one table a
 --tag, the latest run of a tag replacing the one before).
 Per-rank lists (rank_time_us, rank_skew_us) are filled when the schema has them (--no-per-rank:
@@ -699,7 +699,7 @@ def markdown(runs: dict) -> str:
              "Wall time and peak RSS of each command as a subprocess (ru_maxrss of the child from wait4), "
              "every command over every row. compare and gate exit 1: the after side's all_to_all bfloat16 is "
              "made 8% slower, beside the MTU 9000 gain between nodes. GB = 1e9 bytes. The engine "
-             "(analysis/engine.py, DuckDB over parquet) aggregates the inputs of all four from "
+             "(analysis/points/pointtable.py, DuckDB over parquet) aggregates the inputs of all four from "
              "COMMBENCH_ENGINE_ROWS rows on (500,000 by default); below it pandas reads them. The table "
              "'before this change' ran main as it was (its gate, a pass over every row per entry, was not "
              "in this benchmark: at 1M rows and 2,600 entries it runs for minutes).", ""]

@@ -2,7 +2,7 @@
 (issue #20: at the defaults, a 25% regression passes in at most 1% of trials and an unchanged run
 fails in at most 5%).
 
-Each trial makes a reference from known noise, runs `gate --suggest` on it (analysis/gate.py
+Each trial makes a reference from known noise, runs `gate --suggest` on it (analysis/gate/gate.py
 suggest, in-process), and judges fresh runs of the same model against the bands: one unchanged,
 one 10% slower and one 25% slower (busbw / 1.1, / 1.25). A gate fails when any of its entries
 fails; a refused suggestion (a band wider than --max-band) counts as "refused", never as a pass.

@@ -4,7 +4,7 @@ row, per-rank lists, env / net / plan JSON as the runner writes them).
 
 Below COMMBENCH_ENGINE_ROWS (500,000) the commands take the pandas path: read_results, then
 compare_frames / gate.judge / plot.aggregate / summary on the frames; the DuckDB engine's compare
-and gate (analysis/engine.py, forced here) are timed beside them and must agree with pandas.
+and gate (analysis/points/pointtable.py, forced here) are timed beside them and must agree with pandas.
 Drawing and writing figures is matplotlib's time, measured as whole commands by analysis_scale.py."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ often it finds a real one at the right run (issue #41; docs/TREND.md).
 Each trial makes a nightly series: 24 runs of 24 points (one all_reduce curve); a run's level drifts
 by a night's noise shared by all its points (N(0, night_sd), or Student t with 3 degrees of freedom
 for a heavy-tailed fabric), each point by its own N(0, point_sd). Steady trials change nothing; drop
-trials lower every point from run 16 by 10% or 25%. The analysis is analysis/trend.py's find_changes
+trials lower every point from run 16 by 10% or 25%. The analysis is analysis/trend/trend.py's find_changes
 at the defaults (alpha 0.05, threshold 5%), in-process on the per-run medians.
 
     python benchmarks/trend_error_rates.py [--trials 1000]

@@ -1,5 +1,5 @@
 """`commbench export RESULTS... --openmetrics FILE | --push URL`: results as Prometheus metrics, a
-node_exporter textfile or a Pushgateway push (analysis/metrics.py; docs/METRICS.md). Reads results
+node_exporter textfile or a Pushgateway push (analysis/export/metrics.py; docs/METRICS.md). Reads results
 files and never starts ranks or imports torch."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`commbench trend RESULTS...`: the runs in time order, the points that changed and since when
-(analysis/trend.py; docs/TREND.md). Reads results files and never starts ranks or imports torch."""
+(analysis/trend/trend.py; docs/TREND.md). Reads results files and never starts ranks or imports torch."""
 
 from __future__ import annotations
 

@@ -284,8 +284,8 @@ RUN_POINT_KEY = tuple(c.name for c in REGISTRY if KEY in c.roles or IN_RUN in c.
 REQUIRED_COLUMNS = names_with(REQUIRED)
 INT_KEYS = tuple(c for c in POINT_KEY if pa.types.is_integer(BY_NAME[c].type))
 HEAVY_COLUMNS = names_with(HEAVY)
-GATE_KEY = names_with(GATE)  # what a band entry matches on (analysis/gate.py)
-LINE_KEY = names_with(LINE)  # a curve's identity within its setting (analysis/frames.py)
+GATE_KEY = names_with(GATE)  # what a band entry matches on (analysis/gate/gate.py)
+LINE_KEY = names_with(LINE)  # a curve's identity within its setting (analysis/points/frames.py)
 CURVE_POINT = tuple(c for c in POINT_KEY if c in LINE_KEY or c == "size_bytes")  # a size on a curve
 TOPOLOGY_COLUMNS = names_with(TOPOLOGY)
 UNOBSERVED = "unobserved"  # a pairs link's status: rank 0, cut off from both its ends, never learnt its outcome

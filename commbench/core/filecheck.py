@@ -63,7 +63,7 @@ def unreadable(f: str | os.PathLike[str], exc: BaseException) -> Exception:
 
 def check_file(f: str | os.PathLike[str]) -> Checked:
     """Open `f`'s footer and check it as a results file, reading only the columns whose values are
-    checked; BadInput in one line if it is not one (analysis/engine.py: DuckDB reads the rest)."""
+    checked; BadInput in one line if it is not one (analysis/points/pointtable.py: DuckDB reads the rest)."""
     try:
         pf = pq.ParquetFile(f)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a foreign or broken file

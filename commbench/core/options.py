@@ -167,7 +167,7 @@ class RunOptions:
     solo: bool = flag(False, "--solo/--no-solo", kind="switch", commands=_GROUPED,
                       help="With --layout or --split: also measure each group alone (A B B A), and give each "
                            "group's contention factor (concurrent / solo busbw).")
-    # analysis/metrics.py write_metrics, on rank 0 after the closing lines (docs/METRICS.md)
+    # analysis/export/metrics.py write_metrics, on rank 0 after the closing lines (docs/METRICS.md)
     metrics: str | None = flag(None, "--metrics", kind="path", show_default=False, commands=("sweep",),
                                help="When the run finishes, write its Prometheus metrics to FILE (node_exporter's "
                                     "textfile format, replaced atomically; docs/METRICS.md).")

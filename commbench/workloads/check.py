@@ -2,7 +2,7 @@
 way a user runs it, as a child `commbench` command on the hosts (`doctor --json`, `pairs`, `sweep`),
 one rank per host through the launcher (`srun` in a Slurm job, `lab run` on the lab, local ranks),
 within what is left of the profile's time budget; the parent reads their JSON and results files and
-judges every host (analysis/checkverdict.py). `--mode healthcheck` runs doctor on this host alone,
+judges every host (analysis/check/checkverdict.py). `--mode healthcheck` runs doctor on this host alone,
 with its link rate against the profile's: what fits Slurm's prolog and HealthCheckProgram (no job
 context, no other host, no scontrol).
 """

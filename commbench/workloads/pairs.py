@@ -15,11 +15,11 @@ Faults: each pair runs on a process group of its own (harness/pairgroup.py) and 
 kept in step over the control plane (harness/control.py), never over the run's process group, so
 a dead link, host or rank fails only its own pairs. A failed link is a row with a status; rank 0
 collects every pair's outcome from either end's mailbox, runs a confirmation round for the
-suspects and names the culprit from the pattern (analysis/linkfaults.py, docs/PAIRS.md).
+suspects and names the culprit from the pattern (analysis/pairs/linkfaults.py, docs/PAIRS.md).
 
 Rails (--per-rail): every link is measured once per rail (workloads/pairrails.py), rail after rail
 within each round, so the rails of a host never compete; each row carries its rail, and each
-(host, rail) is judged against the same rail on the other hosts (analysis/railrank.py).
+(host, rail) is judged against the same rail on the other hosts (analysis/pairs/railrank.py).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ class SweepWorkload:
         check_fits(self.plan, env.world_size, env.local_world_size, device)
 
     def finished(self, rows: Sequence[Mapping]) -> None:
-        """Rank 0 after the closing lines: --metrics FILE from the run's own rows (analysis/metrics.py)."""
+        """Rank 0 after the closing lines: --metrics FILE from the run's own rows (analysis/export/metrics.py)."""
         if self.plan.metrics and rows:
             from commbench.analysis.export.metrics import write_metrics
 

@@ -7,7 +7,7 @@ config. Two candidates whose schedules issue the same collectives at the same si
 one nearest the user's config stays (stage 0 ignores reduce_bucket_size, and DeepSpeed 0.19.8
 ignores allgather_bucket_size on torch >= 1.13, so those axes often collapse).
 
-Each candidate is predicted twice from the curve (analysis/predict.py): at full scale (the
+Each candidate is predicted twice from the curve (analysis/tune/predict.py): at full scale (the
 recommendation), and at the scale the measurement runs at (on CPU ranks the zero workload's
 --scale shrinks every message) so measured and predicted compare like for like. Measuring runs
 the real CLI in a child process: `commbench sweep` for a quick curve (the collectives and sizes

@@ -105,7 +105,7 @@ def test_recommendation_follows_the_measured_steps_at_each_rate(lab):
     runs = {"1gbit": tune(lab, "1gbit", "fast", "2", "5e4,1e6,1e7")}
     # At 100mbit tune predicts from the 1gbit run's curve instead of measuring one of its own (23 s of
     # 9.3 MB points at 100mbit): with --top 8 every candidate is measured, and the recommendation is made
-    # from the measured steps alone (analysis/tuneview.py winner), which is what this test holds; how well a
+    # from the measured steps alone (analysis/tune/tuneview.py winner), which is what this test holds; how well a
     # lab curve predicts the steps is test_seven_settings_predicted_within_40_percent's question.
     curve = next((lab / "fast").glob("*.curve-float16.parquet"))
     runs["100mbit"] = tune(lab, "100mbit", "slow", "2", "5e4,1e6,1e7", curve=curve)

@@ -6,9 +6,9 @@ Three classes, each fixed in one shared place and tried here on more than one co
   nccl-tests log, a bands file, a ds_config or results (core/inputs.py read_bytes, core/results.py
   read_results) -> exit 2 with one line naming the file;
 - expansion bombs in a bands file (aliases, deep nesting, numbers of a million digits) ->
-  analysis/bandsfile.py refuses them before any value is built;
+  analysis/gate/bandsfile.py refuses them before any value is built;
 - text that is not what it claims: JSON nested a million levels deep in a results file's env or
-  net column (analysis/frames.py json_cell: "(unreadable ...)" in the report, never a traceback),
+  net column (analysis/points/frames.py json_cell: "(unreadable ...)" in the report, never a traceback),
   and escape sequences in NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (core/safetext.py: doctor shows
   them as escapes).
 
@@ -338,7 +338,7 @@ BAD_BANDS = [
     section="Inputs that are not what they claim",
     failure="a YAML alias bomb (billion laughs) in a bands file: in `system:`, in an entry's `note:`, as a "
             "`collective:`, in `defaults:`",
-    does="the loader (analysis/bandsfile.py) refuses anchors and aliases where they appear, before any value is "
+    does="the loader (analysis/gate/bandsfile.py) refuses anchors and aliases where they appear, before any value is "
          "built: `FILE: line 2, column 9: YAML anchors and aliases (&name, *name) are not read in a bands file: "
          "write each value out` (it used to take 7 GB and never finish)",
     cases="alias-bomb-*",

@@ -399,9 +399,11 @@ def test_the_feature_checks_find_planted_violations(tmp_path):
         "analysis/points/__init__.py": "",
         "analysis/points/base.py": "from commbench.analysis.trend import trend\n",
         "analysis/trend/__init__.py": "",
-        "analysis/trend/trend.py": "from commbench.analysis.points import base\nfrom commbench.analysis.gate.gate import x\n",
+        "analysis/trend/trend.py": ("from commbench.analysis.points import base\n"
+                                    "from commbench.analysis.gate.gate import x\n"),
         "analysis/gate/__init__.py": "",
-        "analysis/gate/gate.py": "from commbench.analysis.points import base\nfrom commbench.analysis.trend import trend\n",
+        "analysis/gate/gate.py": ("from commbench.analysis.points import base\n"
+                                  "from commbench.analysis.trend import trend\n"),
     }
     for rel, text in files.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Where a setup difference holds (issue #40, part 5): compare's "what differs", the report's
 comparison and the overlay plot's subtitle name the host (and rail) whose link rate, MTU or
-interface changed, from the hosts' `net` cells (analysis/hostfacts.py)."""
+interface changed, from the hosts' `net` cells (analysis/points/hostfacts.py)."""
 
 from __future__ import annotations
 

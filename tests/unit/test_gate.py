@@ -392,7 +392,7 @@ def test_the_documented_example_file_is_valid():
     assert b.entries[3].expect == "fail" and b.entries[3].note == "OOM on 16 GiB hosts"
 
 
-# ---- how wide a suggested band is (analysis/tolerance.py) ----
+# ---- how wide a suggested band is (analysis/gate/tolerance.py) ----
 
 
 def test_band_basis_prefers_runs_then_repetitions_then_one_run_s_ci():

@@ -1,4 +1,4 @@
-"""`commbench export` and analysis/metrics.py: the exported text parsed back with prometheus_client's
+"""`commbench export` and analysis/export/metrics.py: the exported text parsed back with prometheus_client's
 own parser (values, labels, the latest run winning), the series staying the same across 10 runs,
 pairs verdicts naming the slowed or dead host, wire trouble counters, check's verdict gauges, the
 Grafana dashboard naming only exported metrics, and the bad input of the command."""

@@ -2,7 +2,7 @@
 own link, its route and what the others say they reach before it blames them; the control plane's
 roll call, description, hang line and link status that follow from it (harness/control.py, with the
 fake stores of test_control.py); and the pairs verdict when rank 0 was cut off mid-run
-(analysis/linkfaults.py: links it could not observe are `unobserved`, its own host is named)."""
+(analysis/pairs/linkfaults.py: links it could not observe are `unobserved`, its own host is named)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""analysis/points.py: the rows a curve is drawn from and their medians, one query for rows in
+"""analysis/points/points.py: the rows a curve is drawn from and their medians, one query for rows in
 memory and for files, checked against a pandas oracle written here."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""analysis/predict.py on real parquet files (synthetic rows through the real ResultWriter):
+"""analysis/tune/predict.py on real parquet files (synthetic rows through the real ResultWriter):
 exact at measured sizes, log-log between them, and every refusal in one line."""
 
 from __future__ import annotations

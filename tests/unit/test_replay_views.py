@@ -1,5 +1,5 @@
 """Replay views (issue #42 part 4, docs/REPLAY.md "Reading a replay"): the one aggregation of replay
-rows (analysis/replay.py), compare's block per replayed step, the report's Replay section.
+rows (analysis/replay/replayrows.py), compare's block per replayed step, the report's Replay section.
 
 The rows are made to the replay row contract (step rows: collective replay_step, trace_op NULL;
 op rows: the op's collective and trace_op), on top of synthetic.make_rows' run columns."""
