@@ -44,7 +44,7 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
 
     Exit 0: no regression; 1: a regression; 3: inconclusive or nothing comparable. See docs/COMPARE.md.
     """
-    from commbench.analysis.points import runsdiffer as comparing
+    from commbench.analysis.compare import compare as comparing
     from commbench.core import results
 
     thr = fraction(threshold, "--threshold")
@@ -116,11 +116,11 @@ def _chosen_settings(before_df, after_df, before_setting, after_setting):
 
 def _warn_same_file(comparison, before: str, after: str) -> None:
     """Both sides one file: say so first, unless a same-run warning already does."""
-    from commbench.analysis.points import runsdiffer as comparing
+    from commbench.analysis.points import runsdiffer
 
     same_file = os.path.realpath(before) == os.path.realpath(after)
-    if same_file and not any(w.startswith(comparing.SAME_RUN) for w in comparison.warnings):
-        warning = comparing.same_run_warning(set(), set(), before)  # a file given: always a warning
+    if same_file and not any(w.startswith(runsdiffer.SAME_RUN) for w in comparison.warnings):
+        warning = runsdiffer.same_run_warning(set(), set(), before)  # a file given: always a warning
         if warning is not None:
             comparison.warnings.insert(0, warning)
 
