@@ -21,6 +21,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from commbench.core import workloadspec
+# TEMPORARY (issue #56): analysis/linkrank.py takes these two from here until analysis moves into
+# its feature folders; their home is core/linkstatus.py.
+from commbench.core.linkstatus import NEVER_JOINED as NEVER_JOINED, UNOBSERVED as UNOBSERVED
+
 SCHEMA_VERSION = 5
 
 # Roles: what analysis does with a column (names_with(role) gives them, in registry order).
@@ -36,8 +41,8 @@ DIFFERS = "differs"  # expected to differ between sides (often the point of the 
 HEAVY = "heavy"  # a list or a long JSON string a row: read only by what needs it
 REQUIRED = "required"  # a file without it is not a results file
 
-ALL_WORKLOADS = ("sweep", "buckets", "zero", "pairs", "replay", "nccl-tests")
-MEASURED = ("sweep", "buckets", "zero", "pairs", "replay")  # commbench's own ranks (not an imported log)
+ALL_WORKLOADS = workloadspec.NAMES
+MEASURED = workloadspec.names(measured=True)  # commbench's own ranks (not an imported log)
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,10 @@ def _c(name: str, type_: pa.DataType, unit: str, filled: str, meaning: str, role
 _S, _I32, _I64, _F64, _B = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 
 # The workloads that write a row per parallel group (--layout; docs/LAYOUTS.md)
-_GROUPED = ("sweep", "zero", "buckets", "replay")  # replay: its op rows under --layout (no --solo: no contention)
+_GROUPED = workloadspec.names(option=workloadspec.LAYOUT)  # replay: its op rows under --layout
+_SOLO = workloadspec.names(option=workloadspec.GROUPS)  # --solo: the contention factor
+_STOP_RULE = workloadspec.names(stop_rule=True)  # each rank's own times
+_STEP_ROWS = workloadspec.names(drawn_as=workloadspec.STEPS)
 
 REGISTRY: tuple[Column, ...] = (
     _c("run_id", _S, "", "always", "`YYYYMMDD-HHMMSS-xxxxxx`, one per run", "line run"),
@@ -111,7 +119,7 @@ REGISTRY: tuple[Column, ...] = (
     _c("contention", _F64, "", "`sweep --solo`, the concurrent rows (null otherwise)",
        "the group's contention factor at this point and repetition: its median busbw with every group running "
        "over its median busbw alone (the solo row's), from the same repetition's iterations; below 1: the "
-       "groups slowed each other (docs/LAYOUTS.md, \"The contention factor\")", writers=_GROUPED[:3], since=4),
+       "groups slowed each other (docs/LAYOUTS.md, \"The contention factor\")", writers=_SOLO, since=4),
     _c("ranks_per_node", _I32, "ranks", "always", "most ranks on one host", "key topology run warn"),
     _c("backend", _S, "", "always", "`gloo` or `nccl`", "run warn"),
     _c("device", _S, "", "always", "`cpu` or `cuda`"),
@@ -136,10 +144,10 @@ REGISTRY: tuple[Column, ...] = (
     _c("rank_time_us", pa.list_(_F64), "us",
        "`sweep`, `buckets`, `zero` (null in older files, `pairs`, the DeepSpeed engine, nccl-tests)",
        "index = rank: that rank's own median time inside the call, see \"Per-rank timing and stragglers\"",
-       "heavy", writers=("sweep", "buckets", "zero")),
+       "heavy", writers=_STOP_RULE),
     _c("rank_skew_us", pa.list_(_F64), "us", "as `rank_time_us`, and null for `broadcast`, `reduce`, `sendrecv`",
        "index = rank: that rank's median arrival skew, how late it entered the collective behind the first rank "
-       "(0 = first); see below", "heavy", writers=("sweep", "buckets", "zero")),
+       "(0 = first); see below", "heavy", writers=_STOP_RULE),
     _c("rank_cpus", pa.list_(_S), "", "runs since `--bind` (null in older files and nccl-tests)",
        "per rank (index = rank): the CPUs it was allowed to run on, as a Linux cpulist (`0-3,8`, "
        "os.sched_getaffinity); `--bind` decides (README, \"Running it\")", "heavy", writers=MEASURED),
@@ -159,7 +167,7 @@ REGISTRY: tuple[Column, ...] = (
        "key", writers=("zero",), absent=(("zero", 1),)),
     _c("n_collectives", _I32, "", "`buckets`, `zero`, `replay` (a step row)",
        "collectives issued per timed iteration (the buckets of one step; a replayed step's ops)",
-       writers=("buckets", "zero", "replay")),
+       writers=_STEP_ROWS),
     _c("overlap", _I32, "", "`buckets`, `zero`",
        "collectives in flight at once: `buckets --overlap N`; for `zero`, the gradient reductions in flight "
        "(overlap_comm: 2 for stages 1/2, 3 for stage 3, else 1)", writers=("buckets", "zero")),
@@ -288,8 +296,6 @@ GATE_KEY = names_with(GATE)  # what a band entry matches on (analysis/gate/gate.
 LINE_KEY = names_with(LINE)  # a curve's identity within its setting (analysis/points/frames.py)
 CURVE_POINT = tuple(c for c in POINT_KEY if c in LINE_KEY or c == "size_bytes")  # a size on a curve
 TOPOLOGY_COLUMNS = names_with(TOPOLOGY)
-UNOBSERVED = "unobserved"  # a pairs link's status: rank 0, cut off from both its ends, never learnt its outcome
-NEVER_JOINED = "never joined"  # a pairs link's status: one end's rank never joined the run (the others went on)
 LINK_KEY = names_with(LINK)  # a pairs link: src_host, dst_host, src_rank, dst_rank
 RUN_COLUMNS = names_with(RUN)
 WARN_COLUMNS = names_with(WARN)

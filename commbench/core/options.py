@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Mapping
 
+from commbench.core import workloadspec
+
 # Calls in one captured CUDA graph (--cuda-graph): nccl-tests -G captures its -n iterations (20 by
 # default) and launches that graph; one replay of 20 calls hides the host's launch cost as its does.
 GRAPH_OPS = 20
@@ -45,7 +47,7 @@ class Target:
 AUTO_TARGETS = {"nccl": Target(0.05, 0.03, "what NCCL's timings on a GPU allow", "--precision 0.01"),
                 "gloo": Target(2.0, 0.05, "what timings on a shared CPU allow", "--precision 0.03 --time-budget 5")}
 _GLOO, _NCCL = AUTO_TARGETS["gloo"], AUTO_TARGETS["nccl"]  # named in the help
-AUTO_WIDE = ("sweep",)  # the workloads that take their backend's Target; the rest take NCCL's
+AUTO_WIDE = workloadspec.names(backend_target=True)  # the workloads that take their backend's Target; the rest NCCL's
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,10 @@ class Flag:
 
 # The commands that run in parallel groups (--layout; docs/LAYOUTS.md); replay: its trace in every
 # data-parallel group at once (--layout and --order only)
-_GROUPED = ("sweep", "zero", "buckets")
-_LAID_OUT = (*_GROUPED, "replay")
+_GROUPED = workloadspec.names(option=workloadspec.GROUPS)
+_LAID_OUT = workloadspec.names(option=workloadspec.LAYOUT)
+_SPLIT = workloadspec.names(option=workloadspec.SPLIT)
+_METRICS = workloadspec.names(option=workloadspec.METRICS)
 
 
 def flag(default: Any, *names: str, kind: str, **how: Any) -> Any:
@@ -161,14 +165,14 @@ class RunOptions:
                              help="With --layout: the dimensions whose groups run, each with its collective, e.g. "
                                   "dp or dp:all_reduce,tp:all_gather [default: dp; tp/dp all_reduce, cp "
                                   "all_gather, ep all_to_all, pp send/recv between neighbouring stages].")
-    split: str | None = flag(None, "--split", kind="text", most=200, show_default=False, commands=("sweep",),
+    split: str | None = flag(None, "--split", kind="text", most=200, show_default=False, commands=_SPLIT,
                              help="nccl-tests' NCCL_TESTS_SPLIT: groups of ranks by color, e.g. 'MOD 2', "
                                   "'AND 0x7', 'DIV 8'; every group runs --collective at once.")
     solo: bool = flag(False, "--solo/--no-solo", kind="switch", commands=_GROUPED,
                       help="With --layout or --split: also measure each group alone (A B B A), and give each "
                            "group's contention factor (concurrent / solo busbw).")
     # analysis/export/metrics.py write_metrics, on rank 0 after the closing lines (docs/METRICS.md)
-    metrics: str | None = flag(None, "--metrics", kind="path", show_default=False, commands=("sweep",),
+    metrics: str | None = flag(None, "--metrics", kind="path", show_default=False, commands=_METRICS,
                                help="When the run finishes, write its Prometheus metrics to FILE (node_exporter's "
                                     "textfile format, replaced atomically; docs/METRICS.md).")
     run_id: str = ""

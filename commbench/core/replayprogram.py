@@ -25,6 +25,7 @@ from commbench.core.trace import WORLD, Group, Op, Trace
 
 UNMARKED = -1  # trace_step of the ops outside any step the job marked
 POINT_TO_POINT = ("send", "recv")
+STEP_COLLECTIVE = "replay_step"  # the pseudo-collective of a replayed step's row (docs/REPLAY.md)
 MAX_OPS_PER_STEP = 20_000  # one step's ops, each with buffers of its own
 
 Key = tuple[object, ...]  # ("c", group, n) or ("p", src, dst, n)

@@ -19,6 +19,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
+from commbench.core import workloadspec
 from commbench.core.columns import RUN_POINT_KEY
 from commbench.core.options import target_note
 from commbench.core.stats import median_ci_halfwidth, median_ci_ranks
@@ -27,7 +28,7 @@ from commbench.core.vocab import COLLECTIVES
 
 # Workloads whose samples_us are the maxima the stop rule judged (Session.time_call); pairs' rows
 # hold one end's own times (Session.time_each), so their precision is not the rule's.
-JUDGED_BY_STOP_RULE = frozenset({"sweep", "buckets", "zero"})
+JUDGED_BY_STOP_RULE = frozenset(workloadspec.names(stop_rule=True))
 MISSED_MARK = "~"
 REACHED, TIME_BUDGET, MAX_ITERS = "reached", "time budget", "max iters"
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from commbench.core import trace as tr
 from commbench.core.errors import BadInput
-from commbench.core.vocab import COLLECTIVES, NCCL_TESTS_ONLY
+from commbench.core.vocab import BY_NAME, COLLECTIVES, NCCL_TESTS_ONLY
 
 ET_SCHEMA_MAJOR = 1  # Chakra ET schema "1.1.1-chakra.0.0.4": a newer major is refused
 
@@ -105,6 +105,19 @@ def _ranks(paths: list[Path]) -> list[int]:
 
 # ----------------------------------------------------------------------------- DeepSpeed's comms logger
 
+def _received(op: str, msg: int, world: int) -> int:
+    """What a rank receives for a logged `tensor` argument of `msg` bytes (the buffer it sends): the
+    whole for a collective that sends a chunk and receives the whole (all_gather), a chunk for the
+    reverse (reduce_scatter), the same bytes otherwise (core/vocab.py's layouts say which)."""
+    spec = BY_NAME.get(op)
+    send_whole, recv_whole = spec.whole_sides() if spec is not None else (True, True)
+    if recv_whole and not send_whole:
+        return msg * world
+    if send_whole and not recv_whole:
+        return msg // world
+    return msg
+
+
 def _read_deepspeed(doc: dict[str, Any], path: Path, rank: int) -> tr.Trace:
     """(op, message size) -> `count` ops of that size, in no known order. DeepSpeed logs the size of
     the op's `tensor` argument: the shard for all_gather_into_tensor, the whole input for
@@ -117,8 +130,7 @@ def _read_deepspeed(doc: dict[str, Any], path: Path, rank: int) -> tr.Trace:
         op = _DEEPSPEED.get(name.split(" | ")[0], name)
         for size, rec in (sizes or {}).items():
             msg = _int(rec.get("msg_size_bytes", size), path, f"{name} size")
-            gathered, scattered = (msg, msg * world) if op == "all_gather" else (msg, msg // world) \
-                if op == "reduce_scatter" else (msg, msg)
+            gathered, scattered = msg, _received(op, msg, world)
             ms = float(rec.get("avg_latency_ms") or 0.0)
             ops += [tr.Op(rank=rank, index=len(ops) + i, op=op, call=name, bytes_in=gathered, bytes_out=scattered,
                           event_ms=ms or None) for i in range(_int(rec.get("count"), path, f"{name} count"))]

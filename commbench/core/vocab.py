@@ -141,10 +141,12 @@ class CollectiveSpec:
         S: the gather/scatter family and all-to-all."""
         return self.layout in (_gather_family, _scatter_family, _alltoall, _alltoallv)
 
-    def whole_sides(self, world: int) -> tuple[bool, bool]:
+    def whole_sides(self) -> tuple[bool, bool]:
         """Whether a rank's send and receive buffers are each the whole size S, rather than one
         rank's chunk of it: all_gather (False, True), reduce_scatter (True, False), all_reduce (True,
-        True). Read off the layout at a count whose chunks need no rounding."""
+        True). Read off the layout of two ranks (where a chunk is not the whole) at a count whose
+        chunks need no rounding."""
+        world = 2
         whole = world * CHUNK_BYTES  # one-byte elements: a rank's chunk is exactly CHUNK_BYTES of them
         lay = self.layout(whole, 1, world, 0)
         return lay.send_numel == whole, lay.recv_numel == whole

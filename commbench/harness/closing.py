@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from commbench.core import runsummary
+from commbench.core import runsummary, workloadspec
 from commbench.core.options import RunOptions
 from commbench.core.vocab import get_dtype
 from commbench.harness.console import MEDIAN_CELL, format_median_row, placement_header, point_median_lines
 
 # The workloads whose -R ends with a median-over-repetitions table (pairs ranks its links instead).
-_MEDIAN_TABLES = frozenset({"sweep", "buckets", "zero"})
+_MEDIAN_TABLES = frozenset(workloadspec.names(stop_rule=True))
 
 
 def closing_lines(rows: Sequence[Mapping], plan: RunOptions) -> list[str]:

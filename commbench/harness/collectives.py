@@ -176,11 +176,11 @@ class Collective(vocab.CollectiveSpec):
     start: Callable[[Buffers, CallArgs], Started] | None = None
     uneven: bool = False  # its start takes per-peer split sizes (torch's all_to_all_single)
 
-    def buffers(self, whole: int, chunk: int, world: int, make: Callable[[int], torch.Tensor]) -> Buffers:
+    def buffers(self, whole: int, chunk: int, make: Callable[[int], torch.Tensor]) -> Buffers:
         """A rank's buffers for one call: each side `whole` elements or one rank's `chunk`, as the
         layout has them (all_gather sends a chunk and receives the whole), made by `make(numel)`;
         one tensor for both sides where torch works in place only (all_reduce, broadcast, reduce)."""
-        send_whole, recv_whole = self.whole_sides(world)
+        send_whole, recv_whole = self.whole_sides()
         recv = make(whole if recv_whole else chunk)
         if not self.supports("out"):
             return Buffers(recv, recv)

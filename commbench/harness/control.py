@@ -36,7 +36,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from commbench.core.columns import UNOBSERVED
+from commbench.core import linkstatus
 from commbench.net.envinfo import iface_facts, traffic_iface
 from commbench.harness import observer
 from commbench.harness.mailbox import Mailbox, read_box
@@ -88,20 +88,20 @@ class RollCall:
     def status(self, rank: int) -> str | None:
         """The failure status a link to `rank` gets (docs/RESULTS.md): None when it answered."""
         if rank in self.unreachable:
-            return "unreachable"
+            return linkstatus.UNREACHABLE
         if rank in self.hung:
-            return "timeout"
-        return "error" if rank in self.gone else None
+            return linkstatus.TIMEOUT
+        return linkstatus.ERROR if rank in self.gone else None
 
     def link_status(self, a: int, b: int) -> str | None:
         """The failure status of the link a <-> b when neither end reported it: its silent end's
-        status (a before b); `unobserved` (linkrank.UNOBSERVED) when the caller is neither end and
+        status (a before b); `unobserved` (core/linkstatus.py) when the caller is neither end and
         judged itself cut off: two ends it cannot reach are not unreachable on its word alone."""
         silent = [r for r in (a, b) if r in self.silent]
         if not silent:
             return None
         if self.sight is not None and self.observer not in (a, b):
-            return UNOBSERVED
+            return linkstatus.UNOBSERVED
         return self.status(silent[0])
 
 

@@ -27,10 +27,9 @@ import time
 
 import torch
 
-from commbench.analysis.pairs.linkrank import FAILED
 from commbench.core import wire
 from commbench.core.errors import RuntimeFailure
-from commbench.core.columns import UNOBSERVED
+from commbench.core import linkstatus
 from commbench.harness import faults
 from commbench.harness.control import PROBE_S, ControlPlane
 from commbench.harness.tcpprobe import host_answers, probe
@@ -93,12 +92,12 @@ class LinkTester:
         peer = dst if rank == src else src
         if not self.control.answers(peer):
             call = self.control.roll_call([peer])
-            return self._unmeasured(step, link, capture,
-                                    _failure(call.status(peer) or "error", self._silent_text(peer, call), peer))
+            failure = _failure(call.status(peer) or linkstatus.ERROR, self._silent_text(peer, call), peer)
+            return self._unmeasured(step, link, capture, failure)
         if rail is not None:
             dead = self._rail_silent(peer, rail)
             if dead:
-                return self._unmeasured(step, link, capture, _failure("unreachable", dead))
+                return self._unmeasured(step, link, capture, _failure(linkstatus.UNREACHABLE, dead))
         watch = self.captures.around(step, link, rail) if capture and self.captures else contextlib.nullcontext()
         with watch:  # from before the pair's connection is made, so the capture holds it whole
             try:
@@ -168,7 +167,8 @@ class LinkTester:
         status = call.status(peer)
         counters = exc.wire if isinstance(exc, TransferFailed) else {}
         if status is None:  # the peer answers: the link, or the transfer itself, failed
-            status = "timeout" if "timed out" in text.lower() or "timeout" in text.lower() else "error"
+            timed_out = "timed out" in text.lower() or "timeout" in text.lower()
+            status = linkstatus.TIMEOUT if timed_out else linkstatus.ERROR
             return _failure(status, f"the transfer failed while rank {peer} on {self.hosts[peer]} answers the "
                                     f"control plane: {text}", wire=counters)
         return _failure(status, f"{self._silent_text(peer, call)}: {text}", peer, counters)
@@ -290,10 +290,10 @@ class LinkTester:
             time.sleep(0.05)
         call = self.control.roll_call(list(link))
         silent = [r for r in link if r in call.silent]
-        status = call.link_status(*link) or "timeout"
+        status = call.link_status(*link) or linkstatus.TIMEOUT
         if not silent:
             return _failure(status, "neither end reported in time")
-        if status == UNOBSERVED:  # this rank is cut off from both ends: not theirs to answer for
+        if status == linkstatus.UNOBSERVED:  # this rank is cut off from both ends: not theirs to answer for
             return _failure(status, f"not observed: {self.control.describe(call)}")
         return _failure(status, self._silent_text(silent[0], call), silent[0])
 
@@ -326,7 +326,7 @@ class LinkTester:
         status, samples = outcome.get("status"), outcome.get("samples") or [math.nan]
         wrong = outcome.get("wrong")
         if status is None and wrong:
-            status = "wrong"
+            status = linkstatus.WRONG
             self.any_wrong = True
         row = session.record(collective=COLLECTIVE[plan.mode], dtype="uint8", op=None, root=-1,
                              size_bytes=plan.size_bytes, count=plan.size_bytes, in_place=False, busbw_factor=1.0,
@@ -343,7 +343,7 @@ class LinkTester:
         arrow = "<->" if self.plan.mode == "bidir" else "->"
         link = f"{self.names[src]} {arrow} {self.names[dst]}" + (f" ({row['rail']})" if row.get("rail") else "")
         where = f"{'c' if confirm else ''}{number}"
-        if row["status"] in FAILED:
+        if row["status"] in linkstatus.FAILED:
             self.session.reporter.line(f"   {where:>5}  {link:<40} {'FAILED':>12} {row['status']:>9}  {row['error']}"
                                        + wire.mark(row.get("wire")))
             return

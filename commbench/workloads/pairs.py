@@ -39,7 +39,7 @@ from commbench.analysis.pairs import faultstext, linkfaults, linkrank, railrank
 from commbench.workloads import pairlinks, pairrails
 from commbench.workloads.pairlinks import pattern
 from commbench.workloads import tournament
-from commbench.core.columns import NEVER_JOINED
+from commbench.core.linkstatus import NEVER_JOINED
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.harness.arrival import Absent, who
 from commbench.core.launch import RankEnv

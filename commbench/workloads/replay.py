@@ -34,7 +34,7 @@ from commbench.harness.collectives import BY_NAME as BOUND, Buffers, CallArgs, C
 from commbench.harness.memory import check_need
 from commbench.harness.session import Measurement, Session
 
-STEP = "replay_step"  # a step row's collective
+STEP = rp.STEP_COLLECTIVE  # a step row's collective
 
 
 @dataclass
@@ -267,9 +267,9 @@ def _buffers(c: Collective, o: Op, make: Callable[[int], torch.Tensor], itemsize
         return Buffers(make(sum(o.in_splits)), make(sum(o.out_splits)), list(o.in_splits), list(o.out_splits))
     if c.per_rank_count:
         chunk = max(1, -(-o.bytes // n) // itemsize)
-        return c.buffers(chunk * n, chunk, n, make)
+        return c.buffers(chunk * n, chunk, make)
     whole = max(1, o.bytes // itemsize)
-    return c.buffers(whole, whole, n, make)
+    return c.buffers(whole, whole, make)
 
 
 Buf = Callable[[int], torch.Tensor]  # a tensor of that many bytes (at least one element)

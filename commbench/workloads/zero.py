@@ -297,7 +297,7 @@ def _bind(sched: list[Comm], torch_dtype, device, world: int, group=None, depth:
             starts = [bound.start(Buffers(t, t), dataclasses.replace(args, root=d))
                       for d, t in zip(dsts, [full[r * part:(r + 1) * part] for r in range(world)])]
         else:
-            starts = [bound.start(bound.buffers(c.numel, c.numel // world, world, make), args)]
+            starts = [bound.start(bound.buffers(c.numel, c.numel // world, make), args)]
         launches.append((c.op in REDUCTIONS and c.phase == "backward", starts))
 
     def step() -> None:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from collections.abc import Callable, Iterable
 
+from commbench.core.columns import TOPOLOGY_COLUMNS
 from commbench.core.errors import EXIT_BAD_RESULT, EXIT_OK, EXIT_RUNTIME, EXIT_SIGINT, EXIT_SIGTERM, BadInput
 from commbench.core.signals import Terminated, sigterm_raises
 from commbench.integrations.nccl_tests.format import (canonical, collective_from_filename, collective_from_program,
@@ -245,7 +246,7 @@ def _use_json(path: str, parsed: Parsed, builder: RecordBuilder, collective: str
     text0 = parsed.records[0] if parsed.records else {}
     for rec in jparsed.records:
         if not rec["hosts"] and text0.get("hosts"):  # a JSON without config.devices: the Rank lines
-            for col in ("world_size", "nnodes", "ranks_per_node", "hosts", "device_name"):
+            for col in (*TOPOLOGY_COLUMNS, "hosts", "device_name"):
                 rec[col] = text0[col]
         rec["transport"] = parsed.transport
         rec["nccl_version"] = rec["nccl_version"] or text0.get("nccl_version")
