@@ -22,9 +22,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from commbench.core import workloadspec
-# TEMPORARY (issue #56): analysis/linkrank.py takes these two from here until analysis moves into
-# its feature folders; their home is core/linkstatus.py.
-from commbench.core.linkstatus import NEVER_JOINED as NEVER_JOINED, UNOBSERVED as UNOBSERVED
 
 SCHEMA_VERSION = 5
 

@@ -120,9 +120,21 @@ def scan_package(scan, skip: tuple[str, ...] = ()) -> Iterator[str]:
 
 def _about_status(node: ast.AST) -> bool:
     """An expression that holds a link's status: a name or attribute with `status` in it, a call of
-    one (call.status(peer)), or a subscript row["status"]."""
-    text = ast.unparse(node)
-    return "status" in text
+    one (call.status(peer)), or a subscript row["status"] (not a literal that names the column)."""
+    if not isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Tuple)):
+        return False
+    if isinstance(node, ast.Tuple) and not all(isinstance(e, (ast.Name, ast.Attribute)) for e in node.elts):
+        return False
+    return "status" in ast.unparse(node)
+
+
+def _values(expr: ast.expr) -> list[ast.expr]:
+    """What an expression can evaluate to, through conditional expressions and `or`/`and`."""
+    if isinstance(expr, ast.IfExp):
+        return _values(expr.body) + _values(expr.orelse)
+    if isinstance(expr, ast.BoolOp):
+        return [v for value in expr.values for v in _values(value)]
+    return [expr]
 
 
 def _status_places(node: ast.AST, statuses: set[str]) -> list[ast.AST]:
@@ -136,7 +148,7 @@ def _status_places(node: ast.AST, statuses: set[str]) -> list[ast.AST]:
     if isinstance(node, (ast.Assign, ast.AnnAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         fits = any(_about_status(t) for t in targets) and node.value is not None
-        return list(ast.walk(node.value)) if fits and node.value is not None else []
+        return _values(node.value) if fits and node.value is not None else []
     if isinstance(node, ast.keyword):
         return [node.value] if node.arg is not None and "status" in node.arg else []
     if isinstance(node, ast.BoolOp):

@@ -10,8 +10,11 @@ from .oncescan import literal_lists, scan_package
 
 KEYS = set(POINT_KEY)
 MOST = 2  # two columns are a pair a module picks (collective and size_bytes); three are a key
-# analysis/ joins once it has moved into its feature folders (issue #56).
+# TEMPORARY (issue #56): analysis/ still writes out 21 tuples of key columns (most pick the columns a
+# view shows or groups by, in its own order); they are to come from columns.py's roles. Their count
+# may only fall.
 PENDING = ("analysis/",)
+PENDING_MOST = 21
 
 
 def tuples_of_keys(tree):
@@ -26,7 +29,8 @@ def test_the_scan_finds_a_tuple_of_key_columns():
 
 
 def test_no_module_but_the_registry_writes_out_key_columns():
-    found = [f for f in scan_package(tuples_of_keys, skip=("core/columns.py",))
-             if not any(f.startswith(f"commbench/{p}") for p in PENDING)]
+    every = list(scan_package(tuples_of_keys, skip=("core/columns.py",)))
+    found = [f for f in every if not any(f.startswith(f"commbench/{p}") for p in PENDING)]
+    assert len(every) - len(found) <= PENDING_MOST, "a new tuple of key columns in analysis/:\n" + "\n".join(every)
     assert not found, ("key columns listed by hand (take them from commbench/core/columns.py's roles):\n"
                        + "\n".join(found))

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from commbench.analysis.pairs import linkrank, railrank
 from commbench.analysis.pairs.linkfaults import Culprit, FaultVerdict, faults, other_end
 from commbench.analysis.pairs.linkrank import endpoint_names, pairs_rows
-from commbench.core.columns import NEVER_JOINED, UNOBSERVED
+from commbench.core import linkstatus
+from commbench.core.linkstatus import UNOBSERVED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,7 +78,8 @@ def _run_report(run_id: str, run: pd.DataFrame, links: list[linkrank.Link],
 # --------------------------------------------------------------------------- text
 
 
-_LABEL = {"unreachable": "Unreachable", "timeout": "Hung", "error": "Failing", NEVER_JOINED: "Never joined"}
+_LABEL = {linkstatus.UNREACHABLE: "Unreachable", linkstatus.TIMEOUT: "Hung", linkstatus.ERROR: "Failing",
+          linkstatus.NEVER_JOINED: "Never joined"}
 
 
 def _headline(c: Culprit, v: FaultVerdict) -> str:

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from commbench.analysis.pairs import linkrank, railrank
 from commbench.analysis.pairs.linkrank import PAIRS_COLLECTIVES, column, endpoint_names, pairs_rows
-from commbench.analysis.points.frames import FAILED
+from commbench.core.linkstatus import FAILED
 from commbench.core import wire
-from commbench.core.columns import UNOBSERVED
+from commbench.core import linkstatus
+from commbench.core.linkstatus import UNOBSERVED
 
 if TYPE_CHECKING:
     import numpy as np
@@ -225,7 +226,7 @@ LOSSY_TEXT = "packets were lost on the data path: a sick link, NIC or queue, not
 
 def _lossy(rows: list[_Row]) -> bool:
     """Timed-out attempts during which the wire lost packets (drops, retransmissions, a flap)."""
-    return any(t.kind in LOSSY_KINDS for r in rows if r.status == "timeout" and r.wire
+    return any(t.kind in LOSSY_KINDS for r in rows if r.status == linkstatus.TIMEOUT and r.wire
                for t in wire.troubles(r.wire))
 
 

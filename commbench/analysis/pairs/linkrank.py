@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from commbench.analysis.points.frames import FAILED
+from commbench.core.linkstatus import FAILED
 from commbench.core.columns import LINK_KEY
 
 if TYPE_CHECKING:

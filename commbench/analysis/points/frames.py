@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from commbench.core.columns import NEVER_JOINED, UNOBSERVED
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 from commbench.core.results import check_schema_versions
@@ -23,10 +22,6 @@ from commbench.core.safetext import printable  # text from the files on one line
 
 # The columns compare and gate cannot do without (read_results refuses files without them too).
 REQUIRED_COLUMNS = ("collective", "size_bytes", "busbw_GBps", "schema_version")
-# The statuses of a pairs link that could not be measured: the engine counts a point's rows with
-# them apart (pointtable.py), and pairs ranks the links without them (pairs/linkrank.py).
-FAILED = ("unreachable", "timeout", "error", UNOBSERVED, NEVER_JOINED)
-
 
 
 # ---- cell values ----

@@ -28,11 +28,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from commbench.analysis.points.frames import FAILED
+from commbench.core.linkstatus import FAILED
 from commbench.analysis.points.sides import (KEY_COLUMNS, SAME_MEASUREMENT, Lost, Side, describe_point, lost_points,
                                              summarise)
 from commbench.core import filecheck
-from commbench.core.columns import BY_NAME, GATE_KEY, INT_KEYS, REQUIRED_COLUMNS, RUN_COLUMNS
+from commbench.core.columns import BY_NAME, GATE_KEY, GROUP_KEY, INT_KEYS, REQUIRED_COLUMNS, RUN_COLUMNS
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 
@@ -416,7 +416,7 @@ GATE_KEYS = (*GATE_KEY, "group")  # and a layout run's group: its label, layoutv
 
 def _group_sql(columns: Any) -> str:
     """A row's group label in SQL, as layoutview.group_label writes it without ranks; NULL off a layout run."""
-    if not {"group_dim", "group_index", "concurrent"} <= set(columns):
+    if not set(GROUP_KEY) <= set(columns):
         return "NULL"
     return ("CASE WHEN group_dim IS NULL THEN NULL ELSE group_dim || coalesce(CAST(group_index AS VARCHAR), '') "
             "|| CASE WHEN concurrent = false THEN ' solo' ELSE '' END END")

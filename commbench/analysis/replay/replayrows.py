@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from commbench.analysis.points.frames import scalar
+from commbench.core.replayprogram import STEP_COLLECTIVE
 
 if TYPE_CHECKING:
     from commbench.analysis.points.pointtable import Aggregate, Query
 
 WORKLOAD = "replay"
-STEP = "replay_step"  # a step row's collective (docs/REPLAY.md)
+STEP = STEP_COLLECTIVE  # a step row's collective (core/replayprogram.py; docs/REPLAY.md)
 OUTSIDE = -1  # trace_step of the ops outside any step the job marked
 # What this module reads of a replay row; settings and run_id only where a file has them.
 COLUMNS = ("workload", "collective", "trace_step", "trace_steps", "trace_op", "trace_group", "trace_file",
