@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from commbench.analysis.trend import trend
-from tests.helpers import cb
 from tests.unit import synthetic
 
 
@@ -42,6 +42,13 @@ def _write_nights(tmp_path, speeds, **kw):
     for i, speed in enumerate(speeds, start=1):
         synthetic.write(folder / f"night{i:02d}.parquet", _night(i, speed, rng, **kw))
     return folder
+
+
+@pytest.fixture(scope="module")
+def changed(tmp_path_factory) -> Path:
+    """24 nights whose links slow from 400 to 100 Gbit/s at night 16, written once for the tests that
+    only read them."""
+    return _write_nights(tmp_path_factory.mktemp("changed"), [400.0] * 15 + [100.0] * 9)
 
 
 def test_pettitt_finds_the_first_value_after_a_step_and_a_small_p():
@@ -75,41 +82,41 @@ def test_a_rate_drop_from_run_16_is_named_at_run_16_with_the_link_rate(tmp_path)
     assert any(d.startswith("link rate") for d in found.differs[15])
 
 
-def test_the_cli_names_run_16_exits_1_and_json_lists_the_points(tmp_path):
-    folder = _write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
-    proc = cb("trend", str(folder))
+def test_the_cli_names_run_16_exits_1_and_json_lists_the_points(changed, cli):
+    folder = changed
+    proc = cli("trend", str(folder))
     assert proc.returncode == 1, proc.stderr
     assert "CHANGE from run 16 (20260016-000000-abcdef 'night16'" in proc.stdout
     assert "what differs: " in proc.stdout and "link rate" in proc.stdout
-    got = json.loads(cb("trend", str(folder), "--format", "json").stdout)
+    got = json.loads(cli("trend", str(folder), "--format", "json").stdout)
     assert got["verdict"] == "worse"
     assert {c["first_run_after"] for c in got["changes"]} == {16}
     assert all(c["change"] < -0.5 for c in got["changes"] if c["point"]["size_bytes"] == 1 << 24)
 
 
-def test_steady_runs_name_nothing_and_exit_0(tmp_path):
+def test_steady_runs_name_nothing_and_exit_0(tmp_path, cli):
     folder = _write_nights(tmp_path, [400.0] * 24)
-    proc = cb("trend", str(folder))
+    proc = cli("trend", str(folder))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no change" in proc.stdout
     assert "CHANGE" not in proc.stdout
 
 
-def test_too_few_runs_is_no_verdict_exit_3(tmp_path):
+def test_too_few_runs_is_no_verdict_exit_3(tmp_path, cli):
     folder = _write_nights(tmp_path, [400.0] * 4)
-    proc = cb("trend", str(folder))
+    proc = cli("trend", str(folder))
     assert proc.returncode == 3
     assert proc.stderr.count("\n") == 1 and "4 runs cannot show a change" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_runs_of_different_world_sizes_are_refused_in_one_line(tmp_path):
+def test_runs_of_different_world_sizes_are_refused_in_one_line(tmp_path, cli):
     folder = _write_nights(tmp_path, [400.0] * 8)
     rows = _night(9, 400.0, np.random.default_rng(1))
     for r in rows:
         r["world_size"] = 4
     synthetic.write(folder / "other.parquet", rows)
-    proc = cb("trend", str(folder))
+    proc = cli("trend", str(folder))
     assert proc.returncode == 2
     assert proc.stderr.startswith("commbench: the runs differ in world_size")
     assert proc.stderr.count("\n") == 1
@@ -139,10 +146,10 @@ def test_a_slow_host_of_pairs_links_is_named_as_the_common_end(tmp_path):
     assert {c.hosts() for c in found.changes} <= {(s, d) for s in hosts for d in hosts if "cbnode3" in (s, d)}
 
 
-def test_the_plot_draws_each_changed_point_and_marks_run_16(tmp_path):
+def test_the_plot_draws_each_changed_point_and_marks_run_16(changed):
     from commbench.analysis.trend import trendplot
 
-    found = trend.trend([_write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)])
+    found = trend.trend([changed])
     fig = trendplot.draw(found)
     lines = fig.axes[0].get_lines()
     marks = [ln for ln in lines if list(ln.get_xdata()) == [15.5, 15.5]]
@@ -152,11 +159,11 @@ def test_the_plot_draws_each_changed_point_and_marks_run_16(tmp_path):
     assert all(list(ln.get_xdata()) == list(range(1, 25)) for ln in drawn)
 
 
-def test_cli_plot_writes_the_figure_and_refuses_a_bad_suffix(tmp_path):
+def test_cli_plot_writes_the_figure_and_refuses_a_bad_suffix(tmp_path, cli):
     folder = _write_nights(tmp_path, [400.0] * 24)
-    assert cb("trend", str(folder), "--plot", str(tmp_path / "t.png")).returncode == 0
+    assert cli("trend", str(folder), "--plot", str(tmp_path / "t.png")).returncode == 0
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
-    bad = cb("trend", str(folder), "--plot", str(tmp_path / "t.txt"))
+    bad = cli("trend", str(folder), "--plot", str(tmp_path / "t.txt"))
     assert bad.returncode == 2 and bad.stderr == f"commbench: --plot {tmp_path / 't.txt'} must end in .png or .svg\n"
 
 
@@ -181,21 +188,21 @@ def test_the_first_15_real_lab_runs_name_nothing(tmp_path):
     assert len(found.runs) == 15 and found.changes == []
 
 
-def test_runs_of_different_collectives_are_refused_in_one_line(tmp_path):
+def test_runs_of_different_collectives_are_refused_in_one_line(tmp_path, cli):
     folder = _write_nights(tmp_path, [400.0] * 8)
     rows = _night(9, 400.0, np.random.default_rng(1))
     for r in rows:
         r["collective"] = "all_gather"
     synthetic.write(folder / "other.parquet", rows)
-    proc = cb("trend", str(folder))
+    proc = cli("trend", str(folder))
     assert proc.returncode == 2
     assert proc.stderr.startswith("commbench: the runs differ in collective (all_gather; all_reduce)")
 
 
-def test_the_report_of_nightly_runs_has_a_trend_section_and_of_few_runs_none(tmp_path):
+def test_the_report_of_nightly_runs_has_a_trend_section_and_of_few_runs_none(tmp_path, changed, undrawn):
     from commbench.analysis.report.report import write_report
 
-    folder = _write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
+    folder = changed
     page = write_report([str(folder)], out=tmp_path / "r.html")[0].read_text()
     assert '<section id="trend"><h2>Trend</h2>' in page and '<a href="#trend">Trend</a>' in page
     assert "<h3>Change from run 16 (20260016-000000-abcdef &#x27;night16&#x27;" in page
