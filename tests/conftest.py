@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+pytest_plugins = ["pytester"]  # tests/unit/test_in_process.py runs an inner session with the unit tier's hooks
 
 # The property tests explore new random inputs on a developer's machine, where a find is a bug to
 # fix; in CI (.ci/run sets HYPOTHESIS_PROFILE=ci) they run the same inputs each time, so a merge is
@@ -37,6 +40,17 @@ def cli(capsys):
         return subprocess.CompletedProcess(["commbench", *args], code, out, err)
 
     return run
+
+
+UNIT = Path(__file__).resolve().parent / "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test outside tests/unit is marked `integration` (pyproject.toml's markers): the marker
+    says the tier, whatever the file declares."""
+    for item in items:
+        if UNIT not in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.integration)
 
 
 def pytest_collection_finish(session) -> None:

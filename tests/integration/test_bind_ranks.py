@@ -10,6 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
+from commbench.core import binding
 from commbench.core.binding import format_cpulist, parse_cpulist
 from helpers import LAUNCHER_VARS  # tests/helpers.py
 
@@ -133,3 +134,14 @@ def test_numa_without_numa_information_is_one_line_and_exit_2(tmp_path):
         "commbench: --bind numa: this machine shows no NUMA nodes with usable CPUs "
         "(/sys/devices/system/node/node*/cpulist): use --bind cores or --bind none"]
     assert not (tmp_path / "x.parquet").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
+def test_a_child_started_while_pinned_inherits_the_cpus_and_the_parent_is_restored():
+    before = os.sched_getaffinity(0)
+    one = {min(before)}
+    with binding.pinned(one):
+        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == str(sorted(one))
+    assert os.sched_getaffinity(0) == before

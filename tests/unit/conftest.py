@@ -1,8 +1,36 @@
-"""Fixtures of the unit tier (tests/conftest.py's are shared by every tier)."""
+"""Fixtures of the unit tier (tests/conftest.py's are shared by every tier), and its guard: each
+test's set-up, call and tear-down run with process starts refused (tests/unit/inprocess.py)."""
 
 from __future__ import annotations
 
 import pytest
+
+from unit.inprocess import MOVE, refused
+
+
+def _in_process(item: pytest.Item):
+    """Run one phase of `item` with process starts refused; fail it if it started one, even where the
+    code under test caught the refusal."""
+    with refused() as started:
+        result = yield
+    if started:
+        pytest.fail(f"{item.nodeid}: {MOVE}; it started: {'; '.join(started)}", pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    return (yield from _in_process(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    return (yield from _in_process(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    return (yield from _in_process(item))
 
 # What drawing a figure gives under `undrawn`: fixed bytes of its format.
 FIGURE_BYTES = {"png": b"\x89PNG\r\n\x1a\n(a figure, not drawn)", "svg": b"<svg>(a figure, not drawn)</svg>\n"}

@@ -4,8 +4,6 @@ sysfs, each GPU's CPUs from a recorded `nvidia-smi topo -m`, and the refusals.""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -134,17 +132,6 @@ def test_auto_falls_back_to_cores_where_a_gpu_is_unknown():
     assert notes == ["--bind auto: the CPU affinity of some GPU is unknown (nvidia-smi topo -m): binding to cores"]
     cpus, _ = binding.plan("auto", 1, {0, 1}, gpu_cpus=[{8, 9}])  # the GPU's node is outside this process's CPUs
     assert cpus == [{0, 1}]
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
-def test_a_child_started_while_pinned_inherits_the_cpus_and_the_parent_is_restored():
-    before = os.sched_getaffinity(0)
-    one = {min(before)}
-    with binding.pinned(one):
-        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
-                               capture_output=True, text=True, check=True)
-    assert child.stdout.strip() == str(sorted(one))
-    assert os.sched_getaffinity(0) == before
 
 
 def _thread_cpus(tid: int) -> set[int]:

@@ -217,13 +217,3 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, monkeypatch):
     for argv, words in cases:
         res = cli(*argv)
         assert res.returncode == 2 and words in res.stderr and res.stderr.count("\n") == 1, (argv, res.stderr)
-
-
-def test_healthcheck_writes_its_verdict_as_a_metric(cli, tmp_path, monkeypatch):
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    res = cli("check", "--mode", "healthcheck", "--out", str(tmp_path), "--metrics", str(tmp_path / "m.prom"))
-    assert res.returncode in (0, 1) and res.stdout.startswith("commbench healthcheck: "), res.stdout + res.stderr
-    verdict = res.stdout.split()[2]
-    value = {"PASS": "0.0", "WARN": "1.0", "FAIL": "2.0"}[verdict]
-    assert f'commbench_check_host_verdict{{host="{res.stdout.split()[3].rstrip(":")}"}} {value}' in \
-        (tmp_path / "m.prom").read_text()
