@@ -57,13 +57,15 @@ def run_frame(rng, run_id: str, reps: int, iters: int, run_sd: float, rep_sd: fl
 
 def trial(rng, scenario) -> dict[str, str]:
     from commbench.analysis.gate import gate
+    from commbench.analysis.gate.bands import parse_bands
+    from commbench.analysis.gate.bandsuggest import suggest
     from commbench.core.errors import BadInput
 
     _, runs, reps, iters, run_sd, rep_sd, iter_sd = scenario
     ref = pd.concat([run_frame(rng, f"ref{i}", reps, iters, run_sd, rep_sd, iter_sd) for i in range(runs)],
                     ignore_index=True)
     try:
-        bands = gate.parse_bands(gate.suggest(ref).text, "bands.yaml")
+        bands = parse_bands(suggest(ref).text, "bands.yaml")
     except BadInput:
         return {k: "refused" for k in ("unchanged", "10%", "25%")}
     out = {}

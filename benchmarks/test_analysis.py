@@ -22,11 +22,12 @@ def frames(analysis_sides):
 @pytest.fixture(scope="module")
 def bands(frames):
     """Bands `gate --suggest --min-size 1G` writes from the before side (set-up, not timed)."""
-    from commbench.analysis.gate import gate
+    from commbench.analysis.gate.bands import parse_bands
+    from commbench.analysis.gate.bandsuggest import suggest
 
-    suggestion = gate.suggest(frames[0], min_size=1 << 30, allow_wide=True)
+    suggestion = suggest(frames[0], min_size=1 << 30, allow_wide=True)
     assert suggestion.entries > 0
-    return gate.parse_bands(suggestion.text)
+    return parse_bands(suggestion.text)
 
 
 def injected(key: dict) -> bool:

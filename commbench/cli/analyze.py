@@ -161,6 +161,8 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
     See docs/GATE.md.
     """
     from commbench.analysis.gate import gate as gating
+    from commbench.analysis.gate.bands import load_bands
+    from commbench.analysis.gate import bandsuggest
     from commbench.analysis.gate import gateview
     from commbench.analysis.gate import tolerance
     from commbench.core import results as store
@@ -181,8 +183,8 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
         up = None if upper is None else fraction(upper, "--upper")
         if out is not None:  # before reading anything: never overwrite
             outputs.check_new(out, who, "--out", inputs, force)
-        smallest = gating.DEFAULT_MIN_SIZE if min_size is None else parse_size(min_size, "--min-size")
-        made = gating.suggest(store.read_results(list(results)), sources=results, lower=low, upper=up,
+        smallest = bandsuggest.DEFAULT_MIN_SIZE if min_size is None else parse_size(min_size, "--min-size")
+        made = bandsuggest.suggest(store.read_results(list(results)), sources=results, lower=low, upper=up,
                               min_size=smallest, system=system, max_band=widest, allow_wide=allow_wide)
         for note in made.notes:
             print(f"commbench: note: {terminal(note, LINE_LIMIT)}", file=sys.stderr)
@@ -201,7 +203,7 @@ def gate(results, expect, suggest, lower, upper, max_band, allow_wide, min_size,
         raise BadInput(f"{stray[0]} is for --suggest; tolerances of --expect live in the bands file")
     if out is not None:  # the bands file or a result is never the report's target
         outputs.check_new(out, who, "--out", inputs, force)
-    bands = gating.load_bands(expect)
+    bands = load_bands(expect)
     report = gating.gate_paths(bands, list(results))
     report.allow_empty = allow_empty
     text = _render(fmt, report, gateview.render_markdown, gateview.render_table)

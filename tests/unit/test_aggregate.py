@@ -20,6 +20,8 @@ import yaml
 
 from commbench.analysis.compare import compare
 from commbench.analysis.gate import gate
+from commbench.analysis.gate.bands import parse_bands
+from commbench.analysis.gate.bandsuggest import suggest
 from commbench.analysis.points import pointtable, figurequery
 from commbench.analysis.report import plot, report
 from commbench.core.errors import BadInput
@@ -82,11 +84,11 @@ def test_gate_in_the_engine_equals_pandas_exactly(tmp_path):
     two = make_frame(seed=3, reps=4, sizes=BIG, dtype="bfloat16", settings="NCCL_ALGO=Ring")
     two.loc[3, "wrong"] = 2
     path = write(tmp_path / "run.parquet", pd.concat([one, two], ignore_index=True))
-    text = gate.suggest(make_frame(seed=9, reps=5, sizes=BIG), lower=0.03, upper=0.2, min_size=1 << 20,
+    text = suggest(make_frame(seed=9, reps=5, sizes=BIG), lower=0.03, upper=0.2, min_size=1 << 20,
                         system="x", max_band=0.5, allow_wide=True).text
     raw = yaml.safe_load(text)
     loose = dict(raw, entries=[{k: v for k, v in e.items() if k not in ("dtype", "settings")} for e in raw["entries"]])
-    for bands in (gate.parse_bands(text), gate.parse_bands(yaml.safe_dump(loose))):
+    for bands in (parse_bands(text), parse_bands(yaml.safe_dump(loose))):
         by_pandas = gate.judge(bands, read_results([path]))
         by_engine = gate.gate_paths(bands, [path])
         assert by_engine.to_dict() == by_pandas.to_dict()

@@ -117,8 +117,9 @@ def test_equal_links_pass_everyone_and_no_step_is_no_verdict():
 
 def test_a_sweep_that_misses_its_bands_warns_every_host_when_none_is_to_blame():
     from commbench.analysis.gate import gate
+    from commbench.analysis.gate.bands import parse_bands
 
-    bands = gate.parse_bands("version: 1\nentries:\n- {collective: all_reduce, size: 1M, ranks: 2, busbw_GBps: 10}\n")
+    bands = parse_bands("version: 1\nentries:\n- {collective: all_reduce, size: 1M, ranks: 2, busbw_GBps: 10}\n")
     entry = bands.entries[0]
     report = gate.GateReport("lab", "<bands>", [gate.EntryResult(entry, 1.0, 5, 0, 0.1, entry.band(), "FAIL",
                                                                  "1 GB/s is below the band")])

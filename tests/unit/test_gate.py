@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from commbench.analysis.gate import gate, gateview
+from commbench.analysis.gate.bands import Bands, load_bands, parse_bands
+from commbench.analysis.gate.bandsuggest import suggest
 from commbench.core.errors import BadInput
 
 from . import synthetic
@@ -67,8 +69,8 @@ def median(frame, collective="all_reduce", size=1 << 24, in_place=True) -> float
     return float(sel.busbw_GBps.median())
 
 
-def bands(*entries: str, top: str = "version: 1\nsystem: test\n") -> gate.Bands:
-    return gate.parse_bands(top + "entries:\n" + "".join(f"  - {e}\n" for e in entries), "bands.yaml")
+def bands(*entries: str, top: str = "version: 1\nsystem: test\n") -> Bands:
+    return parse_bands(top + "entries:\n" + "".join(f"  - {e}\n" for e in entries), "bands.yaml")
 
 
 def only(report: gate.GateReport) -> gate.EntryResult:
@@ -163,7 +165,7 @@ def test_expected_failure_passes_when_wrong_or_missing_and_fails_when_it_works(f
 def test_a_rate_lowered_by_20_percent_fails_its_own_suggested_bands(files, good):
     from commbench.core.results import read_results
 
-    b = gate.parse_bands(gate.suggest(good, sources=["good.parquet"]).text, "bands.yaml")
+    b = parse_bands(suggest(good, sources=["good.parquet"]).text, "bands.yaml")
     assert {e.lower for e in b.entries} == {0.03}  # a steady run keeps the floor
     assert all(e.basis.startswith("-3.0% from 5 repetitions of one run") for e in b.entries)
     slow = gate.judge(b, read_results([files["slow"]]))
@@ -182,10 +184,10 @@ def test_a_noisy_run_is_refused_unless_wide_bands_are_allowed(files):
     with pytest.raises(BadInput, match=r"^no band written: 8 points left out, their bands wider than --max-band 15% "
                                        r"\(all_gather float32 1 MiB (in|out of) place on 16 ranks: 22.5% from 5 "
                                        r"repetitions; .*; and 3 more\); fix: measure -R 11: "):
-        gate.suggest(read_results([files["noisy"]]))
-    made = gate.suggest(read_results([files["noisy"]]), allow_wide=True)
+        suggest(read_results([files["noisy"]]))
+    made = suggest(read_results([files["noisy"]]), allow_wide=True)
     assert any("written as asked (--allow-wide" in n for n in made.notes)
-    b = gate.parse_bands(made.text, "bands.yaml")
+    b = parse_bands(made.text, "bands.yaml")
     assert all(e.lower > 0.15 for e in b.entries)
     assert gate.judge(b, read_results([files["noisy"]])).exit_code() == 0
     assert gate.judge(b, read_results([files["noisy_slow"]])).exit_code() == 0
@@ -195,7 +197,7 @@ def test_a_noisy_run_is_refused_unless_wide_bands_are_allowed(files):
 
 
 def test_suggest_round_trip_passes_the_same_run(good):
-    made = gate.suggest(good, sources=["good.parquet"], system="lab-1gbit")
+    made = suggest(good, sources=["good.parquet"], system="lab-1gbit")
     doc = yaml.safe_load(made.text)
     assert doc["version"] == 1 and doc["system"] == "lab-1gbit" and doc["defaults"] == {"lower": 0.03, "upper": None}
     # bandwidth-bound sizes only: 1 MiB and 16 MiB, per collective and placement
@@ -205,7 +207,7 @@ def test_suggest_round_trip_passes_the_same_run(good):
     ar = next(e for e in doc["entries"] if (e["collective"], e["size"], e["in_place"]) == ("all_reduce", "16M", True))
     assert ar["busbw_GBps"] == pytest.approx(median(good), rel=1e-4)
     assert made.entries == 8 and any("below 1 MiB" in n for n in made.notes)
-    report = gate.judge(gate.parse_bands(made.text, "s.yaml"), good)
+    report = gate.judge(parse_bands(made.text, "s.yaml"), good)
     assert report.exit_code() == 0 and {r.verdict for r in report.results} == {"PASS"}
 
 
@@ -219,14 +221,14 @@ def test_suggest_widens_the_band_to_the_runs_spread(tmp_path):
         elif r["size_bytes"] == 1 << 20:
             r["busbw_GBps"] = 60.0 * (1 + 0.15 * (r["repetition"] - 2))
     frame = read_results([synthetic.write(tmp_path / "mixed.parquet", mixed)])
-    kept = gate.suggest(frame, lower=0.02)  # the 1 MiB points left out, the others banded, the fix named
+    kept = suggest(frame, lower=0.02)  # the 1 MiB points left out, the others banded, the fix named
     assert {e["size"] for e in yaml.safe_load(kept.text)["entries"]} == {"16M"} and kept.entries == 4
     wide = [f"{c} float32 1 MiB {p} place on 16 ranks: 66.0% from 5 repetitions"
             for c in ("all_gather", "all_reduce") for p in ("out of", "in")]
     assert kept.warnings == [f"4 points left out, their bands wider than --max-band 15% ({'; '.join(wide)}); fix: "
                              "--min-size 16M leaves them out on purpose (their spread would need more than 20 "
                              "repetitions)"]
-    made = gate.suggest(frame, lower=0.02, allow_wide=True)
+    made = suggest(frame, lower=0.02, allow_wide=True)
     doc = yaml.safe_load(made.text)
     assert doc["defaults"]["lower"] == 0.02
     lowers = {e["size"]: e["lower"] for e in doc["entries"]}
@@ -244,7 +246,7 @@ def test_only_single_size_workloads_are_gated(tmp_path):
     for r in mixed:
         r["workload"] = "buckets" if r["in_place"] else "nccl-tests"
     frame = read_results([synthetic.write(tmp_path / "mixed.parquet", mixed)])
-    made = gate.suggest(frame)
+    made = suggest(frame)
     assert "left out 25 rows of workload buckets" in made.notes[0]
     assert {e.get("in_place") for e in yaml.safe_load(made.text)["entries"]} == {None}  # only out-of-place left
     e = "{collective: all_reduce, size: 16M, ranks: 16, busbw_GBps: 1, lower: 0.99"
@@ -256,14 +258,14 @@ def test_only_single_size_workloads_are_gated(tmp_path):
 def test_suggest_leaves_out_wrong_points_and_says_so(files):
     from commbench.core.results import read_results
 
-    made = gate.suggest(read_results([files["wrong"]]))  # 16 MiB has wrong results
+    made = suggest(read_results([files["wrong"]]))  # 16 MiB has wrong results
     assert all(e["size"] != "16M" for e in yaml.safe_load(made.text)["entries"])
     assert any("wrong results" in n and "expect: fail" in n for n in made.notes)
 
 
 def test_suggest_with_nothing_bandwidth_bound_is_bad_input(good):
     with pytest.raises(BadInput, match="--min-size smaller"):
-        gate.suggest(good, min_size=1 << 30)
+        suggest(good, min_size=1 << 30)
 
 
 # ---- the file format ----
@@ -384,7 +386,7 @@ def test_cli_usage_errors(args, message, files, capsys):
 
 def test_the_documented_example_file_is_valid():
     example = Path(__file__).resolve().parents[1] / "data" / "gate" / "example.yaml"
-    b = gate.load_bands(example)
+    b = load_bands(example)
     assert b.system == "lab-1gbit" and len(b.entries) == 4
     ag = b.entries[2]
     assert (ag.collective, ag.dtype, ag.size_bytes, ag.lower, ag.upper, ag.optional) == (
@@ -426,8 +428,8 @@ def test_suggest_from_several_runs_bands_from_their_medians(tmp_path):
     for i, level in enumerate((1.00, 1.02, 0.99)):
         rs = rows(scale=level, run_id=f"2025010{i + 1}-000000-abcdef")
         paths.append(synthetic.write(tmp_path / f"run{i}.parquet", rs))
-    made = gate.suggest(read_results(paths), sources=[str(p) for p in paths])
-    b = gate.parse_bands(made.text, "bands.yaml")
+    made = suggest(read_results(paths), sources=[str(p) for p in paths])
+    b = parse_bands(made.text, "bands.yaml")
     assert all(e.basis.split(" from ")[1].startswith("3 runs: sd of their medians") for e in b.entries)
     # sd of (1.00, 1.02, 0.99) is 1.53% -> t(97.5%, 2 dof) 4.30 x 1.53% x sqrt(1 + pi/6) = 8.1%, up to 8.5%
     assert {e.lower for e in b.entries} == {0.085}, [e.lower for e in b.entries]
@@ -467,7 +469,7 @@ def test_suggest_then_gate_round_trip_with_two_settings(tmp_path, capsys):
     eth0, eth1 = (next(e["busbw_GBps"] for e in doc["entries"] if e["settings"] == s and e["collective"] == "all_reduce"
                        and e["size"] == "16M" and e["in_place"]) for s in (ETH0, ETH1))
     assert eth1 == pytest.approx(0.25 * eth0, rel=1e-3)
-    parsed = gate.load_bands(bands)
+    parsed = load_bands(bands)
     assert {e.settings for e in parsed.entries} == {ETH0, ETH1}
     assert parsed.entries[0].describe().endswith(" " + parsed.entries[0].settings)
     code, stdout, err = run(capsys, "gate", str(good), "--expect", str(bands))
@@ -486,7 +488,7 @@ def test_an_entry_without_settings_fails_on_rows_of_several_and_matches_one(tmp_
 
     two = read_results([synthetic.write(tmp_path / "two.parquet", settings_rows())])
     text = "version: 1\nentries:\n- {collective: all_reduce, size: 16M, ranks: 16, busbw_GBps: %s}\n"
-    report = gate.judge(gate.parse_bands(text % 1.0, "b.yaml"), two)
+    report = gate.judge(parse_bands(text % 1.0, "b.yaml"), two)
     r = report.results[0]
     assert r.verdict == "FAIL" and r.measured_GBps is None
     assert r.reason == (f"rows of 2 settings match ({ETH0}; {ETH1}): name one with 'settings:' in the entry "
@@ -494,11 +496,11 @@ def test_an_entry_without_settings_fails_on_rows_of_several_and_matches_one(tmp_
     eth0_only = [r for r in settings_rows() if r["settings"] == ETH0]
     one = read_results([synthetic.write(tmp_path / "one.parquet", eth0_only)])
     expected = median(one)
-    assert gate.judge(gate.parse_bands(text % expected, "b.yaml"), one).results[0].verdict == "PASS"
+    assert gate.judge(parse_bands(text % expected, "b.yaml"), one).results[0].verdict == "PASS"
     named = text.replace("busbw_GBps", f"settings: '{ETH0}', busbw_GBps") % expected
-    assert gate.judge(gate.parse_bands(named, "b.yaml"), two).results[0].verdict == "PASS"
+    assert gate.judge(parse_bands(named, "b.yaml"), two).results[0].verdict == "PASS"
     # the same point under two settings is two entries, not a repeat
     both = named + f"- {{collective: all_reduce, size: 16M, ranks: 16, settings: '{ETH1}', busbw_GBps: 1}}\n"
-    assert len(gate.parse_bands(both, "b.yaml").entries) == 2
+    assert len(parse_bands(both, "b.yaml").entries) == 2
     with pytest.raises(BadInput, match=r"b.yaml: entry 1 \(all_reduce\): settings 3 must be the setting"):
-        gate.parse_bands(text.replace("busbw_GBps", "settings: 3, busbw_GBps") % 1.0, "b.yaml")
+        parse_bands(text.replace("busbw_GBps", "settings: 3, busbw_GBps") % 1.0, "b.yaml")

@@ -81,24 +81,27 @@ def test_gate_suggest_on_a_layout_run_writes_a_band_per_group_and_judges_each_gr
     import yaml
 
     from commbench.analysis.gate import gate
+    from commbench.analysis.gate.bands import parse_bands
+    from commbench.analysis.gate.bandsuggest import suggest
 
     good = pd.DataFrame(layout_rows(repetitions=5))
-    s = gate.suggest(good, ["good"], allow_wide=True)
+    s = suggest(good, ["good"], allow_wide=True)
     entries = yaml.safe_load(s.text)["entries"]
     assert sorted({e["group"] for e in entries}) == ["dp0", "dp0 solo", "dp1", "dp1 solo"]
     assert len(entries) == 8  # 2 sizes x 4 groups: never one band over every group
-    bands = gate.parse_bands(s.text)
+    bands = parse_bands(s.text)
     assert gate.judge(bands, good).exit_code() == 0
     slow = gate.judge(bands, pd.DataFrame(layout_rows(repetitions=5, slow_group=1)))
     failed = {r.entry.group for r in slow.failed}
     assert failed == {"dp1"}, failed  # only dp1 all at once ran at half speed
-    assert "dp1" in gate.parse_bands(s.text).entries[4].describe()
+    assert "dp1" in parse_bands(s.text).entries[4].describe()
 
 
 def test_a_gate_entry_without_a_group_matches_no_group_rows():
     from commbench.analysis.gate import gate
+    from commbench.analysis.gate.bands import parse_bands
 
-    bands = gate.parse_bands("version: 1\nsystem: x\nentries:\n"
+    bands = parse_bands("version: 1\nsystem: x\nentries:\n"
                              "- {collective: all_reduce, size: 1M, ranks: 2, busbw_GBps: 1.0}\n"
                              "- {collective: all_reduce, size: 1M, ranks: 2, group: dp1 solo, busbw_GBps: 1.0}\n")
     results = gate.judge(bands, pd.DataFrame(layout_rows(repetitions=2))).results

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.analysis.gate import gate
+from commbench.analysis.gate.bandsuggest import suggest
 from commbench.cli.app import main
 from commbench.core import outputs
 from commbench.core.errors import BadInput
@@ -58,7 +58,7 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
                                             speed_gbps=300.0))
     m = write(base / "m.parquet", make_rows(repetitions=1) + zero_rows())
     bands = base / "bands.yaml"
-    bands.write_text(gate.suggest(read_results([a]), sources=[str(a)], allow_wide=True).text)  # outputs, not bands
+    bands.write_text(suggest(read_results([a]), sources=[str(a)], allow_wide=True).text)  # outputs, not bands
     return {"a": a, "b": b, "m": m, "bands": bands}
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.analysis.gate import bandsfile, gate
+from commbench.analysis.gate import bandsfile
+from commbench.analysis.gate.bands import Bands, load_bands, parse_bands
 from commbench.analysis.points.frames import printable
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_BANDS_FILE_BYTES, InputMessages, read_text
@@ -44,7 +45,7 @@ class Profile:
     sweep_collective: str = "all_reduce"
     sweep_sizes: tuple[int, ...] = (1 << 20, 4 << 20)
     sweep_iters: int = 5
-    bands: gate.Bands | None = None
+    bands: Bands | None = None
     source: str = "the default profile"
     notes: list[str] = field(default_factory=list)
 
@@ -120,15 +121,15 @@ def _size(value: Any, where: str) -> int:
     return parse_size(str(value), where)
 
 
-def _bands(value: Any, source: str, base: Path) -> gate.Bands | None:
+def _bands(value: Any, source: str, base: Path) -> Bands | None:
     """`bands: FILE` (relative to the profile) or the bands file's mapping written inline."""
     if value is None:
         return None
     if isinstance(value, dict):
         import yaml
 
-        return gate.parse_bands(yaml.safe_dump(value), f"{source}: bands")
+        return parse_bands(yaml.safe_dump(value), f"{source}: bands")
     if not isinstance(value, str):
         raise BadInput(f"{source}: bands must name a bands file (docs/GATE.md) or hold one inline")
     path = Path(value) if Path(value).is_absolute() else base / value
-    return gate.load_bands(path)
+    return load_bands(path)
