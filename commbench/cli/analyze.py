@@ -45,6 +45,7 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
     Exit 0: no regression; 1: a regression; 3: inconclusive or nothing comparable. See docs/COMPARE.md.
     """
     from commbench.analysis.compare import compare as comparing
+    from commbench.analysis.compare import comparetext
     from commbench.core import results
 
     thr = fraction(threshold, "--threshold")
@@ -86,7 +87,7 @@ def compare(before, after, threshold, latency_threshold, alpha, fmt, allow_withi
     _warn_same_file(comparison, before, after)
     for line in comparison.warnings:
         print(f"commbench: warning: {terminal(line, LINE_LIMIT)}", file=sys.stderr)
-    text = _render(fmt, comparison, comparing.render_markdown, lambda c: comparing.render_table(c, wide=wide))
+    text = _render(fmt, comparison, comparetext.render_markdown, lambda c: comparetext.render_table(c, wide=wide))
     if out is not None:
         files.append(outputs.Output(Path(out), text.encode("utf-8"), "--out"))
     outputs.write_files(files, "compare", inputs, force)  # the report and its figure: both or neither

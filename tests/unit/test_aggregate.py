@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from commbench.analysis.compare import compare
+from commbench.analysis.compare import comparetext
 from commbench.analysis.gate import gate
 from commbench.analysis.gate.bands import parse_bands
 from commbench.analysis.gate.bandsuggest import suggest
@@ -52,7 +53,7 @@ def test_compare_in_the_engine_equals_pandas_exactly(tmp_path, reps, within, kw)
     by_engine = compare.compare_paths([b], [a], allow_within_run=within)
     assert by_engine is not None and by_pandas.points
     assert by_engine.to_dict() == by_pandas.to_dict()
-    assert compare.render_table(by_engine) == compare.render_table(by_pandas)
+    assert comparetext.render_table(by_engine) == comparetext.render_table(by_pandas)
 
 
 def test_compare_setup_differences_and_points_on_one_side(tmp_path):
@@ -217,7 +218,7 @@ def test_compare_likely_cause_in_the_engine_equals_pandas(tmp_path, case):
                                        read_results([a], columns=compare.READ_COLUMNS))
     by_engine = compare.compare_paths([b], [a])
     assert by_engine.to_dict() == by_pandas.to_dict()
-    assert compare.render_table(by_engine) == compare.render_table(by_pandas)
+    assert comparetext.render_table(by_engine) == comparetext.render_table(by_pandas)
     causes = [p.likely_cause for p in by_engine.points if p.likely_cause]
     assert bool(causes) == (case in ("new", "grown")), causes
 

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commbench.analysis.compare import compare as cmp
+from commbench.analysis.compare import comparetext
 from commbench.analysis.points import pointtable
 from commbench.analysis.points.sides import KEY_COLUMNS
 from commbench.core import stats
@@ -167,7 +168,7 @@ def test_three_repetitions_a_side_are_inconclusive_not_a_pass():
     # identical sides with 3 repetitions are just as undecided: no free pass
     same = cmp.compare_frames(make_frame(reps=3, seed=1), make_frame(reps=3, seed=2))
     assert same.verdict == "inconclusive" and same.exit_code() == 3
-    assert "-R 5" in cmp.render_table(same)
+    assert "-R 5" in comparetext.render_table(same)
 
 
 def test_an_improvement_is_detected():
@@ -232,7 +233,7 @@ def test_points_on_one_side_only_are_listed_never_dropped():
     assert [k["size_bytes"] for k in c.only_before] == [1024]
     assert [k["size_bytes"] for k in c.only_after] == [64 << 20]
     assert set(c.only_before[0]) == set(cmp.KEY_COLUMNS)
-    table = cmp.render_table(c)
+    table = comparetext.render_table(c)
     assert "before only: all_reduce float32 sum 1 KiB" in table and "after only: all_reduce float32 sum 64 MiB" in table
     assert "1 before only, 1 after only" in table
 
@@ -245,13 +246,13 @@ def test_one_sided_sizes_of_a_point_fold_into_one_line_whose_ranges_hide_no_comp
     after = make_frame(sizes=(1 << 10, 1 << 20, 2 << 20, 4 << 20), seed=2)
     c = cmp.compare_frames(before, after)
     assert len(c.only_before) == 20 and not c.only_after
-    lines = [ln for ln in cmp.render_table(c).splitlines() if ln.startswith("before only")]
+    lines = [ln for ln in comparetext.render_table(c).splitlines() if ln.startswith("before only")]
     assert lines == ["before only: all_reduce float32 sum 8 B..512 B (7 sizes), 2 KiB..512 KiB (9 sizes), "
                      "8 MiB..64 MiB (4 sizes) in 16 (2x8)"], lines
     two = cmp.compare_frames(make_frame(sizes=(1024, 4096, 1 << 20), seed=1), make_frame(sizes=(1 << 20,), seed=2))
-    assert [ln for ln in cmp.render_table(two).splitlines() if ln.startswith("before only")] == [
+    assert [ln for ln in comparetext.render_table(two).splitlines() if ln.startswith("before only")] == [
         "before only: all_reduce float32 sum 1 KiB, 4 KiB in 16 (2x8)"]
-    assert "- before only: all_reduce float32 sum 8 B..512 B (7 sizes)" in cmp.render_markdown(c)
+    assert "- before only: all_reduce float32 sum 8 B..512 B (7 sizes)" in comparetext.render_markdown(c)
 
 
 def test_a_grad_accum_grid_shows_its_accumulation_column():
@@ -262,12 +263,13 @@ def test_a_grad_accum_grid_shows_its_accumulation_column():
                                                                                       grad_accum=4)
         return pd.concat([one, four], ignore_index=True)
 
-    table = cmp.render_table(cmp.compare_frames(side(1), side(2)))
+    table = comparetext.render_table(cmp.compare_frames(side(1), side(2)))
     header, _, *rows = table.splitlines()
     assert "grad_accum" in header.split()
     at = header.index("grad_accum")  # the table's columns are aligned
     assert sorted(r[at:at + 10].strip() for r in rows[:2]) == ["1", "4"]
-    plain = cmp.render_table(cmp.compare_frames(make_frame(seed=1, grad_accum=1), make_frame(seed=2, grad_accum=1)))
+    plain = comparetext.render_table(cmp.compare_frames(make_frame(seed=1, grad_accum=1),
+                                                        make_frame(seed=2, grad_accum=1)))
     assert "grad_accum" not in plain
 
 
@@ -310,7 +312,7 @@ def test_warnings_for_what_should_not_differ_and_differences_for_what_may():
     assert not any("NCCL_DEBUG" in d or "UCX_TLS" in d for d in c.differences)
     same = cmp.compare_frames(make_frame(seed=1), make_frame(seed=2))
     assert same.warnings == [] and same.differences == []
-    md = cmp.render_markdown(c)
+    md = comparetext.render_markdown(c)
     assert "**Warnings**" in md and "NCCL_IB_HCA: before mlx5_0, after mlx5_1" in md
 
 
@@ -318,9 +320,9 @@ def test_text_from_the_files_cannot_restructure_the_reports():
     after = make_frame(seed=2, label="<img src=x onerror=alert(1)>\n| a | b |", dtype="float32\r")
     before = make_frame(seed=1, dtype="float32\r")
     c = cmp.compare_frames(before, after)
-    md = cmp.render_markdown(c)
+    md = comparetext.render_markdown(c)
     assert "<img" not in md and "&lt;img src=x onerror=alert(1)&gt;?\\| a \\| b \\|" in md
-    table = cmp.render_table(c)
+    table = comparetext.render_table(c)
     assert "\r" not in table and "label: before \"\", after <img src=x onerror=alert(1)>?| a | b |" in table
     assert all(line.count("|") == md.splitlines()[-1].count("|") for line in md.splitlines() if line.startswith("| "))
 
@@ -577,14 +579,14 @@ def test_two_settings_a_side_give_a_verdict_per_setting_named_in_every_format(tm
     assert [p.ratio for p in c.points if p.key["settings"] == ETH1] == pytest.approx([0.8, 0.8], abs=0.03)
     assert all(p.bandwidth_bound for p in c.points)
     assert not c.differences and not c.warnings
-    table = cmp.render_table(c)
+    table = comparetext.render_table(c)
     header = table.splitlines()[0].split()
     assert "settings" in header
     rows = [ln for ln in table.splitlines() if ln.startswith("all_reduce")]
     assert len(rows) == 4
     assert sum(ETH1 in r and "REGRESSION" in r for r in rows) == 2
     assert sum(ETH0 in r and "unchanged" in r for r in rows) == 2
-    md = cmp.render_markdown(c)
+    md = comparetext.render_markdown(c)
     assert sum(f"| {ETH1} |" in ln and "REGRESSION" in ln for ln in md.splitlines()) == 2
     doc = json.loads(json.dumps(c.to_dict()))
     assert sorted({p["key"]["settings"] for p in doc["points"]}) == [ETH0, ETH1]
@@ -601,7 +603,7 @@ def test_settings_on_one_side_only_is_nothing_comparable_with_a_warning_that_say
     assert len(c.only_before) == 4 and len(c.only_after) == 2
     assert any(w.startswith("the before results have settings GLOO_SOCKET_IFNAME=eth0|eth1 and the after "
                             "results none: compare runs made with the same --env") for w in c.warnings), c.warnings
-    table = cmp.render_table(c)
+    table = comparetext.render_table(c)
     assert f"before only: all_reduce float32 sum 1 MiB, 16 MiB in 16 (2x8) {ETH1}" in table
     assert "warning: the before results have settings" in table
     swapped = cmp.compare_frames(after, before)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from commbench.analysis.compare import compare
+from commbench.analysis.compare import comparetext
 from commbench.analysis.pairs import linkrank, pairsplot
 from commbench.analysis.report import report
 from commbench.analysis.report.markdown import build_markdown
@@ -239,12 +240,12 @@ def test_a_link_down_after_is_a_regression_of_its_own(tmp_path):
     assert p.note == "could not be measured after: unreachable in 7 of 7 repetitions: unreachable: n2 did not answer"
     assert {q.verdict for q in c.points if q is not p} == {"unchanged"}
     assert c.verdict == "regression" and c.exit_code() == 1 and len(c.points) == 6
-    table = compare.render_table(c)
+    table = comparetext.render_table(c)
     assert "LINK DOWN" in table and "failed" in table and "nan" not in table.lower()
     assert "1 link down, 5 unchanged" in table
     down = [q for q in json.loads(json.dumps(c.to_dict()))["points"] if q["verdict"] == "link down"]
     assert [(q["key"]["src_host"], q["ratio"], q["after_busbw"]) for q in down] == [("n1", None, None)]
-    assert "LINK DOWN" in compare.render_markdown(c)
+    assert "LINK DOWN" in comparetext.render_markdown(c)
 
 
 def test_a_link_restored_after_is_not_a_regression(tmp_path):

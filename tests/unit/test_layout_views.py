@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from commbench.analysis.compare import compare as cmp
+from commbench.analysis.compare import comparetext
 from tests.unit.synthetic import make_rows
 
 GROUPS = {0: "0,2", 1: "1,3"}
@@ -32,7 +33,7 @@ def test_compare_of_two_layout_runs_has_a_group_column_and_a_verdict_per_dimensi
     after = pd.DataFrame(layout_rows(speed=200.0, solo_speed=400.0, run_id="20250102-000000-abcdef"))
     c = cmp.compare_frames(before, after)
     assert len(c.points) == 8  # 2 sizes x 2 groups x (concurrent, solo): never merged as duplicates
-    text = cmp.render_table(c)
+    text = comparetext.render_table(c)
     header = text.splitlines()[0]
     assert "group" in header
     assert "dp1 solo" in text and "dp0 " in text
@@ -41,11 +42,11 @@ def test_compare_of_two_layout_runs_has_a_group_column_and_a_verdict_per_dimensi
     assert "dp0 regression" in lines[0] and "dp1 regression" in lines[0]
     assert lines[1].startswith("dp groups, each alone: 2 of 2 unchanged")
     assert c.verdict == "regression"
-    assert "dp groups, all at once" in cmp.render_markdown(c)
+    assert "dp groups, all at once" in comparetext.render_markdown(c)
 
 
 def test_compare_of_plain_runs_has_no_group_column():
-    text = cmp.render_table(cmp.compare_frames(pd.DataFrame(make_rows(repetitions=3)),
+    text = comparetext.render_table(cmp.compare_frames(pd.DataFrame(make_rows(repetitions=3)),
                                                pd.DataFrame(make_rows(repetitions=3, run_id="20250102-000000-abcdef"))))
     assert "group" not in text.splitlines()[0] and "groups," not in text
 

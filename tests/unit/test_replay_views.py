@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from commbench.analysis.compare import compare as cmp
+from commbench.analysis.compare import comparetext
 from commbench.analysis.replay import replayrows, replayview
 from tests.unit import synthetic
 from tests.unit.synthetic import make_rows
@@ -114,12 +115,12 @@ def test_compare_of_two_replays_says_regression_for_the_step_and_names_the_colle
     (change,) = c.replay
     assert change.verdict == "regression"
     assert ("replay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression; all_reduce 88% of the change "
-            "(+277 ms, 4 calls), all_gather 12% (+38.0 ms, 1 call)\n") in cmp.render_table(c, wide=True)
-    text = cmp.render_table(c)  # 120 columns: the line wraps, indented
+            "(+277 ms, 4 calls), all_gather 12% (+38.0 ms, 1 call)\n") in comparetext.render_table(c, wide=True)
+    text = comparetext.render_table(c)  # 120 columns: the line wraps, indented
     assert "\nreplay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression; all_reduce 88% of the change" in text
     assert "\n    12% (+38.0 ms, 1 call)\n" in text
     assert text.index("replay step 0") < text.index("verdict: regression")  # the block before the verdict
-    assert "- replay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression" in cmp.render_markdown(c)
+    assert "- replay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression" in comparetext.render_markdown(c)
     got = c.to_dict()["replay"][0]
     assert got["causes"][0]["collective"] == "all_reduce" and got["verdict"] == "regression"
 
@@ -129,13 +130,14 @@ def test_compare_of_a_replay_with_itself_is_unchanged_and_names_no_collective():
     c = cmp.compare_frames(before, before.assign(run_id="20250102-000000-abcdef"))
     (change,) = c.replay
     assert change.verdict == "unchanged" and change.causes == []
-    assert "replay step 0 (steps 0-3): 41.2 ms -> 41.2 ms, unchanged\n" in cmp.render_table(c)
+    assert "replay step 0 (steps 0-3): 41.2 ms -> 41.2 ms, unchanged\n" in comparetext.render_table(c)
 
 
 def test_compare_of_plain_sweeps_has_no_replay_block():
     c = cmp.compare_frames(pd.DataFrame(make_rows(repetitions=3)),
                            pd.DataFrame(make_rows(repetitions=3, run_id="20250102-000000-abcdef")))
-    assert c.replay == [] and "replay" not in cmp.render_table(c) and "Replayed" not in cmp.render_markdown(c)
+    assert c.replay == [] and "replay" not in comparetext.render_table(c)
+    assert "Replayed" not in comparetext.render_markdown(c)
 
 
 def test_compare_of_two_replay_files_from_the_command_line_exits_1_with_the_step_line(tmp_path, cli):
@@ -153,7 +155,7 @@ def test_a_hostile_collective_name_in_a_replay_is_inert_in_compare_and_the_repor
     evil = "all_reduce\x1b[31m<b>|"
     before, after = (pd.DataFrame(replay_rows({0: [(evil, 64, t)]}, run_id=r))
                      for t, r in ((100.0, "20250101-000000-abcdef"), (900.0, "20250102-000000-abcdef")))
-    text = cmp.render_table(cmp.compare_frames(before, after))
+    text = comparetext.render_table(cmp.compare_frames(before, after))
     assert "\x1b" not in text and "all_reduce\\x1b[31m<b>|" in text
     page = report.build_html(after)
     assert "\x1b" not in page and "<b>|" not in page and "all_reduce\\x1b[31m&lt;b&gt;|" in page

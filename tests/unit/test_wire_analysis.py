@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from commbench.analysis.compare import compare as cmp
+from commbench.analysis.compare import comparetext
 from commbench.analysis.report import markdown, report
 from commbench.analysis.wire import wireview
 from commbench.cli.app import main
@@ -92,12 +93,13 @@ def test_compare_names_the_counters_of_a_point_that_went_clean_to_trouble(files)
     assert hit.likely_cause == ("cbnode2 eth0 qdisc drops +3,630, cbnode2 tcp RetransSegs +5,472 "
                                 "(trouble counters were 0 before)")
     assert point_at(c, 65536).likely_cause is None  # clean on both sides
-    table = cmp.render_table(c, wide=True)
+    table = comparetext.render_table(c, wide=True)
     line = next(ln for ln in table.splitlines() if "1 MiB" in ln)
     assert "likely cause: cbnode2 eth0 qdisc drops +3,630, cbnode2 tcp RetransSegs +5,472" in line
     assert "likely cause" not in next(ln for ln in table.splitlines() if "64 KiB" in ln)
     assert "wire: trouble counters moved at 1 point where they were 0 (or 10x smaller) before" in table
-    md_row = next(ln for ln in cmp.render_markdown(c).splitlines() if ln.startswith("| all_reduce") and "1 MiB" in ln)
+    md_row = next(ln for ln in comparetext.render_markdown(c).splitlines()
+                  if ln.startswith("| all_reduce") and "1 MiB" in ln)
     assert "likely cause: cbnode2 eth0 qdisc drops +3,630" in md_row
     doc = json.loads(json.dumps(c.to_dict(), allow_nan=False))
     causes = {p["key"]["size_bytes"]: p["likely_cause"] for p in doc["points"]}

@@ -128,9 +128,9 @@ def settings_markdown(tables: list) -> list[str]:
 
 def comparison_markdown(c: Comparison) -> str:
     try:
-        from commbench.analysis.compare import compare
+        from commbench.analysis.compare import comparetext
 
-        render = getattr(compare, "render_markdown", None)
+        render = getattr(comparetext, "render_markdown", None)
     except ImportError:
         render = None
     if render is not None:
