@@ -3,7 +3,7 @@ default: two sides of 50,000, analysis_scale.py's sweeps, 25 repetitions a point
 row, per-rank lists, env / net / plan JSON as the runner writes them).
 
 Below COMMBENCH_ENGINE_ROWS (500,000) the commands take the pandas path: read_results, then
-compare_frames / gate.judge / plot.aggregate / summary on the frames; the DuckDB engine's compare
+compare_frames / gate.judge / curveplot.aggregate / summary on the frames; the DuckDB engine's compare
 and gate (analysis/points/pointtable.py, forced here) are timed beside them and must agree with pandas.
 Drawing and writing figures is matplotlib's time, measured as whole commands by analysis_scale.py."""
 
@@ -99,18 +99,19 @@ def test_gate_engine(benchmark, frames, bands, analysis_sides):
 
 @pytest.mark.benchmark(group="analysis: plot and report data")
 def test_plot_lines(benchmark, frames):
-    from commbench.analysis.report import plot
+    from commbench.analysis.report import curveplot
 
-    lines = benchmark(plot.aggregate, frames[1], "busbw_GBps")
+    lines = benchmark(curveplot.aggregate, frames[1], "busbw_GBps")
     assert lines and sum(int(line.reps.sum()) for line in lines) == len(frames[1])
 
 
 @pytest.mark.benchmark(group="analysis: plot and report data")
 def test_report_peaks(benchmark, frames):
-    from commbench.analysis.report import plot, summary
+    from commbench.analysis.report import summary
+    from commbench.analysis.report import curveplot
 
     peaks = benchmark(summary.peak_rows, frames[1])
-    lines = plot.aggregate(frames[1], "busbw_GBps")
+    lines = curveplot.aggregate(frames[1], "busbw_GBps")
     assert len(peaks) == len(lines)
     assert max(p["peak_busbw"] for p in peaks) == pytest.approx(max(float(line.median.max()) for line in lines))
 

@@ -25,6 +25,7 @@ from commbench.analysis.gate.bands import parse_bands
 from commbench.analysis.gate.bandsuggest import suggest
 from commbench.analysis.points import pointtable, figurequery
 from commbench.analysis.report import plot, report
+from commbench.analysis.report import curveplot
 from commbench.core.errors import BadInput
 from commbench.core.results import SCHEMA_VERSION, read_results
 
@@ -103,15 +104,15 @@ def test_plot_lines_and_figure_equal_pandas_exactly(tmp_path):
     df = read_results(paths, skip=plot.UNUSED_COLUMNS)
     q = figurequery.plot_source(paths, force=True)
     for column in ("busbw_GBps", "time_us"):
-        mine = [plot.Line(**ln) for ln in figurequery.plot_lines(q, column)]
-        theirs = plot.aggregate(df, column)
+        mine = [curveplot.Line(**ln) for ln in figurequery.plot_lines(q, column)]
+        theirs = curveplot.aggregate(df, column)
         assert [ln.key for ln in mine] == [ln.key for ln in theirs]
         for x, y in zip(mine, theirs):
             for name in ("sizes", "median", "lo", "hi", "reps", "wrong_sizes"):
                 assert np.array_equal(getattr(x, name), getattr(y, name)), name
-    drawn = plot.build_figure(figurequery.run_firsts(q, "busbw_GBps"),
-                              lines_of=lambda c: [plot.Line(**ln) for ln in figurequery.plot_lines(q, c)])
-    assert plot.figure_bytes(drawn) == plot.figure_bytes(plot.build_figure(df))
+    drawn = curveplot.build_figure(figurequery.run_firsts(q, "busbw_GBps"),
+                              lines_of=lambda c: [curveplot.Line(**ln) for ln in figurequery.plot_lines(q, c)])
+    assert plot.figure_bytes(drawn) == plot.figure_bytes(curveplot.build_figure(df))
 
 
 @pytest.mark.parametrize("with_baseline", [True, False])

@@ -10,7 +10,7 @@ import pytest
 
 from commbench.analysis.compare.compare import compare_frames
 from commbench.analysis.points import hostfacts
-from commbench.analysis.report import plot
+from commbench.analysis.report import curveplot
 from commbench.cli.app import main
 from commbench.core.results import read_results
 
@@ -69,7 +69,7 @@ def test_report_and_plot_subtitle_name_the_slowed_host(slowed, tmp_path):
     assert main_exit in (None, 0)
     assert f"<li>{SLOW}</li>" in page.read_text()  # the report's comparison: "Setup differences"
     b, a = read_results([before]), read_results([after])
-    title = plot.build_comparison_figure(b, a).axes[0].get_title(loc="left")
+    title = curveplot.build_comparison_figure(b, a).axes[0].get_title(loc="left")
     assert "before: " in title and "1 Gbit/s link" in title
     assert "after: " in title and "cbnode3 300 Mbit/s, the others 1 Gbit/s" in title
 

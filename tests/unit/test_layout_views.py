@@ -110,10 +110,10 @@ def test_a_gate_entry_without_a_group_matches_no_group_rows():
 
 
 def test_the_plot_of_a_layout_run_draws_a_curve_per_group_and_kind_of_pass():
-    from commbench.analysis.report import plot
+    from commbench.analysis.report import curveplot
 
     rows = layout_rows(repetitions=2)
-    fig = plot.build_figure(pd.DataFrame(rows), "busbw")
+    fig = curveplot.build_figure(pd.DataFrame(rows), "busbw")
     texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
     for name in ("all_reduce dp0 [0,2]", "all_reduce dp0 [0,2] solo", "all_reduce dp1 [1,3]",
                  "all_reduce dp1 [1,3] solo"):
@@ -123,12 +123,13 @@ def test_the_plot_of_a_layout_run_draws_a_curve_per_group_and_kind_of_pass():
 
 
 def test_a_group_label_from_a_file_is_inert_in_the_figure():
-    from commbench.analysis.report import plot
+    from commbench.analysis.report import curveplot
 
     rows = layout_rows(repetitions=1, sizes=(1 << 20,))
     for r in rows:
         r["group_dim"] = "$x$\x1b[2J"
-    texts = [t.get_text() for leg in plot.build_figure(pd.DataFrame(rows), "busbw").legends for t in leg.get_texts()]
+    fig = curveplot.build_figure(pd.DataFrame(rows), "busbw")
+    texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
     assert not any("\x1b" in t for t in texts) and any(r"\$x\$" in t for t in texts), texts
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from commbench.analysis.compare.compare import compare_frames
 from commbench.analysis.points.runs import describe_run
-from commbench.analysis.report import markdown, plot, report
+from commbench.analysis.report import markdown, report
+from commbench.analysis.report import curveplot
 from commbench.analysis.report.summary import net_rows
 from commbench.cli.app import main
 from commbench.core.linkrate import LinkRate, effective_rate, host_rate, net_rates, rate_text
@@ -91,7 +92,7 @@ def test_host_summary_records_the_root_shaper(monkeypatch):
 
 def test_plot_subtitle_shows_the_shaped_rate(tmp_path):
     df = frame(lab_rows(1_000_000_000, "before", "20261201-000000-aaaaaa"), tmp_path)
-    title = plot.build_figure(df).axes[0].get_title(loc="left")
+    title = curveplot.build_figure(df).axes[0].get_title(loc="left")
     assert f"ethernet {SHAPED_1G}" in title and "10 Gbit/s link" not in title
     unshaped = frame(make_rows(), tmp_path, "plain.parquet")  # no shaper recorded: the link speed, as before
     assert "400 Gbit/s link" in describe_run(dict(unshaped.iloc[0]))

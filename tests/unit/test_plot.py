@@ -12,6 +12,7 @@ import pytest
 from matplotlib.collections import PolyCollection
 
 from commbench.analysis.report import plot
+from commbench.analysis.report import curveplot
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 
@@ -41,7 +42,7 @@ def two_runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def figure(two_runs):
-    return plot.build_figure(two_runs, "busbw", plot.parse_line_rate("400Gbps"), "400Gbps")
+    return curveplot.build_figure(two_runs, "busbw", curveplot.parse_line_rate("400Gbps"), "400Gbps")
 
 
 def test_one_line_per_collective_placement_and_run(figure):
@@ -78,13 +79,13 @@ def test_x_axis_is_log2_with_human_size_labels_from_8_B_to_16_GiB(figure):
 
 def test_size_ticks_always_label_the_binary_thousands():
     for lo, hi in ((8, 2 ** 34), (1024, 2 ** 20), (8, 64 * 1024), (2 ** 20, 2 ** 31)):
-        major, labels, minor = plot.size_ticks(lo, hi)
+        major, labels, minor = curveplot.size_ticks(lo, hi)
         assert all(np.log2(m).is_integer() for m in major)
         assert len(labels) <= 16 and minor[0] <= lo and minor[-1] >= hi
         for k in (10, 20, 30):
             if lo <= 2 ** k <= hi:
                 assert 2 ** k in major
-    assert plot.size_ticks(1024, 1024)[1] == ["512 B", "1 KiB", "2 KiB"]  # one size still gets context
+    assert curveplot.size_ticks(1024, 1024)[1] == ["512 B", "1 KiB", "2 KiB"]  # one size still gets context
 
 
 def test_median_over_repetitions_and_a_min_max_band(two_runs, figure):
@@ -101,7 +102,7 @@ def test_median_over_repetitions_and_a_min_max_band(two_runs, figure):
 
 def test_no_band_with_one_repetition(tmp_path):
     df = frame(make_rows(repetitions=1), tmp_path)
-    fig = plot.build_figure(df)
+    fig = curveplot.build_figure(df)
     assert not [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
     assert "min–max over repetitions" not in legend_texts(fig)
 
@@ -118,7 +119,7 @@ def test_latency_panel_shows_small_sizes_on_a_log_scale(figure):
 
 def test_no_latency_panel_when_there_are_no_small_sizes(tmp_path):
     df = frame(make_rows(sizes=(1 << 20, 1 << 24)), tmp_path)
-    fig = plot.build_figure(df)
+    fig = curveplot.build_figure(df)
     assert len(fig.axes) == 1 and "Bus bandwidth" in fig.axes[0].get_ylabel()
 
 
@@ -144,24 +145,24 @@ def test_line_rate_is_a_horizontal_line_at_the_rate(figure):
     ("50 GBps", 50.0), ("1.6Tbps", 200.0), ("25gbps", 3.125), ("800 MB/s", 0.8), ("1e3Mbps", 0.125),
 ])
 def test_line_rate_units(text, gbytes):
-    assert plot.parse_line_rate(text) == pytest.approx(gbytes)
+    assert curveplot.parse_line_rate(text) == pytest.approx(gbytes)
 
 
 @pytest.mark.parametrize("text", ["", "400", "fast", "-5Gbps", "0Gbps", "400Gbpsx", "400 GiB/s", "nanGbps",
                                   "1e400Gbps", "400GBPS", "Gbps", "4 00Gbps"])
 def test_bad_line_rates_are_bad_input_naming_the_value(text):
     with pytest.raises(BadInput, match="--line-rate") as err:
-        plot.parse_line_rate(text)
+        curveplot.parse_line_rate(text)
     assert repr(text) in str(err.value)
 
 
 def test_line_rate_with_the_time_metric_is_refused(two_runs):
     with pytest.raises(BadInput, match="--metric busbw or algbw"):
-        plot.build_figure(two_runs, "time", 50.0)
+        curveplot.build_figure(two_runs, "time", 50.0)
 
 
 def test_time_metric_uses_a_log_axis_and_time_values(two_runs):
-    fig = plot.build_figure(two_runs, "time")
+    fig = curveplot.build_figure(two_runs, "time")
     top = fig.axes[0]
     assert top.get_yscale() == "log" and "Time" in top.get_ylabel()
     line = next(ln for ln in labelled_lines(top) if ln.get_label() == "all_reduce in-place [mtu9000]")
@@ -170,7 +171,7 @@ def test_time_metric_uses_a_log_axis_and_time_values(two_runs):
 
 
 def test_wrong_results_are_marked(tmp_path):
-    fig = plot.build_figure(frame(make_rows(wrong=7), tmp_path))
+    fig = curveplot.build_figure(frame(make_rows(wrong=7), tmp_path))
     crosses = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "x"]
     assert crosses and all(max(ln.get_xdata()) == 1 << 24 for ln in crosses)
     assert "wrong results (#wrong > 0)" in legend_texts(fig)
@@ -178,7 +179,7 @@ def test_wrong_results_are_marked(tmp_path):
 
 def test_untrusted_label_text_cannot_break_or_restyle_the_figure(tmp_path):
     label = r"<script>alert(1)</script> $\frac{ 5$ cost"
-    fig = plot.build_figure(frame(make_rows(label=label), tmp_path))
+    fig = curveplot.build_figure(frame(make_rows(label=label), tmp_path))
     assert plot.figure_bytes(fig, "png").startswith(PNG_MAGIC)  # drawn without a mathtext error
     assert any(r"\$\frac{ 5\$ cost" in t for t in [fig.axes[0].get_title(loc="left")])
     # the control: the same text handed to matplotlib raw does fail to draw
@@ -194,7 +195,7 @@ def test_untrusted_label_text_cannot_break_or_restyle_the_figure(tmp_path):
 
 def test_one_collective_gets_a_colour_per_variant(tmp_path):
     df = frame(make_rows(collectives=("all_reduce",), placements=(True, False)), tmp_path)
-    lines = labelled_lines(plot.build_figure(df).axes[0])
+    lines = labelled_lines(curveplot.build_figure(df).axes[0])
     assert len({mcolors.to_hex(ln.get_color()) for ln in lines}) == 2
 
 
@@ -234,7 +235,7 @@ def test_empty_results_are_bad_input(tmp_path):
 def test_plot_comparison_overlays_before_dashed_after_solid(tmp_path):
     before = frame(make_rows(label="before", mtu=1500, speed_gbps=200), tmp_path, "b.parquet")
     after = frame(make_rows(label="after", run_id="20250103-000000-cccccc", mtu=9000), tmp_path, "a.parquet")
-    fig = plot.build_comparison_figure(before, after)
+    fig = curveplot.build_comparison_figure(before, after)
     lines = labelled_lines(fig.axes[0])
     assert len(lines) == 8  # 2 collectives x 2 placements x 2 sides
     for ln in lines:
@@ -302,7 +303,7 @@ def test_two_settings_draw_two_lines_per_collective_named_by_setting(tmp_path, c
     code, out = run_cli(["plot", str(res), "--out", str(tmp_path / "env.png")], capsys)
     assert code == 0, out.err
     assert (tmp_path / "env.png").read_bytes()[:8] == PNG_MAGIC
-    fig = plot.build_figure(frame(settings_rows(placements=(False,)), tmp_path, "again.parquet"))
+    fig = curveplot.build_figure(frame(settings_rows(placements=(False,)), tmp_path, "again.parquet"))
     top = fig.axes[0]
     names = sorted(ln.get_label() for ln in labelled_lines(top))
     assert names == ["all_gather GLOO_SOCKET_IFNAME=eth0", "all_gather GLOO_SOCKET_IFNAME=eth1",
@@ -327,7 +328,7 @@ def test_settings_and_runs_both_in_the_legend(tmp_path):
     other = settings_rows(collectives=("all_reduce",), placements=(True,), run_id="20250102-000000-bbbbbb")
     for r in other:
         r["label"] = "b"
-    fig = plot.build_figure(frame(rows + other, tmp_path))
+    fig = curveplot.build_figure(frame(rows + other, tmp_path))
     assert sorted(ln.get_label() for ln in labelled_lines(fig.axes[0])) == [
         "all_reduce GLOO_SOCKET_IFNAME=eth0 [a]", "all_reduce GLOO_SOCKET_IFNAME=eth0 [b]",
         "all_reduce GLOO_SOCKET_IFNAME=eth1 [a]", "all_reduce GLOO_SOCKET_IFNAME=eth1 [b]"]
@@ -341,25 +342,25 @@ def test_a_file_without_a_settings_column_draws_as_before(tmp_path):
     old = frame(rows, tmp_path, "old.parquet")
     assert "settings" not in old.columns or old["settings"].isna().all()
     old = old.drop(columns=["settings"], errors="ignore")
-    names = sorted(ln.get_label() for ln in labelled_lines(plot.build_figure(old).axes[0]))
+    names = sorted(ln.get_label() for ln in labelled_lines(curveplot.build_figure(old).axes[0]))
     assert names == ["all_reduce in-place", "all_reduce out-of-place"]
     for r in rows:
         r["settings"] = "MTU=9000"
     one = frame(rows, tmp_path, "one.parquet")
-    assert sorted(ln.get_label() for ln in labelled_lines(plot.build_figure(one).axes[0])) == names
+    assert sorted(ln.get_label() for ln in labelled_lines(curveplot.build_figure(one).axes[0])) == names
 
 
 def test_a_setting_beside_rows_without_one_is_named(tmp_path):
     rows = settings_rows(settings=("NCCL_ALGO=Ring NCCL_PROTO=LL",), collectives=("all_reduce",), placements=(True,))
     rows += make_rows(collectives=("all_reduce",), placements=(True,), label="")
-    names = sorted(ln.get_label() for ln in labelled_lines(plot.build_figure(frame(rows, tmp_path)).axes[0]))
+    names = sorted(ln.get_label() for ln in labelled_lines(curveplot.build_figure(frame(rows, tmp_path)).axes[0]))
     assert names == ["all_reduce (no setting)", "all_reduce NCCL_ALGO=Ring NCCL_PROTO=LL"]
 
 
 def test_overlay_keeps_settings_apart(tmp_path):
     before = frame(settings_rows(collectives=("all_reduce",), placements=(True,)), tmp_path, "b.parquet")
     after = frame(settings_rows(collectives=("all_reduce",), placements=(True,), slow=0.5), tmp_path, "a.parquet")
-    fig = plot.build_comparison_figure(before, after)
+    fig = curveplot.build_comparison_figure(before, after)
     assert sorted(ln.get_label() for ln in labelled_lines(fig.axes[0])) == [
         "all_reduce GLOO_SOCKET_IFNAME=eth0 [after]", "all_reduce GLOO_SOCKET_IFNAME=eth0 [before]",
         "all_reduce GLOO_SOCKET_IFNAME=eth1 [after]", "all_reduce GLOO_SOCKET_IFNAME=eth1 [before]"]

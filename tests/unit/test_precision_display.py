@@ -12,7 +12,8 @@ import re
 import pytest
 
 from commbench.analysis.points import figures
-from commbench.analysis.report import markdown, plot, report
+from commbench.analysis.report import markdown, report
+from commbench.analysis.report import curveplot
 from commbench.cli.measure import sweep
 from commbench.core import runsummary
 from commbench.core.options import AUTO, AUTO_TARGETS, RunOptions, child_flags, resolve_auto
@@ -127,8 +128,8 @@ def _with_ci(rows: list[dict], ci: float | None) -> list[dict]:
 def test_the_plot_draws_each_point_s_precision_as_error_bars(tmp_path):
     sizes = (8, 1024, 65536, 1 << 20)
     df = frame(_with_ci(make_rows(collectives=("all_reduce",), sizes=sizes, placements=(True,)), 0.04), tmp_path)
-    fig = plot.build_figure(df)
-    assert figures.ci_bar_sets(fig) == [("", len(sizes)), (plot.LATENCY_PANEL, 3)]  # the latency panel: <= 64 KiB
+    fig = curveplot.build_figure(df)
+    assert figures.ci_bar_sets(fig) == [("", len(sizes)), (curveplot.LATENCY_PANEL, 3)]  # the latency panel: <= 64 KiB
     bars = next(c for c in fig.axes[0].containers if c.get_label() == figures.CI_BARS)
     segments = bars.lines[2][0].get_segments()
     y = [float(s[1][1]) / float(s[0][1]) for s in segments]  # top over bottom of each bar: 1.04 / 0.96
@@ -136,13 +137,13 @@ def test_the_plot_draws_each_point_s_precision_as_error_bars(tmp_path):
     assert "bars: each point's 95% CI of its median" in report.reportparts.curves_caption(fig)
     old = frame(_with_ci(make_rows(collectives=("all_reduce",), sizes=sizes, placements=(True,)), None), tmp_path,
                 "old.parquet")
-    assert figures.ci_bar_sets(plot.build_figure(old)) == []  # older files: no bars, no error
+    assert figures.ci_bar_sets(curveplot.build_figure(old)) == []  # older files: no bars, no error
 
 
 def test_time_axes_are_labelled_in_one_human_unit(tmp_path):
     rows = make_rows(collectives=("all_reduce",), sizes=(1 << 20, 1 << 30, 1 << 34), placements=(True,),
                      speed_gbps=0.008)  # 1 MB/s: 1 s .. 17000 s a point
-    fig = plot.build_figure(frame(rows, tmp_path), metric="time")
+    fig = curveplot.build_figure(frame(rows, tmp_path), metric="time")
     top = fig.axes[0]
     assert top.get_ylabel() == "Time per operation (s)"
     fig.canvas.draw()

@@ -11,9 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench.analysis.report import markdown, report, summary
+from commbench.analysis.report import comparehtml, markdown, report, summary
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
+from commbench.core.units import format_size
 
 from .synthetic import frame, make_rows, write
 
@@ -119,7 +120,7 @@ def test_peak_table_has_a_row_per_line_with_the_peak_its_size_algbw_and_wrong(df
     d = df[(df.collective == "all_reduce") & (df.label == "mtu9000")]
     med = d.groupby("size_bytes")[["busbw_GBps", "algbw_GBps"]].median()
     peak = med["busbw_GBps"].idxmax()
-    assert row["at size"] == report.format_size(peak)
+    assert row["at size"] == format_size(peak)
     assert row["peak busbw (GB/s)"] == report.fnum(med.loc[peak, "busbw_GBps"])
     assert row["algbw there (GB/s)"] == report.fnum(med.loc[peak, "algbw_GBps"])
     assert row["#wrong (total)"] == "0"
@@ -170,7 +171,7 @@ def stand_in_comparison(**over):
 
 
 def test_comparison_html_renders_verdict_points_warnings_differences_and_one_sided():
-    text = report.comparison_html(stand_in_comparison())
+    text = comparehtml.comparison_html(stand_in_comparison())
     page = Page(text)
     badge = next(attrs for tag, attrs in page.tags if tag == "span" and "badge" in attrs.get("class", ""))
     assert "bad" in badge["class"]
@@ -193,7 +194,7 @@ def test_comparison_html_renders_verdict_points_warnings_differences_and_one_sid
 @pytest.mark.parametrize("verdict, cls", [("improvement", "good"), ("no change", "neutral"),
                                           ("inconclusive", "warn"), ("regression", "bad")])
 def test_comparison_badge_colour_follows_the_verdict(verdict, cls):
-    text = report.comparison_html(stand_in_comparison(verdict=verdict, points=[], warnings=[], differences=[]))
+    text = comparehtml.comparison_html(stand_in_comparison(verdict=verdict, points=[], warnings=[], differences=[]))
     assert f'class="badge {cls}"' in text
 
 
@@ -327,7 +328,7 @@ def test_html_settings_section_has_best_and_worst_setting_per_size(tmp_path):
     body = {r[0]: r for r in table[1:]}
     assert list(body) == ["8 B", "1 KiB", "64 KiB", "1 MiB", "16 MiB"]
     for size in med.index:
-        row = body[report.format_size(size)]
+        row = body[format_size(size)]
         best, worst = (ETH1, ETH0) if size < 65536 else (ETH0, ETH1)
         assert row[1] == best and row[3] == worst
         assert float(row[2]) == pytest.approx(med.loc[size, best], rel=1e-3)
@@ -389,3 +390,16 @@ def test_settings_beside_rows_without_one_and_ties(tmp_path):
     assert tables[0].line.startswith("NCCL_ALGO=Ring NCCL_PROTO=LL and (no setting) are each best at 1 of 2 sizes")
     assert settingsview.settings_text(["", "MTU=1500", "MTU=9000"]) == "MTU=1500|9000 and rows without one"
     assert settingsview.settings_text([None]) == "none"
+
+
+def test_the_page_carries_the_stylesheet_shipped_beside_the_module(tmp_path):
+    """The CSS is package data (report/report.css, pyproject.toml's package-data): read through
+    importlib.resources and inlined whole in the page's one <style>, so the page stays self-contained."""
+    from importlib import resources
+
+    sheet = resources.files("commbench.analysis.report").joinpath("report.css").read_text(encoding="utf-8")
+    assert ":root { --fg:#1d232a;" in sheet and "td.num, th.num { text-align: right;" in sheet
+    page = report.build_html(frame(make_rows(repetitions=2), tmp_path))
+    styles = re.findall(r"<style>(.*?)</style>", page, flags=re.S)
+    assert len(styles) == 1 and styles[0].strip() == sheet.strip()
+    assert "<link" not in page  # no external stylesheet

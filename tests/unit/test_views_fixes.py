@@ -15,7 +15,8 @@ import pytest
 from matplotlib.patches import Rectangle
 
 from commbench.analysis.compare import compare as cmp
-from commbench.analysis.report import plot, reportparts
+from commbench.analysis.report import reportparts
+from commbench.analysis.report import curveplot
 from commbench.analysis.tune import zerogrid
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
@@ -49,9 +50,9 @@ def test_plot_takes_the_lab_s_rate_unit(tmp_path, capsys):
     res = write(tmp_path / "run.parquet", make_rows(sizes=BIG, repetitions=1))
     code, out = run_cli(["plot", str(res), "--line-rate", "1gbit", "--out", str(tmp_path / "p.png")], capsys)
     assert code == 0, out.err
-    assert plot.parse_line_rate("1gbit") == pytest.approx(0.125)  # GB/s
-    fig = plot.build_figure(frame(make_rows(sizes=BIG, repetitions=1), tmp_path, "f.parquet"), "busbw",
-                            plot.parse_line_rate("1gbit"), "1gbit")
+    assert curveplot.parse_line_rate("1gbit") == pytest.approx(0.125)  # GB/s
+    fig = curveplot.build_figure(frame(make_rows(sizes=BIG, repetitions=1), tmp_path, "f.parquet"), "busbw",
+                            curveplot.parse_line_rate("1gbit"), "1gbit")
     assert any(np.allclose(ln.get_ydata(), 0.125) for ln in fig.axes[0].get_lines())
 
 
@@ -111,11 +112,11 @@ def _sides(tmp_path, sizes):
 
 
 def test_the_comparison_figure_has_no_empty_latency_panel(tmp_path):
-    fig = plot.build_comparison_figure(*_sides(tmp_path, BIG))
-    assert len(fig.axes) == 1 and not plot.has_latency_panel(fig)
+    fig = curveplot.build_comparison_figure(*_sides(tmp_path, BIG))
+    assert len(fig.axes) == 1 and not curveplot.has_latency_panel(fig)
     assert not any("no sizes" in t.get_text() for ax in fig.axes for t in ax.texts)
-    fig = plot.build_comparison_figure(*_sides(tmp_path, MIXED))
-    assert len(fig.axes) == 2 and plot.has_latency_panel(fig)
+    fig = curveplot.build_comparison_figure(*_sides(tmp_path, MIXED))
+    assert len(fig.axes) == 2 and curveplot.has_latency_panel(fig)
 
 
 # ---- 4. the report: captions of the panels there are, headroom, the baseline's runs ----
@@ -139,7 +140,7 @@ def test_report_captions_name_only_the_panels_drawn(tmp_path, capsys, undrawn):
 
 def test_curves_clear_the_top_frame(tmp_path):
     df = frame(make_rows(sizes=BIG, repetitions=2), tmp_path)
-    for fig in (plot.build_figure(df), plot.build_comparison_figure(*_sides(tmp_path, BIG))):
+    for fig in (curveplot.build_figure(df), curveplot.build_comparison_figure(*_sides(tmp_path, BIG))):
         top = fig.axes[0]
         highest = max(float(np.nanmax(ln.get_ydata())) for ln in top.get_lines())
         assert top.get_ylim()[1] >= 1.08 * max(highest, float(top.dataLim.y1))
@@ -215,13 +216,13 @@ def buckets_rows(buckets=(100_000, 1_000_000, 4_000_000), dtype="bfloat16", item
 
 def test_buckets_are_drawn_against_bucket_size_in_elements(tmp_path):
     df = frame(buckets_rows(), tmp_path)
-    fig = plot.build_figure(df)
+    fig = curveplot.build_figure(df)
     top = fig.axes[0]
     assert "vs bucket size" in fig._suptitle.get_text() and "message size" not in fig._suptitle.get_text()
     assert "in elements" in top.get_xlabel()
     labels = [t.get_text() for t in top.get_xticklabels()]
     assert labels == ["1e5\n(195.3 KiB)", "1e6\n(1.9 MiB)", "4e6\n(7.6 MiB)"]
-    timed = plot.build_figure(df, "time")
+    timed = curveplot.build_figure(df, "time")
     assert timed.axes[0].get_ylabel() == "Time per step (µs)" and "Time per step" in timed._suptitle.get_text()
     assert "per operation" not in timed.axes[0].get_ylabel()
     assert "bucket size" in reportparts.curves_caption(fig)

@@ -51,8 +51,8 @@ def frame_lines(frame: pd.DataFrame, column: str, side: str | None = None) -> li
 
 
 def plot_lines(q: Query, column: str, side: str | None = None) -> list:
-    """plot.aggregate's lines of `column` over the files, in the same order with the same numbers,
-    each the fields of a plot.Line; `side`: every run of the files as one, named so (the overlay)."""
+    """curveplot.aggregate's lines of `column` over the files, in the same order with the same numbers,
+    each the fields of a curveplot.Line; `side`: every run of the files as one, named so (the overlay)."""
     keys = points.LINE_KEYS
     named = {"label": "''", "run_id": "'" + side.replace("'", "''") + "'"} if side is not None else {}
     exprs = [f"{named[k]} AS {k}" if k in named else k for k in keys]

@@ -5,7 +5,7 @@ repetition values (busbw, algbw on one rank), whether its rows hold damaged samp
 distinct values of the columns that describe a run. The same queries group every input, whatever
 its size: files where they lie (open_source: each through core/filecheck.py's door, read through
 descriptors, only the columns a query names), or a frame already in memory (frame_source:
-compare_frames, gate.judge and plot.aggregate of read_results' frames), so memory follows the
+compare_frames, gate.judge and curveplot.aggregate of read_results' frames), so memory follows the
 number of points and repetitions, not the columns of every row, and no grouping is written twice.
 Per-iteration samples are read only when a point needs the within-run test; the failed
 repetitions of a point (a pairs link) come back counted per point. Wire counters (compare's likely

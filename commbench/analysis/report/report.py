@@ -15,14 +15,12 @@ text): it goes through html.escape in HTML and through md() in Markdown, never r
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import gc
-import html
 import json
 from importlib import resources
 from pathlib import Path
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,67 +31,28 @@ if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib
 
 from commbench.analysis.layout import layoutview
 from commbench.analysis.points import settingsview
-from commbench.analysis.points.runs import describe_run, placement_name, run_rows
+from commbench.analysis.points.runs import describe_run, run_rows
 from commbench.analysis.replay import replayview
 from commbench.analysis.report import plot, reportparts
+from commbench.analysis.report.comparehtml import comparison_html
+from commbench.analysis.report.htmlparts import esc, figure_html, table
+from commbench.analysis.report import curveplot
 from commbench.analysis.report.markdown import build_markdown, ci_cell
 from commbench.analysis.report.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
-                                               CurveTables, curve_tables, fault_runs, fnum, fp, json_value,
-                                               late_arrivals_by_run, missing, net_rows, ratio_text, report_title,
+                                               CurveTables, curve_tables, fault_runs, fnum, json_value,
+                                               late_arrivals_by_run, net_rows, report_title,
                                                run_facts, run_positions, runs_named, size_text, wrong_cell)
 from commbench.analysis.trend import trendview
 from commbench.analysis.wire import wireview
-from commbench.core import outputs, outtext
+from commbench.core import outputs
 from commbench.core.errors import BadInput, RuntimeFailure
-from commbench.core.units import counted, format_size
+from commbench.core.units import counted
 
 FORMATS = ("html", "markdown")
 UNUSED_COLUMNS = ("rank_time_us",)  # no section reads them; a section that starts to takes them out
 
 # The page's one stylesheet, package data beside this module (pyproject.toml's package-data ships it).
 CSS = "\n" + resources.files("commbench.analysis.report").joinpath("report.css").read_text(encoding="utf-8")
-
-
-# --------------------------------------------------------------------------- escaping
-
-
-def esc(value: Any) -> str:
-    """Text from a results file, safe between tags and inside quoted attributes; each line bounded (core/outtext.py)."""
-    return html.escape(outtext.lines(value, outtext.LINE_LIMIT), quote=True)
-
-
-# --------------------------------------------------------------------------- HTML pieces
-
-
-def _table(headers: Sequence[str] | None, rows: Iterable[Sequence[Any]], num: Iterable[int] = (),
-           classes: Sequence[Sequence[str]] | None = None) -> str:
-    """rows hold plain text (escaped here); classes[i][j] adds a CSS class to a cell; no
-    headers: a two-column fact table whose first column is a row header."""
-    numbered = set(num)
-    out = ["<table>"]
-    if headers is not None:
-        out.append("<thead><tr>" + "".join(
-            f'<th class="num">{esc(h)}</th>' if i in numbered else f"<th>{esc(h)}</th>" for i, h in enumerate(headers))
-            + "</tr></thead>")
-    out.append("<tbody>")
-    for r_i, row in enumerate(rows):
-        cells = []
-        for i, v in enumerate(row):
-            cls = [c for c in (("num" if i in numbered else ""), (classes[r_i][i] if classes else "")) if c]
-            attr = f' class="{" ".join(cls)}"' if cls else ""
-            tag = "th" if headers is None and i == 0 else "td"
-            cells.append(f"<{tag}{attr}>{esc(v)}</{tag}>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
-    return "\n".join(out)
-
-
-def png_data_uri(fig: Figure) -> str:
-    return "data:image/png;base64," + base64.b64encode(plot.figure_bytes(fig, "png")).decode("ascii")
-
-
-def _figure_html(fig: Figure, alt: str, caption: str) -> str:
-    return f'<figure><img src="{png_data_uri(fig)}" alt="{esc(alt)}"><figcaption>{esc(caption)}</figcaption></figure>'
 
 
 def _several(rows: list[dict], name: str) -> bool:
@@ -114,7 +73,7 @@ def peak_table_html(rows: list[dict]) -> str:
             wrong])
         classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
     first_num = 3 + len(extra)
-    return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
+    return table(headers, body, num=range(first_num, len(headers)), classes=classes)
 
 
 def points_table_html(rows: list[dict]) -> str:
@@ -131,7 +90,7 @@ def points_table_html(rows: list[dict]) -> str:
             r["reps"], wrong])
         classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
     first_num = 3 + len(extra)
-    return _table(headers, body, num=range(first_num, len(headers)), classes=classes)
+    return table(headers, body, num=range(first_num, len(headers)), classes=classes)
 
 
 def settings_html(tables: list) -> str:
@@ -141,7 +100,7 @@ def settings_html(tables: list) -> str:
     out = ['<section id="settings"><h2>Settings</h2>', f'<p class="muted">{esc(settingsview.NOTE)}</p>']
     for t in tables:
         out += [f"<h3>{esc(t.title)}</h3>", f'<p class="best">{esc(t.line)}</p>',
-                _table(settingsview.HEADERS, t.rows, num=[2, 4, 5])]
+                table(settingsview.HEADERS, t.rows, num=[2, 4, 5])]
     out.append("</section>")
     return "\n".join(out)
 
@@ -158,20 +117,20 @@ def runs_html(df: pd.DataFrame, late: Mapping[str, str] | None = None) -> str:
         parts.append('<div class="runs">')
         half = (len(facts) + 1) // 2
         for chunk in (facts[:half], facts[half:]):
-            parts.append(_table(None, chunk))
+            parts.append(table(None, chunk))
         parts.append("</div>")
         net = json_value(row.get("net"))
         per_host = net_rows(net)
         if per_host:
             parts.append("<h4>Network, per host</h4>")
-            parts.append(_table(["host", "interface", "MTU", "link layer", "speed", "state"], per_host, num=[2]))
+            parts.append(table(["host", "interface", "MTU", "link layer", "speed", "state"], per_host, num=[2]))
         elif net is not None:
             shown = json.dumps(net, indent=2) if not isinstance(net, str) else net
             parts.append(f"<h4>Network</h4><pre>{esc(shown)}</pre>")
         env = json_value(row.get("env"))
         parts.append("<h4>Environment (allow-listed)</h4>")
         if isinstance(env, dict) and env:
-            parts.append(_table(["variable", "value"], [[k, v if isinstance(v, str) else json.dumps(v)]
+            parts.append(table(["variable", "value"], [[k, v if isinstance(v, str) else json.dumps(v)]
                                                        for k, v in sorted(env.items())]))
         elif isinstance(env, dict) or env is None:
             parts.append('<p class="muted">none of the allow-listed variables (NCCL_*, GLOO_*, ...) were set</p>')
@@ -184,186 +143,11 @@ def runs_html(df: pd.DataFrame, late: Mapping[str, str] | None = None) -> str:
     return "\n".join(parts)
 
 
-# --------------------------------------------------------------------------- comparison
-
-
-def _verdict_class(verdict: Any) -> str:
-    v = str(verdict or "").lower()
-    if any(w in v for w in ("regress", "worse", "slower", "fail", "down")):
-        return "bad"
-    if any(w in v for w in ("improv", "better", "faster", "restored")):
-        return "good"
-    if any(w in v for w in ("inconclusive", "noisy", "unknown", "insufficient", "mixed", "nothing")):
-        return "warn"
-    return "neutral"
-
-
-def _key_text(key: Any, name: str) -> str:
-    if not isinstance(key, dict):
-        return str(key)
-    v = key.get(name)
-    if name == "size_bytes" and not missing(v):
-        return format_size(int(v))  # type: ignore[arg-type]  # missing() ruled out None
-    if name == "in_place" and isinstance(v, (bool, int)) and not missing(v):
-        return placement_name(v)
-    return "–" if missing(v) else str(v)
-
-
-_KEY_TITLES = {"size_bytes": "size", "in_place": "placement"}
-
-
-def _key_columns(keys: Iterable[Any]) -> list[str]:
-    cols: list[str] = []
-    for k in keys:
-        if isinstance(k, dict):
-            cols += [c for c in k if c not in cols]
-    order = ["collective", "dtype", "in_place", "size_bytes"]
-    return sorted(cols, key=lambda c: (order.index(c) if c in order else len(order), cols.index(c)))
-
-
-def _split_key_columns(keys: list) -> tuple[list[str], list[tuple[str, str]]]:
-    """Key columns worth a table column (they vary), and (column, value) of those that do not.
-    Columns missing in every key (bucket_bytes of a sweep) are dropped; collective and size stay."""
-    cols, same = [], []
-    for c in _key_columns(keys):
-        values = {_key_text(k, c) for k in keys}
-        if values == {"–"}:
-            continue
-        if len(values) == 1 and c not in ("collective", "size_bytes") and len(keys) > 1:
-            same.append((c, values.pop()))
-        else:
-            cols.append(c)
-    return cols, same
-
-
-def _items(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    if isinstance(value, dict):
-        return [f"{k}: {v}" for k, v in value.items()]
-    if isinstance(value, (str, bytes)):
-        return [value]
-    try:
-        return list(value)
-    except TypeError:
-        return [value]
-
-
-def _difference_text(item: Any) -> str:
-    if isinstance(item, dict):
-        if {"field", "before", "after"} <= set(item):
-            return f"{item['field']}: {item['before']} → {item['after']}"
-        return ", ".join(f"{k}: {v}" for k, v in item.items())
-    if isinstance(item, (tuple, list)) and len(item) == 3:
-        return f"{item[0]}: {item[1]} → {item[2]}"
-    return str(item)
-
-
-def comparison_html(c: Any, figure_html: str = "") -> str:
-    """A commbench.analysis.compare.compare.Comparison as an HTML section body: the overall verdict badge, the
-    numbers behind it, warnings, setup differences, (figure_html, trusted markup, if given), one
-    table row per point, one-sided points."""
-    def g(name: str, default: Any = None) -> Any:
-        return getattr(c, name, default)
-
-    verdict = g("verdict", "")
-    parts = [f'<p><span class="badge {_verdict_class(verdict)}">{esc(str(verdict).upper() or "NO VERDICT")}</span>']
-    summary = []
-    if not missing(g("geomean_ratio")):
-        summary.append(f"geometric-mean busbw ratio after/before {ratio_text(g('geomean_ratio'))}")
-    if not missing(g("threshold")):
-        summary.append(f"threshold {fnum(float(g('threshold')) * 100)}%")
-    if not missing(g("alpha")):
-        summary.append(f"alpha {fnum(g('alpha'))}")
-    points = list(g("points", []) or [])
-    counts: dict[str, int] = {}
-    for p in points:
-        counts[str(getattr(p, "verdict", "?"))] = counts.get(str(getattr(p, "verdict", "?")), 0) + 1
-    summary.append(f"{counted(len(points), 'point')} compared" + (
-        ": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])) if counts else ""))
-    parts.append(" &nbsp;" + esc(" · ".join(summary)) + "</p>")
-    needed = g("repetitions_needed")
-    if not missing(needed) and needed:
-        parts.append(f'<p class="muted">Deciding a point needs at least {esc(needed)} repetitions a side '
-                     f"(sweep -R {esc(needed)}) at this alpha and number of points.</p>")
-
-    warnings = _items(g("warnings"))
-    if warnings:
-        parts.append("<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{esc(w)}</li>" for w in warnings)
-                     + "</ul>")
-    differences = _items(g("differences"))
-    if differences:
-        parts.append("<h3>Setup differences between the sides</h3><ul>"
-                     + "".join(f"<li>{esc(_difference_text(d))}</li>" for d in differences) + "</ul>")
-
-    if figure_html:
-        parts.append(figure_html)
-    if points:
-        parts.extend(_points_html(points))
-    for name, title in (("only_before", "Only in the baseline (before)"),
-                        ("only_after", "Only in the new results (after)")):
-        parts.extend(_one_sided_html(_items(g(name)), title))
-    return "\n".join(parts)
-
-
-def _points_html(points: list[Any]) -> list[str]:
-    """The "Per point" table of a comparison: the key columns that vary, the numbers, the verdict."""
-    parts = []
-    cols, same = _split_key_columns([p.key for p in points])
-    tests = {"–" if missing(getattr(p, "test", None)) else str(p.test) for p in points}
-    one_test = len(tests) == 1 and len(points) > 1
-    if one_test:
-        same.append(("test", tests.pop()))
-    if same:
-        parts.append('<p class="muted">Every point: '
-                     + esc(", ".join(f"{_KEY_TITLES.get(c, c)} {v}" for c, v in same)) + "</p>")
-    headers = [_KEY_TITLES.get(c, c) for c in cols] + [
-        "busbw before (GB/s)", "busbw after (GB/s)", "ratio", "p", "Holm p", "BH q"] + (
-        [] if one_test else ["test"]) + ["verdict", "note"]
-    body: list[list[str]] = []
-    classes: list[list[str]] = []
-    for p in points:
-        def pv(name: str, p: Any = p) -> Any:
-            return getattr(p, name, None)
-        body.append([_key_text(p.key, col) for col in cols] + [
-            fnum(pv("before_busbw")), fnum(pv("after_busbw")), ratio_text(pv("ratio")), fp(pv("p_value")),
-            fp(pv("p_holm")), fp(pv("q_bh"))]
-            + ([] if one_test else ["–" if missing(pv("test")) else str(pv("test"))]) + [
-            "–" if missing(pv("verdict")) else str(pv("verdict")),
-            _note(pv("note"), pv("likely_cause"))])
-        vc = {"bad": "v-bad", "good": "v-good", "warn": "v-warn"}.get(_verdict_class(pv("verdict")), "")
-        classes.append([""] * (len(headers) - 2) + [vc, "note"])
-    n = len(cols)
-    parts.append("<h3>Per point</h3>")
-    parts.append('<div class="scroll compact">' + _table(headers, body, num=range(n, n + 6), classes=classes)
-                 + "</div>")
-    return parts
-
-
-def _one_sided_html(keys: list[Any], title: str) -> list[str]:
-    """The points one side only measured: a table of their key columns (folded when many)."""
-    if not keys:
-        return []
-    cols, _ = _split_key_columns(keys)
-    body = (_table([_KEY_TITLES.get(c, c) for c in cols], [[_key_text(k, col) for col in cols] for k in keys])
-            if cols else "<ul>" + "".join(f"<li>{esc(k)}</li>" for k in keys) + "</ul>")
-    if len(keys) > 8:
-        body = f"<details><summary>show the {len(keys)} points</summary>{body}</details>"
-    return [f"<h3>{esc(title)}: {counted(len(keys), 'point')}, not compared</h3>", body]
-
-
-
-def _note(note: Any, cause: Any) -> str:
-    """A point's note and, when compare named one, its likely cause (plain text)."""
-    parts = ["" if missing(note) else str(note), "" if missing(cause) or not cause else f"likely cause: {cause}"]
-    return "; ".join(x for x in parts if x)
-
-
 def comparison_figure(before_df: pd.DataFrame, after_df: pd.DataFrame) -> Figure | None:
     """The before/after overlay, or None when a side has no bandwidth to draw (every pairs link of
     it failed: the comparison's "link down" points say so)."""
     try:
-        return plot.build_comparison_figure(before_df, after_df)
+        return curveplot.build_comparison_figure(before_df, after_df)
     except BadInput:
         return None
 
@@ -434,11 +218,11 @@ def zero_html(grid_df: pd.DataFrame) -> str:
     from commbench.analysis.tune import zerogrid
 
     out = ['<section id="zero"><h2>ZeRO stages x bucket sizes</h2>']
-    out.append(_figure_html(zerogrid.build_figure(grid_df), "heat map of step time by ZeRO stage and bucket size",
+    out.append(figure_html(zerogrid.build_figure(grid_df), "heat map of step time by ZeRO stage and bucket size",
                             ZERO_NOTE))
     for g in zerogrid.grids(grid_df):
         out.append(f"<h3>{esc(g.name)}</h3>")
-        out.append(_table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), num=range(3, 7)))
+        out.append(table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), num=range(3, 7)))
     out.append("</section>")
     return "\n".join(out)
 
@@ -455,10 +239,10 @@ def faults_html(pairs_df: pd.DataFrame) -> str:
         out.append(f'<p><span class="badge bad">{esc(run["summary"])}</span></p>')
         if run["culprits"]:
             named = [["v-bad" if n else "", "", "", "", "wrap"] for n in run["named"]]
-            out.append(_table(CULPRIT_HEADERS, run["culprits"], classes=named))
+            out.append(table(CULPRIT_HEADERS, run["culprits"], classes=named))
         if run["undecided"]:
             out.append(f'<p class="v-warn">No verdict: {esc(run["undecided"])}.</p>')
-        out.append('<div class="scroll">' + _table(FAULT_HEADERS, run["rows"], classes=[
+        out.append('<div class="scroll">' + table(FAULT_HEADERS, run["rows"], classes=[
             ["", "", "bad", "wrap", ""]] * len(run["rows"])) + "</div>")
     out.append("</section>")
     return "\n".join(out)
@@ -476,11 +260,11 @@ def wire_html(df: pd.DataFrame, ratios: pd.DataFrame | None = None) -> str:
         out.append(f"<p>{esc(w.sentence)}</p>")
     if w.troubles:
         out.append("<h3>Trouble counters that moved</h3>")
-        out.append(_table(wireview.TROUBLE_HEADERS, w.troubles, num=[4],
+        out.append(table(wireview.TROUBLE_HEADERS, w.troubles, num=[4],
                           classes=[["", "", "", "", "bad", ""]] * len(w.troubles)))
     if w.payload:
         out.append("<h3>Wire bytes per payload byte</h3>")
-        out.append(_table(wireview.PAYLOAD_HEADERS, w.payload, num=[2, 3, 4, 5]))
+        out.append(table(wireview.PAYLOAD_HEADERS, w.payload, num=[2, 3, 4, 5]))
     out.append("</section>")
     return "\n".join(out)
 
@@ -491,7 +275,7 @@ def pairs_html(pairs_df: pd.DataFrame) -> str:
 
     lines, _ = faultstext.report(pairs_df)
     return "\n".join(['<section id="pairs"><h2>Links between hosts</h2>',
-                      _figure_html(pairsplot.build_figure(pairs_df), "heat map of bandwidth between hosts",
+                      figure_html(pairsplot.build_figure(pairs_df), "heat map of bandwidth between hosts",
                                    PAIRS_NOTE),
                       f"<pre>{esc(chr(10).join(lines))}</pre>", "</section>"])
 
@@ -499,7 +283,7 @@ def pairs_html(pairs_df: pd.DataFrame) -> str:
 def _curves_html(cfig: Figure, tables: CurveTables) -> list[str]:
     """The curves' sections: the figure, the peak table with the reduce-scatter gap, the settings."""
     return ['<section id="curves"><h2>Bandwidth and latency</h2>',
-            _figure_html(cfig, "bus bandwidth and small-size latency against message size",
+            figure_html(cfig, "bus bandwidth and small-size latency against message size",
                          reportparts.curves_caption(cfig)),
             "</section>", '<section id="peaks"><h2>Peak bus bandwidth</h2>',
             '<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
@@ -530,14 +314,14 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
         sections[2:2] = [("settings", "Settings")] if tables.settings else []
         sections.append(("points", "All points"))
-    layout, replayed = layoutview.section_html(df, _table, esc), replayview.section_html(df, _table, esc)
+    layout, replayed = layoutview.section_html(df, table, esc), replayview.section_html(df, table, esc)
     sections[:0] = ([("replay", "Replay")] if replayed else []) + ([("layout", "Layout")] if layout else [])
     if grid is not None:
         sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
     if views.pairs is not None:
         sections.insert(0, ("pairs", "Links between hosts"))
     faults, trend = faults_html(views.pairs), trendview.section_html(trendview.found(
-        sources, df["run_id"].nunique() if "run_id" in df.columns else 0), esc, _figure_html)
+        sources, df["run_id"].nunique() if "run_id" in df.columns else 0), esc, figure_html)
     sections[:0] = ([("faults", "Faults")] if faults else []) + ([("trend", "Trend")] if trend else [])
     if comparison is not None:
         sections.insert(0, ("comparison", "Comparison with the baseline"))
@@ -555,7 +339,7 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         cfig = (drawn.get("comparison") if drawn
                 else comparison_figure(baseline_df, df) if baseline_df is not None else None)
         if cfig is not None:
-            figure = _figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
+            figure = figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
                                   reportparts.comparison_caption(cfig))
         out += [comparison_html(comparison, figure), replayview.compare_html(comparison.replay, esc), "</section>"]
     out += [part for part in (faults, trend) if part]
@@ -565,7 +349,7 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         out.append(zero_html(grid))
     out += [replayed, layout]  # a replay's steps (docs/REPLAY.md), a layout run's groups (docs/LAYOUTS.md)
     if curves is not None and tables is not None:
-        cfig = drawn["curves"] if drawn else plot.build_figure(curves, "busbw", line_rate)
+        cfig = drawn["curves"] if drawn else curveplot.build_figure(curves, "busbw", line_rate)
         out += _curves_html(cfig, tables)
     out.append(wire_html(df, tables.ratios if tables is not None else None))
     out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df, late)}</section>')
@@ -613,7 +397,7 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     fmt = resolve_format(fmt, out)
     inputs = [*paths, *(baseline or ())]
     target = Path(out) if out is not None else default_out(paths[0], fmt)
-    rate = plot.parse_line_rate(line_rate) if line_rate is not None else None
+    rate = curveplot.parse_line_rate(line_rate) if line_rate is not None else None
     figure, cfigure, zfigure, pfigure = (target.with_name(f"{target.stem}{s}.png") for s in ("", "-comparison", "-zero",
                                                                                              "-pairs"))
     plot.check_new(target, "report", inputs=inputs, force=force)
@@ -644,7 +428,7 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
         return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
     figures = []
     if curves is not None:
-        figures.append(plot.figure_output(plot.build_figure(curves, "busbw", rate), figure))
+        figures.append(plot.figure_output(curveplot.build_figure(curves, "busbw", rate), figure))
     if grid is not None:
         from commbench.analysis.tune import zerogrid
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis.points.figures import ci_bar_sets
-from commbench.analysis.report import plot
+from commbench.analysis.report import curveplot
 from commbench.analysis.report.markdown import runs_markdown
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 BASELINE_RUNS = "Baseline runs (before)"
-_LATENCY = f"time per operation of sizes ≤ {format_size(plot.SMALL_BYTES)}"
+_LATENCY = f"time per operation of sizes ≤ {format_size(curveplot.SMALL_BYTES)}"
 
 
 def curves_caption(fig: Figure) -> str:
@@ -32,14 +32,14 @@ def curves_caption(fig: Figure) -> str:
     bars = ", bars: each point's 95% CI of its median" if ci_bar_sets(fig) else ""
     top = (f"bus bandwidth (nccl-tests definition) against {against}, median over repetitions, "
            f"band from min to max{bars}.")
-    if not plot.has_latency_panel(fig):
+    if not curveplot.has_latency_panel(fig):
         return top[0].upper() + top[1:]
     return f"Top: {top} Bottom: {_LATENCY}."
 
 
 def comparison_caption(fig: Figure) -> str:
     text = "Before (baseline, dashed) and after (solid): median busbw over every run and repetition of each side"
-    return text + (f"; below, the {_LATENCY}." if plot.has_latency_panel(fig) else ".")
+    return text + (f"; below, the {_LATENCY}." if curveplot.has_latency_panel(fig) else ".")
 
 
 def baseline_runs_markdown(df: pd.DataFrame) -> list[str]:
@@ -74,13 +74,14 @@ def engine_figures(figurequery: Any, after: Any, before: Any, rate: float | None
                 return [as_side(ln, name) for ln in lines]
         return figurequery.plot_lines(sides[name], column, side=name)
 
-    drawn: dict[str, Any] = {"curves": plot.build_figure(figurequery.run_firsts(after, "busbw_GBps"), "busbw", rate,
-                                         lines_of=lambda c: [plot.Line(**as_side(ln)) for ln in after_lines(c)])}
+    drawn: dict[str, Any] = {"curves": curveplot.build_figure(
+        figurequery.run_firsts(after, "busbw_GBps"), "busbw", rate,
+        lines_of=lambda c: [curveplot.Line(**as_side(ln)) for ln in after_lines(c)])}
     if before is not None:
         try:
-            drawn["comparison"] = plot.build_comparison_figure(
+            drawn["comparison"] = curveplot.build_comparison_figure(
                 figurequery.run_firsts(before, "busbw_GBps"), figurequery.run_firsts(after, "busbw_GBps"),
-                lines_of=lambda name, c: [plot.Line(**ln) for ln in side_lines(name, c)])
+                lines_of=lambda name, c: [curveplot.Line(**ln) for ln in side_lines(name, c)])
         except BadInput:
             drawn["comparison"] = None
     return drawn
