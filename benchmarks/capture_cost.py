@@ -69,7 +69,7 @@ def rank_main(out: Path, steps: int, rounds: int) -> None:
 
     from commbench.integrations.capture import capture
     from commbench.integrations.deepspeed import config as dsconfig
-    from commbench.integrations.deepspeed.engine import build_model
+    from commbench.integrations.deepspeed.training import build_model
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

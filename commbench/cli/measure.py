@@ -294,7 +294,7 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
                        "the one it started with: run the engine once per setting (--label), or drop --engine")
     fields["axes"] = settings_axes(env_axes, fields["backend"], run.get("iface"))
     if engine == "deepspeed":
-        from commbench.workloads.engine import SMALL_SHAPE, EnginePlan, EngineWorkload
+        from commbench.workloads.dsengine import SMALL_SHAPE, EnginePlan, EngineWorkload
 
         if layers is None:  # a preset shape does not train on a small machine: say what runs instead
             shape, name = (SMALL_SHAPE["layers"], SMALL_SHAPE["hidden"], SMALL_SHAPE["vocab"]), "small-2x64"

@@ -118,11 +118,11 @@ class CollectiveSpec:
     # all-gather), every other collective its S once.
     volume: float = 1.0
     # A ZeRO step's own collective (its gradient reductions and parameter gathers): the ZeRO
-    # paper's accounting gives its bus factor in a DeepSpeed step's rows (workloads/engine.py).
+    # paper's accounting gives its bus factor in a DeepSpeed step's rows (workloads/dsengine.py).
     zero_step: bool = False
     # NCCL's name in its debug output (ncclFuncToString; net/nccltuning.py); "" where NCCL has none.
     nccl_func: str = ""
-    # The record names DeepSpeed's comms logger writes for it (integrations/deepspeed/engine.py).
+    # The record names DeepSpeed's comms logger writes for it (integrations/deepspeed/training.py).
     deepspeed_ops: tuple[str, ...] = ()
     # The parallel dimensions (core/layout.py's DIMENSIONS) that run it unless `--group` says
     # otherwise, as training issues them: tensor- and data-parallel gradients all-reduced, context

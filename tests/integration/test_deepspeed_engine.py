@@ -66,7 +66,7 @@ WORKER = textwrap.dedent("""
     spec = json.loads(sys.argv[1])
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["MASTER_PORT"],
                             rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600))
-    from commbench.integrations.deepspeed.engine import run_engine
+    from commbench.integrations.deepspeed.training import run_engine
     results = {}
     for job in spec["jobs"]:
         cfg = json.load(open(os.path.join(spec["configs"], job["config"])))
@@ -195,7 +195,7 @@ def test_fixture_configs_are_adapted_with_one_line_each(runs, config):
 def test_backend_is_created_once_and_the_shm_op_cached(runs):
     """deepspeed.init_distributed wraps the harness's group on the first run_engine call of a
     process (JIT-building the shm comm op the first time on a machine); the build is cached."""
-    from commbench.integrations.deepspeed.engine import shm_op_build_dir
+    from commbench.integrations.deepspeed.training import shm_op_build_dir
 
     first, *rest = [runs[0][j["name"]] for j in JOBS]
     assert first["backend_init_s"] > 0 and first["shm_op_cached_before"] in (True, False)
@@ -286,7 +286,7 @@ def test_run_engine_needs_a_process_group():
     import torch.distributed as dist
 
     from commbench.core.errors import BadInput
-    from commbench.integrations.deepspeed.engine import run_engine
+    from commbench.integrations.deepspeed.training import run_engine
 
     if dist.is_initialized():
         pytest.skip("a process group already exists in this process")

@@ -16,7 +16,7 @@ from commbench.core.errors import BadInput
 from commbench.core.results import SCHEMA, SCHEMA_VERSION
 from commbench.harness import collectives
 from commbench.workloads import zero as zeroing
-from commbench.workloads.engine import reduction_sizes
+from commbench.workloads.dsengine import reduction_sizes
 from commbench.workloads.zero import ZeroPlan, ZeroWorkload
 from commbench.workloads.zeroschedule import Comm, curve_comms, in_flight, module_sizes, param_count, step_schedule
 

@@ -21,7 +21,7 @@ from torch.profiler import ExecutionTraceObserver
 
 from commbench.integrations import capture
 from commbench.integrations.deepspeed import config as dsconfig
-from commbench.integrations.deepspeed.engine import build_model
+from commbench.integrations.deepspeed.training import build_model
 
 CONFIG = Path(__file__).resolve().parents[1] / "ds_config" / "zero2_bucket5e8_fp16.json"
 STEPS, GAS, MICRO, SHAPE = 2, 2, 2, dict(layers=1, hidden=32, vocab=64, seq=16)

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from commbench.integrations import capture
 from commbench.integrations.deepspeed import config as dsconfig
-from commbench.integrations.deepspeed.engine import build_model
+from commbench.integrations.deepspeed.training import build_model
 
 CONFIG = Path(__file__).resolve().parents[1] / "ds_config" / "zero2_bucket5e8_fp16.json"
 STEPS, GAS, MICRO, SHAPE = 6, 1, 2, dict(layers=2, hidden=256, vocab=1000, seq=16)

@@ -71,7 +71,7 @@ class EngineWorkload:
     def run(self, session: Session, repetitions: range) -> bool:
         import warnings
 
-        from commbench.integrations.deepspeed.engine import run_engine
+        from commbench.integrations.deepspeed.training import run_engine
 
         # DeepSpeed 0.19 calls torch's deprecated *_tensor collectives: not the user's concern
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
