@@ -582,8 +582,10 @@ def _runnable_offload(cfg: DsConfig, zero: dict, on_cpu: bool) -> tuple[str, lis
             if key == "offload_optimizer":
                 offload_optimizer = "none"
             notes.append(reason)
-    if offload_optimizer == "none" and zero.get("cpu_offload"):
-        zero.pop("cpu_offload")  # the deprecated spelling of the offload dropped above
+    if offload_optimizer == "none" and cfg.offload_optimizer != "none":
+        # the deprecated spelling beside the offload dropped above: never read (offload_optimizer
+        # took precedence), so whatever it holds would be read, and refused, on the next parse
+        zero.pop("cpu_offload", None)
     if cfg.offload_param == "none" or (stage != 3 or (on_cpu and cfg.offload_param == "nvme")):
         zero.pop("cpu_offload_param", None)
     # whole numbers as ints (5e8 -> 500000000), as DeepSpeed reads them
