@@ -68,14 +68,14 @@ def rank_main(out: Path, steps: int, rounds: int) -> None:
     import torch.distributed as dist
 
     from commbench.integrations.capture import capture
-    from commbench.integrations.deepspeed import config as dsconfig
+    from commbench.integrations.deepspeed import adapt as dsadapt
     from commbench.integrations.deepspeed.training import build_model
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     doc = json.loads(CONFIG.read_text())
     doc.update(train_batch_size=4 * world, train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=1)
-    cfg, _ = dsconfig.adapt_for(doc, world, "cpu")
+    cfg, _ = dsadapt.adapt_for(doc, world, "cpu")
     cfg["steps_per_print"] = 1 << 30
     torch.manual_seed(0)
     model = build_model(**SHAPE)

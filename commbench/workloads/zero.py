@@ -183,8 +183,9 @@ class ZeroWorkload(InDataGroups):
         if not p.ds_config:
             return []
         from commbench.integrations.deepspeed import config as dsconfig
+        from commbench.integrations.deepspeed import adapt as dsadapt
 
-        return dsconfig.asked_changes(dsconfig.load(p.ds_config), stages=p.stages, grad_accums=self.grad_accums(),
+        return dsadapt.asked_changes(dsconfig.load(p.ds_config), stages=p.stages, grad_accums=self.grad_accums(),
                                       reduce_buckets=self.buckets(), dtype=p.dtype, overlap=p.overlap_comm)
 
     def _header(self) -> str:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from commbench.integrations.deepspeed import config as dsconfig
+from commbench.integrations.deepspeed import adapt as dsadapt
 from commbench.core.errors import BadInput
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ds_config"
@@ -64,7 +65,7 @@ def test_offload_fixture():
 
 
 def test_fixtures_on_one_rank_keep_their_batch_size():
-    out, notes = dsconfig.adapt_for(dsconfig.load(BUCKET), 1, "cuda")
+    out, notes = dsadapt.adapt_for(dsconfig.load(BUCKET), 1, "cuda")
     assert out["train_batch_size"] == 32
     assert not any("train_batch_size" in n for n in notes)
     assert out["fp16"]["enabled"] is True  # fp16 stays on a GPU
@@ -75,7 +76,7 @@ def test_fixtures_on_one_rank_keep_their_batch_size():
 def test_fixtures_adapted_for_two_cpu_ranks(path):
     cfg = dsconfig.load(path)
     before = copy.deepcopy(cfg.to_dict())
-    out, notes = dsconfig.adapt_for(cfg, 2, "cpu")
+    out, notes = dsadapt.adapt_for(cfg, 2, "cpu")
     assert cfg.to_dict() == before  # the input is not changed
     assert all("\n" not in n for n in notes)
     assert ("train_batch_size 32 != 4 (micro) x 8 (accumulation) x 2 (ranks): set to 64, "
@@ -96,27 +97,27 @@ def test_fixtures_adapted_for_two_cpu_ranks(path):
 
 
 def test_missing_optimizer_is_added():
-    out, notes = dsconfig.adapt_for(dsconfig.load(BUCKET), 2, "cpu")
+    out, notes = dsadapt.adapt_for(dsconfig.load(BUCKET), 2, "cpu")
     assert out["optimizer"]["type"] == "AdamW"
     assert "no optimizer in the config: added AdamW (lr 1e-4); the engine needs one for ZeRO" in notes
-    kept, _ = dsconfig.adapt_for(dsconfig.load(OFFLOAD), 2, "cpu")
+    kept, _ = dsadapt.adapt_for(dsconfig.load(OFFLOAD), 2, "cpu")
     assert kept["optimizer"]["params"] == {"lr": 1e-4, "weight_decay": 0.01}
 
 
 def test_adam_without_offload_on_cpu_uses_torch_adam():
     doc = {"optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}, "zero_optimization": {"stage": 1},
            "train_micro_batch_size_per_gpu": 2}
-    out, notes = dsconfig.adapt_for(doc, 2, "cpu")
+    out, notes = dsadapt.adapt_for(doc, 2, "cpu")
     assert out["optimizer"]["params"] == {"lr": 3e-4, "torch_adam": True}
     assert any(n.startswith("optimizer AdamW on CPU: torch_adam set") for n in notes)
-    gpu, gpu_notes = dsconfig.adapt_for(doc, 2, "cuda")
+    gpu, gpu_notes = dsadapt.adapt_for(doc, 2, "cuda")
     assert "torch_adam" not in gpu["optimizer"]["params"] and not any("torch_adam" in n for n in gpu_notes)
 
 
 def test_nvme_offload_is_dropped_on_cpu_and_offload_param_kept_in_stage3():
     doc = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"},
                                  "offload_param": {"device": "cpu"}}, "train_batch_size": 8}
-    out, notes = dsconfig.adapt_for(doc, 2, "cpu")
+    out, notes = dsadapt.adapt_for(doc, 2, "cpu")
     assert "offload_optimizer" not in out["zero_optimization"]
     assert out["zero_optimization"]["offload_param"] == {"device": "cpu"}
     assert any(n.startswith("offload_optimizer to nvme on a CPU-only machine: dropped") for n in notes)
@@ -128,10 +129,10 @@ def test_nvme_offload_is_dropped_on_cpu_and_offload_param_kept_in_stage3():
 
 
 def test_batch_sizes_are_derived_and_recomputed():
-    out, notes = dsconfig.adapt_for({}, 4, "cpu")
+    out, notes = dsadapt.adapt_for({}, 4, "cpu")
     assert (out["train_batch_size"], out["train_micro_batch_size_per_gpu"], out["gradient_accumulation_steps"]) \
         == (4, 1, 1)
-    out, notes = dsconfig.adapt_for({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 2}, 4, "cpu")
+    out, notes = dsadapt.adapt_for({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 2}, 4, "cpu")
     assert (out["train_micro_batch_size_per_gpu"], out["gradient_accumulation_steps"], out["train_batch_size"]) \
         == (2, 1, 8)
     assert any(n.startswith("train_batch_size 10 != 2 (micro) x 1 (accumulation) x 4 (ranks): set to 8") for n in notes)
@@ -147,7 +148,7 @@ def test_auto_values_take_deepspeeds_defaults():
     assert c.overlap_comm is True  # DeepSpeed: True for stage 3 when unset
     assert not c.fp16 and not c.bf16 and c.train_batch_size is None
     assert "zero_optimization.reduce_bucket_size" in c.auto_fields
-    out, notes = dsconfig.adapt_for(c, 2, "cpu")
+    out, notes = dsadapt.adapt_for(c, 2, "cpu")
     assert out["zero_optimization"]["reduce_bucket_size"] == 500_000_000
     assert out["zero_optimization"]["stage3_prefetch_bucket_size"] == 50_000_000
     assert out["train_batch_size"] == 2
@@ -259,7 +260,7 @@ def test_wrong_types_name_the_setting(doc, where):
 
 @pytest.mark.parametrize("world, device", [(0, "cpu"), (-1, "cpu"), (True, "cpu"), (2.0, "cpu"), (2, ""), (2, None)])
 def test_adapt_for_refuses_bad_arguments(world, device):
-    bad(dsconfig.adapt_for, {}, world, device)
+    bad(dsadapt.adapt_for, {}, world, device)
 
 
 # --------------------------------------------------------------------------- properties
@@ -295,7 +296,7 @@ def _parse_or_refuse(doc):
     assert not (cfg.fp16 and cfg.bf16)
     for world in (1, 3):
         for device in ("cpu", "cuda"):
-            out, notes = dsconfig.adapt_for(cfg, world, device)  # never refuses a parsed config
+            out, notes = dsadapt.adapt_for(cfg, world, device)  # never refuses a parsed config
             again = dsconfig.parse(json.loads(json.dumps(out)))
             assert again.train_batch_size == again.train_micro_batch_size_per_gpu * \
                 again.gradient_accumulation_steps * world
@@ -334,7 +335,7 @@ def test_a_batch_no_world_size_can_hold_is_refused():
                                        r"training runs \(at most 1099511627776\)"):
         dsconfig.parse({"train_micro_batch_size_per_gpu": 1_753_380_096, "gradient_accumulation_steps": 1_753_446_017})
     cfg = dsconfig.parse({"train_micro_batch_size_per_gpu": 1 << 20, "gradient_accumulation_steps": 1 << 20})
-    out, _ = dsconfig.adapt_for(cfg, 8_000_000, "cpu")  # the largest batch allowed, on 8 million ranks
+    out, _ = dsadapt.adapt_for(cfg, 8_000_000, "cpu")  # the largest batch allowed, on 8 million ranks
     assert dsconfig.parse(out).train_batch_size == (1 << 40) * 8_000_000
 
 

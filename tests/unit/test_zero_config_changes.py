@@ -1,11 +1,12 @@
 """What a zero run changes in the user's ds_config, in one set of words for the schedule and the
-engine paths (integrations/deepspeed/config.py asked_changes; issue #40 part 4)."""
+engine paths (integrations/deepspeed/adapt.py asked_changes; issue #40 part 4)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from commbench.integrations.deepspeed import config as dsconfig
+from commbench.integrations.deepspeed import adapt as dsadapt
 
 CONFIG = Path(__file__).parents[1] / "data" / "ds_config" / "zero2_bucket5e8_fp16.json"
 
@@ -13,17 +14,17 @@ CONFIG = Path(__file__).parents[1] / "data" / "ds_config" / "zero2_bucket5e8_fp1
 def test_nothing_asked_nothing_said():
     cfg = dsconfig.load(CONFIG)
     assert (
-        dsconfig.asked_changes(
+        dsadapt.asked_changes(
             cfg, stages=[2], grad_accums=[8], reduce_buckets=[500_000_000], dtype="float16", overlap=True
         )
         == []
     )
-    assert dsconfig.asked_changes(cfg, grad_accums=[None]) == []  # the engine with the config's accumulation
+    assert dsadapt.asked_changes(cfg, grad_accums=[None]) == []  # the engine with the config's accumulation
 
 
 def test_every_setting_asked_for_is_one_line():
     cfg = dsconfig.load(CONFIG)
-    lines = dsconfig.asked_changes(
+    lines = dsadapt.asked_changes(
         cfg, stages=[0, 2], grad_accums=[4], reduce_buckets=[1_000_000], dtype="bfloat16", overlap=False
     )
     assert lines == [

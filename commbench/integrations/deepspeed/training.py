@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.vocab import COLLECTIVES, volume_multiplier
 from commbench.integrations.deepspeed import config as dsconfig
+from commbench.integrations.deepspeed import adapt as dsadapt
 
 # DeepSpeed record name -> commbench collective name.
 _COLLECTIVE = {op: c.name for c in COLLECTIVES for op in c.deepspeed_ops} | {
@@ -420,11 +421,11 @@ def _engine_config(base: dsconfig.DsConfig, stage: int, zero_overrides: Mapping[
         if isinstance(gas, bool) or not isinstance(gas, int) or gas < 1:
             raise BadInput(f"gradient_accumulation_steps={gas!r} is not a positive whole number: pass 1, 4, 8, ...")
         requested["gradient_accumulation_steps"] = gas
-    notes += dsconfig.asked_changes(base, stages=[stage], grad_accums=[gas])
+    notes += dsadapt.asked_changes(base, stages=[stage], grad_accums=[gas])
     for key, value in (zero_overrides or {}).items():
         notes.append(f"zero_optimization.{key} = {value!r} (override)")
         zero[key] = value
-    adapted, adapt_notes = dsconfig.adapt_for(dsconfig.parse(requested, source=base.source), world, device_type)
+    adapted, adapt_notes = dsadapt.adapt_for(dsconfig.parse(requested, source=base.source), world, device_type)
     notes += adapt_notes
     adapted["comms_logger"] = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
     adapted.setdefault("steps_per_print", 1 << 30)  # keep DeepSpeed's periodic prints out of the output

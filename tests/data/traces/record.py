@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.profiler import ExecutionTraceObserver
 
 from commbench.integrations import capture
-from commbench.integrations.deepspeed import config as dsconfig
+from commbench.integrations.deepspeed import adapt as dsadapt
 from commbench.integrations.deepspeed.training import build_model
 
 CONFIG = Path(__file__).resolve().parents[1] / "ds_config" / "zero2_bucket5e8_fp16.json"
@@ -31,7 +31,7 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 doc = json.loads(CONFIG.read_text())
 doc.update(train_batch_size=MICRO * GAS * world, train_micro_batch_size_per_gpu=MICRO, gradient_accumulation_steps=GAS)
-cfg, _ = dsconfig.adapt_for(doc, world, "cpu")
+cfg, _ = dsadapt.adapt_for(doc, world, "cpu")
 cfg["comms_logger"] = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
 cfg["steps_per_print"] = 1 << 30
 torch.manual_seed(0)
