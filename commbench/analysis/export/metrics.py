@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from commbench.core import workloadspec
 from commbench.analysis.pairs import linkfaults, linkrank, railrank
 from commbench.analysis.points.pointtable import Query, Source, frame_source, open_source, quote
 from commbench.analysis.replay import replayrows
@@ -28,7 +29,7 @@ from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.units import format_size
 
 PREFIX = "commbench"
-BUSBW_WORKLOADS = ("sweep", "nccl-tests")  # one collective at one size: what a busbw gauge means
+BUSBW_WORKLOADS = workloadspec.names(drawn_as=workloadspec.CURVE)  # one collective at one size: a busbw gauge
 MAX_LINK_SERIES = 4096  # pairs links written one series each up to this many (64 hosts); above, hosts only
 VERDICTS = {"PASS": 0, "WARN": 1, "FAIL": 2}  # check's per-host verdict as a gauge value
 PAIRS_VERDICTS = {"ok": 0, "slow": 1, "failed": 2}  # a pairs host: linkrank's slow, linkfaults' failed host

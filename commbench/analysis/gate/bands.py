@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from commbench.core import workloadspec
 from commbench.analysis.gate import bandsfile
 from commbench.analysis.points.frames import printable
 from commbench.core.errors import BadInput
@@ -23,7 +24,7 @@ FORMAT_VERSION = bandsfile.FORMAT_VERSION
 DEFAULT_LOWER = 0.05
 # Workloads whose rows are one collective at one size (nccl-tests' definitions): the only rows a band
 # describes. Buckets and ZeRO rows are whole steps, keyed by more than a size.
-GATED_WORKLOADS = ("sweep", "nccl-tests")
+GATED_WORKLOADS = workloadspec.names(drawn_as=workloadspec.CURVE)  # a band is on a curve
 
 ENTRY_KEYS = ("collective", "size", "ranks", "dtype", "op", "in_place", "nnodes", "workload", "settings", "group",
               "busbw_GBps", "lower", "upper", "expect", "optional", "note", "basis")

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from commbench.core import workloadspec
 from commbench.analysis.points import points
 from commbench.analysis.points.pointtable import ROW_BITS, Query, Source, large, open_source, quote
 from commbench.analysis.points.sides import summarise
@@ -26,7 +27,8 @@ from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 from commbench.core.stragglers import MIN_ITERS, rank_hosts
 
-PLOT_WORKLOADS = ("sweep", "nccl-tests")  # curves only; zero, buckets and pairs rows stay with pandas
+# curves only; zero, buckets and pairs rows stay with pandas
+PLOT_WORKLOADS = workloadspec.names(drawn_as=workloadspec.CURVE)
 HEAVY_COLUMNS = ("samples_us", "rank_time_us", "rank_skew_us", "env", "plan")
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from commbench.core import workloadspec
 from commbench.analysis.points import pointtable
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Workloads whose rows are one collective per size (a sweep, or nccl-tests imported)
-CURVE_WORKLOADS = ("sweep", "nccl-tests")
+CURVE_WORKLOADS = workloadspec.names(drawn_as=workloadspec.CURVE)
 
 
 def _canonical(collective: str) -> str:
