@@ -107,7 +107,7 @@ def set_cmd(node, rail, mtu, rate, queue, frames) -> None:
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def exec_cmd(node, argv) -> int:
     """Run a command on one host: commbench lab exec cbnode1 -- ip addr."""
-    from commbench.lab import run as labrun
+    from commbench.lab import ranklaunch as labrun
 
     labstate.require_root()
     return labrun.exec_on(labstate.require_state(), node, list(argv))
@@ -120,7 +120,7 @@ def rsh(args) -> int:
     """ssh for launchers: [OPTIONS] HOST COMMAND... runs COMMAND inside lab host HOST, as ssh runs it
     on a remote host. For mpirun: --mca plm_rsh_agent 'commbench lab rsh' --host cbnode1,cbnode2
     (mpirun itself inside the first host: commbench lab exec cbnode1 -- mpirun ...)."""
-    from commbench.lab import run as labrun
+    from commbench.lab import ranklaunch as labrun
 
     labstate.require_root()
     return labrun.rsh(labstate.require_state(), list(args))
@@ -138,7 +138,7 @@ def rsh(args) -> int:
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def run(port, per_host, linger, argv) -> int:
     """Run a command on every host, one rank each (or --ranks-per-host N): commbench lab run -- commbench sweep."""
-    from commbench.lab import run as labrun
+    from commbench.lab import ranklaunch as labrun
 
     labrun.check_port(port)  # before the lab (or root) is looked at: 0 would hang, 70000 fail later
     labstate.require_root()

@@ -125,7 +125,7 @@ class RunOptions:
                                  "--env/--mtu settings each repetition measures every setting in turn, every other "
                                  "one reversed (A B, B A, ...).")
     check: bool = flag(True, "--check/--no-check", kind="switch", help="Check every output, like nccl-tests' #wrong.")
-    # NIC and port counters around every point (harness/wire.py)
+    # NIC and port counters around every point (harness/wireprobe.py)
     wire: bool = flag(True, "--wire/--no-wire", kind="switch",
                       help="Read NIC, port and TCP counters before and after every point (the wire column).")
     backend: str = flag("auto", "--backend", kind="choice", choices=("auto", "nccl", "gloo"),
@@ -182,7 +182,7 @@ class RunOptions:
     # --cuda-graph (sweep; as nccl-tests -G): calls per captured CUDA graph, each replay one sample; 0: plain loop
     cuda_graph: int = 0
     # settings axes (--env, --mtu; core/settings.py as_plan): the whole grid once per combination and
-    # repetition, the combinations in turn within each repetition (harness/settings.py)
+    # repetition, the combinations in turn within each repetition (harness/settingpasses.py)
     axes: list[Any] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 

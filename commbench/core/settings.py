@@ -4,7 +4,7 @@ what a row records of them.
 An axis is a name and its values; the axes multiply (itertools.product, first axis slowest). A
 `Setting` is one value per axis; its label, `NAME=value` per axis joined by spaces, is the
 `settings` column of every row it measured and part of the point in compare, gate, plot and
-report. The harness (harness/settings.py) applies each setting on every rank before it connects
+report. The harness (harness/settingpasses.py) applies each setting on every rank before it connects
 a fresh process group, because gloo and NCCL read their settings when a group connects; every
 repetition applies each setting in turn.
 """

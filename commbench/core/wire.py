@@ -1,6 +1,6 @@
 """The `wire` column's format: what each host's counters did during a point (docs/RESULTS.md).
 
-The harness (harness/wire.py) fills one entry per host from the counter snapshots around a point;
+The harness (harness/wireprobe.py) fills one entry per host from the counter snapshots around a point;
 this module turns the entries into the row's columns and reads them back, for the live table,
 the end-of-run lines, compare and report. No torch, no network: plain JSON.
 

@@ -34,9 +34,9 @@ from commbench.net.netinfo import host_summary
 from commbench.core.options import RunOptions
 from commbench.core.results import ResultWriter, resolve_out
 from commbench.harness.session import RunContext, Session
-from commbench.harness.settings import axis_interfaces, run_each, settings_of
+from commbench.harness.settingpasses import axis_interfaces, run_each, settings_of
 from commbench.core.stragglers import straggler_warnings
-from commbench.harness.wire import WireProbe
+from commbench.harness.wireprobe import WireProbe
 from commbench.core import wire as wirecols
 from commbench.harness.timing import timer_for
 
@@ -57,7 +57,7 @@ class Workload(Protocol):
 
     def run(self, session: Session, repetitions: range) -> bool:
         """Measure the whole grid once per repetition in `repetitions`, recording each row's number;
-        return True if any output was wrong. harness/settings.py run_each passes every repetition
+        return True if any output was wrong. harness/settingpasses.py run_each passes every repetition
         at once, or with --env/--mtu axes one at a time, each setting in turn."""
 
 

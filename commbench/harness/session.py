@@ -36,7 +36,7 @@ from commbench.core.results import ResultWriter
 from commbench.core.settings import Setting
 from commbench.core.stats import median_ci_halfwidth
 from commbench.core.stragglers import rank_summary
-from commbench.harness.wire import WireProbe, gather as gather_wire
+from commbench.harness.wireprobe import WireProbe, gather as gather_wire
 from commbench.core import wire as wirecols
 from commbench.harness.timing import GraphCaptureFailed, StopRule, Timer, adaptive_iters
 
@@ -61,7 +61,7 @@ class Timing:
     samples_s: list[float]  # per iteration, max over ranks
     iters: int
     ranks: RankTimes
-    wire: dict | None = None  # rank 0: every host's counter entry (harness/wire.py); None: not read
+    wire: dict | None = None  # rank 0: every host's counter entry (harness/wireprobe.py); None: not read
 
     def measurement(self, wrong: int | None) -> Measurement:
         return Measurement(self.samples_s, self.iters, wrong, self.ranks, self.wire)
@@ -130,7 +130,7 @@ class Session:
     control: ControlPlane | None = None  # the control plane (harness/control.py); None in unit tests
     ops: PairGroup | None = None  # a pair's own group (workloads/pairs.py): the loop runs on it, not on `group`
     wire: WireProbe | None = None  # counters around each time_call (None: --no-wire, or unit tests)
-    setting: Setting | None = None  # the --env/--mtu setting being measured (harness/settings.py)
+    setting: Setting | None = None  # the --env/--mtu setting being measured (harness/settingpasses.py)
 
     @property
     def rank(self) -> int:
@@ -182,7 +182,7 @@ class Session:
         """The same loop, but every rank's own per-iteration times (s), indexed by rank: for
         workloads where ranks run different operations at once (disjoint pairs, workloads/pairs.py)
         and the max over all ranks would mix them. Also this host's counters during the loop,
-        {host: entry} (harness/wire.py), where this rank reads them and is its host's only rank
+        {host: entry} (harness/wireprobe.py), where this rank reads them and is its host's only rank
         (with more, another rank's transfer would be counted in); {} otherwise."""
         wire = self.wire
         own = wire if wire is not None and wire.sampler is not None and wire.ranks_on_host == 1 else None

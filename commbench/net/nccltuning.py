@@ -120,7 +120,7 @@ class TuningCollector:
         said one and the row has none; the number of rows filled. Rows of several settings (the
         `settings` column) take the last communicators, one per pass of a setting in the order
         measured: every repetition applies each setting on a fresh communicator again
-        (harness/settings.py), so a pass is a (repetition, setting). The first communicators carry
+        (harness/settingpasses.py), so a pass is a (repetition, setting). The first communicators carry
         the run's own set-up; when there are fewer than passes, none is filled."""
         rows = list(rows)
         groups: dict[object, list[dict]] = {}

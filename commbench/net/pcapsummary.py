@@ -3,7 +3,7 @@ retransmissions, duplicate ACKs, zero windows, resets and RoCE v2 packets (UDP 4
 .pcap with dpkt. Pure functions over the packets; the file is read once, in order.
 
 Why dpkt and not tshark: tshark counts these natively (tcp.analysis.*) but pulls in Wireshark
-(~80 MB of packages) on every host of a cluster; tcpdump writes the capture (net/capture.py) and
+(~80 MB of packages) on every host of a cluster; tcpdump writes the capture (net/linkcapture.py) and
 dpkt (pure Python, no dependency) reads it, and the .pcap is kept for Wireshark on a workstation.
 
 The rules follow Wireshark's tcp.analysis flags, per direction of each TCP connection:

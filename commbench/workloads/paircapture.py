@@ -1,6 +1,6 @@
 """The packet captures of `pairs --capture`: the suspect links measured again in the confirmation
 round (the failed ones' plan, and with --capture each host named slow against two that are not), a
-headers-only tcpdump of each on the link's first end (net/capture.py), each summarised by the rank
+headers-only tcpdump of each on the link's first end (net/linkcapture.py), each summarised by the rank
 that took it (net/pcapsummary.py) and collected by rank 0 into evidence lines that name the .pcap.
 
 Why the slow ones too: a lossy link (a short queue that drops) is often only slow, and without
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from commbench.net import capture, pcapsummary
+from commbench.net import linkcapture, pcapsummary
 from commbench.net.envinfo import traffic_iface
 
 KEY = "cap/"  # cap/<step>/<src>-<dst> in the capturing rank's mailbox
@@ -128,7 +128,7 @@ class LinkCaptures:
         if self.tester.session.rank == link[0]:
             self.mine.append({"key": _key(step, link), "host": self.tester.control.host, "error": why})
 
-    def _start(self, link: tuple[int, int], rail: str | None, record: dict) -> capture.Capture | None:
+    def _start(self, link: tuple[int, int], rail: str | None, record: dict) -> linkcapture.Capture | None:
         t = self.tester
         if self.off is not None:
             record["error"] = self.off
@@ -150,7 +150,7 @@ class LinkCaptures:
         except OSError as exc:
             record["error"] = f"cannot make {path.parent}: {exc.strerror or exc}"
             return None
-        cap = capture.Capture(capture.argv(iface, addr, str(path), skip, 2 * t.plan.timeout + 10, user=user),
+        cap = linkcapture.Capture(linkcapture.argv(iface, addr, str(path), skip, 2 * t.plan.timeout + 10, user=user),
                               str(path), 2 * t.plan.timeout + 10)
         if cap.start():
             return cap
@@ -190,7 +190,7 @@ class LinkCaptures:
         if not self.got:
             return ["# Packet captures (--capture): no link was suspect (none failed or was named slow), so none "
                     "was captured."]
-        out = [f"# Packet captures of the confirmation round (--capture: headers only, {capture.SNAP_BYTES} B a "
+        out = [f"# Packet captures of the confirmation round (--capture: headers only, {linkcapture.SNAP_BYTES} B a "
                "packet; open a .pcap in Wireshark, or with tcpdump -r):"]
         for label, record in self.got:
             where = f"{record.get('host')} {record.get('iface', '')}".strip()

@@ -338,7 +338,7 @@ def test_the_first_signal_stops_and_later_ones_change_nothing(first, name):
 
 @pytest.mark.failure(row="lab-run-port-0-hung")
 def test_lab_run_port_is_checked_before_the_lab():
-    from commbench.lab import run as labrun
+    from commbench.lab import ranklaunch as labrun
 
     for port in (0, 70000, -1):  # no lab state at all: the port is refused before it is read
         with pytest.raises(BadInput, match=rf"--port {port} "):

@@ -39,7 +39,7 @@ NCCL_LOG = DATA / "nccl-tests" / "all_reduce_v2.19.4_1node_8xA100.txt"
 HUGE = str(10**30)
 DS = str(DATA / "ds_config" / "zero2_bucket5e8_fp16.json")
 NON_FINITE = ["inf", "-inf", "nan", "1e400", "-1e400"]
-# lab run --port is checked by its own change (lab/run.py check_port), not by this validator
+# lab run --port is checked by its own change (lab/ranklaunch.py check_port), not by this validator
 NOT_HERE = {("lab", "run", "--port")}
 FREE_TEXT = {"--label", "--system", "--iface"}
 

@@ -14,7 +14,7 @@ import pytest
 
 SUPERVISED = textwrap.dedent("""
     import subprocess, sys
-    from commbench.lab.run import _wait_all
+    from commbench.lab.ranklaunch import _wait_all
     child = '''
     import signal, sys, time
     def stop(signum, frame):

@@ -1,4 +1,4 @@
-"""`pairs --capture`'s tcpdump process (net/capture.py) with stand-in binaries: not permitted,
+"""`pairs --capture`'s tcpdump process (net/linkcapture.py) with stand-in binaries: not permitted,
 listening then closing its file on SIGINT, stopped past its seconds, never listening; and the real
 tcpdump on loopback where root has it. (The command line and the capture file names are in
 tests/unit/test_capture.py.)"""
@@ -13,8 +13,8 @@ import threading
 
 import pytest
 
-from commbench.net import capture
-from commbench.net.capture import Capture
+from commbench.net import linkcapture
+from commbench.net.linkcapture import Capture
 from commbench.net.pcapsummary import summarise
 
 
@@ -63,7 +63,7 @@ time.sleep(30)""")
 
 
 def test_one_that_never_listens_is_given_up(tmp_path, monkeypatch):
-    monkeypatch.setattr(capture, "START_S", 0.3)
+    monkeypatch.setattr(linkcapture, "START_S", 0.3)
     cap = Capture([fake(tmp_path, "signal.signal(signal.SIGINT, lambda *_: sys.exit(0)); time.sleep(30)")],
                   str(tmp_path / "x.pcap"), 5)
     assert not cap.start() and cap.error == "tcpdump did not start listening"
@@ -75,7 +75,7 @@ def test_the_real_tcpdump_on_loopback_is_read_back(tmp_path):
     addr = "127.83.0.1"  # a loopback address of its own: other tests' traffic on 127.0.0.1 is not captured
     server = socket.create_server((addr, 0))
     port = server.getsockname()[1]
-    cap = Capture(capture.argv("lo", addr, path, [], 10, user="root"), path, 10)
+    cap = Capture(linkcapture.argv("lo", addr, path, [], 10, user="root"), path, 10)
     if not cap.start():
         pytest.skip(f"tcpdump cannot capture here: {cap.error}")
 

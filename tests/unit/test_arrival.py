@@ -319,7 +319,7 @@ def test_torchrun_blocks_name_an_absent_rank_by_a_rank_of_its_node():
 
 
 def test_lab_run_tells_every_rank_each_ranks_host_in_rank_order():
-    from commbench.lab.run import rank_env
+    from commbench.lab.ranklaunch import rank_env
     from commbench.lab.state import LabNode, LabState
 
     nodes = [LabNode(f"xn{i}", f"10.9.0.{i}", f"xv{i}", 1500, "1gbit") for i in (1, 2, 3)]

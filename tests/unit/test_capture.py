@@ -1,4 +1,4 @@
-"""`pairs --capture` (issue #37): tcpdump's command line (net/capture.py), the slow hosts'
+"""`pairs --capture` (issue #37): tcpdump's command line (net/linkcapture.py), the slow hosts'
 confirmation links and the capture file names (workloads/paircapture.py), and --capture refused
 with --from. Its process, with stand-in binaries and the real one, is in
 tests/integration/test_tcpdump.py."""
@@ -7,24 +7,24 @@ from __future__ import annotations
 
 
 
-from commbench.net import capture
-from commbench.net.capture import Capture
+from commbench.net import linkcapture
+from commbench.net.linkcapture import Capture
 from commbench.workloads import paircapture
 from commbench.workloads.paircapture import Slow
 
 
 def test_argv_keeps_headers_only_of_the_peer_bounded_in_packets_and_seconds():
-    cmd = capture.argv("eth0", "10.1.0.2", "/r/run-a-b.pcap", [5000, 6000, 5000], 40.5, user="root")
+    cmd = linkcapture.argv("eth0", "10.1.0.2", "/r/run-a-b.pcap", [5000, 6000, 5000], 40.5, user="root")
     assert cmd[:3] == ["tcpdump", "-i", "eth0"]
     assert cmd[cmd.index("-s") + 1] == "128" and "--immediate-mode" in cmd and "-n" in cmd
-    assert cmd[cmd.index("-c") + 1] == str(capture.MAX_PACKETS)
+    assert cmd[cmd.index("-c") + 1] == str(linkcapture.MAX_PACKETS)
     assert cmd[cmd.index("-G") + 1] == "41" and cmd[cmd.index("-W") + 1] == "1"
     assert cmd[cmd.index("-Z") + 1] == "root"
     assert cmd[-3:] == ["-w", "/r/run-a-b.pcap", "host 10.1.0.2 and not (port 5000 or port 6000)"]
 
 
 def test_argv_without_a_user_or_ports_and_a_folder_with_a_percent_sign():
-    cmd = capture.argv("ib0", "10.1.0.2", "/r/50%/x.pcap", [], 1.0)
+    cmd = linkcapture.argv("ib0", "10.1.0.2", "/r/50%/x.pcap", [], 1.0)
     assert "-Z" not in cmd
     assert cmd[-2:] == ["/r/50%%/x.pcap", "host 10.1.0.2"]  # -G reads the name as a strftime pattern
 

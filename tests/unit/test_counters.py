@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from commbench.core import wire
-from commbench.harness.wire import WireProbe, entry
+from commbench.harness.wireprobe import WireProbe, entry
 from commbench.net import counters as ct
 from commbench.net import doctorwire, wiresource
 

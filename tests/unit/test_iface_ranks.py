@@ -1,6 +1,6 @@
 """Several ranks a host, each on its own interface (issue #38 part 4): `--iface eth0,eth1` gives
 local rank i the i-th name (core/ifaces.py, applied by cli/launcher.py), `lab run --ranks-per-host
-N` numbers ranks block-wise and tells each its host and local rank (lab/run.py)."""
+N` numbers ranks block-wise and tells each its host and local rank (lab/ranklaunch.py)."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def _lab(n: int):
 
 
 def test_lab_run_numbers_several_ranks_a_host_block_wise():
-    from commbench.lab.run import rank_env
+    from commbench.lab.ranklaunch import rank_env
 
     state = _lab(2)
     envs = [rank_env(state, r, 29400, per_host=2) for r in range(4)]
@@ -144,7 +144,7 @@ def test_lab_run_refuses_a_rank_count_it_cannot_place(capsys, value, text):
 def test_the_wire_counters_cover_every_interface_of_an_iface_list():
     from types import SimpleNamespace
 
-    from commbench.harness.settings import axis_interfaces
+    from commbench.harness.settingpasses import axis_interfaces
 
     assert axis_interfaces(SimpleNamespace(axes=[], iface="eth0,eth1")) == ["eth0", "eth1"]
     assert axis_interfaces(SimpleNamespace(axes=[], iface="eth0")) == []  # the reading rank's own already

@@ -9,7 +9,7 @@ import pytest
 
 from commbench.core.errors import BadInput
 from commbench.lab.network import lab_nsswitch
-from commbench.lab.run import rsh_target
+from commbench.lab.ranklaunch import rsh_target
 
 # What Open MPI 4.1.4's plm_rsh passed to an agent (recorded with a logging agent on Debian 12):
 # the host, then a command line meant for a remote shell.

@@ -160,7 +160,7 @@ def test_a_hung_host_is_named_with_status_timeout():
 
 
 def _wire_of(host, *trouble):
-    """A row's wire value as harness/wire.py writes it: one host's entry with its trouble counters."""
+    """A row's wire value as harness/wireprobe.py writes it: one host's entry with its trouble counters."""
     from commbench.core import wire
 
     return wire.columns({host: {"ranks": 1, "trouble": [list(t) for t in trouble]}}, None)["wire"]

@@ -10,8 +10,8 @@ import pytest
 
 from commbench.core import settings
 from commbench.core.errors import BadInput
-from commbench.harness import settings as passes
-from commbench.harness.settings import axis_interfaces, run_each
+from commbench.harness import settingpasses as passes
+from commbench.harness.settingpasses import axis_interfaces, run_each
 
 
 def test_axes_multiply_first_axis_slowest_and_label_in_axis_order():

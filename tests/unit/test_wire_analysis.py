@@ -29,7 +29,7 @@ EVIL = "<script>alert(1)</script>"
 
 
 def entry(bus_bytes: float, trouble=()) -> dict:
-    """One host's entry as harness/wire.py fills it: one rank, 1.046 wire bytes per bus byte."""
+    """One host's entry as harness/wireprobe.py fills it: one rank, 1.046 wire bytes per bus byte."""
     counters = {"eth0": {"tx_bytes": int(bus_bytes * 1.046)}, "tcp": {"OutSegs": 100}}
     for _, where, counter, delta, _ in trouble:
         counters.setdefault(where, {})[counter] = delta
