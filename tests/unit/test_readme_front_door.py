@@ -39,14 +39,11 @@ def test_quick_start_makes_a_venv_before_the_set_up_ci_runs() -> None:
     assert commands[1:] == [
         "pip install -r requirements-cpu.txt",
         "commbench sweep --collective allreduce",
-        "python -m pytest -n 2 tests/unit",
-        'python -m pytest -n 2 -m "not serial" --ignore=tests/unit',
-        "python -m pytest -m serial --ignore=tests/unit",
+        "python tools/suite.py",
     ]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "\npip install -q -r requirements-cpu.txt\n" in ci
-    for line in commands[3:]:  # the test lines, as CI runs them (with its -v and --durations)
-        assert f"\n{line} " in ci, line
+    assert "\npython tools/suite.py -v\n" in ci  # the one test line, as CI runs it (-v: each test named)
     assert "venv" not in ci.split("set -euo pipefail", 1)[1].split("#", 1)[0]
     assert "externally-managed-environment" in quick
 
