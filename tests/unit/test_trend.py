@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 
@@ -213,21 +212,3 @@ def test_the_report_of_nightly_runs_has_a_trend_section_and_of_few_runs_none(tmp
     for f in sorted(folder.glob("*.parquet"))[:3]:
         shutil.copy(f, few / f.name)
     assert 'id="trend"' not in write_report([str(few)], out=tmp_path / "few.html")[0].read_text()
-
-
-def _html_sections(page: str) -> list[str]:
-    return re.findall(r'<section id="[^"]+"><h2>([^<]+)</h2>', page)
-
-
-def test_the_markdown_report_has_the_trend_section_the_html_page_has(tmp_path, changed, undrawn):
-    """The Markdown report claims the HTML page's sections: each <h2> of the page is a '## ' heading
-    of the Markdown, in the same order, Trend included (it was missing)."""
-    from commbench.analysis.report.report import write_report
-
-    page = write_report([str(changed)], out=tmp_path / "r.html")[0].read_text()
-    text = write_report([str(changed)], out=tmp_path / "r.md")[0].read_text()
-    headings = [ln[3:] for ln in text.splitlines() if ln.startswith("## ")]
-    shown = [h for h in _html_sections(page) if h != "All points"]  # the page's <details> of every point only
-    assert "Trend" in shown and [h for h in headings if h in shown] == shown, (shown, headings)
-    assert "### Change from run 16 (20260016-000000-abcdef 'night16'" in text
-    assert "What differs from the run before: link rate: before 400 Gbit/s" in text

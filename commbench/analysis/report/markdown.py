@@ -20,7 +20,6 @@ from commbench.analysis.report import plot
 from commbench.analysis.report.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
                                                curve_tables, fault_runs, fnum, json_value, net_rows, ratio_text,
                                                report_title, run_facts, runs_named, size_text, wrong_cell)
-from commbench.analysis.trend import trendview
 from commbench.analysis.wire import wireview
 from commbench.core.outtext import LINE_LIMIT, terminal
 from commbench.core.runsummary import halfwidth_text
@@ -52,10 +51,6 @@ def build_markdown(df: pd.DataFrame, figure_name: str | None, sources: Sequence[
     curves, grid = views.curves, views.zero
     if views.pairs is not None:
         out += faults_markdown(views.pairs)
-    # the HTML page's order: Faults, then Trend (enough runs of one measurement in the files)
-    out += trendview.section_markdown(trendview.found(sources, df["run_id"].nunique() if "run_id" in df.columns else 0),
-                                      md)
-    if views.pairs is not None:
         out += pairs_markdown(views.pairs, pairs_figure_name)
     if grid is not None:
         out += zero_markdown(grid, zero_figure_name)

@@ -1,7 +1,7 @@
 """The report's "Trend" section: when the results hold enough runs of one measurement (a nightly
 job's folder), each point's busbw run after run (analysis/trend/trendplot.py) and the changes `commbench
-trend` names, with what differed around them (docs/TREND.md), in HTML and in Markdown alike. No
-section for fewer runs, runs of several shapes, or a frame given without files."""
+trend` names, with what differed around them (docs/TREND.md). No section for fewer runs, runs of
+several shapes, or a frame given without files."""
 
 from __future__ import annotations
 
@@ -45,25 +45,3 @@ def section_html(got: trend.Trend | None, esc: Callable[[Any], str], figure: Cal
         out.append("<p>What differs from the run before: " + esc("; ".join(differs)) + "</p>")
     out.append("</section>")
     return "\n".join(out)
-
-
-def section_markdown(got: trend.Trend | None, md: Callable[[Any], str]) -> list[str]:
-    """The section's Markdown lines ([] without a trend): what the HTML section says, without its
-    figure (the Markdown report's figures are the files `report` writes beside it); md: the
-    report's Markdown escaping."""
-    if got is None:
-        return []
-    out = ["## Trend", "", f"{len(got.runs)} runs in time order, {got.points} points followed; a change is named "
-           "where Pettitt's test (Benjamini-Hochberg over points) and a 5% move agree (docs/TREND.md).", ""]
-    if not got.changes:
-        out += ["No change: every point's series is steady.", ""]
-    for at in got.change_runs():
-        changed = [c for c in got.changes if c.at == at]
-        host, links = trend.common_host(changed)
-        out += [f"### Change from {md(got.runs[at].name())}", ""] + [f"- {md(trend.describe(c))}" for c in changed[:12]]
-        out.append("")
-        if host is not None:
-            out += [f"Every changed link ({links}) has {md(host)} at one end.", ""]
-        differs = got.differs.get(at) or ["nothing commbench records"]
-        out += ["What differs from the run before: " + md("; ".join(differs)), ""]
-    return out
