@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from commbench.analysis.points.section import Section
 from commbench.core.columns import GROUP_KEY, LAYOUT_POINT
 from commbench.core.outtext import terminal
 
@@ -240,3 +241,7 @@ def grouped(paths: Any) -> bool:
         if column.null_count < len(column):
             return True
     return False
+
+
+SECTION = Section("layout", "Layout", "zero", lambda inp, kit: section_html(inp.df, kit.table, kit.esc),
+                  lambda inp, kit: section_markdown(inp.df, kit.table, kit.md))

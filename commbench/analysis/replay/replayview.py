@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from commbench.analysis.points.section import Section
 from commbench.analysis.replay.replayrows import LARGEST, Cause, Step, StepChange, steps
 from commbench.core.outtext import markdown, terminal
 from commbench.core.units import counted, format_size, format_us
@@ -182,3 +183,8 @@ def section_markdown(df: pd.DataFrame, table: Callable[..., str], md: Callable[[
         out += [md(intro), ""] if intro else []
         out += [table(headers, rows, right=num), ""] if rows else []
     return out
+
+
+SECTION = Section("replay", "Replay", "zero", lambda inp, kit: section_html(inp.df, kit.table, kit.esc),
+                  lambda inp, kit: section_markdown(inp.df, kit.table, kit.md),
+                  lambda comparison, esc: compare_html(comparison.replay, esc))

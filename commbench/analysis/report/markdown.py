@@ -11,12 +11,12 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from commbench.analysis.layout import layoutview
 from commbench.analysis.points import settingsview
 from commbench.analysis.points.mdtext import md, md_table
 from commbench.analysis.points.runs import describe_run, run_rows
-from commbench.analysis.replay import replayview
+from commbench.analysis.points.section import Inputs, MarkdownKit
 from commbench.analysis.report import plot
+from commbench.analysis.report import sections
 from commbench.analysis.report.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
                                                curve_tables, fault_runs, fnum, json_value, net_rows, ratio_text,
                                                report_title, run_facts, runs_named, size_text, wrong_cell)
@@ -49,13 +49,15 @@ def build_markdown(df: pd.DataFrame, figure_name: str | None, sources: Sequence[
         out.append("")
     views = plot.split_views(df)
     curves, grid = views.curves, views.zero
+    inputs, kit = Inputs(df, sources), MarkdownKit(md_table, md)
     if views.pairs is not None:
         out += faults_markdown(views.pairs)
+    out += [line for s in sections.SECTIONS if s.after == "faults" for line in s.markdown(inputs, kit)]
+    if views.pairs is not None:
         out += pairs_markdown(views.pairs, pairs_figure_name)
     if grid is not None:
         out += zero_markdown(grid, zero_figure_name)
-    out += replayview.section_markdown(df, md_table, md)  # a replay's steps (docs/REPLAY.md)
-    out += layoutview.section_markdown(df, md_table, md)  # a layout run's groups (docs/LAYOUTS.md)
+    out += [line for s in sections.SECTIONS if s.after == "zero" for line in s.markdown(inputs, kit)]
     if curves is not None:
         out += ["## Bandwidth and latency", ""]
         if figure_name:

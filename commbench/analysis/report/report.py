@@ -32,17 +32,17 @@ if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib
 from commbench.analysis.layout import layoutview
 from commbench.analysis.points import settingsview
 from commbench.analysis.points.runs import describe_run, run_rows
-from commbench.analysis.replay import replayview
+from commbench.analysis.points.section import HtmlKit, Inputs, Section
 from commbench.analysis.report import plot, reportparts
 from commbench.analysis.report.comparehtml import comparison_html
 from commbench.analysis.report.htmlparts import esc, figure_html, table
 from commbench.analysis.report import curveplot
 from commbench.analysis.report.markdown import build_markdown, ci_cell
+from commbench.analysis.report import sections
 from commbench.analysis.report.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
                                                CurveTables, curve_tables, fault_runs, fnum, json_value,
                                                late_arrivals_by_run, net_rows, report_title,
                                                run_facts, run_positions, runs_named, size_text, wrong_cell)
-from commbench.analysis.trend import trendview
 from commbench.analysis.wire import wireview
 from commbench.core import outputs
 from commbench.core.errors import BadInput, RuntimeFailure
@@ -307,30 +307,31 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
     views = plot.split_views(df)
     curves, grid = views.curves, views.zero
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    sections = [("wire", "Wire"), ("runs", "Runs")] + (
-        [("baseline-runs", reportparts.BASELINE_RUNS)] if baseline_runs is not None else [])
     tables = tables if tables is not None or curves is None else curve_tables(curves)
+    kit = HtmlKit(table, esc, figure_html)
+    added = [(s, body) for s in sections.SECTIONS if (body := s.html(Inputs(df, sources), kit))]  # features'
+    faults = faults_html(views.pairs)
+
+    def placed(slot: str) -> list[tuple[Section, str]]:
+        return [(s, body) for s, body in added if s.after == slot]
+
+    nav = ([("comparison", "Comparison with the baseline")] if comparison is not None else []) + (
+        [("faults", "Faults")] if faults else []) + [(s.id, s.title) for s, _ in placed("faults")] + (
+        [("pairs", "Links between hosts")] if views.pairs is not None else []) + (
+        [("zero", "ZeRO stages x bucket sizes")] if grid is not None else []) + [
+        (s.id, s.title) for s, _ in placed("zero")]
     if tables is not None:
-        sections[:0] = [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")]
-        sections[2:2] = [("settings", "Settings")] if tables.settings else []
-        sections.append(("points", "All points"))
-    layout, replayed = layoutview.section_html(df, table, esc), replayview.section_html(df, table, esc)
-    sections[:0] = ([("replay", "Replay")] if replayed else []) + ([("layout", "Layout")] if layout else [])
-    if grid is not None:
-        sections.insert(0, ("zero", "ZeRO stages x bucket sizes"))
-    if views.pairs is not None:
-        sections.insert(0, ("pairs", "Links between hosts"))
-    faults, trend = faults_html(views.pairs), trendview.section_html(trendview.found(
-        sources, df["run_id"].nunique() if "run_id" in df.columns else 0), esc, figure_html)
-    sections[:0] = ([("faults", "Faults")] if faults else []) + ([("trend", "Trend")] if trend else [])
-    if comparison is not None:
-        sections.insert(0, ("comparison", "Comparison with the baseline"))
+        nav += [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")] + (
+            [("settings", "Settings")] if tables.settings else [])
+    nav += [("wire", "Wire"), ("runs", "Runs")] + (
+        [("baseline-runs", reportparts.BASELINE_RUNS)] if baseline_runs is not None else []) + (
+        [("points", "All points")] if tables is not None else [])
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>{esc(report_title(df))}</title>", f"<style>{CSS}</style></head><body>",
            f"<header><h1>{esc(report_title(df))}</h1>",
            _where_html(df),
-           "<nav>" + "".join(f'<a href="#{sid}">{esc(t)}</a>' for sid, t in sections) + "</nav></header>"]
+           "<nav>" + "".join(f'<a href="#{sid}">{esc(t)}</a>' for sid, t in nav) + "</nav></header>"]
     if comparison is not None:
         out.append('<section id="comparison"><h2>Comparison with the baseline</h2>')
         out.append(f'<p class="muted">before (baseline): {esc(", ".join(map(str, baseline_sources)) or "–")}; '
@@ -341,13 +342,14 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
         if cfig is not None:
             figure = figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
                                   reportparts.comparison_caption(cfig))
-        out += [comparison_html(comparison, figure), replayview.compare_html(comparison.replay, esc), "</section>"]
-    out += [part for part in (faults, trend) if part]
+        out += [comparison_html(comparison, figure),
+                *(s.compare_html(comparison, esc) for s in sections.SECTIONS if s.compare_html), "</section>"]
+    out += ([faults] if faults else []) + [body for _, body in placed("faults")]
     if views.pairs is not None:
         out.append(pairs_html(views.pairs))
     if grid is not None:
         out.append(zero_html(grid))
-    out += [replayed, layout]  # a replay's steps (docs/REPLAY.md), a layout run's groups (docs/LAYOUTS.md)
+    out += [body for _, body in placed("zero")]
     if curves is not None and tables is not None:
         cfig = drawn["curves"] if drawn else curveplot.build_figure(curves, "busbw", line_rate)
         out += _curves_html(cfig, tables)
