@@ -265,8 +265,6 @@ def _shared_basenames(mods: dict[str, Module]) -> dict[str, list[str]]:
     return {name: paths for name, paths in sorted(by_name.items()) if len(paths) > 1}
 
 
-@pytest.mark.xfail(strict=False, reason="issue 56: the non-analysis duplicates (capture, engine, run, settings, wire) "
-                                        "are renamed by the harness/net/lab and core/integrations helpers")
 def test_module_basenames_are_unique_outside_cli():
     shared = _shared_basenames(MODS)
     assert not shared, "modules sharing a name outside cli/:\n" + "\n".join(
