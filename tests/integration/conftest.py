@@ -37,7 +37,8 @@ SIDES_SCHEDULE = [
 # timings measured on 2 cores), Slurm and Open MPI, and those that time a run against a limit or a ratio. The
 # rest of the tier runs two at a time (`-n 2 -m "not serial"`), as the unit tier does.
 SERIAL_FILES = ("test_lost_rank.py", "test_default_precision.py", "test_reliability_subprocess.py",
-                "test_settings_ranks.py", "test_reliability_labsecrets.py", "test_reliability_labstate.py")
+                "test_settings_ranks.py", "test_reliability_labsecrets.py", "test_reliability_labstate.py",
+                "test_arrival_timing.py", "test_control_timing.py")
 
 
 def is_serial(path: Path) -> bool:

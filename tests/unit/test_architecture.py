@@ -54,7 +54,7 @@ FEATURES = {
 TORCH_FREE = {"core", "analysis"}
 HEAVY = {"torch", "deepspeed"}
 MAX_FUNCTION_LINES = 80
-MAX_MODULE_LINES = 700
+MAX_MODULE_LINES = 600
 MAX_LOOSE_MODULES = 3
 
 

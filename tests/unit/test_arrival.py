@@ -101,28 +101,6 @@ def test_a_rank_that_never_came_is_missing_and_giving_up_stops_the_others():
     assert arrival.register(client_store(store), 2, "c") < 0  # one that comes late learns it too
 
 
-def test_linger_ends_when_every_rank_that_came_acknowledged():
-    store = server_store(3)
-    for rank in range(3):
-        arrival.register(store, rank, "h")
-    arrival.give_up(store)
-    arrival.acknowledge(store)
-    arrival.acknowledge(store)
-    start = time.monotonic()
-    arrival.linger(store, limit_s=5)
-    assert time.monotonic() - start < 1
-
-
-def test_linger_is_bounded():
-    store = server_store(3)
-    for rank in range(2):
-        arrival.register(store, rank, "h")
-    arrival.give_up(store)
-    start = time.monotonic()
-    arrival.linger(store, limit_s=0.3)
-    assert 0.25 < time.monotonic() - start < 2
-
-
 def ranks_0_and_1_only(world: int = 3, port: int = 1, go_on: bool = False,
                        store: dist.TCPStore | None = None, quiet=lambda: None) -> dict[int, object]:
     """Ranks 0 and 1 of `world` arrive (rank 1 on a thread), the others never do; what each arrive()
@@ -252,17 +230,6 @@ def test_probe_hosts_skips_this_host_and_probes_the_others(monkeypatch):
     arrival.probe_hosts(absent, "me", closed_port())
     assert absent.said == {"far": "refused"}
     assert absent.addrs == {"far": "127.0.0.1"}
-
-
-def test_resolve_is_bounded(monkeypatch):
-    def slow(*args):
-        time.sleep(1)
-        raise socket.gaierror(-3, "Temporary failure in name resolution")
-
-    monkeypatch.setattr(arrival.socket, "getaddrinfo", slow)
-    start = time.monotonic()
-    assert arrival.resolve("slow", timeout=0.2) is None
-    assert time.monotonic() - start < 1
 
 
 # ---- where each rank runs ----------------------------------------------------------------------
