@@ -28,7 +28,9 @@ def _env() -> dict[str, str]:
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not importable")
 def test_deepspeed_run_captured_equals_comms_logger_and_execution_trace(tmp_path):
     out = tmp_path / "job.trace"
-    proc = cb("capture", "--out", str(out), "--", *TORCHRUN, str(RECORD), str(tmp_path), env=_env(), timeout=120,
+    # a hang guard, not a speed bound: on a machine whose DeepSpeed has never run, the job first JIT-builds
+    # cpu_adam (~80 s on 2 busy cores; a fresh CI clone at 989c5fe timed out at 120 s mid-training)
+    proc = cb("capture", "--out", str(out), "--", *TORCHRUN, str(RECORD), str(tmp_path), env=_env(), timeout=360,
               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"\ncapture: {out}: 2 of 2 ranks, " in proc.stdout  # after the job's own output
