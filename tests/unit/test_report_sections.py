@@ -7,9 +7,10 @@ import ast
 import inspect
 
 import pandas as pd
+import pytest
 
 from commbench.analysis.points.section import Section
-from commbench.analysis.report import markdown, report, sections
+from commbench.analysis.report import markdown, plot, report, sections
 from tests.unit import synthetic
 from tests.unit.test_trend import _write_nights
 
@@ -68,8 +69,36 @@ def hand_wired(functions, modules: set[str]) -> dict[str, list[str]]:
 def test_no_builder_names_a_section_module_itself():
     """build_html and build_markdown reach the features' sections through the list only."""
     modules = _section_modules()
-    assert modules == {"trendview", "replayview", "layoutview"}
-    assert hand_wired([report.build_html, markdown.build_markdown], modules) == {}
+    assert modules == {"trendview", "replayview", "layoutview", "pairsview", "zeroview", "wiresection",
+                       "curvesection"}
+    assert hand_wired([report.build_html, markdown.build_markdown, plot.split_views, plot.plot_results],
+                      modules) == {}
+
+
+def _module_uses(module, modules: set[str]) -> set[str]:
+    return _uses(inspect.getsource(module), modules)
+
+
+def _uses(source: str, modules: set[str]) -> set[str]:
+    """What a module's text names of the modules that declare a section: 'name.attribute', the bare
+    name, or what it imports from one."""
+    tree = ast.parse(source)
+    used = {f"{n.value.id}.{n.attr}" for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in modules}
+    bare = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in modules}
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and n.module and n.module.rsplit(".", 1)[-1] in modules for a in n.names}
+    return used | (bare - {u.split(".")[0] for u in used}) | imported
+
+
+def test_report_markdown_and_plot_name_no_section_function():
+    """Anywhere in report.py, markdown.py and plot.py (not only the builders): no section's hook or
+    figure is called by its module. Two uses are left, neither a section's: the layout groups' rows keep
+    their per-iteration samples when read (report.write_report), and report.peak_table_html keeps its
+    name for its callers (the curves' peak table in the page's cells)."""
+    modules = _section_modules()
+    assert _module_uses(markdown, modules) == set() and _module_uses(plot, modules) == set()
+    assert _module_uses(report, modules) == {"layoutview.grouped", "curvesection.peak_table_html"}
 
 
 def test_the_hand_wiring_check_finds_a_planted_call():
@@ -77,3 +106,78 @@ def test_the_hand_wiring_check_finds_a_planted_call():
         return replayview.section_html(df, None, None)  # noqa: F821 - read by ast, never run
 
     assert hand_wired([build_planted], _section_modules()) == {"build_planted": ["replayview"]}
+
+
+def test_the_module_check_finds_a_planted_call_and_import():
+    source = ("from commbench.analysis.tune.zeroview import zero_html\n"
+              "def build(df):\n    return pairsview.pairs_html(df, None)\n")
+    assert _uses(source, _section_modules()) == {"pairsview.pairs_html", "zero_html"}
+
+
+# ---- a planted kind of rows: declared here, added to the list, and nowhere else ----
+
+
+def _planted_kind() -> Section:
+    """A kind of rows of its own: the all_gather rows, claimed away from the curves, with a section,
+    Markdown and a figure ("-planted") of their own."""
+    from commbench.analysis.points.figures import new_figure
+    from commbench.analysis.points.section import SectionFigure
+
+    def claims(df):
+        rows = df[df["collective"] == "all_gather"] if "collective" in df.columns else None
+        return rows if rows is not None and len(rows) else None
+
+    def html(inp, kit):
+        rows = inp.claimed("kind")
+        return "" if rows is None else f'<section id="kind"><h2>Kind</h2><p>{len(rows)} rows</p></section>'
+
+    def md(inp, kit):
+        rows = inp.claimed("kind")
+        figure = inp.figures.get("kind")
+        return [] if rows is None else ["## Kind", "", f"{len(rows)} rows, figure {figure}", ""]
+
+    def draw(rows, metric, rate, label):
+        fig = new_figure(2, 2)
+        fig.add_subplot().bar([0], [len(rows)])
+        return fig
+
+    return Section("kind", "Kind", "zero", html, md, claims=claims, figure=SectionFigure("-planted", draw))
+
+
+def test_a_planted_kind_of_rows_gets_its_section_its_markdown_and_its_figure(monkeypatch, tmp_path):
+    monkeypatch.setattr(sections, "SECTIONS", (*sections.SECTIONS, _planted_kind()))
+    rows = synthetic.make_rows(repetitions=1)
+    path = synthetic.write(tmp_path / "run.parquet", rows)
+    gathers = sum(1 for r in rows if r["collective"] == "all_gather")
+    df = pd.DataFrame(rows)
+    views = plot.split_views(df)
+    assert len(views.kind) == gathers and (views.curves["collective"] == "all_reduce").all()
+    page = report.build_html(df)
+    assert '<a href="#kind">Kind</a>' in page and f'<section id="kind"><h2>Kind</h2><p>{gathers} rows</p>' in page
+    assert page.index('<a href="#kind">') < page.index('<a href="#curves">')
+    assert page.index('id="kind"') < page.index('<section id="curves">')
+    assert "<td>all_gather</td>" not in page.split('<section id="peaks">')[1].split("</section>")[0]
+    written = plot.plot_results([str(path)], out=tmp_path / "p.png")
+    assert [p.name for p in written] == ["p.png", "p-planted.png"]
+    assert (tmp_path / "p-planted.png").read_bytes()[:4] == b"\x89PNG"
+    files = report.write_report([str(path)], out=tmp_path / "r.md")
+    assert [p.name for p in files] == ["r.md", "r.png", "r-planted.png"]
+    text = files[0].read_text()
+    assert f"## Kind\n\n{gathers} rows, figure r-planted.png\n" in text
+    assert text.index("## Kind") < text.index("## Bandwidth and latency")
+
+
+def test_a_section_following_no_listed_section_is_refused(monkeypatch):
+    from commbench.analysis.points.section import page_order
+
+    stray = Section("stray", "Stray", "nowhere", lambda inp, kit: "", lambda inp, kit: [])
+    with pytest.raises(ValueError, match="follows 'nowhere', which is not listed"):
+        page_order((*sections.SECTIONS, stray))
+
+
+def test_the_page_order_and_the_figure_order_come_from_the_list():
+    from commbench.analysis.points.section import figure_order, page_order
+
+    assert [s.id for s in page_order(sections.SECTIONS)] == ["faults", "trend", "pairs", "zero", "replay", "layout",
+                                                             "curves", "wire"]
+    assert [s.id for s in figure_order(sections.SECTIONS)] == ["curves", "zero", "pairs", "replay"]

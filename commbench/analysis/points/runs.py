@@ -88,3 +88,26 @@ def _link_speeds(net_json: object) -> str:
 def run_name(row: dict) -> str:
     label = row.get("label")
     return str(label) if present(label) else str(row.get("run_id"))
+
+
+def missing(value: Any) -> bool:
+    """None, NaN, pandas NA/NaT; never true for containers."""
+    if value is None:
+        return True
+    try:
+        import pandas as pd
+
+        answer = pd.isna(value)
+    except (TypeError, ValueError):
+        return False
+    return answer if isinstance(answer, bool) else bool(answer) if getattr(answer, "ndim", 1) == 0 else False
+
+
+def runs_named(df: pd.DataFrame) -> dict[str, str]:
+    rows = run_rows(df)
+    names: dict[str, str] = {}
+    labels = [str(r.get("label") or "") for r in rows]
+    for r, label in zip(rows, labels):
+        names[str(r["run_id"])] = label if label and labels.count(label) == 1 else (
+            f"{label} ({r['run_id']})" if label else str(r["run_id"]))
+    return names

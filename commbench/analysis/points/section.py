@@ -1,32 +1,43 @@
-"""A report section as its feature declares it: its id and title, the hand-kept section it follows,
-and its HTML and Markdown hooks. analysis/report/sections.py lists every feature's one Section, and
-the HTML page and the Markdown report loop over that list: a new kind of rows adds its folder and a
-line there, never a branch in report.py or markdown.py.
+"""A report section as its feature declares it: its id and title, the section it follows on the page,
+the rows it claims, its HTML, Markdown and compare hooks and its figure. analysis/report/sections.py
+lists every feature's Section; the HTML page, the Markdown report and `commbench plot` loop over that
+list: a new kind of rows adds its folder and a line there, never a branch in report.py, markdown.py or
+plot.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# The hand-kept sections a feature's section may follow, in page order (report.py, markdown.py).
-SLOTS = ("faults", "zero")
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """What a section reads: the report's rows and the files they came from (none for a frame)."""
+    """What a section reads: the report's rows, the files they came from (none for a frame), the rows
+    each claiming section took (by its id; the rest under the section that claims the rest), the curves'
+    tables (report/summary.py CurveTables; None without curves), the figures the engine drew for large
+    inputs, the line rate to mark, and the Markdown report's figure files (by section id)."""
 
     df: pd.DataFrame
     sources: Sequence[str] = ()
+    rows: Mapping[str, pd.DataFrame | None] = field(default_factory=dict)
+    tables: Any = None
+    drawn: Mapping[str, Any] | None = None
+    line_rate: float | None = None
+    figures: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def runs(self) -> int:
         return int(self.df["run_id"].nunique()) if "run_id" in self.df.columns else 0
+
+    def claimed(self, section_id: str) -> pd.DataFrame | None:
+        """The rows the section `section_id` claimed (None: none)."""
+        return self.rows.get(section_id)
 
 
 @dataclass(frozen=True)
@@ -47,17 +58,61 @@ class MarkdownKit:
 
 
 @dataclass(frozen=True)
+class SectionFigure:
+    """A section's figure file: `commbench plot` writes it beside the file asked for (its name plus
+    `suffix`; "" the main figure, which takes the name asked for), and the Markdown report beside
+    itself where `in_report`. draw(rows, metric, line rate, the rate's text as given) takes the rows the
+    section claimed; refuse(metric) says why a metric cannot be drawn (None: it can)."""
+
+    suffix: str
+    draw: Callable[[pd.DataFrame, str, float | None, str | None], Figure]
+    in_report: bool = True
+    refuse: Callable[[str], str | None] | None = None
+
+
+def _own_entry(section: Section, inputs: Inputs, body: str) -> list[tuple[str, str]]:
+    return [(section.id, section.title)] if body else []
+
+
+@dataclass(frozen=True)
 class Section:
     """One feature's section: `html` returns "" and `markdown` [] where the rows hold none of it."""
 
     id: str
     title: str
-    after: str  # one of SLOTS: where the section stands on the page and in the Markdown
+    after: str  # the id of the section it follows on the page and in the Markdown ("": in list order)
     html: Callable[[Inputs, HtmlKit], str]
     markdown: Callable[[Inputs, MarkdownKit], list[str]]
     # its lines in the page's comparison section (the comparison, the page's escaping), if it adds any
     compare_html: Callable[[Any, Callable[[Any], str]], str] | None = None
+    # the rows of its kind, taken from those no section before it in the list took (None: none)
+    claims: Callable[[pd.DataFrame], pd.DataFrame | None] | None = None
+    claims_rest: bool = False  # it takes the rows no section claimed (the curves over message size)
+    figure: SectionFigure | None = None
+    # its links in the page's nav, given its body (default: its own id and title where it has a body)
+    nav: Callable[[Inputs, str], list[tuple[str, str]]] | None = None
 
-    def __post_init__(self) -> None:
-        if self.after not in SLOTS:
-            raise ValueError(f"section {self.id!r} follows {self.after!r}, not one of {', '.join(SLOTS)}")
+    def nav_entries(self, inputs: Inputs, body: str) -> list[tuple[str, str]]:
+        return self.nav(inputs, body) if self.nav is not None else _own_entry(self, inputs, body)
+
+
+def page_order(sections: Sequence[Section]) -> list[Section]:
+    """The sections in page order: those that follow none (after "") in list order, each followed
+    by the sections that name it, in list order (and by theirs). The list's own order is the order
+    rows are claimed and figures drawn."""
+    ids = {s.id for s in sections}
+    for s in sections:
+        if s.after and s.after not in ids:
+            raise ValueError(f"section {s.id!r} follows {s.after!r}, which is not listed")
+
+    def chain(s: Section) -> list[Section]:
+        return [s] + [x for f in sections if f.after == s.id for x in chain(f)]
+
+    return [x for s in sections if not s.after for x in chain(s)]
+
+
+def figure_order(sections: Sequence[Section]) -> list[Section]:
+    """The sections that draw a figure, in the order their files are written: the main figure (suffix
+    "") first, the others in list order."""
+    drawn = [s for s in sections if s.figure is not None]
+    return sorted(drawn, key=lambda s: s.figure is None or s.figure.suffix != "")

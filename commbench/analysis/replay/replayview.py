@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from commbench.analysis.points.section import Section
+from commbench.analysis.points.section import Section, SectionFigure
 from commbench.analysis.replay.replayrows import LARGEST, Cause, Step, StepChange, steps
 from commbench.core.outtext import markdown, terminal
 from commbench.core.units import counted, format_size, format_us
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
 MAX_CAUSES = 4  # collectives named a step in compare's line; the rest counted
 MAX_STEPS = 12  # steps shown in detail in the report; every step is in the overview table
@@ -185,6 +186,21 @@ def section_markdown(df: pd.DataFrame, table: Callable[..., str], md: Callable[[
     return out
 
 
+def replay_rows(df: pd.DataFrame) -> pd.DataFrame | None:
+    """The rows of replayed jobs (None: none): they have no message-size curve."""
+    if "workload" not in df.columns:
+        return None
+    rows = df[df["workload"] == "replay"]
+    return rows if len(rows) else None
+
+
+def _figure(rows: pd.DataFrame, metric: str, rate: float | None, label: str | None) -> Figure:
+    from commbench.analysis.replay import replayplot  # matplotlib: only when a figure is drawn
+
+    return replayplot.build_figure(rows)
+
+
 SECTION = Section("replay", "Replay", "zero", lambda inp, kit: section_html(inp.df, kit.table, kit.esc),
                   lambda inp, kit: section_markdown(inp.df, kit.table, kit.md),
-                  lambda comparison, esc: compare_html(comparison.replay, esc))
+                  lambda comparison, esc: compare_html(comparison.replay, esc), claims=replay_rows,
+                  figure=SectionFigure("-replay", _figure, in_report=False))

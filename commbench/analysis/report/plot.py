@@ -1,8 +1,8 @@
 """`commbench plot` and the figure files: which view each kind of rows gets, drawn and written all or none.
 
-The curves over message size are analysis/report/curveplot.py; the ZeRO grid, the pairs matrix and
-the replayed steps are drawn by their features (tune/zerogrid.py, pairs/pairsplot.py,
-replay/replayplot.py). Here: splitting a results table into its views, the figure's target
+Which rows each view takes and how it is drawn is its section's (analysis/report/sections.py: the
+curves over message size are report/curvesection.py's, the ZeRO grid, the pairs matrix and the
+replayed steps their features'). Here: splitting a results table into its views, the figure's target
 refused before anything is read (never an input, never overwritten without --force), and the
 PNG or SVG bytes written through core/outputs.py.
 """
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from commbench.analysis.points.figures import DPI
+from commbench.analysis.points.section import SectionFigure, figure_order
+from commbench.analysis.report import sections
 from commbench.analysis.report.curveplot import METRICS, Line, build_comparison_figure, build_figure, parse_line_rate
 from commbench.core import outputs
 from commbench.core.errors import BadInput
@@ -95,78 +97,76 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
 
     q = figurequery.plot_source(paths)
     if q is not None:
-        fig = build_figure(figurequery.run_firsts(q, METRICS[metric][0]), metric, rate,
-                           line_rate.strip() if line_rate else None,
-                           lambda c: [Line(**ln) for ln in figurequery.plot_lines(q, c)])
-        return outputs.write_files([figure_output(fig, target)], "plot", inputs=paths, force=force)
+        curves = build_figure(figurequery.run_firsts(q, METRICS[metric][0]), metric, rate,
+                              line_rate.strip() if line_rate else None,
+                              lambda c: [Line(**ln) for ln in figurequery.plot_lines(q, c)])
+        return outputs.write_files([figure_output(curves, target)], "plot", inputs=paths, force=force)
     df = read_results(paths, skip=UNUSED_COLUMNS)
     views = split_views(df)
-    if views.pairs is not None and metric == "time":
-        raise BadInput("the pairs heat map shows bandwidth: use --metric busbw (or algbw, the same for pairs)")
-    # The view that comes first gets the file asked for; the others go beside it as <name>-zero.png
-    # and <name>-pairs.png. Every name is checked before anything is drawn.
-    drawers = []
-    if views.curves is not None:
-        drawers.append(("", lambda: build_figure(views.curves, metric, rate, line_rate.strip() if line_rate else None)))
-    if views.zero is not None:
-        from commbench.analysis.tune import zerogrid
-
-        drawers.append(("-zero", lambda: zerogrid.build_figure(views.zero, metric)))
-    if views.pairs is not None:
-        from commbench.analysis.pairs import pairsplot
-
-        drawers.append(("-pairs", lambda: pairsplot.build_figure(views.pairs)))
-    if views.replay is not None:
-        from commbench.analysis.replay import replayplot
-
-        drawers.append(("-replay", lambda: replayplot.build_figure(views.replay)))
-    paths_out = [target] + [check_new(target.with_name(target.stem + suffix + target.suffix), inputs=paths,
-                                      force=force) for suffix, _ in drawers[1:]]
+    label = line_rate.strip() if line_rate else None
+    drawn = views.drawn()
+    for _, fig, _ in drawn:
+        if fig.refuse is not None and (why := fig.refuse(metric)):
+            raise BadInput(why)
+    # The view that comes first gets the file asked for; the others go beside it as <name><suffix>
+    # (<name>-zero.png, <name>-pairs.png ...). Every name is checked before anything is drawn.
+    paths_out = [target] + [check_new(target.with_name(target.stem + fig.suffix + target.suffix), inputs=paths,
+                                      force=force) for _, fig, _ in drawn[1:]]
     # All the views or none: a full disk or Ctrl-C leaves no lone figure behind.
-    return outputs.write_files([figure_output(draw(), path) for path, (_, draw) in zip(paths_out, drawers)],
-                               "plot", inputs=paths, force=force)
+    return outputs.write_files([figure_output(fig.draw(rows, metric, rate, label), path)
+                                for path, (_, fig, rows) in zip(paths_out, drawn)], "plot", inputs=paths, force=force)
 
 
 @dataclass
 class Views:
-    """The parts of a results table that are drawn differently (None: no such rows): curves over
-    message size, the ZeRO stage x bucket grid, the pairs host x host matrix, replayed steps."""
+    """The parts of a results table that are drawn differently: the rows each section of
+    analysis/report/sections.py claimed, by its id (None: no such rows), e.g. views.curves (the rows
+    over message size), views.zero, views.pairs, views.replay."""
 
-    curves: pd.DataFrame | None
-    zero: pd.DataFrame | None
-    pairs: pd.DataFrame | None
-    replay: pd.DataFrame | None = None
+    rows: dict[str, pd.DataFrame | None]
+    rest: pd.DataFrame | None = None  # the rows no section claimed by kind: the curves
+
+    def __getattr__(self, name: str) -> pd.DataFrame | None:
+        rows = self.__dict__.get("rows", {})
+        if name in rows:
+            return rows[name]
+        raise AttributeError(f"no section {name!r} claims rows")
+
+    def drawn(self, report: bool = False) -> list[tuple[str, SectionFigure, pd.DataFrame]]:
+        """(section id, its figure, its rows) for each section with a figure and rows to draw it from,
+        in the order their files are written; report: only those the Markdown report writes beside itself."""
+        return [(s.id, s.figure, rows) for s in figure_order(sections.SECTIONS)
+                if s.figure is not None and (rows := self.rows.get(s.id)) is not None
+                and (s.figure.in_report or not report)]
 
 
 def split_views(df: pd.DataFrame) -> Views:
-    """A ZeRO step, a link between two hosts or a replayed job has no message-size curve: their rows
-    get their own view."""
-    from commbench.analysis.pairs.pairsplot import pairs_rows
+    """A ZeRO step, a link between two hosts or a replayed job has no message-size curve: each
+    section claims its kind of rows from those left, in list order; the rows none claims are the
+    curves (the section that claims the rest)."""
+    rows: dict[str, pd.DataFrame | None] = {}
+    rest: pd.DataFrame | None = df
+    for s in sections.SECTIONS:
+        if s.claims is not None:
+            rest, rows[s.id] = _claim(rest, s.claims)
+    rows.update({s.id: rest for s in sections.SECTIONS if s.claims_rest})
+    return Views(rows, rest)
 
-    replayed = None
-    if "workload" in df.columns and (df["workload"] == "replay").any():
-        mask = df["workload"] == "replay"
-        replayed, df = df[mask], df[~mask]
-        if not len(df):
-            return Views(None, None, None, replayed)
-    rest, zero = split_zero(df)
-    pairs = pairs_rows(rest) if rest is not None else None
-    if rest is not None and pairs is not None:  # pairs only from rows left
-        rest = rest.drop(index=pairs.index)
-        rest = rest if len(rest) else None
-    return Views(rest, zero, pairs, replayed)
+
+def _claim(df: pd.DataFrame | None, claims: Callable[[pd.DataFrame], pd.DataFrame | None]
+           ) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """(the rows left, the rows claimed); None for a part with no rows."""
+    got = claims(df) if df is not None else None
+    if got is None or len(got) == 0:
+        return df, None
+    rest = df.drop(index=got.index) if df is not None else None
+    return (rest if rest is not None and len(rest) else None), got
 
 
 def split_zero(df: pd.DataFrame) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """(rows drawn against message size, `commbench zero` rows drawn as a stage x bucket grid);
-    None for a part with no rows. A ZeRO step has no message size: it is not a point on a curve."""
-    from commbench.analysis.tune.zerogrid import zero_rows
-
-    grid = zero_rows(df)
-    if grid is None or len(grid) == 0:
-        return df, None
-    rest = df.drop(index=grid.index)
-    return (rest if len(rest) else None), grid
+    """(every row but the ZeRO grid's, the rows the "zero" section claims); None for a part with no rows."""
+    (claims,) = [s.claims for s in sections.SECTIONS if s.id == "zero" and s.claims is not None]
+    return _claim(df, claims)
 
 
 def comparison_output(before_df: pd.DataFrame, after_df: pd.DataFrame, out_path: str | Path, metric: str = "busbw",

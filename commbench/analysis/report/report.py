@@ -2,12 +2,12 @@
 base64 PNG, no external URLs, no JavaScript). The Markdown form (for a ticket; the figures saved
 as PNGs beside it) is built by markdown.py; what both show comes from summary.py.
 
-Sections: the comparison against a baseline (when given), the failed links of a pairs run
-("Faults", only when a link could not be measured), the runs over time ("Trend", analysis/trend/trendview.py,
-only for enough runs of one measurement), the pairs heat map, the curves, a peak-busbw
-table, the settings side by side ("Settings", only when the rows hold several settings:
-analysis/points/settingsview.py), the counters on the wire ("Wire", analysis/wire/wireview.py), the runs'
-metadata (hosts, ranks, backend, device, network, versions, environment) and every point.
+Its own core: the comparison against a baseline (when given), the runs' metadata (hosts, ranks,
+backend, device, network, versions, environment) and every point. Between them, the sections of
+analysis/report/sections.py's one list, each declared by its feature: the failed links of a pairs run
+("Faults"), the runs over time ("Trend"), the pairs heat map, the ZeRO grid, a replay's steps, a
+layout's groups, the curves with their peak-busbw table and settings side by side, and the counters
+on the wire ("Wire").
 
 Every value read from a results file is untrusted (labels and environment values are free
 text): it goes through html.escape in HTML and through md() in Markdown, never raw.
@@ -30,20 +30,17 @@ if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib
     from matplotlib.figure import Figure
 
 from commbench.analysis.layout import layoutview
-from commbench.analysis.points import settingsview
 from commbench.analysis.points.runs import describe_run, run_rows
-from commbench.analysis.points.section import HtmlKit, Inputs, Section
+from commbench.analysis.points.section import HtmlKit, Inputs, page_order
 from commbench.analysis.report import plot, reportparts
 from commbench.analysis.report.comparehtml import comparison_html
 from commbench.analysis.report.htmlparts import esc, figure_html, table
-from commbench.analysis.report import curveplot
-from commbench.analysis.report.markdown import build_markdown, ci_cell
+from commbench.analysis.report import curveplot, curvesection
+from commbench.analysis.report.markdown import build_markdown
 from commbench.analysis.report import sections
-from commbench.analysis.report.summary import (CULPRIT_HEADERS, FAULT_HEADERS, FAULTS_NOTE, PAIRS_NOTE, ZERO_NOTE,
-                                               CurveTables, curve_tables, fault_runs, fnum, json_value,
-                                               late_arrivals_by_run, net_rows, report_title,
-                                               run_facts, run_positions, runs_named, size_text, wrong_cell)
-from commbench.analysis.wire import wireview
+from commbench.analysis.report.summary import (CurveTables, ci_cell, curve_tables, fnum, json_value,
+                                               late_arrivals_by_run, net_rows, report_title, run_facts,
+                                               run_positions, runs_named, size_text, wrong_cell)
 from commbench.core import outputs
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.units import counted
@@ -60,20 +57,8 @@ def _several(rows: list[dict], name: str) -> bool:
 
 
 def peak_table_html(rows: list[dict]) -> str:
-    several, settings = _several(rows, "run_id"), _several(rows, "settings")
-    extra = (["run"] if several else []) + (["setting"] if settings else [])
-    headers = ["collective", "dtype", "placement"] + extra + [
-        "peak busbw (GB/s)", "at size", "algbw there (GB/s)", "time there (µs)", "repetitions", "#wrong (total)"]
-    body, classes = [], []
-    for r in rows:
-        wrong, bad = wrong_cell(r["wrong"], r["unchecked"])
-        body.append([r["collective"], r["dtype"], r["placement"]] + ([r["run"]] if several else [])
-                    + ([r["setting"]] if settings else []) + [
-            ci_cell(r, "peak_busbw"), size_text(r["size_bytes"]), ci_cell(r, "algbw"), ci_cell(r, "time_us"), r["reps"],
-            wrong])
-        classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
-    first_num = 3 + len(extra)
-    return table(headers, body, num=range(first_num, len(headers)), classes=classes)
+    """The "Peak bus bandwidth" table (report/curvesection.py's, in the page's cells)."""
+    return curvesection.peak_table_html(rows, table)
 
 
 def points_table_html(rows: list[dict]) -> str:
@@ -91,18 +76,6 @@ def points_table_html(rows: list[dict]) -> str:
         classes.append([""] * (len(headers) - 1) + ["bad" if bad else ""])
     first_num = 3 + len(extra)
     return table(headers, body, num=range(first_num, len(headers)), classes=classes)
-
-
-def settings_html(tables: list) -> str:
-    """The "Settings" section (settingsview.settings_tables): "" when the rows hold one setting or none."""
-    if not tables:
-        return ""
-    out = ['<section id="settings"><h2>Settings</h2>', f'<p class="muted">{esc(settingsview.NOTE)}</p>']
-    for t in tables:
-        out += [f"<h3>{esc(t.title)}</h3>", f'<p class="best">{esc(t.line)}</p>',
-                table(settingsview.HEADERS, t.rows, num=[2, 4, 5])]
-    out.append("</section>")
-    return "\n".join(out)
 
 
 def runs_html(df: pd.DataFrame, late: Mapping[str, str] | None = None) -> str:
@@ -214,116 +187,29 @@ def _where_html(df: pd.DataFrame) -> str:
     return '<ul class="sub where">' + "".join(items) + "</ul>"
 
 
-def zero_html(grid_df: pd.DataFrame) -> str:
-    from commbench.analysis.tune import zerogrid
-
-    out = ['<section id="zero"><h2>ZeRO stages x bucket sizes</h2>']
-    out.append(figure_html(zerogrid.build_figure(grid_df), "heat map of step time by ZeRO stage and bucket size",
-                            ZERO_NOTE))
-    for g in zerogrid.grids(grid_df):
-        out.append(f"<h3>{esc(g.name)}</h3>")
-        out.append(table(zerogrid.TABLE_HEADERS, zerogrid.table_rows(g), num=range(3, 7)))
-    out.append("</section>")
-    return "\n".join(out)
-
-
-def faults_html(pairs_df: pd.DataFrame) -> str:
-    """The "Faults" section: links of a pairs run that could not be measured ("" when none failed)."""
-    runs = fault_runs(pairs_df)
-    if not runs:
-        return ""
-    out = ['<section id="faults"><h2>Faults</h2>', f'<p class="muted">{esc(FAULTS_NOTE)}</p>']
-    for run in runs:
-        if len(runs) > 1:
-            out.append(f"<h3>Run {esc(run['run'])}</h3>")
-        out.append(f'<p><span class="badge bad">{esc(run["summary"])}</span></p>')
-        if run["culprits"]:
-            named = [["v-bad" if n else "", "", "", "", "wrap"] for n in run["named"]]
-            out.append(table(CULPRIT_HEADERS, run["culprits"], classes=named))
-        if run["undecided"]:
-            out.append(f'<p class="v-warn">No verdict: {esc(run["undecided"])}.</p>')
-        out.append('<div class="scroll">' + table(FAULT_HEADERS, run["rows"], classes=[
-            ["", "", "bad", "wrap", ""]] * len(run["rows"])) + "</div>")
-    out.append("</section>")
-    return "\n".join(out)
-
-
-def wire_html(df: pd.DataFrame, ratios: pd.DataFrame | None = None) -> str:
-    """The "Wire" section: trouble counters that moved during the run, wire bytes per payload byte,
-    or the sentence that nothing moved or that no counters were read (`ratios`: wireview.section's)."""
-    names = runs_named(df)
-    w = wireview.section(df, names, ratios)
-    out = ['<section id="wire"><h2>Wire</h2>']
-    if w.read_line:
-        out.append(f'<p class="muted">{esc(wireview.WIRE_NOTE)} {esc(w.read_line)}</p>')
-    if w.sentence:
-        out.append(f"<p>{esc(w.sentence)}</p>")
-    if w.troubles:
-        out.append("<h3>Trouble counters that moved</h3>")
-        out.append(table(wireview.TROUBLE_HEADERS, w.troubles, num=[4],
-                          classes=[["", "", "", "", "bad", ""]] * len(w.troubles)))
-    if w.payload:
-        out.append("<h3>Wire bytes per payload byte</h3>")
-        out.append(table(wireview.PAYLOAD_HEADERS, w.payload, num=[2, 3, 4, 5]))
-    out.append("</section>")
-    return "\n".join(out)
-
-
-def pairs_html(pairs_df: pd.DataFrame) -> str:
-    from commbench.analysis.pairs import faultstext
-    from commbench.analysis.pairs import pairsplot
-
-    lines, _ = faultstext.report(pairs_df)
-    return "\n".join(['<section id="pairs"><h2>Links between hosts</h2>',
-                      figure_html(pairsplot.build_figure(pairs_df), "heat map of bandwidth between hosts",
-                                   PAIRS_NOTE),
-                      f"<pre>{esc(chr(10).join(lines))}</pre>", "</section>"])
-
-
-def _curves_html(cfig: Figure, tables: CurveTables) -> list[str]:
-    """The curves' sections: the figure, the peak table with the reduce-scatter gap, the settings."""
-    return ['<section id="curves"><h2>Bandwidth and latency</h2>',
-            figure_html(cfig, "bus bandwidth and small-size latency against message size",
-                         reportparts.curves_caption(cfig)),
-            "</section>", '<section id="peaks"><h2>Peak bus bandwidth</h2>',
-            '<p class="muted">Per collective, dtype and placement: the size with the highest median busbw '
-            "over repetitions (±: its median's 95% CI); #wrong sums every row of the line.</p>",
-            peak_table_html(tables.peaks),
-            *(f'<p class="gap">{esc(line)}</p>' for line in tables.gaps),  # rs vs all_reduce
-            "</section>", settings_html(tables.settings)]
-
-
 def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.DataFrame | None = None,
                comparison: Any = None, baseline_sources: Sequence[str] = (), line_rate: float | None = None,
                drawn: dict[str, Any] | None = None, baseline_runs: str | None = None,
                tables: CurveTables | None = None, late: Mapping[str, str] | None = None) -> str:
     """The whole page (no external resources, no scripts). drawn: the figures the engine drew (large inputs:
     {"curves": Figure, "comparison": Figure}); baseline_runs: the baseline's runs_html, written before;
-    tables, late: the curves' tables and each run's "late arrivals" from the files (large inputs), else the rows'."""
+    tables, late: the curves' tables and each run's "late arrivals" from the files (large inputs), else the rows'.
+
+    The sections between the comparison and the runs come from sections.py's list; the rest is the
+    page's own core: the title, what ran where, the comparison with a baseline (its lines from the
+    sections' compare hooks), every run's metadata and every point, which every report has or which
+    belong to no one kind of rows."""
     if baseline_runs is None and baseline_df is not None and len(baseline_df):
         baseline_runs = runs_html(baseline_df)
     from commbench import __version__
 
     views = plot.split_views(df)
-    curves, grid = views.curves, views.zero
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    tables = tables if tables is not None or curves is None else curve_tables(curves)
-    kit = HtmlKit(table, esc, figure_html)
-    added = [(s, body) for s in sections.SECTIONS if (body := s.html(Inputs(df, sources), kit))]  # features'
-    faults = faults_html(views.pairs)
-
-    def placed(slot: str) -> list[tuple[Section, str]]:
-        return [(s, body) for s, body in added if s.after == slot]
-
-    nav = ([("comparison", "Comparison with the baseline")] if comparison is not None else []) + (
-        [("faults", "Faults")] if faults else []) + [(s.id, s.title) for s, _ in placed("faults")] + (
-        [("pairs", "Links between hosts")] if views.pairs is not None else []) + (
-        [("zero", "ZeRO stages x bucket sizes")] if grid is not None else []) + [
-        (s.id, s.title) for s, _ in placed("zero")]
-    if tables is not None:
-        nav += [("curves", "Bandwidth and latency"), ("peaks", "Peak bus bandwidth")] + (
-            [("settings", "Settings")] if tables.settings else [])
-    nav += [("wire", "Wire"), ("runs", "Runs")] + (
+    tables = tables if tables is not None or views.rest is None else curve_tables(views.rest)
+    inputs = Inputs(df, sources, views.rows, tables, drawn, line_rate)
+    bodies = [(s, s.html(inputs, HtmlKit(table, esc, figure_html))) for s in page_order(sections.SECTIONS)]
+    nav = ([("comparison", "Comparison with the baseline")] if comparison is not None else []) + [
+        entry for s, body in bodies for entry in s.nav_entries(inputs, body)] + [("runs", "Runs")] + (
         [("baseline-runs", reportparts.BASELINE_RUNS)] if baseline_runs is not None else []) + (
         [("points", "All points")] if tables is not None else [])
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -333,27 +219,8 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
            _where_html(df),
            "<nav>" + "".join(f'<a href="#{sid}">{esc(t)}</a>' for sid, t in nav) + "</nav></header>"]
     if comparison is not None:
-        out.append('<section id="comparison"><h2>Comparison with the baseline</h2>')
-        out.append(f'<p class="muted">before (baseline): {esc(", ".join(map(str, baseline_sources)) or "–")}; '
-                   f'after: {esc(", ".join(map(str, sources)) or "–")}</p>')
-        figure = ""
-        cfig = (drawn.get("comparison") if drawn
-                else comparison_figure(baseline_df, df) if baseline_df is not None else None)
-        if cfig is not None:
-            figure = figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
-                                  reportparts.comparison_caption(cfig))
-        out += [comparison_html(comparison, figure),
-                *(s.compare_html(comparison, esc) for s in sections.SECTIONS if s.compare_html), "</section>"]
-    out += ([faults] if faults else []) + [body for _, body in placed("faults")]
-    if views.pairs is not None:
-        out.append(pairs_html(views.pairs))
-    if grid is not None:
-        out.append(zero_html(grid))
-    out += [body for _, body in placed("zero")]
-    if curves is not None and tables is not None:
-        cfig = drawn["curves"] if drawn else curveplot.build_figure(curves, "busbw", line_rate)
-        out += _curves_html(cfig, tables)
-    out.append(wire_html(df, tables.ratios if tables is not None else None))
+        out += _comparison_section(df, sources, baseline_df, comparison, baseline_sources, drawn)
+    out += [body for _, body in bodies if body]
     out.append(f'<section id="runs"><h2>Runs</h2>{runs_html(df, late)}</section>')
     if baseline_runs is not None:  # the before side's metadata, as the after side's
         out.append(f'<section id="baseline-runs"><h2>{esc(reportparts.BASELINE_RUNS)}</h2>{baseline_runs}'
@@ -369,6 +236,22 @@ def build_html(df: pd.DataFrame, sources: Sequence[str] = (), baseline_df: pd.Da
                "units (KiB = 1024 B); busbw and algbw as defined by nccl-tests.</footer>")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _comparison_section(df: pd.DataFrame, sources: Sequence[str], baseline_df: pd.DataFrame | None,
+                        comparison: Any, baseline_sources: Sequence[str], drawn: dict[str, Any] | None) -> list[str]:
+    """The comparison with the baseline: its table, the overlay, and each section's own lines."""
+    out = ['<section id="comparison"><h2>Comparison with the baseline</h2>',
+           f'<p class="muted">before (baseline): {esc(", ".join(map(str, baseline_sources)) or "–")}; '
+           f'after: {esc(", ".join(map(str, sources)) or "–")}</p>']
+    figure = ""
+    cfig = (drawn.get("comparison") if drawn
+            else comparison_figure(baseline_df, df) if baseline_df is not None else None)
+    if cfig is not None:
+        figure = figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
+                             reportparts.comparison_caption(cfig))
+    return out + [comparison_html(comparison, figure),
+                  *(s.compare_html(comparison, esc) for s in sections.SECTIONS if s.compare_html), "</section>"]
 
 
 # --------------------------------------------------------------------------- command
@@ -400,8 +283,7 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     inputs = [*paths, *(baseline or ())]
     target = Path(out) if out is not None else default_out(paths[0], fmt)
     rate = curveplot.parse_line_rate(line_rate) if line_rate is not None else None
-    figure, cfigure, zfigure, pfigure = (target.with_name(f"{target.stem}{s}.png") for s in ("", "-comparison", "-zero",
-                                                                                             "-pairs"))
+    cfigure = target.with_name(f"{target.stem}-comparison.png")
     plot.check_new(target, "report", inputs=inputs, force=force)
     if fmt == "html" and (page := _large_html(paths, baseline, rate)) is not None:
         return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
@@ -411,13 +293,12 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline or layoutview.grouped(paths) else ("samples_us",)))
     if len(df) == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
-    views = plot.split_views(df)
-    curves, grid = views.curves, views.zero
+    drawn = plot.split_views(df).drawn(report=True)  # the sections' figures beside a Markdown report
+    named = {sid: target.with_name(f"{target.stem}{fig.suffix}.png") for sid, fig, _ in drawn}
     if fmt == "markdown":  # before anything is drawn or written: never half a report
-        for path, wanted in ((figure, curves is not None), (cfigure, bool(baseline)), (zfigure, grid is not None),
-                             (pfigure, views.pairs is not None)):
-            if wanted:
-                plot.check_new(path, "report", inputs=inputs, force=force)
+        main = [named[sid] for sid, fig, _ in drawn if not fig.suffix]
+        for path in [*main, *([cfigure] if baseline else []), *(named[sid] for sid, fig, _ in drawn if fig.suffix)]:
+            plot.check_new(path, "report", inputs=inputs, force=force)
     baseline_df = comparison = None
     if baseline:
         baseline_df = read_results(baseline, skip=UNUSED_COLUMNS + ("plan",))
@@ -428,22 +309,11 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
     if fmt == "html":
         page = build_html(df, sources, baseline_df, comparison, bsources, line_rate=rate)
         return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
-    figures = []
-    if curves is not None:
-        figures.append(plot.figure_output(curveplot.build_figure(curves, "busbw", rate), figure))
-    if grid is not None:
-        from commbench.analysis.tune import zerogrid
-
-        figures.append(plot.figure_output(zerogrid.build_figure(grid), zfigure))
-    if views.pairs is not None:
-        from commbench.analysis.pairs import pairsplot
-
-        figures.append(plot.figure_output(pairsplot.build_figure(views.pairs), pfigure))
+    figures = [plot.figure_output(fig.draw(rows, "busbw", rate, None), named[sid]) for sid, fig, rows in drawn]
     cfig = comparison_figure(baseline_df, df) if baseline_df is not None else None
     if cfig is not None:
         figures.append(plot.figure_output(cfig, cfigure))
-    text = build_markdown(df, figure.name if curves is not None else None, sources, comparison,
-                          cfigure.name if cfig is not None else None, bsources,
-                          zfigure.name if grid is not None else None, pfigure.name if views.pairs is not None else None)
+    text = build_markdown(df, None, sources, comparison, cfigure.name if cfig is not None else None, bsources,
+                          {sid: path.name for sid, path in named.items()})
     text = reportparts.with_baseline_runs(text, baseline_df)
     return outputs.write_files([outputs.Output(target, text.encode("utf-8")), *figures], "report", inputs, force)

@@ -8,6 +8,7 @@ passes over the files shared by its curves and its half of the overlay.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +16,9 @@ import pandas as pd
 
 from commbench.analysis.points.figures import ci_bar_sets
 from commbench.analysis.report import curveplot
-from commbench.analysis.report.markdown import runs_markdown
+from commbench.analysis.points.mdtext import md, md_table
+from commbench.analysis.points.runs import run_rows
+from commbench.analysis.report.summary import json_value, net_rows, run_facts
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
@@ -53,6 +56,22 @@ def with_baseline_runs(text: str, baseline_df: pd.DataFrame | None) -> str:
         return text
     body, _, footer = text.rstrip("\n").rpartition("\n")
     return "\n".join([body, *baseline_runs_markdown(baseline_df), footer]) + "\n"
+
+
+def runs_markdown(df: pd.DataFrame, title: str = "Runs") -> list[str]:
+    """Every run's facts, network per host and environment: the after side's "Runs" section, and
+    the baseline's with its own title."""
+    out = [f"## {title}", ""]
+    for r in run_rows(df):
+        out += [f"### {md(r['run_id'])}", "", md_table(["fact", "value"], run_facts(r, df)), ""]
+        per_host = net_rows(json_value(r.get("net")))
+        if per_host:
+            out += [md_table(["host", "interface", "MTU", "link layer", "speed", "state"], per_host, right=[2]), ""]
+        env = json_value(r.get("env"))
+        if isinstance(env, dict) and env:
+            out += [md_table(["variable", "value"], sorted((k, v if isinstance(v, str) else json.dumps(v))
+                                                           for k, v in env.items())), ""]
+    return out
 
 
 def engine_figures(figurequery: Any, after: Any, before: Any, rate: float | None) -> dict[str, Any]:

@@ -15,27 +15,15 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis.points import points
-from commbench.analysis.points.frames import as_list, is_true, json_cell
+from commbench.analysis.points.frames import as_list, json_cell
 from commbench.analysis.points.points import GROUP, LINE_KEYS, SETTINGS
 from commbench.analysis.points.pointtable import Query, Source
-from commbench.analysis.points.runs import compact_hosts, placement_name, run_rows
+from commbench.analysis.points.runs import compact_hosts, missing, placement_name, runs_named
 from commbench.analysis.points.settingsview import SettingsTable, distinct, setting_name, settings_tables, settings_text
 from commbench.core.linkrate import host_rate
+from commbench.core.runsummary import halfwidth_text
 from commbench.core.units import format_size
 from commbench.core.vocab import order_key
-
-
-def missing(value: Any) -> bool:
-    """None, NaN, pandas NA/NaT; never true for containers."""
-    if value is None:
-        return True
-    try:
-        import pandas as pd
-
-        answer = pd.isna(value)
-    except (TypeError, ValueError):
-        return False
-    return answer if isinstance(answer, bool) else bool(answer) if getattr(answer, "ndim", 1) == 0 else False
 
 
 def fnum(value: Any, digits: int = 3) -> str:
@@ -65,16 +53,6 @@ def fp(value: Any) -> str:
 
 def size_text(value: Any) -> str:
     return "–" if missing(value) else format_size(int(value))
-
-
-def runs_named(df: pd.DataFrame) -> dict[str, str]:
-    rows = run_rows(df)
-    names: dict[str, str] = {}
-    labels = [str(r.get("label") or "") for r in rows]
-    for r, label in zip(rows, labels):
-        names[str(r["run_id"])] = label if label and labels.count(label) == 1 else (
-            f"{label} ({r['run_id']})" if label else str(r["run_id"]))
-    return names
 
 
 def peak_rows(rows: pd.DataFrame | Query) -> list[dict[str, Any]]:
@@ -304,58 +282,6 @@ def report_title(df: pd.DataFrame) -> str:
     return f"commbench report — {shown}"
 
 
-ZERO_NOTE = ("Each cell: one training step's communication for that ZeRO stage with that reduce_bucket_size "
-             "(elements, as in ds_config.json), median over repetitions: step time and effective bus bandwidth. "
-             "The boxed cell is the shortest step of its stage. Stage 0 ignores reduce_bucket_size (DeepSpeed's "
-             "fixed 5e8-element buckets): its row is the data-parallel reference.")
-
-
-PAIRS_NOTE = ("Point-to-point bandwidth of every pair of hosts (`commbench pairs`), median over repetitions: "
-              "senders on rows, receivers on columns; the slowest links are boxed and hosts singled out as "
-              "slow are named in red. Below, the ranking `commbench pairs --from` prints.")
-
-
-FAULTS_NOTE = ("Links of `commbench pairs` that could not be measured (unreachable: the peer's host did not "
-               "answer; timeout: its process did not answer in time; error: the transfer failed), what their "
-               "pattern blames, and every failed link. A confirmation round re-measures a suspect against hosts "
-               "that passed. In the heat map a failed link is a hatched grey cell.")
-CULPRIT_HEADERS = ["culprit", "kind", "status", "confirmation round", "evidence"]
-FAULT_HEADERS = ["src", "dst", "status", "error", "confirmation round"]
-_CONFIRMED = {True: "failed again: confirmed", False: "recovered: not named", None: "–"}
-
-
-def fault_runs(pairs_df: pd.DataFrame | None) -> list[dict[str, Any]]:
-    """Per pairs run with failed rows (status in linkrank.FAILED), from linkfaults.faults: its name, a
-    line counting the failures, the culprits as CULPRIT_HEADERS cells (and per culprit whether it
-    is named: not refuted by the confirmation round, not undecided), why there is no verdict (or
-    None), and the failed links as FAULT_HEADERS cells; plain text. [] when nothing failed."""
-    if pairs_df is None or len(pairs_df) == 0 or "status" not in pairs_df.columns or pairs_df["status"].isna().all():
-        return []
-    from commbench.analysis.pairs import linkfaults, linkrank
-
-    names = runs_named(pairs_df)
-    out = []
-    for run_id, run in pairs_df.groupby("run_id", sort=False):
-        failed = run["status"].isin(linkrank.FAILED)
-        if not failed.any():
-            continue
-        verdict = linkfaults.faults(run)
-        confirm = is_true(run, "confirm") & failed.to_numpy()
-        counts = run.loc[failed, "status"].value_counts()
-        line = (f"{int(failed.sum())} of {len(run)} measurements failed: "
-                + ", ".join(f"{n} {s}" for s, n in counts.items())
-                + (f" ({int(confirm.sum())} in the confirmation round)" if confirm.any() else ""))
-        culprits = [[c.name, c.kind, c.status, _CONFIRMED.get(c.confirmed, str(c.confirmed)), " · ".join(c.evidence)]
-                    for c in verdict.culprits]
-        rows = [["–" if missing(f.get(k)) else str(f.get(k)) for k in ("src", "dst", "status", "error")]
-                + ["yes" if not missing(f.get("confirm")) and bool(f.get("confirm")) else "–"]
-                for f in verdict.failed]
-        out.append({"run": names.get(str(run_id), str(run_id)), "run_id": str(run_id), "summary": line,
-                    "culprits": culprits, "named": [c in verdict.named for c in verdict.culprits],
-                    "undecided": verdict.undecided, "rows": rows})
-    return out
-
-
 def collective_gaps(rows: pd.DataFrame | Query) -> list[str]:
     """reduce_scatter's busbw next to all_reduce's (core/runsummary.py Gap), one sentence per run,
     setting and dtype where that run measured both; [] otherwise. The sweep ends with the same."""
@@ -385,3 +311,15 @@ def collective_gaps(rows: pd.DataFrame | Query) -> list[str]:
         if gap is not None:
             out.append(gap.sentence())
     return out
+
+
+def with_ci(number: str, ci: float | None) -> str:
+    """A table's figure with how precisely it is known: '1.51 ±12%' (the point's median time's 95% CI
+    half-width, the time_ci column, as the sweep's table marks it; busbw and algbw are known to the
+    same fraction), '>±100%' past it; the figure alone where rows do not say (older files)."""
+    return number if ci is None or not math.isfinite(ci) or number == "–" else f"{number} {halfwidth_text(ci)}"
+
+
+def ci_cell(row: dict, name: str) -> str:
+    """with_ci of a table row's figure `name`, by its row's ci."""
+    return with_ci(fnum(row[name]), row.get("ci"))
