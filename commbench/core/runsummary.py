@@ -21,6 +21,7 @@ import numpy as np
 
 from commbench.core import workloadspec
 from commbench.core.columns import RUN_POINT_KEY
+from commbench.core.grouplabel import group_label
 from commbench.core.options import target_note
 from commbench.core.stats import median_ci_halfwidth, median_ci_ranks
 from commbench.core.units import counted, format_size
@@ -350,7 +351,7 @@ def _plus_minus(width: float) -> str:
 def _group_of(row: Mapping[str, Any]) -> str:
     """The group a layout run's peak was measured in: `, dp1 [1,3]`."""
     dim = _cell(row.get("group_dim"))
-    return f", {dim}{row.get('group_index')} [{row.get('group_ranks')}]" if dim else ""
+    return f", {group_label(dim, row.get('group_index'), True, row.get('group_ranks'))}" if dim else ""
 
 
 def _groups_counted(points: Sequence[PointMedian]) -> str:

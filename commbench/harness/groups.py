@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from commbench.core.contention import contention
+from commbench.core.grouplabel import group_label
 from commbench.core.layout import GroupWork
 from commbench.harness import faults
 from commbench.harness.collectives import Buffers, CallArgs, Collective
@@ -294,5 +295,5 @@ def row_suffix(row: dict) -> str:
     if not row.get("group_dim"):
         return ""
     factor = row.get("contention")
-    return (f"   dp{row['group_index']} [{row['group_ranks']}]"
+    return (f"   {group_label(row['group_dim'], row['group_index'], True, row['group_ranks'])}"
             + (f" contention {factor:.2f}" if factor is not None else ""))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from commbench.core import stragglers
 from commbench.core.contention import Contention, aggregate_bps, contention
+from commbench.core.grouplabel import group_label
 from commbench.core.layout import GroupWork
 from commbench.core.units import format_size
 from commbench.core.vocab import Layout
@@ -221,7 +222,7 @@ def point_line(rows: list[dict], dtype: DType, plan: SweepPlan) -> str:
     slow = min(concurrent, key=lambda r: r["busbw_GBps"])
     median = sorted(r["busbw_GBps"] for r in concurrent)[len(concurrent) // 2]
     total = aggregate_bps(slow["size_bytes"], [r["time_us"] * 1e-6 for r in concurrent]) / 1e9
-    name = f"{slow['group_dim']}{slow['group_index']} [{slow['group_ranks']}]"
+    name = group_label(slow["group_dim"], slow["group_index"], True, slow["group_ranks"])
     line = (f" {slow['size_bytes']:>11d} {slow['count']:>11d} {dtype.nccl_name:>8s} {slow['op'] or 'none':>6s} "
             f"{'in' if slow['in_place'] else 'out':>5s}  {name:<22s} {slow['time_us']:9.1f} "
             f"{bw(slow['busbw_GBps'], 8)} {bw(median, 8)} {bw(total, 10)}")

@@ -1,10 +1,12 @@
 """The scans the once-tests share (test_vocab_once, test_workloads_once, test_statuses_once,
-test_key_columns_once): each finds, in one module's parsed tree, a second copy of a fact whose
-home is a registry: a literal list of its names, an if-chain over them, a status written out."""
+test_key_columns_once, test_group_label_once): each finds, in one module's parsed tree, a second
+copy of a fact whose home is a registry: a literal list of its names, an if-chain over them, a
+status written out, a group's label put together."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from .sources import PACKAGE, package_files, tree
@@ -178,4 +180,52 @@ def status_literals(source: str | ast.Module, statuses: set[str], distinct: set[
                 found.append((place.lineno, [place.value]))
         if isinstance(node, ast.Constant) and node.value in distinct:
             found.append((node.lineno, [node.value]))
+    return sorted({(line, tuple(n)): (line, n) for line, n in found}.values())
+
+
+_SQL_GROUP = re.compile(r"\bgroup_(dim|index|ranks)\b")
+_DIM_END = re.compile(r"(?:^|[^A-Za-z])(dp|tp|pp|cp|ep|split)$")  # a dimension written out before an index
+
+
+def _string(node: ast.AST) -> str | None:
+    """A string literal's text, or an f-string's literal parts joined (SQL built around values)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+    return None
+
+
+def _joined(parts: list[ast.expr]) -> bool:
+    """A dimension, then at once an index: `{dim}{index}`, `dp{index}`, `dim + str(index)`."""
+    for a, b in zip(parts, parts[1:]):
+        if "index" not in ast.unparse(b) or isinstance(b, ast.Constant):
+            continue
+        head = a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None
+        if (head is None and "dim" in ast.unparse(a)) or (head is not None and _DIM_END.search(head)):
+            return True
+    return False
+
+
+def _summands(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _summands(node.left) + _summands(node.right)
+    return [node]
+
+
+def label_copies(source: str | ast.Module) -> list[tuple[int, list[str]]]:
+    """(line, [what]) of every place that puts a layout group's label together: in SQL, a string
+    that concatenates (`||`) a group column or writes `' solo'`; in Python, an f-string or a sum
+    that writes a dimension and then its index, or the literal " solo"."""
+    found = []
+    for node in ast.walk(parsed(source)):
+        text = _string(node)
+        if text is not None and (("||" in text and _SQL_GROUP.search(text)) or "' solo'" in text):
+            found.append((node.lineno, ["SQL"]))
+        if isinstance(node, ast.Constant) and node.value == " solo":
+            found.append((node.lineno, ["solo"]))
+        if isinstance(node, ast.JoinedStr) and _joined(node.values):
+            found.append((node.lineno, ["f-string"]))
+        if isinstance(node, ast.BinOp) and _joined(_summands(node)):
+            found.append((node.lineno, ["sum"]))
     return sorted({(line, tuple(n)): (line, n) for line, n in found}.values())

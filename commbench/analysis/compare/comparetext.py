@@ -16,6 +16,7 @@ from commbench.analysis.layout import layoutview
 from commbench.analysis.points.frames import printable
 from commbench.analysis.replay import replayview
 from commbench.analysis.wire.wireview import GROWTH
+from commbench.core.grouplabel import group_label
 from commbench.core.outtext import LINE_LIMIT, markdown, terminal
 
 
@@ -35,7 +36,7 @@ def _extra_columns(keys: Iterable[dict]) -> list[str]:
     extra = []
     if any(k.get("workload") not in (None, "sweep") for k in keys):
         extra.append("workload")
-    if any(layoutview.group_label(k.get("group_dim"), None) for k in keys):
+    if any(group_label(k.get("group_dim"), None) for k in keys):
         extra.append("group")  # a layout run's rows: 'dp1', 'dp1 solo' (docs/LAYOUTS.md)
     for name in ("bucket_bytes", "zero_stage", "grad_accum", "trace_step", "trace_op", "rail", "settings"):
         plain = (None, "", 1) if name == "grad_accum" else (None, "")  # an accumulation of 1 goes without saying
@@ -54,7 +55,7 @@ def _key_cells(key: dict, extra: list[str]) -> list[str]:
     for name in extra:
         v = key.get(name)
         if name == "group":
-            cells.append(layoutview.group_label(key.get("group_dim"), key.get("group_index"), key.get("concurrent"))
+            cells.append(group_label(key.get("group_dim"), key.get("group_index"), key.get("concurrent"))
                          or "-")
             continue
         cells.append(_size(v) if name == "bucket_bytes" and v is not None else ("-" if v is None else str(v)))

@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis.gate.bands import GATED_WORKLOADS
-from commbench.analysis.layout.layoutview import GROUP_COLUMNS, group_label
 from commbench.analysis.points.frames import check_frame, column
+from commbench.core.columns import GROUP_KEY
 from commbench.core.errors import BadInput
+from commbench.core.grouplabel import group_label
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Rows:
     samples: list
     run_id: list
     settings: list  # None where a row has no setting
-    group: list  # a layout run's group label (layoutview.group_label), None off one
+    group: list  # a layout run's group label (core/grouplabel.py), None off one
     ignored: dict  # workload -> rows left out
     # Rows grouped (analysis/points/pointtable.py: large inputs): entry i stands for counts[i] rows whose values
     # are value[starts[i]:starts[i] + counts[i]], and wrong[i] counts its wrong ones. None: a row an entry.
@@ -72,7 +73,7 @@ def read_rows(frame: pd.DataFrame) -> Rows:
                  run_id=col("run_id") if "run_id" in frame.columns else [None] * len(world),
                  settings=[v or None for v in col("settings")], ignored=ignored,
                  group=[group_label(*g) or None for g in zip(*(col(c) if c in frame.columns else [None] * len(world)
-                                                               for c in GROUP_COLUMNS))])
+                                                               for c in GROUP_KEY))])
 
 
 def row_values(rows: Rows, idx: list[int], what: str) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Layout runs' views (issue #38, docs/LAYOUTS.md "Views"): a group's label, compare's verdict per
+"""Layout runs' views (issue #38, docs/LAYOUTS.md "Views"): compare's verdict per
 group dimension, and the report's Layout section (the groups of each dimension, the slowest group
 per size, each group's contention factor with --solo, late ranks per group).
 
@@ -14,25 +14,13 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis.points.section import Section
-from commbench.core.columns import GROUP_KEY, LAYOUT_POINT
+from commbench.core.columns import LAYOUT_POINT
+from commbench.core.grouplabel import group_label
 from commbench.core.outtext import terminal
-
-GROUP_COLUMNS = GROUP_KEY  # part of a point (core/columns.py POINT_KEY)
 
 
 def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA
-
-
-def group_label(dim: Any, index: Any, concurrent: Any = True, ranks: Any = None) -> str:
-    """'dp1', 'dp1 solo', 'dp0 [0,2]'; '' for a row of no group. Unsanitised: callers pass it through
-    core/outtext.py's sanitiser for where it goes (terminal, markdown, figure)."""
-    if _missing(dim):
-        return ""
-    text = f"{dim}{'' if _missing(index) else int(index)}"
-    if not _missing(ranks) and str(ranks):
-        text += f" [{ranks}]"
-    return text + (" solo" if concurrent is False or concurrent == 0 else "")
 
 
 def has_groups(frame: pd.DataFrame) -> bool:

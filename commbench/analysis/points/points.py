@@ -23,11 +23,11 @@ import pandas as pd
 from commbench.analysis.points.pointtable import Query, frame_source, quote
 from commbench.core.columns import LINE_KEY
 from commbench.core.errors import BadInput
+from commbench.core.grouplabel import PARTS, label_sql
 
 SETTINGS = "settings"
-GROUP = "layout_group"  # a layout run's group: 'dp0 [0,2]', 'dp0 [0,2] solo' (layoutview.group_label); '' off one
+GROUP = "layout_group"  # a layout run's group: 'dp0 [0,2]', 'dp0 [0,2] solo' (core/grouplabel.py); '' off one
 LINE_KEYS = (*LINE_KEY, SETTINGS, GROUP)  # a curve's identity with its setting and group
-_GROUP_COLUMNS = ("group_dim", "group_index", "group_ranks", "concurrent")
 BUCKETS_SUFFIX = " in buckets"  # a buckets row is drawn as its collective with this suffix
 # a point's medians; ci: how precisely its rows' medians are known (time_ci; NULL in older files)
 MEASURES = {"busbw": "busbw_GBps", "algbw": "algbw_GBps", "time": "time_us", "ci": "time_ci"}
@@ -35,7 +35,7 @@ MEASURES = {"busbw": "busbw_GBps", "algbw": "algbw_GBps", "time": "time_us", "ci
 EXTRA_KEYS = ("world_size", "backend")
 # The columns read of rows in memory: a frame is handed to the engine with these only.
 READ = (*LINE_KEYS, "size_bytes", "workload", "bucket_bytes", *MEASURES.values(), "wrong", *EXTRA_KEYS,
-        "wire_per_payload", *_GROUP_COLUMNS)
+        "wire_per_payload", *(p.column for p in PARTS))
 _FILLS = {"dtype": "'?'", "label": "''", "run_id": "'?'", SETTINGS: "''"}
 
 
@@ -69,11 +69,8 @@ def _key(q: Query, name: str) -> str:
 
 
 def _group(has: Iterable[str]) -> str:
-    """A row's group label as SQL ('' off a layout run), as layoutview.group_label writes it with its ranks."""
-    if not set(_GROUP_COLUMNS) <= set(has):
-        return f"'' AS {GROUP}"
-    return ("coalesce(group_dim || coalesce(CAST(group_index AS VARCHAR), '') || ' [' || coalesce(group_ranks, '') "
-            f"|| ']' || CASE WHEN concurrent = false THEN ' solo' ELSE '' END, '') AS {GROUP}")
+    """A row's group label with its ranks (core/grouplabel.py) as SQL; '' off a layout run."""
+    return f"{label_sql(has) or repr('')} AS {GROUP}"
 
 
 _IN_BUCKETS = "coalesce(workload = 'buckets' AND bucket_bytes IS NOT NULL, false)"

@@ -32,8 +32,9 @@ from commbench.core.linkstatus import FAILED
 from commbench.analysis.points.sides import (KEY_COLUMNS, SAME_MEASUREMENT, Lost, Side, describe_point, lost_points,
                                              summarise)
 from commbench.core import filecheck
-from commbench.core.columns import BY_NAME, GATE_KEY, GROUP_KEY, INT_KEYS, REQUIRED_COLUMNS, RUN_COLUMNS
+from commbench.core.columns import BY_NAME, GATE_KEY, INT_KEYS, REQUIRED_COLUMNS, RUN_COLUMNS
 from commbench.core.errors import BadInput
+from commbench.core.grouplabel import label_sql
 from commbench.core.inputs import MAX_NESTING, UNREADABLE, nests_deeper
 
 # From this many rows on (both sides together), plot and report never read the rows into pandas:
@@ -411,15 +412,13 @@ def _iterations(agg: Aggregate) -> list[np.ndarray]:
 # ---- gate: the rows an entry matches on, grouped ----
 
 
-GATE_KEYS = (*GATE_KEY, "group")  # and a layout run's group: its label, layoutview.group_label's ('dp1 solo')
+GATE_KEYS = (*GATE_KEY, "group")  # and a layout run's group: its label, core/grouplabel.py's ('dp1 solo')
 
 
 def _group_sql(columns: Any) -> str:
-    """A row's group label in SQL, as layoutview.group_label writes it without ranks; NULL off a layout run."""
-    if not set(GROUP_KEY) <= set(columns):
-        return "NULL"
-    return ("CASE WHEN group_dim IS NULL THEN NULL ELSE group_dim || coalesce(CAST(group_index AS VARCHAR), '') "
-            "|| CASE WHEN concurrent = false THEN ' solo' ELSE '' END END")
+    """A row's group label without ranks (core/grouplabel.py) in SQL; NULL off a layout run (gaterows' None)."""
+    label = label_sql(columns, ranks=False)
+    return "NULL" if label is None else f"nullif({label}, '')"
 
 
 def gate_groups(paths: Iterable[str | os.PathLike], workloads: Sequence[str], source: Source | None = None) -> dict:
