@@ -13,7 +13,7 @@ from commbench.core import exithooks, ifaces
 from commbench.core.errors import BadInput
 
 
-def _warn_socket_ifname(env) -> None:
+def warn_socket_ifname(env) -> None:
     """Before running: one stderr line per NCCL/GLOO_SOCKET_IFNAME that matches no interface here
     (rank 0 under a launcher, or the local parent)."""
     if env is not None and env.rank != 0:
@@ -24,7 +24,7 @@ def _warn_socket_ifname(env) -> None:
         print(f"commbench: warning: {line} (see `commbench doctor`)", file=sys.stderr)
 
 
-def _check_iface(backend: str) -> None:
+def check_iface(backend: str) -> None:
     """Before the process group, on every rank's own host: --iface, and under gloo GLOO_SOCKET_IFNAME,
     must name interfaces with an address here (gloo's exact names; NCCL's prefix rules under nccl);
     gloo would stop with its "enforce fail" (exit 3), NCCL with a bootstrap error. A wrong
@@ -167,13 +167,13 @@ def launch_workload(workload, nproc: int | None) -> NoReturn:
     from commbench.harness.runner import rank_main
 
     env = launch.detect()  # a launcher environment that contradicts itself is refused here
-    _check_iface(workload.plan.backend)
+    check_iface(workload.plan.backend)
     if env is not None:
         if nproc is not None:
             raise BadInput(f"--nproc is for local runs, but {env.launcher} started {env.world_size} ranks: "
                            "drop --nproc or set the rank count in the launcher")
         _own_iface(workload.plan.iface, workload.plan.backend, env, told=None)
-    _warn_socket_ifname(env)
+    warn_socket_ifname(env)
     if env is not None:
         workload.validate(env.world_size)
         _rebind_rank(workload, env)

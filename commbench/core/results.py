@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 COLUMNS = tuple(SCHEMA.names)
 
 
-def _table(rows: list[dict[str, Any]]) -> pa.Table:
+def rows_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMA)
 
 
@@ -138,8 +138,8 @@ def _whole(rows: list[dict[str, Any]], parts_held: int | None) -> Callable[[Bina
     the parts up to `parts_held`. Rows become Arrow a batch at a time: the dicts of a million rows
     at once would take gigabytes on the way."""
     def write(fh: BinaryIO) -> None:
-        batches = [_table(rows[at:at + _COMPACT_BATCH]) for at in range(0, len(rows), _COMPACT_BATCH)]
-        table = pa.concat_tables(batches) if batches else _table([])
+        batches = [rows_table(rows[at:at + _COMPACT_BATCH]) for at in range(0, len(rows), _COMPACT_BATCH)]
+        table = pa.concat_tables(batches) if batches else rows_table([])
         meta = None if parts_held is None else {_PARTS_KEY: str(parts_held).encode()}
         pq.write_table(table.replace_schema_metadata(meta), fh, compression="zstd")
     return write
@@ -258,7 +258,7 @@ class ResultWriter:
                                          "commbench did not expect (another run?)") from None
             except OSError as exc:
                 raise RuntimeFailure(f"cannot write results to {self.path}: {exc.strerror or exc}") from None
-        table = _table(rows)
+        table = rows_table(rows)
         _write_atomically(lambda fh: pq.write_table(table, fh, **_PART_OPTIONS),
                           self.parts / f"part-{number:08d}.parquet", replace=False, results=self.path)
         self._parts = number

@@ -110,7 +110,7 @@ def _peer_of(rank: int, info: dict) -> Peer:
                 int(info["probe_port"]))
 
 
-def _answered(before: dict | None, after: dict | None) -> bool:
+def has_answered(before: dict | None, after: dict | None) -> bool:
     """A rank answered when its heartbeat moved between two reads, or it reported why it stopped."""
     if after is None:
         return False
@@ -342,7 +342,7 @@ class ControlPlane:
             before = dict(zip(ranks, pool.map(self.read_all, ranks)))
             time.sleep(wait_s)
             after = dict(zip(ranks, pool.map(self.read_all, ranks)))
-            silent = [r for r in ranks if not _answered(before[r], after[r])]
+            silent = [r for r in ranks if not has_answered(before[r], after[r])]
             peers = self.peers()
             probes = dict(zip(silent, pool.map(lambda r: probe(peers[r].addr, peers[r].probe_port,
                                                                self._patience(PROBE_S)) if r in peers else "no answer",

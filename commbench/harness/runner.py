@@ -256,11 +256,11 @@ def _stopped_by(exc: BaseException, env: RankEnv, writer: ResultWriter | None, r
         call, called = _roll_call(control, env, first_line(exc))
         own = f"{control.describe(call)}: " if call is not None and call.cut_off else ""
         _say(env, f"commbench: rank {env.rank} on {socket.gethostname()}: collective failed: {own}"
-                  f"{_failure(exc, env, ranks, timeout, call)}")
+                  f"{failure_line(exc, env, ranks, timeout, call)}")
         if call is not None and not own:
             _say(env, f"commbench: roll call: {control.describe(call)}")
         if not called:
-            _judge_without_rank0(control, env)
+            judge_without_rank0(control, env)
         _kept(env, writer)
         return EXIT_RUNTIME
     _kept(env, writer)
@@ -288,7 +288,7 @@ def _roll_call(control: ControlPlane, env: RankEnv, why: str) -> tuple[RollCall 
         return None, True
 
 
-def _judge_without_rank0(control: ControlPlane, env: RankEnv) -> None:
+def judge_without_rank0(control: ControlPlane, env: RankEnv) -> None:
     """A rank that rank 0 never called the roll for calls its own: cut off itself, it names its own
     host (harness/observer.py); still reaching others, the lowest of them says so in one line."""
     try:
@@ -305,7 +305,7 @@ _SOURCE = re.compile(r"^\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\]\s*")  # gloo's "[.../
 _PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")  # gloo names the peer as [addr]:port
 
 
-def _failure(exc: BaseException, env: RankEnv, ranks: list[dict], timeout: float,
+def failure_line(exc: BaseException, env: RankEnv, ranks: list[dict], timeout: float,
              call: RollCall | None = None) -> str:
     """One line on why a collective failed: the timeout, or the peer whose connection broke (by rank
     and host where the address tells), then the backend's own words. With a roll call (rank 0) a

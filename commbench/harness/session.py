@@ -287,7 +287,7 @@ class Session:
             "time_us_p99": float(np.percentile(us, 99)),
             "time_ci": time_ci(us),
             "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor, "wrong": m.wrong,
-            "samples_us": us.tolist(), **_rank_columns(m.ranks), "rank_cpus": ctx.rank_cpus,
+            "samples_us": us.tolist(), **rank_columns(m.ranks), "rank_cpus": ctx.rank_cpus,
             "rank_host": ctx.rank_host,
             "workload": plan.workload, "bucket_bytes": None, "zero_stage": None,
             "mtu": ctx.net.get("mtu"), "iface": ctx.net.get("iface"), "link_layer": ctx.net.get("link_layer"),
@@ -327,7 +327,7 @@ def time_ci(us: np.ndarray) -> float | None:
     return width if math.isfinite(width) else None
 
 
-def _rank_columns(ranks: RankTimes | None) -> dict:
+def rank_columns(ranks: RankTimes | None) -> dict:
     def us(values: list[float] | None) -> list[float] | None:
         return None if values is None else [v * 1e6 for v in values]
 

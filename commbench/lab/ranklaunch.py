@@ -59,7 +59,7 @@ def exec_on(state: LabState, node: str, argv: list[str]) -> int:
         proc = nsexec.popen(argv, n.name, hostname=n.name, hosts_file=hosts_file(state))
     except FileNotFoundError:
         raise BadInput(f"command not found: {argv[0]}") from None
-    return _wait_all([proc])
+    return wait_all([proc])
 
 
 # ssh's options that take a value (`ssh -o X=Y host cmd`): Open MPI's rsh launcher passes none to an
@@ -125,7 +125,7 @@ def run_everywhere(state: LabState, argv: list[str], port: int = LAB_PORT, per_h
         for p in procs:
             p.kill()
         raise BadInput(f"command not found: {argv[0]}") from None
-    return _wait_all(procs, [f"rank {r} on {node.name}" for r, node in enumerate(hosts)],
+    return wait_all(procs, [f"rank {r} on {node.name}" for r, node in enumerate(hosts)],
                      LINGER_AFTER_RANK0_S if linger is None else linger)
 
 
@@ -134,7 +134,7 @@ WAITING_NOTE_S = 1.0  # ranks still running this long after the signal are named
 LINGER_AFTER_RANK0_S = 10.0  # a rank cut off by a dead link may never return from its backend (`lab run --linger`)
 
 
-def _wait_all(procs: list[subprocess.Popen], names: list[str] | None = None,
+def wait_all(procs: list[subprocess.Popen], names: list[str] | None = None,
               linger: float = LINGER_AFTER_RANK0_S) -> int:
     """Wait for every rank; forward Ctrl-C / SIGTERM; rank 0's code unless one failed worse. A rank
     still running LINGER_AFTER_RANK0_S after rank 0 ended (blocked on a dead link, as torchrun's

@@ -73,7 +73,7 @@ def participants(hosts: list[str], hosts_only: bool) -> list[int]:
     return sorted(first.values())
 
 
-def _nobody_reaches_rank0(control, call) -> bool:
+def nobody_reaches_rank0(control, call) -> bool:
     """Whether every peer that answered `call` says rank 0 does not answer it either (their `rank0`
     keys, waited for at most --timeout: they reach the end of the main rounds about together)."""
     others = [r for r in call.answered if r not in (0, control.rank)]
@@ -176,7 +176,7 @@ class PairsWorkload:
             control.put("rank0", "answers")
             return False
         control.put("rank0", "unreachable")
-        if not call.cut_off and not _nobody_reaches_rank0(control, call):
+        if not call.cut_off and not nobody_reaches_rank0(control, call):
             return False
         line = (f"commbench: rank {session.rank} on {control.host}: {control.describe(call)}"
                 if call.cut_off else control.together(call))

@@ -267,15 +267,15 @@ def test_one_port_rule(port, words):
 
 @pytest.mark.failure(row="iface-naming-no-interface-address")
 def test_nccl_socket_ifname_alone_stays_a_warning(monkeypatch):
-    from commbench.cli.launcher import _check_iface
+    from commbench.cli.launcher import check_iface
 
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib9")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
-    _check_iface("nccl")  # gloo carries no traffic under nccl: warned about, not refused
+    check_iface("nccl")  # gloo carries no traffic under nccl: warned about, not refused
     with pytest.raises(BadInput, match="GLOO_SOCKET_IFNAME=nosuch0 is not an interface"):
-        _check_iface("gloo")
+        check_iface("gloo")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    _check_iface("gloo")
+    check_iface("gloo")
 
 
 @pytest.mark.parametrize("backend, iface, refused", [
@@ -288,17 +288,17 @@ def test_nccl_socket_ifname_alone_stays_a_warning(monkeypatch):
 def test_iface_is_read_by_the_rules_of_the_backend_that_carries_the_traffic(monkeypatch, backend, iface, refused):
     import click
 
-    from commbench.cli.launcher import _check_iface
+    from commbench.cli.launcher import check_iface
 
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     ctx = click.Context(click.Command("sweep"))
     ctx.params = {"iface": iface}
     with ctx:
         if refused is None:
-            _check_iface(backend)
+            check_iface(backend)
         else:
             with pytest.raises(BadInput, match=refused) as exc:
-                _check_iface(backend)
+                check_iface(backend)
             assert "\n" not in str(exc.value) and "(have: " in str(exc.value)
 
 

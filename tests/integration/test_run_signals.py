@@ -14,7 +14,7 @@ import pytest
 
 SUPERVISED = textwrap.dedent("""
     import subprocess, sys
-    from commbench.lab.ranklaunch import _wait_all
+    from commbench.lab.ranklaunch import wait_all
     child = '''
     import signal, sys, time
     def stop(signum, frame):
@@ -26,7 +26,7 @@ SUPERVISED = textwrap.dedent("""
     time.sleep(60)
     '''
     procs = [subprocess.Popen([sys.executable, "-c", child], stdout=open(f"{sys.argv[1]}.{i}", "w")) for i in range(2)]
-    sys.exit(_wait_all(procs))
+    sys.exit(wait_all(procs))
 """)
 
 

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from commbench.core.results import SCHEMA_VERSION, ResultWriter, read_results
@@ -64,3 +65,34 @@ def write(path: Path, rows: list[dict]) -> Path:
 def frame(rows: list[dict], tmp_path: Path, name: str = "run.parquet") -> pd.DataFrame:
     """Through a real file and read_results, so dtypes are what the tools really see."""
     return read_results([write(tmp_path / name, rows)])
+
+
+def night_rows(i: int, speed_gbps: float, rng: np.random.Generator, hosts=("node01", "node02"), **kw) -> list[dict]:
+    """Night i's run: all_reduce at three sizes at `speed_gbps`, started on day i of 2026, with a wobble of its own."""
+    rows = make_rows(
+        collectives=("all_reduce",),
+        sizes=(1 << 16, 1 << 20, 1 << 24),
+        placements=(False,),
+        run_id=f"2026{i:04d}-000000-abcdef",
+        label=f"night{i}",
+        hosts=hosts,
+        speed_gbps=speed_gbps,
+        seed=i,
+        **kw,
+    )
+    noise = rng.lognormal(0, 0.02)  # a night's own wobble, the same on its points
+    for r in rows:
+        r["started_at"] = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=i)
+        r["busbw_GBps"] *= noise
+        r["algbw_GBps"] *= noise
+    return rows
+
+
+def write_nights(tmp_path, speeds, **kw):
+    """A folder of nightly runs, one a speed (Gbit/s), their wobble drawn from one seed (commbench trend's input)."""
+    rng = np.random.default_rng(7)
+    folder = tmp_path / "nightly"
+    folder.mkdir()
+    for i, speed in enumerate(speeds, start=1):
+        write(folder / f"night{i:02d}.parquet", night_rows(i, speed, rng, **kw))
+    return folder

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,6 +187,41 @@ def _private_uses(mods: dict[str, Module]) -> dict[str, list[str]]:
 def test_no_module_imports_another_modules_private_names():
     uses = _private_uses(MODS)
     assert not uses, "\n".join(f"{m}: {u}" for m, us in uses.items() for u in us)
+
+
+OWN = ("commbench", "tests", "unit", "helpers")  # the project's modules as a test names them
+
+
+def private_imports(source: str | ast.Module) -> list[str]:
+    """`from X import _y` of one of OWN's modules (or a relative one) in a test, and in the code a
+    test hands a child process as a string (`python -c` with an import in it)."""
+    found = []
+    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in OWN):
+            found += [f"line {node.lineno}: from {'.' * node.level}{node.module or ''} import {a.name}"
+                      for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "import " in node.value:
+            try:
+                child = ast.parse(textwrap.dedent(node.value))
+            except SyntaxError:
+                continue  # text, not code
+            found += [f"line {node.lineno} (a child's code): {f.split(': ', 1)[1]}" for f in private_imports(child)]
+    return found
+
+
+def test_the_scan_finds_a_private_import_in_a_test():
+    assert private_imports("from commbench.harness.runner import _failure\n") == [
+        "line 1: from commbench.harness.runner import _failure"]
+    assert private_imports("from .test_trend import _nights\n") == ["line 1: from .test_trend import _nights"]
+    child = 'CHILD = """\nfrom commbench.lab.ranklaunch import _wait_all\n"""\n'
+    assert private_imports(child) == ["line 1 (a child's code): from commbench.lab.ranklaunch import _wait_all"]
+    assert not private_imports("from commbench.core import results\nimport _posixsubprocess\n")
+
+
+def test_no_test_imports_a_private_name():
+    found = [f"{path.relative_to(ROOT)}: {f}" for path in sorted((ROOT / "tests").rglob("*.py"))
+             if path != Path(__file__) for f in private_imports(tree(path))]  # this file: its planted ones
+    assert not found, "tests import private names (test through the public name):\n" + "\n".join(found)
 
 
 def _climbing(mods: dict[str, Module]) -> list[str]:

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from commbench.harness import control, mailbox, stopguard
-from commbench.harness.control import ControlPlane, Peer, RollCall, _answered
+from commbench.harness.control import ControlPlane, Peer, RollCall, has_answered
 from commbench.harness.tcpprobe import probe
 
 
@@ -208,7 +208,7 @@ def test_the_probe_port_answers_while_the_plane_lives(planes):
     ({"beat": "9"}, {"beat": "9", "report": ""}, False),  # an empty report says nothing
 ])
 def test_a_rank_answered_when_its_heartbeat_moved_or_it_said_why_it_stopped(before, after, answered):
-    assert _answered(before, after) is answered
+    assert has_answered(before, after) is answered
 
 
 def test_a_roll_call_s_silent_ranks_and_the_status_their_links_get():

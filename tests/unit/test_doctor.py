@@ -435,16 +435,16 @@ def test_rdma_ports_from_sysfs():
 # ------------------------------------------------------------------ the sweep's warning and the results' summary
 
 def test_sweep_warning_line(capsys, monkeypatch):
-    from commbench.cli.launcher import _warn_socket_ifname
+    from commbench.cli.launcher import warn_socket_ifname
 
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib9")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    _warn_socket_ifname(None)
+    warn_socket_ifname(None)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
     assert err[0].startswith("commbench: warning: NCCL_SOCKET_IFNAME=ib9 matches no interface with an address on ")
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
-    _warn_socket_ifname(None)
+    warn_socket_ifname(None)
     assert capsys.readouterr().err == ""
 
 

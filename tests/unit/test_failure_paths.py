@@ -12,7 +12,7 @@ import pytest
 
 from commbench.core import launch
 from commbench.core.launch import RankEnv
-from commbench.harness.runner import _failure
+from commbench.harness.runner import failure_line
 
 RESET = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
                      "[10.238.0.2]:41118: Connection reset by peer. This is typically caused by a remote worker")
@@ -30,7 +30,7 @@ def env(rank=0):
 
 @pytest.mark.failure(row="rank-killed-mid-sweep-under")
 def test_a_lost_peer_is_named_by_rank_host_pid_and_address():
-    line = _failure(RESET, env(), ranks((0, "crnode1", "10.238.0.1"), (1, "crnode2", "10.238.0.2")), 20)
+    line = failure_line(RESET, env(), ranks((0, "crnode1", "10.238.0.1"), (1, "crnode2", "10.238.0.2")), 20)
     assert line.startswith("lost rank 1 on crnode2 (pid 101, 10.238.0.2): Read error [10.238.0.2]:41118: "
                            "Connection reset by peer"), line
     assert "pair.cc" not in line  # gloo's source location is noise to a user
@@ -39,19 +39,19 @@ def test_a_lost_peer_is_named_by_rank_host_pid_and_address():
 @pytest.mark.failure(row="rank-killed-mid-sweep-under")
 def test_several_ranks_behind_one_address_name_the_host():
     same = ranks((0, "vm", "10.238.0.1"), (1, "n2", "10.238.0.2"), (2, "n2", "10.238.0.2"))
-    assert _failure(RESET, env(), same, 20).startswith("lost a rank on n2 (one of ranks 1, 2, 10.238.0.2): ")
+    assert failure_line(RESET, env(), same, 20).startswith("lost a rank on n2 (one of ranks 1, 2, 10.238.0.2): ")
 
 
 @pytest.mark.failure(row="rank-killed-mid-sweep-under")
 def test_an_unknown_peer_or_no_rank_table_keeps_the_backend_s_words():
-    assert _failure(RESET, env(), [], 20).startswith("Read error [10.238.0.2]:41118")
+    assert failure_line(RESET, env(), [], 20).startswith("Read error [10.238.0.2]:41118")
     other = ranks((0, "a", "10.0.0.1"), (1, "b", "10.0.0.9"))
-    assert _failure(RESET, env(), other, 20).startswith("Read error [10.238.0.2]")
+    assert failure_line(RESET, env(), other, 20).startswith("Read error [10.238.0.2]")
 
 
 @pytest.mark.failure(row="link-taken-down-mid-sweep")
 def test_a_timeout_says_which_timeout():
-    line = _failure(TIMEOUT, env(), ranks((0, "a", "1.1.1.1"), (1, "b", "2.2.2.2")), 20)
+    line = failure_line(TIMEOUT, env(), ranks((0, "a", "1.1.1.1"), (1, "b", "2.2.2.2")), 20)
     assert line.startswith("no answer within --timeout 20 s (a rank, its host or the link stopped responding): "
                            "Timed out waiting 20000ms"), line
 

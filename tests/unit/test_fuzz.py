@@ -218,7 +218,7 @@ def _nccl_tests():
 
 
 def _import(nt, blob: bytes, name: str) -> None:
-    from commbench.core.results import _table
+    from commbench.core.results import rows_table
 
     path = SCRATCH / name
     path.write_bytes(blob)
@@ -227,7 +227,7 @@ def _import(nt, blob: bytes, name: str) -> None:
     except BadInput as exc:
         _one_line(exc)
         return
-    _table(parsed.records)  # whatever was accepted fits the result schema
+    rows_table(parsed.records)  # whatever was accepted fits the result schema
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

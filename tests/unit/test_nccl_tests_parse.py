@@ -25,10 +25,10 @@ from commbench.integrations.nccl_tests.format import (SINGLE_RANK_HINT, collecti
 from commbench.integrations.nccl_tests.importer import parse_file
 from commbench.integrations.nccl_tests.json_doc import parse_json_document
 from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, base_columns
-from commbench.integrations.nccl_tests.run import _user_json_path, build_argv
+from commbench.integrations.nccl_tests.run import user_json_path, build_argv
 from commbench.integrations.nccl_tests.text import parse_text
 from commbench.core.errors import BadInput
-from commbench.core.results import SCHEMA_VERSION, _table
+from commbench.core.results import SCHEMA_VERSION, rows_table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 SAMPLES = sorted(p.name for p in DATA.glob("*.txt"))
@@ -37,7 +37,7 @@ NO_ROWS = "all_reduce_legacy_non_mpi_build_duplicated_headers_partial.txt"
 
 def frame(parsed: Parsed) -> pd.DataFrame:
     """Through the real schema, as the writer stores them."""
-    return _table(parsed.records).to_pandas()
+    return rows_table(parsed.records).to_pandas()
 
 
 def load(name: str, **kw) -> tuple[Parsed, pd.DataFrame]:
@@ -627,7 +627,7 @@ def _parse_any(text: str) -> None:
         except BadInput as exc:
             assert "\n" not in str(exc)
             continue
-        _table(parsed.records)  # whatever was accepted fits the schema
+        rows_table(parsed.records)  # whatever was accepted fits the schema
 
 
 def json_parsed(text: str) -> Parsed:
@@ -689,7 +689,7 @@ def test_arbitrary_bytes_give_rows_or_bad_input(tmp_path_factory, blob):
         parsed = parse_file(f, "20250101-000000-abcdef")
     except BadInput:
         return
-    _table(parsed.records)
+    rows_table(parsed.records)
 
 
 # ---- the run command's argv (no process started) --------------------------------------------------
@@ -711,10 +711,10 @@ def test_run_argv_is_a_list_for_each_launcher(monkeypatch):
 
 
 def test_a_json_path_given_by_the_user_is_kept():
-    assert _user_json_path(["-b", "8", "-J", "out.json"]) == "out.json"
-    assert _user_json_path(["--output_file=o.json"]) == "o.json"
-    assert _user_json_path(["-Jx.json"]) == "x.json"
-    assert _user_json_path(["-b", "8"]) is None
+    assert user_json_path(["-b", "8", "-J", "out.json"]) == "out.json"
+    assert user_json_path(["--output_file=o.json"]) == "o.json"
+    assert user_json_path(["-Jx.json"]) == "x.json"
+    assert user_json_path(["-b", "8"]) is None
 
 
 def test_cuda_graph_launches_are_kept_from_the_header_and_from_json(tmp_path):

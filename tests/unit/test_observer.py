@@ -14,7 +14,7 @@ from commbench.analysis.pairs import faultstext, linkfaults
 from commbench.harness import control, observer
 from commbench.harness.control import ControlPlane
 from commbench.harness.observer import OwnLink, judge, still_together
-from commbench.harness.runner import _failure
+from commbench.harness.runner import failure_line
 
 from .test_control import Clock, CountingStore, entry, fakes  # noqa: F401 (a fixture)
 from .test_link_faults import HOSTS, df_of, round_rows
@@ -103,7 +103,7 @@ def test_rank_0_whose_link_is_down_names_its_own_host_in_the_roll_call_and_the_h
         assert "not entered by" not in hang and "lost its link" in hang and "host2" not in hang
         assert call.link_status(1, 2) == "unobserved" and call.link_status(0, 2) == "unreachable"
         assert plane.together(call) is None  # it is the one cut off
-        why = _failure(RuntimeError("[../gloo/pair.cc:589] Connection closed by peer [10.0.0.1]:4321"),
+        why = failure_line(RuntimeError("[../gloo/pair.cc:589] Connection closed by peer [10.0.0.1]:4321"),
                        SimpleEnv(), [{"rank": 1, "addr": "10.0.0.1", "host": "host1", "pid": 7}], 5.0, call)
         assert "lost rank" not in why and "host1" not in why  # the backend's words only
     finally:
@@ -170,7 +170,7 @@ def test_without_unobserved_rows_the_old_rules_hold():
 
 
 class FakePlane:
-    """What _nobody_reaches_rank0 and _judge_without_rank0 ask of a control plane."""
+    """What nobody_reaches_rank0 and judge_without_rank0 ask of a control plane."""
 
     def __init__(self, rank: int, keys: dict[int, str | None], call=None, timeout: float = 0.3):
         self.rank, self.keys, self.call, self.timeout = rank, keys, call, timeout
@@ -197,25 +197,25 @@ class FakePlane:
 @pytest.mark.failure(row="rank-0-s-own-link-down-mid-pairs")
 def test_pairs_ranks_leave_only_when_every_peer_they_reach_lost_rank_0_too():
     from commbench.harness.control import RollCall
-    from commbench.workloads.pairs import _nobody_reaches_rank0
+    from commbench.workloads.pairs import nobody_reaches_rank0
 
     call = RollCall(answered=[1, 2, 3], unreachable=[0], observer=1)
-    assert _nobody_reaches_rank0(FakePlane(1, {2: "unreachable", 3: "unreachable"}), call)
-    assert _nobody_reaches_rank0(FakePlane(1, {2: "unreachable"}), call)  # rank 3 left since: no witness
-    assert not _nobody_reaches_rank0(FakePlane(1, {2: "unreachable", 3: "answers"}), call)  # a blackhole, not rank 0
-    assert not _nobody_reaches_rank0(FakePlane(1, {2: "unreachable", 3: None}), call)  # rank 3 never said: wait, go on
+    assert nobody_reaches_rank0(FakePlane(1, {2: "unreachable", 3: "unreachable"}), call)
+    assert nobody_reaches_rank0(FakePlane(1, {2: "unreachable"}), call)  # rank 3 left since: no witness
+    assert not nobody_reaches_rank0(FakePlane(1, {2: "unreachable", 3: "answers"}), call)  # a blackhole, not rank 0
+    assert not nobody_reaches_rank0(FakePlane(1, {2: "unreachable", 3: None}), call)  # rank 3 never said: wait, go on
 
 
 def test_a_sweep_rank_that_rank_0_never_called_says_once_that_the_others_still_reach_each_other(capsys):
     from commbench.harness.control import RollCall
-    from commbench.harness.runner import _judge_without_rank0
+    from commbench.harness.runner import judge_without_rank0
 
     env = SimpleNamespace(rank=1)
-    _judge_without_rank0(FakePlane(1, {}, RollCall(answered=[1, 2, 3], unreachable=[0], observer=1)), env)
+    judge_without_rank0(FakePlane(1, {}, RollCall(answered=[1, 2, 3], unreachable=[0], observer=1)), env)
     assert capsys.readouterr().err.endswith("rank 0 on node1 does not answer; ranks 1, 2, 3 still reach each other\n")
     env.rank = 2
-    _judge_without_rank0(FakePlane(2, {}, RollCall(answered=[1, 2, 3], unreachable=[0], observer=2)), env)
+    judge_without_rank0(FakePlane(2, {}, RollCall(answered=[1, 2, 3], unreachable=[0], observer=2)), env)
     assert capsys.readouterr().err == ""  # rank 1 says it
     cut = RollCall(answered=[2], unreachable=[0, 1, 3], observer=2, sight=observer.Sight(True, "lost its link", (0,)))
-    _judge_without_rank0(FakePlane(2, {}, cut), env)
+    judge_without_rank0(FakePlane(2, {}, cut), env)
     assert capsys.readouterr().err.endswith(": described\n")  # cut off itself: its own host, no "together"

@@ -12,7 +12,6 @@ import pytest
 from commbench.analysis.points.section import Section
 from commbench.analysis.report import markdown, plot, report, sections
 from tests.unit import synthetic
-from tests.unit.test_trend import _write_nights
 
 
 def _planted() -> Section:
@@ -36,7 +35,7 @@ def test_a_section_in_the_list_is_in_the_page_and_the_markdown(monkeypatch):
 
 def test_the_markdown_report_of_nightly_runs_has_the_trend_section(tmp_path):
     """The drift this list ends: the Markdown report claimed the page's sections but had no Trend."""
-    folder = _write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
+    folder = synthetic.write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
     text = report.write_report([str(folder)], out=tmp_path / "r.md")[0].read_text()
     assert "\n## Trend\n" in text
     assert "### Change from run 16 (20260016-000000-abcdef 'night16'" in text

@@ -19,7 +19,7 @@ from commbench.analysis.compare.compare import compare_frames
 from commbench.core.errors import BadInput
 from commbench.analysis.report.report import write_report
 from commbench.core.results import SCHEMA, read_results
-from commbench.harness.session import Measurement, RankTimes, Timing, _rank_columns
+from commbench.harness.session import Measurement, RankTimes, Timing, rank_columns
 from commbench.core.stragglers import find, late_at_point, rank_summary, robust_z, straggler_warnings
 
 from .synthetic import make_rows, write
@@ -255,10 +255,10 @@ def test_durations_read_in_their_unit():
 # --- the runner's columns ------------------------------------------------------------------------
 
 def test_rank_columns_are_microseconds_indexed_by_rank():
-    cols = _rank_columns(RankTimes([0.001, 0.002], [0.0, 0.0005]))
+    cols = rank_columns(RankTimes([0.001, 0.002], [0.0, 0.0005]))
     assert cols == {"rank_time_us": [1000.0, 2000.0], "rank_skew_us": [0.0, 500.0]}
-    assert _rank_columns(RankTimes([0.001], None)) == {"rank_time_us": [1000.0], "rank_skew_us": None}
-    assert _rank_columns(None) == {"rank_time_us": None, "rank_skew_us": None}
+    assert rank_columns(RankTimes([0.001], None)) == {"rank_time_us": [1000.0], "rank_skew_us": None}
+    assert rank_columns(None) == {"rank_time_us": None, "rank_skew_us": None}
 
 
 def test_timing_unpacks_as_samples_and_iters_and_makes_a_measurement():

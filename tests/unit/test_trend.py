@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import shutil
@@ -15,40 +14,11 @@ from commbench.analysis.trend import trend
 from tests.unit import synthetic
 
 
-def _night(i: int, speed_gbps: float, rng: np.random.Generator, hosts=("node01", "node02"), **kw) -> list[dict]:
-    rows = synthetic.make_rows(
-        collectives=("all_reduce",),
-        sizes=(1 << 16, 1 << 20, 1 << 24),
-        placements=(False,),
-        run_id=f"2026{i:04d}-000000-abcdef",
-        label=f"night{i}",
-        hosts=hosts,
-        speed_gbps=speed_gbps,
-        seed=i,
-        **kw,
-    )
-    noise = rng.lognormal(0, 0.02)  # a night's own wobble, the same on its points
-    for r in rows:
-        r["started_at"] = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=i)
-        r["busbw_GBps"] *= noise
-        r["algbw_GBps"] *= noise
-    return rows
-
-
-def _write_nights(tmp_path, speeds, **kw):
-    rng = np.random.default_rng(7)
-    folder = tmp_path / "nightly"
-    folder.mkdir()
-    for i, speed in enumerate(speeds, start=1):
-        synthetic.write(folder / f"night{i:02d}.parquet", _night(i, speed, rng, **kw))
-    return folder
-
-
 @pytest.fixture(scope="module")
 def changed(tmp_path_factory) -> Path:
     """24 nights whose links slow from 400 to 100 Gbit/s at night 16, written once for the tests that
     only read them."""
-    return _write_nights(tmp_path_factory.mktemp("changed"), [400.0] * 15 + [100.0] * 9)
+    return synthetic.write_nights(tmp_path_factory.mktemp("changed"), [400.0] * 15 + [100.0] * 9)
 
 
 def test_pettitt_finds_the_first_value_after_a_step_and_a_small_p():
@@ -72,7 +42,7 @@ def test_smallest_p_and_runs_needed_agree():
 
 
 def test_a_rate_drop_from_run_16_is_named_at_run_16_with_the_link_rate(tmp_path):
-    folder = _write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
+    folder = synthetic.write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
     found = trend.trend([folder])
     assert len(found.runs) == 24
     assert found.change_runs() == [15]  # position 15: run 16
@@ -95,7 +65,7 @@ def test_the_cli_names_run_16_exits_1_and_json_lists_the_points(changed, cli):
 
 
 def test_steady_runs_name_nothing_and_exit_0(tmp_path, cli):
-    folder = _write_nights(tmp_path, [400.0] * 24)
+    folder = synthetic.write_nights(tmp_path, [400.0] * 24)
     proc = cli("trend", str(folder))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no change" in proc.stdout
@@ -103,7 +73,7 @@ def test_steady_runs_name_nothing_and_exit_0(tmp_path, cli):
 
 
 def test_too_few_runs_is_no_verdict_exit_3(tmp_path, cli):
-    folder = _write_nights(tmp_path, [400.0] * 4)
+    folder = synthetic.write_nights(tmp_path, [400.0] * 4)
     proc = cli("trend", str(folder))
     assert proc.returncode == 3
     assert proc.stderr.count("\n") == 1 and "4 runs cannot show a change" in proc.stderr
@@ -111,8 +81,8 @@ def test_too_few_runs_is_no_verdict_exit_3(tmp_path, cli):
 
 
 def test_runs_of_different_world_sizes_are_refused_in_one_line(tmp_path, cli):
-    folder = _write_nights(tmp_path, [400.0] * 8)
-    rows = _night(9, 400.0, np.random.default_rng(1))
+    folder = synthetic.write_nights(tmp_path, [400.0] * 8)
+    rows = synthetic.night_rows(9, 400.0, np.random.default_rng(1))
     for r in rows:
         r["world_size"] = 4
     synthetic.write(folder / "other.parquet", rows)
@@ -134,7 +104,7 @@ def test_a_slow_host_of_pairs_links_is_named_as_the_common_end(tmp_path):
                 if src == dst:
                     continue
                 slow = i >= 16 and "cbnode3" in (src, dst)
-                part = _night(i, 100.0 if slow else 400.0, rng, hosts=hosts)
+                part = synthetic.night_rows(i, 100.0 if slow else 400.0, rng, hosts=hosts)
                 for r in part:
                     r.update(workload="pairs", src_host=src, dst_host=dst, world_size=3)
                 rows += part
@@ -160,7 +130,7 @@ def test_the_plot_draws_each_changed_point_and_marks_run_16(changed):
 
 
 def test_cli_plot_writes_the_figure_and_refuses_a_bad_suffix(tmp_path, cli):
-    folder = _write_nights(tmp_path, [400.0] * 24)
+    folder = synthetic.write_nights(tmp_path, [400.0] * 24)
     assert cli("trend", str(folder), "--plot", str(tmp_path / "t.png")).returncode == 0
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
     bad = cli("trend", str(folder), "--plot", str(tmp_path / "t.txt"))
@@ -189,8 +159,8 @@ def test_the_first_15_real_lab_runs_name_nothing(tmp_path):
 
 
 def test_runs_of_different_collectives_are_refused_in_one_line(tmp_path, cli):
-    folder = _write_nights(tmp_path, [400.0] * 8)
-    rows = _night(9, 400.0, np.random.default_rng(1))
+    folder = synthetic.write_nights(tmp_path, [400.0] * 8)
+    rows = synthetic.night_rows(9, 400.0, np.random.default_rng(1))
     for r in rows:
         r["collective"] = "all_gather"
     synthetic.write(folder / "other.parquet", rows)

@@ -26,7 +26,7 @@ from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, bas
 from commbench.integrations.nccl_tests.text import TextParser
 
 
-def _user_json_path(args: list[str]) -> str | None:
+def user_json_path(args: list[str]) -> str | None:
     for i, a in enumerate(args):
         if a in ("-J", "--output_file") and i + 1 < len(args):
             return args[i + 1]
@@ -69,7 +69,7 @@ def run_binary(binary: str, args: list[str], *, launcher: str = "none", np_: int
     say = say or (lambda m: print(f"commbench: {m}", file=sys.stderr, flush=True))
     path, collective, hint = _check_usage(binary, args, launcher, np_, launcher_args, timeout, collective)
     args = list(args)
-    json_path = _user_json_path(args)
+    json_path = user_json_path(args)
     deadline = time.monotonic() + timeout if timeout else None  # the -h probe counts too
     try:
         with sigterm_raises():  # the probe's process group is killed on the way out
