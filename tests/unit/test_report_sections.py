@@ -70,8 +70,8 @@ def test_no_builder_names_a_section_module_itself():
     modules = _section_modules()
     assert modules == {"trendview", "replayview", "layoutview", "pairsview", "zeroview", "wiresection",
                        "curvesection"}
-    assert hand_wired([report.build_html, markdown.build_markdown, plot.split_views, plot.plot_results],
-                      modules) == {}
+    assert hand_wired([report.build_html, markdown.build_markdown, plot.split_views, plot.plot_results,
+                       report.write_report], modules) == {}
 
 
 def _module_uses(module, modules: set[str]) -> set[str]:
@@ -92,12 +92,11 @@ def _uses(source: str, modules: set[str]) -> set[str]:
 
 def test_report_markdown_and_plot_name_no_section_function():
     """Anywhere in report.py, markdown.py and plot.py (not only the builders): no section's hook or
-    figure is called by its module. Two uses are left, neither a section's: the layout groups' rows keep
-    their per-iteration samples when read (report.write_report), and report.peak_table_html keeps its
+    figure is called by its module. One use is left, no section's hook: report.peak_table_html keeps its
     name for its callers (the curves' peak table in the page's cells)."""
     modules = _section_modules()
     assert _module_uses(markdown, modules) == set() and _module_uses(plot, modules) == set()
-    assert _module_uses(report, modules) == {"layoutview.grouped", "curvesection.peak_table_html"}
+    assert _module_uses(report, modules) == {"curvesection.peak_table_html"}
 
 
 def test_the_hand_wiring_check_finds_a_planted_call():

@@ -232,4 +232,4 @@ def grouped(paths: Any) -> bool:
 
 
 SECTION = Section("layout", "Layout", "zero", lambda inp, kit: section_html(inp.df, kit.table, kit.esc),
-                  lambda inp, kit: section_markdown(inp.df, kit.table, kit.md))
+                  lambda inp, kit: section_markdown(inp.df, kit.table, kit.md), reads_samples=grouped)

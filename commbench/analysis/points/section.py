@@ -91,6 +91,9 @@ class Section:
     figure: SectionFigure | None = None
     # its links in the page's nav, given its body (default: its own id and title where it has a body)
     nav: Callable[[Inputs, str], list[tuple[str, str]]] | None = None
+    # whether it reads the rows' per-iteration samples, given the results files (the report reads them
+    # only where a section does or a comparison tests them: most of a million rows' memory)
+    reads_samples: Callable[[Sequence[Any]], bool] | None = None
 
     def nav_entries(self, inputs: Inputs, body: str) -> list[tuple[str, str]]:
         return self.nav(inputs, body) if self.nav is not None else _own_entry(self, inputs, body)

@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # types only: the page's modules import pandas and matplotlib
     import pandas as pd
     from matplotlib.figure import Figure
 
-from commbench.analysis.layout import layoutview
 from commbench.analysis.points.runs import describe_run, run_rows
 from commbench.analysis.points.section import HtmlKit, Inputs, page_order
 from commbench.analysis.report import plot, reportparts
@@ -289,8 +288,9 @@ def write_report(paths: Sequence[str | Path], baseline: Sequence[str | Path] | N
         return outputs.write_files([outputs.Output(target, page.encode("utf-8"))], "report", inputs, force)
     # What no section reads stays on disk (most of a million rows' memory): the per-rank times (the
     # skews are read: the run facts judge late arrivals from them), the per-iteration samples unless
-    # a comparison tests them, the baseline's plan.
-    df = read_results(paths, skip=UNUSED_COLUMNS + (() if baseline or layoutview.grouped(paths) else ("samples_us",)))
+    # a comparison tests them or a section reads them (a layout's contention intervals), the baseline's plan.
+    samples = bool(baseline) or any(s.reads_samples(paths) for s in sections.SECTIONS if s.reads_samples)
+    df = read_results(paths, skip=UNUSED_COLUMNS + (() if samples else ("samples_us",)))
     if len(df) == 0:
         raise BadInput(f"{paths[0]} holds no points (an empty or interrupted run): nothing to report")
     drawn = plot.split_views(df).drawn(report=True)  # the sections' figures beside a Markdown report
