@@ -49,12 +49,17 @@ STEPS = (
     Step("parallel", ("python", "-m", "pytest", "-n", "2", "-m", "not serial", "--ignore=tests/unit",
                       "--durations=30"),
          "real ranks, the CLI in subprocesses, tests/test_cli_*.py: two at a time", 480, tier=True),
-    Step("serial", ("python", "-m", "pytest", "-m", "serial", "--ignore=tests/unit", "--durations=40"),
-         "the lab, Slurm, Open MPI and timings, one at a time (root; without it they skip)", 1110, tier=True),
+    Step("pairwise", ("python", "-m", "pytest", "-n", "2", "--dist", "loadfile", "-m", "pairwise",
+                      "--ignore=tests/unit", "--durations=20"),
+         "the serial files that wait on faults, two files at a time, each its own lab (root; else they skip)", 330,
+         tier=True),
+    Step("serial", ("python", "-m", "pytest", "-m", "serial and not pairwise", "--ignore=tests/unit", "--durations=40"),
+         "the rest of the lab, Slurm, Open MPI and timings, one at a time (root; without it they skip)", 720,
+         tier=True),
     Step("bench", ("python", "-m", "pytest", "benchmarks/", "--benchmark-disable", "-q", "--bench-rows", "40000"),
          "the benchmark suite in short mode: each body once, as a test (benchmarks/README.md)", 30),
 )
-GROUPS = {"lint": ("ruff", "mypy", "archdoc", "reliabilitydoc"), "tests": ("unit", "parallel", "serial")}
+GROUPS = {"lint": ("ruff", "mypy", "archdoc", "reliabilitydoc"), "tests": ("unit", "parallel", "pairwise", "serial")}
 
 
 def resolve(argv: tuple[str, ...]) -> list[str]:

@@ -41,6 +41,17 @@ SERIAL_FILES = ("test_lost_rank.py", "test_default_precision.py", "test_reliabil
                 "test_arrival_timing.py", "test_control_timing.py")
 
 
+# Serial files whose tests mostly wait (for a dead link's timeout, a stopped rank, a drained node, a deaf
+# binary) and judge what the user is told, not a rate a busy core would move: CI runs them two files at a
+# time (`-m pairwise -n 2 --dist loadfile`), each file on its own lab (its own prefix and subnet:
+# tests/unit/test_lab_files.py holds them unique), before the rest of `serial` one at a time. Their few
+# rate checks ask for 85-90% of a 1gbit link, which one other lab's waiting test leaves them.
+PAIRWISE_FILES = ("test_lab_faults.py", "test_lost_rank.py", "test_lab_ends.py", "test_lab_arrival.py",
+                  "test_lab_wire.py", "test_reliability_subprocess.py", "test_lab_check.py",
+                  "test_reliability_labsecrets.py", "test_reliability_labstate.py", "test_lab_state_folder.py",
+                  "test_lab_sweep_warns.py")
+
+
 def is_serial(path: Path) -> bool:
     name = path.name
     return name.startswith("test_lab") or "mpirun" in name or "slurm" in name or name in SERIAL_FILES
@@ -48,8 +59,11 @@ def is_serial(path: Path) -> bool:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if is_serial(Path(str(item.fspath))):
+        path = Path(str(item.fspath))
+        if is_serial(path):
             item.add_marker(pytest.mark.serial)
+            if path.name in PAIRWISE_FILES:
+                item.add_marker(pytest.mark.pairwise)
 
 
 QUIET_SPREAD = 1.10  # the slowest repetition of a side at a size over its fastest, on a quiet machine 1.02-1.04

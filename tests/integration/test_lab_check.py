@@ -6,7 +6,7 @@ on every host and logs its failure on host 3 alone;
 slurm/nightly-check.sbatch, unchanged, runs `check --drain` in a job: `sinfo -R` lists host 3 alone,
 its reason starting "commbench:"; with the rate restored and host 2 drained by hand, `check
 --resume --launcher lab` returns host 3 to service and leaves host 2 drained with its own reason.
-The lab is this file's own (prefix `cck`, subnet 10.230.1.0/24); one lab and one Slurm for the
+The lab is this file's own (prefix `chk`, subnet 10.230.1.0/24); one lab and one Slurm for the
 module. Small steps (doctor, pairs of 1 MiB, 3 timed calls) keep it short.
 """
 
@@ -42,7 +42,7 @@ pytestmark = NEEDS_LAB + [
                               "apt-get install slurm-wlm munge"),
 ]
 
-PREFIX = "cck"
+PREFIX = "chk"
 SUBNET = "10.230.1.0/24"
 ENV = {k: v for k, v in lab_env(PREFIX).items() if not k.startswith("SLURM_")}
 PROFILE = "version: 1\nsteps: [doctor, pairs]\ntime_budget: 150\nlink_rate: 1gbit\npairs: {size: 1M, iters: 3}\n"
@@ -108,9 +108,9 @@ def test_healthcheck_fails_host_3_within_its_budget_and_passes_host_1(lab):
         assert res.returncode == want, res.stdout + res.stderr
         assert took < 30 + 10, took  # its budget, and the lab exec around it
         said[host] = res.stdout + res.stderr
-    assert "commbench healthcheck: FAIL ccknode3: its link runs at 300 Mbit/s, below the profile's 1 Gbit/s" \
+    assert "commbench healthcheck: FAIL chknode3: its link runs at 300 Mbit/s, below the profile's 1 Gbit/s" \
         in said[3], said[3]
-    assert "commbench healthcheck: PASS ccknode1" in said[1], said[1]
+    assert "commbench healthcheck: PASS chknode1" in said[1], said[1]
     assert reasons() == {}  # a health check calls no scontrol
 
 
@@ -123,7 +123,7 @@ def test_slurmd_runs_the_health_check_program_and_logs_host_3_failing_within_its
     started = next(line for line in log if re.search(r"\] slurmd started on ", line))
     failed = [line for line in log if HC_FAILED in line]
     assert len(failed) == 1, log
-    assert failed[0].endswith("commbench healthcheck: FAIL ccknode3: its link runs at 300 Mbit/s, "
+    assert failed[0].endswith("commbench healthcheck: FAIL chknode3: its link runs at 300 Mbit/s, "
                               "below the profile's 1 Gbit/s"), failed
     took = (_stamp(failed[0]) - _stamp(started)).total_seconds()
     assert took < HC_BUDGET + 5, took  # its budget, and python's start
@@ -138,15 +138,15 @@ def test_nightly_job_drains_host_3_alone_and_resume_returns_it_but_not_a_hand_dr
     jobs = [line.split()[-1] for line in res.stdout.splitlines() if line.startswith("Submitted batch job")]
     log = (tmp_path / f"slurm-{jobs[0]}.out").read_text() if jobs else "(no job)"
     assert res.returncode == 1, res.stdout + res.stderr + log  # check's exit: a host failed
-    assert "drained ccknode3: commbench: its links run at" in log, log
+    assert "drained chknode3: commbench: its links run at" in log, log
     drained = reasons()
-    assert list(drained) == ["ccknode3"] and drained["ccknode3"].startswith("commbench: its links run at 0."), drained
+    assert list(drained) == ["chknode3"] and drained["chknode3"].startswith("commbench: its links run at 0."), drained
 
     cb("lab", "set", "--node", "3", "--rate", "1gbit", check=True)
-    cb("lab", "exec", f"{PREFIX}node1", "--", "scontrol", "update", "NodeName=ccknode2", "State=DRAIN",
+    cb("lab", "exec", f"{PREFIX}node1", "--", "scontrol", "update", "NodeName=chknode2", "State=DRAIN",
        f"Reason={HAND}", env={**ENV, "SLURM_CONF": f"/run/commbench-lab-{PREFIX}/slurm/slurm.conf"}, check=True)
     res = cb("check", "--resume", "--launcher", "lab", "--profile", str(lab), "--out", str(tmp_path / "resume"))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "# slurm: resumed ccknode3" in res.stdout, res.stdout
-    assert "ccknode2: drained by someone else (hand: bad dimm): not resumed" in res.stdout, res.stdout
-    assert reasons() == {"ccknode2": HAND}
+    assert "# slurm: resumed chknode3" in res.stdout, res.stdout
+    assert "chknode2: drained by someone else (hand: bad dimm): not resumed" in res.stdout, res.stdout
+    assert reasons() == {"chknode2": HAND}

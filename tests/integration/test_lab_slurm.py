@@ -1,7 +1,7 @@
 """A real Slurm on the lab (root only): munged, slurmctld and one slurmd per lab host, and the
 shipped batch template slurm/commbench.sbatch run unchanged through sbatch + srun.
 
-The test uses its own lab instance (prefix `cst`, its own state folder and subnet 10.236.0.0/24),
+The test uses its own lab instance (prefix `cst`, its own state folder and subnet 10.240.0.0/24),
 so a user's lab or another test's is never touched; the lab's munged has its own socket and key,
 so the machine's munge (if any) is not used either.
 """
@@ -45,7 +45,7 @@ pytestmark = [
 
 PREFIX = "cst"
 STATE_DIR = Path(f"/run/commbench-lab-{PREFIX}")
-SUBNET = "10.236.0.0/24"
+SUBNET = "10.240.0.0/24"
 HOSTS = [f"{PREFIX}node1", f"{PREFIX}node2"]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
 ENV.update({"COMMBENCH_LAB_PREFIX": PREFIX, "COMMBENCH_LAB_DIR": str(STATE_DIR)})

@@ -3,7 +3,7 @@ SIGTERM to `commbench lab run` (what scancel does): the survivors stop within --
 why, keep a valid file with every finished point, and leave no process behind.
 
 The local spawner's cases (kill -9 of a rank, Ctrl-C, SIGTERM) are in test_sweep_ranks.py. The lab
-tests use their own instance (prefix `cr`, subnet 10.238.0.0/24) and never touch another.
+tests use their own instance (prefix `cro`, subnet 10.229.0.0/24) and never touch another.
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ def test_a_rank_stopped_past_timeout_names_itself_on_waking_not_the_peer_that_le
 
 # ---------------------------------------------------------------- the lab
 
-PREFIX = "cr"
-SUBNET = "10.238.0.0/24"
+PREFIX = "cro"
+SUBNET = "10.229.0.0/24"
 LAB_ENV = clean_env(COMMBENCH_LAB_PREFIX=PREFIX, COMMBENCH_LAB_DIR=f"/run/commbench-lab-{PREFIX}")
 TIMEOUT = 5  # 2 ranks join well within it; a link taken down costs one TIMEOUT, a roll call and lab run's 10 s linger
 
@@ -225,7 +225,7 @@ def lab_sweep(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path
     row="rank-second-lab-host-killed",
     section="Lost ranks and broken links",
     failure="the rank on the second lab host killed mid-sweep",
-    does="rank 0: `lost rank 1 on crnode2 (pid N, 10.238.0.2)`, exit 3 within --timeout + 15 s (at once: the peer's "
+    does="rank 0: `lost rank 1 on cronode2 (pid N, 10.229.0.2)`, exit 3 within --timeout + 15 s (at once: the peer's "
          "kernel resets the connection); `lab run` exits 3; file valid",
 )
 def test_lab_rank_on_the_second_host_killed(tmp_path):
@@ -245,7 +245,7 @@ def test_lab_rank_on_the_second_host_killed(tmp_path):
     assert elapsed < TIMEOUT + 15, elapsed
     assert "Traceback" not in err
     assert re.search(rf"commbench: rank 0 on {PREFIX}node1: collective failed: lost rank 1 on {PREFIX}node2 "
-                     rf"\(pid {pids[1]}, 10\.238\.0\.2\)", err), err
+                     rf"\(pid {pids[1]}, 10\.229\.0\.2\)", err), err
     assert_valid_results(out, before, err)
     assert_no_processes_left(proc.pid)
 

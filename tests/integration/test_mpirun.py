@@ -6,7 +6,7 @@ way with a stand-in binary.
 
 Open MPI hands its ranks a pseudo-terminal even when mpirun's output goes to a file: before
 core/progress.py, rank 0 drew its live bar into the log (escape sequences around every line). The
-lab tests use their own lab (prefix `cmp`, subnet 10.245.0.0/24, state in /run/commbench-lab-cmp).
+lab tests use their own lab (prefix `mpx`, subnet 10.245.0.0/24, state in /run/commbench-lab-mpx).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ SIZES = 7  # 1K..64K, factor 2; all_reduce in place only with gloo
 C10D_HOSTNAME = "hostname of the client socket cannot be retrieved"
 ROOT_OK = ["--allow-run-as-root"] if os.geteuid() == 0 else []
 
-PREFIX = "cmp"
+PREFIX = "mpx"
 LAB = lab_env(PREFIX)
 HOSTS = [f"{PREFIX}node1", f"{PREFIX}node2"]
 FIRST_ADDR = "10.245.0.1"
