@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from commbench.core.options import AUTO_TARGETS
-from tests.integration.test_sweep_ranks import clean_env, commbench
+from test_sweep_ranks import clean_env, commbench
 
 pytestmark = pytest.mark.integration
 

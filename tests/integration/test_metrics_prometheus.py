@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.synthetic import make_rows, write
-from tests.unit.test_fault_views import link_rows
+from unit.synthetic import make_rows, write
+from unit.test_fault_views import link_rows
 
 pytestmark = [
     pytest.mark.integration,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import cb
+from helpers import cb
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.integration.test_sweep_ranks import IN_PLACE, cells, clean_env, commbench, table_rows
+from test_sweep_ranks import IN_PLACE, cells, clean_env, commbench, table_rows
 
 pytestmark = pytest.mark.integration
 

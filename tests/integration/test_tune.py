@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from commbench.integrations.deepspeed import config as dsconfig
-from tests.unit.synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 pytestmark = pytest.mark.integration
 SHAPE = ["--layers", "2", "--hidden", "64", "--vocab", "1000"]

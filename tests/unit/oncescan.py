@@ -9,7 +9,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from .sources import PACKAGE, package_files, tree
+from unit.sources import PACKAGE, package_files, tree
 
 
 def _text(nodes) -> list[str]:

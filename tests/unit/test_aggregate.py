@@ -29,7 +29,7 @@ from commbench.analysis.report import curveplot
 from commbench.core.errors import BadInput
 from commbench.core.results import SCHEMA_VERSION, read_results
 
-from .test_compare import curve, make_frame, write
+from unit.test_compare import curve, make_frame, write
 
 BIG = (1 << 20, 4 << 20, 16 << 20)
 
@@ -191,8 +191,8 @@ def test_a_path_with_a_quote_is_read(tmp_path):
 # ---- wire counters: compare's likely cause and the report's Wire section, in the engine too ----
 
 def _wire_pair(tmp_path, before_at, after_at, strip=()):
-    from .test_wire_analysis import rows_with_wire, strip_wire
-    from .synthetic import write as write_rows
+    from unit.test_wire_analysis import rows_with_wire, strip_wire
+    from unit.synthetic import write as write_rows
 
     b = write_rows(tmp_path / "wb.parquet", rows_with_wire(before_at, label="before", repetitions=3))
     a = write_rows(tmp_path / "wa.parquet", rows_with_wire(after_at, label="after", run_id="20250102-000000-bbbbbb",
@@ -204,7 +204,7 @@ def _wire_pair(tmp_path, before_at, after_at, strip=()):
 
 @pytest.mark.parametrize("case", ["new", "grown", "as_before", "before_unread"])
 def test_compare_likely_cause_in_the_engine_equals_pandas(tmp_path, case):
-    from .test_wire_analysis import DROPS, RETRANS, at_size
+    from unit.test_wire_analysis import DROPS, RETRANS, at_size
 
     few = ("cbnode1", "tcp", "RetransSegs", 45, "retransmit")
     many = ("cbnode1", "tcp", "RetransSegs", 1950, "retransmit")
@@ -227,7 +227,7 @@ def test_compare_likely_cause_in_the_engine_equals_pandas(tmp_path, case):
 def test_likely_cause_sums_the_wire_a_batch_at_a_time(tmp_path, monkeypatch):
     from commbench.analysis.wire import wireview
 
-    from .test_wire_analysis import DROPS, RETRANS, at_size
+    from unit.test_wire_analysis import DROPS, RETRANS, at_size
 
     b, a = _wire_pair(tmp_path, at_size(1 << 20, RETRANS), at_size(1 << 20, DROPS, RETRANS, RETRANS))
     whole = compare.compare_paths([b], [a])
@@ -238,7 +238,7 @@ def test_likely_cause_sums_the_wire_a_batch_at_a_time(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("with_baseline", [True, False])
 def test_report_page_with_wire_counters_equals_pandas_exactly(tmp_path, monkeypatch, with_baseline):
-    from .test_wire_analysis import DROPS, RETRANS, at_size
+    from unit.test_wire_analysis import DROPS, RETRANS, at_size
 
     b, a = _wire_pair(tmp_path, lambda row: (), at_size(1 << 20, DROPS, RETRANS))
     pages = {}
@@ -254,7 +254,7 @@ def test_report_page_with_wire_counters_equals_pandas_exactly(tmp_path, monkeypa
 
 def _late_rows(run_id: str, label: str, skew, seed: int = 1) -> list[dict]:
     """A run of 4 ranks on 2 hosts with per-rank skews: `skew(row)` per row (None: no skew)."""
-    from .synthetic import make_rows
+    from unit.synthetic import make_rows
 
     rows = make_rows(hosts=("a", "b"), repetitions=2, run_id=run_id, label=label, seed=seed)
     for i, r in enumerate(rows):
@@ -268,7 +268,7 @@ def _late_rows(run_id: str, label: str, skew, seed: int = 1) -> list[dict]:
 def test_report_page_with_late_arrivals_equals_pandas_exactly(tmp_path, monkeypatch, with_baseline):
     """A large report judges each run's late arrivals from its files' per-rank columns: the same
     "late arrivals" fact as the pages read into pandas, for the after side's runs and the baseline's."""
-    from .synthetic import write as write_rows
+    from unit.synthetic import write as write_rows
 
     def slow_host(i, r):  # host b's ranks late at all_reduce, a row of another world size at all_gather
         return [10.0, 30.0, 20_100.0 + i, 20_200.0] if r["collective"] == "all_reduce" else [5.0, 6.0, 7.0]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .sources import tree
+from unit.sources import tree
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "commbench"
@@ -222,6 +222,38 @@ def test_no_test_imports_a_private_name():
     found = [f"{path.relative_to(ROOT)}: {f}" for path in sorted((ROOT / "tests").rglob("*.py"))
              if path != Path(__file__) for f in private_imports(tree(path))]  # this file: its planted ones
     assert not found, "tests import private names (test through the public name):\n" + "\n".join(found)
+
+
+def other_spellings(source: str) -> list[str]:
+    """Imports of a test helper by a spelling other than the one tests/conftest.py puts on sys.path
+    (`unit.synthetic`, `helpers`, an integration file by its own name): a relative import, or one
+    through the `tests` package, which would load a second copy of the module under another name.
+    (tests.integration.conftest is imported by that name on purpose: `conftest` alone is tests/'s own.)"""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            name = "." * node.level + (node.module or "")
+            if node.level or (name.startswith("tests.") and name != "tests.integration"):
+                found.append(f"line {node.lineno}: from {name} import ...")
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: import {a.name}" for a in node.names if a.name.startswith("tests.")]
+    return found
+
+
+def test_the_spelling_scan_finds_another_spelling():
+    assert other_spellings("from tests.unit.synthetic import make_rows\n") == [
+        "line 1: from tests.unit.synthetic import make_rows"[:-len("make_rows")] + "..."]
+    assert other_spellings("from .synthetic import make_rows\nimport tests.helpers\n") == [
+        "line 1: from .synthetic import ...", "line 2: import tests.helpers"]
+    assert not other_spellings("from unit.synthetic import make_rows\nfrom helpers import cb\n"
+                               "from tests.integration import conftest\n")
+
+
+def test_tests_import_their_helpers_by_one_spelling():
+    found = [f"{path.relative_to(ROOT)}: {f}" for path in sorted((ROOT / "tests").rglob("*.py"))
+             if path != Path(__file__) for f in other_spellings(path.read_text())]
+    assert not found, ("tests import a helper by another spelling (write `from unit.X`, `from helpers`, "
+                       "or an integration file by its name):\n" + "\n".join(found))
 
 
 def _climbing(mods: dict[str, Module]) -> list[str]:

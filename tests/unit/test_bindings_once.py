@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from .sources import PACKAGE, tree
+from unit.sources import PACKAGE, tree
 
 # torch's calls of the measured collectives, old and new names (harness/collectives.py binds them)
 TORCH_CALLS = {"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce_scatter",

@@ -14,7 +14,7 @@ from commbench.analysis.report import curveplot
 from commbench.cli.app import main
 from commbench.core.results import read_results
 
-from .synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 HOSTS = ("cbnode1", "cbnode2", "cbnode3", "cbnode4")
 SLOW = "link rate: before 1 Gbit/s on all 4 hosts; after cbnode3 300 Mbit/s, the others 1 Gbit/s"

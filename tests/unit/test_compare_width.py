@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 SIZES = (8, 1024, 65536, 1 << 20, 1 << 24, 1 << 26)

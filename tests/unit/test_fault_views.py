@@ -21,7 +21,7 @@ from commbench.analysis.report.plot import figure_bytes
 from commbench.cli.app import main
 from commbench.core.results import read_results
 
-from .synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 HOSTS = ["n1", "n2", "n3", "n4"]
 RUN = "20250101-000000-aaaaaa"

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commbench.cli.app import cli, main
-from .synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 SCRATCH = Path(tempfile.mkdtemp(prefix="commbench-fuzz-cli-"))
 RESULTS = write(SCRATCH / "run.parquet", make_rows(repetitions=1, sizes=(1024, 1 << 20)))

@@ -19,7 +19,7 @@ from commbench.analysis.gate.bands import Bands, load_bands, parse_bands
 from commbench.analysis.gate.bandsuggest import suggest
 from commbench.core.errors import BadInput
 
-from . import synthetic
+from unit import synthetic
 
 SIZES = (8, 1024, 65536, 1 << 20, 1 << 24)
 

@@ -12,7 +12,7 @@ import yaml
 
 from commbench.analysis.gate import tolerance
 
-from .synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 SIZES = (1 << 20, 2 << 20, 4 << 20, 8 << 20)
 STEPS = (0, -2, 1, -1, 2)  # each repetition's offset, in units of the point's spread

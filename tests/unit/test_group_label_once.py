@@ -11,8 +11,8 @@ from commbench.analysis.points.pointtable import Query, frame_source, gate_group
 from commbench.core import grouplabel
 from commbench.core.columns import GROUP_KEY
 
-from .oncescan import label_copies, scan_package
-from .synthetic import frame, make_rows
+from unit.oncescan import label_copies, scan_package
+from unit.synthetic import frame, make_rows
 
 
 def test_the_scan_finds_a_label_put_together():

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commbench.core import outtext
-from .synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 # What a hostile file plants: a screen clear, a fake verdict on a line of its own, a bidi override,
 # a tracking image, a script link, raw HTML, Markdown emphasis, math, a formula and a bell.

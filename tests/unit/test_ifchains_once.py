@@ -7,7 +7,7 @@ from __future__ import annotations
 from commbench.core import workloadspec
 from commbench.core.vocab import COLLECTIVES, NCCL_TESTS_ONLY
 
-from .oncescan import if_chains, scan_package
+from unit.oncescan import if_chains, scan_package
 
 NAMES = {c.name for c in COLLECTIVES + NCCL_TESTS_ONLY} | set(workloadspec.NAMES)
 

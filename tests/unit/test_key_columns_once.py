@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from commbench.core.columns import POINT_KEY
 
-from .oncescan import literal_lists, scan_package
+from unit.oncescan import literal_lists, scan_package
 
 KEYS = set(POINT_KEY)
 MOST = 2  # two columns are a pair a module picks (collective and size_bytes); three are a key

@@ -7,7 +7,7 @@ import pandas as pd
 
 from commbench.analysis.compare import compare as cmp
 from commbench.analysis.compare import comparetext
-from tests.unit.synthetic import make_rows
+from unit.synthetic import make_rows
 
 GROUPS = {0: "0,2", 1: "1,3"}
 

@@ -15,7 +15,7 @@ from commbench.analysis.pairs.linkfaults import Culprit
 from commbench.cli.app import main
 from commbench.workloads import tournament
 
-from .synthetic import frame, make_rows, write
+from unit.synthetic import frame, make_rows, write
 
 RUN = "20250101-000000-fault1"
 HOSTS = ["n1", "n2", "n3", "n4"]

@@ -20,7 +20,7 @@ from commbench.cli.app import main
 from commbench.core.linkrate import LinkRate, effective_rate, host_rate, net_rates, rate_text
 from commbench.net import netinfo
 
-from .synthetic import frame, make_rows, write
+from unit.synthetic import frame, make_rows, write
 
 
 def recorded_net(rate_bits: int) -> str:

@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from commbench.analysis.export import metrics
 from commbench.core import wire
 
-from .synthetic import make_rows, write
-from .test_replay_views import FAST, replay_rows
-from .test_fault_views import host_down, link_rows
+from unit.synthetic import make_rows, write
+from unit.test_replay_views import FAST, replay_rows
+from unit.test_fault_views import host_down, link_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 RATES = {"n1": 0.12, "n2": 0.12, "n3": 0.03, "n4": 0.12}  # n3 slowed to a quarter

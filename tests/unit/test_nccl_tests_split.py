@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from commbench.integrations.nccl_tests.importer import import_files, parse_file
 
-from .test_nccl_tests_parse import json_doc
+from unit.test_nccl_tests_parse import json_doc
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 SPLIT = DATA / "all_reduce_split_mod8_2node_16xH100.txt"  # made by make_split_fixture.py (README.md)

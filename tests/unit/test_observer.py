@@ -16,8 +16,8 @@ from commbench.harness.control import ControlPlane
 from commbench.harness.observer import OwnLink, judge, still_together
 from commbench.harness.runner import failure_line
 
-from .test_control import Clock, CountingStore, entry, fakes  # noqa: F401 (a fixture)
-from .test_link_faults import HOSTS, df_of, round_rows
+from unit.test_control import Clock, CountingStore, entry, fakes  # noqa: F401 (a fixture)
+from unit.test_link_faults import HOSTS, df_of, round_rows
 
 UP, DOWN = OwnLink("eth0", "up"), OwnLink("eth0", "lowerlayerdown")
 

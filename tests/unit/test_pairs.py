@@ -18,7 +18,7 @@ from commbench.core.errors import BadInput
 from commbench.workloads.pairlinks import pattern
 from commbench.workloads.pairs import PairsPlan, PairsWorkload, endpoint_names, participants
 
-from .synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 # ----------------------------------------------------------------------------- tournament
 

@@ -16,7 +16,7 @@ from commbench.analysis.report import curveplot
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 
-from .synthetic import frame, make_rows, write
+from unit.synthetic import frame, make_rows, write
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIZES = [2 ** k for k in range(3, 35)]  # 8 B .. 16 GiB

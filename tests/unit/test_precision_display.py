@@ -19,7 +19,7 @@ from commbench.core import runsummary
 from commbench.core.options import AUTO, AUTO_TARGETS, RunOptions, child_flags, resolve_auto
 from commbench.harness.console import precision_mark
 from commbench.harness.timing import StopRule
-from tests.unit.synthetic import frame, make_rows
+from unit.synthetic import frame, make_rows
 
 WIDE = [283.0, 300.0, 7934.0, 290.0, 5000.0, 310.0, 295.0, 6000.0, 288.0, 7000.0, 301.0, 4000.0, 299.0, 7500.0]
 

@@ -9,7 +9,7 @@ import pytest
 
 from commbench.analysis.tune.predict import flag_size, load_curve, predict_us
 from commbench.core.errors import BadInput
-from tests.unit.synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 SIZES = (1024, 4096, 65536, 1 << 20)
 

@@ -24,8 +24,8 @@ from commbench.core.errors import BadInput
 from commbench.core.results import read_results
 from commbench.core.signals import Terminated
 
-from .synthetic import make_rows, write
-from .test_zerogrid import zero_rows
+from unit.synthetic import make_rows, write
+from unit.test_zerogrid import zero_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,8 +14,8 @@ import pytest
 from commbench.analysis.compare import compare as cmp
 from commbench.analysis.compare import comparetext
 from commbench.analysis.replay import replayrows, replayview
-from tests.unit import synthetic
-from tests.unit.synthetic import make_rows
+from unit import synthetic
+from unit.synthetic import make_rows
 
 # Step 0 of a ZeRO-2 job (standing for steps 0-3): 4 all_reduce and an all_gather, each op's time in us.
 FAST = [("all_reduce", 33_472, 7_500.0), ("all_reduce", 33_472, 7_500.0), ("all_reduce", 33_472, 7_500.0),

@@ -16,7 +16,7 @@ from commbench.cli.app import main
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
 
-from .synthetic import frame, make_rows, write
+from unit.synthetic import frame, make_rows, write
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EVIL = "<script>alert(1)</script>"

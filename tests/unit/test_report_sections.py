@@ -11,7 +11,7 @@ import pytest
 
 from commbench.analysis.points.section import Section
 from commbench.analysis.report import markdown, plot, report, sections
-from tests.unit import synthetic
+from unit import synthetic
 
 
 def _planted() -> Section:

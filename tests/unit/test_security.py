@@ -17,8 +17,8 @@ import pytest
 
 import commbench
 from commbench.core.results import ResultWriter, read_results
-from .sources import tree
-from .synthetic import make_rows
+from unit.sources import tree
+from unit.synthetic import make_rows
 
 PACKAGE = Path(commbench.__file__).parent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from commbench.core import linkstatus
 
-from .oncescan import scan_package, status_literals
+from unit.oncescan import scan_package, status_literals
 
 STATUSES = set(linkstatus.STATUSES)
 DISTINCT = {linkstatus.UNOBSERVED, linkstatus.NEVER_JOINED}  # no other meaning: written out anywhere is a copy

@@ -22,7 +22,7 @@ from commbench.core.results import SCHEMA, read_results
 from commbench.harness.session import Measurement, RankTimes, Timing, rank_columns
 from commbench.core.stragglers import find, late_at_point, rank_summary, robust_z, straggler_warnings
 
-from .synthetic import make_rows, write
+from unit.synthetic import make_rows, write
 
 HOSTS3 = ["node01", "node01", "node02"]
 

@@ -271,7 +271,7 @@ def test_many_halfwidths_at_once_equal_the_one_at_a_time():
 
 def test_the_html_and_markdown_reports_state_the_gap(tmp_path):
     from commbench.analysis.report import markdown, report
-    from tests.unit.synthetic import frame, make_rows
+    from unit.synthetic import frame, make_rows
 
     rows = make_rows(collectives=("all_reduce", "reduce_scatter"), sizes=(1 << 20, 1 << 22, 1 << 24))
     df = frame(rows, tmp_path)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from commbench.analysis.trend import trend
-from tests.unit import synthetic
+from unit import synthetic
 
 
 @pytest.fixture(scope="module")

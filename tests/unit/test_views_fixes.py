@@ -22,7 +22,7 @@ from commbench.cli.app import main
 from commbench.core.errors import BadInput
 from commbench.core.units import parse_rate
 
-from .synthetic import frame, make_rows, write
+from unit.synthetic import frame, make_rows, write
 
 BIG = (256 << 10, 1 << 20, 4 << 20)  # no size <= 64 KiB: no latency panel
 MIXED = (1024, 65536, 1 << 20, 4 << 20)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from commbench.core.vocab import COLLECTIVES, NCCL_TESTS_ONLY
 
-from .oncescan import literal_lists, scan_package
+from unit.oncescan import literal_lists, scan_package
 
 NAMES = {c.name for c in COLLECTIVES + NCCL_TESTS_ONLY}
 MOST = 2  # two names are a pair a module picks (all_reduce against reduce_scatter); three are a list

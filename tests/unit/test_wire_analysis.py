@@ -18,7 +18,7 @@ from commbench.cli.app import main
 from commbench.core import wire
 from commbench.core.results import read_results
 
-from .synthetic import BUS_FACTOR, make_rows, write
+from unit.synthetic import BUS_FACTOR, make_rows, write
 
 HOSTS = ("cbnode1", "cbnode2")
 SIZES = (65536, 1 << 20)

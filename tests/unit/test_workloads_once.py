@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from commbench.core import columns, options, runsummary, workloadspec
 
-from .oncescan import literal_lists, scan_package
+from unit.oncescan import literal_lists, scan_package
 
 NAMES = set(workloadspec.NAMES)
 MOST = 2  # two names are a pair a module picks (sweep against nccl-tests); three are a list

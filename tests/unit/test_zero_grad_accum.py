@@ -169,7 +169,7 @@ def test_bad_axis_or_curve_is_one_line_exit_2(tmp_path, capsys, args, message):
 def test_compare_keeps_each_grad_accum_value_its_own_point(tmp_path):
     """Rows of one stage and bucket at GAS 1 and GAS 4 are two points, not repetitions of one."""
     from commbench.analysis.compare import compare as cmp
-    from tests.unit.synthetic import frame, make_rows
+    from unit.synthetic import frame, make_rows
 
     def side(run_id, name):
         rows = []

@@ -13,7 +13,7 @@ from commbench.analysis.tune import zerogrid
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 
-from .synthetic import frame, make_rows, write
+from unit.synthetic import frame, make_rows, write
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
