@@ -166,7 +166,7 @@ def unknown_markers(text: str, declared: set[str] = DECLARED) -> list[str]:
     names = [w for piece in pytest_pieces for m in MARKER_EXPR.finditer(piece)
              for w in re.findall(r"\w+", next(g for g in m.groups() if g is not None)) if w not in ("and", "or", "not")]
     names += MARKER_USE.findall(text)
-    return [n for n in names if n not in declared | BUILTIN_MARKERS]
+    return [n for n in names if n not in declared | BUILTIN_MARKERS and not n.isupper()]  # EXPR, NAME: placeholders
 
 
 def quoted_facts(root: Path = ROOT) -> dict[str, str]:
@@ -214,12 +214,32 @@ def unowned_names(text: str, here: Path, root: Path = ROOT) -> list[str]:
     return bad
 
 
+ENV = re.compile(r"\bCOMMBENCH_[A-Z0-9_]*[A-Z0-9]\b")  # `COMMBENCH_LAB_*`, a family, ends in `_`
+
+
+def code_env(root: Path = ROOT) -> set[str]:
+    """The COMMBENCH_ variables the tree's code, tests, benchmarks and scripts name (not this file's
+    planted ones)."""
+    files = [f for folder in ("commbench", "tests", "benchmarks", "tools", "slurm") for f in (root / folder).rglob("*")
+             if f.suffix in (".py", ".sh", ".sbatch") and f.name != Path(__file__).name] + [root / ".ci" / "run"]
+    return {name for f in files for name in ENV.findall(f.read_text())}
+
+
+def unknown_env(text: str, known: set[str]) -> list[str]:
+    """The COMMBENCH_ variables `text` names that nothing in the tree reads or sets."""
+    return [name for name in ENV.findall(text) if name not in known]
+
+
 def problems(page: Path) -> list[str]:
     text, here = page.read_text(), page.parent
     steps = {*re.findall(r'Step\("(\w+)"', (ROOT / "tools" / "suite.py").read_text()), "lint", "tests"}
     found = (missing_paths(text, here) + unknown_options(text) + unknown_script_flags(text, steps=steps)
-             + unknown_markers(text) + stale_facts(text, quoted_facts()) + unowned_names(text, here))
+             + unknown_markers(text) + stale_facts(text, quoted_facts()) + unowned_names(text, here)
+             + unknown_env(text, KNOWN_ENV))
     return [f"{page.relative_to(ROOT)}: {p}" for p in found]
+
+
+KNOWN_ENV = code_env()
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
@@ -239,6 +259,16 @@ def test_the_markers_the_tests_and_the_suite_use_are_declared() -> None:
     assert used - DECLARED - BUILTIN_MARKERS == set()
     assert unknown_markers(f"`{(ROOT / 'tools' / 'suite.py').read_text()}`".replace("\n", " ")) == []
     assert DECLARED <= set(re.findall(r"\| `(\w+)", (ROOT / "docs" / "DEVELOPMENT.md").read_text()))
+
+
+def test_the_readme_lists_every_page() -> None:
+    listed = set(re.findall(r"^- (docs/[A-Z_]+\.md):", (ROOT / "README.md").read_text(), re.M))
+    assert {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} == listed
+
+
+def test_planted_unknown_variables_are_found() -> None:
+    text = "`COMMBENCH_LAB_PREFIX`, the `COMMBENCH_LAB_*` family, COMMBENCH_NO_SUCH=1"
+    assert unknown_env(text, KNOWN_ENV) == ["COMMBENCH_NO_SUCH"]
 
 
 def test_planted_stale_paths_are_found(tmp_path: Path) -> None:
@@ -271,7 +301,7 @@ def test_planted_unknown_script_flags_are_found() -> None:
 
 
 def test_planted_unknown_markers_are_found() -> None:
-    text = ('`-m "not serial"`, `pytest.mark.failure`, `pytest.mark.parametrize`\n'
+    text = ('`-m "not serial"`, `pytest.mark.failure`, `pytest.mark.parametrize`, `-m EXPR`\n'
             "    python -m pytest -m 'slow and not integration'\n"
             "and `@pytest.mark.flaky`, `python -m pytest -m gpu`")
     assert sorted(unknown_markers(text)) == ["flaky", "gpu", "slow"]
