@@ -99,7 +99,7 @@ def test_gate_engine(benchmark, frames, bands, analysis_sides):
 
 @pytest.mark.benchmark(group="analysis: plot and report data")
 def test_plot_lines(benchmark, frames):
-    from commbench.analysis.report import curveplot
+    from commbench.analysis.curves import curveplot
 
     lines = benchmark(curveplot.aggregate, frames[1], "busbw_GBps")
     assert lines and sum(int(line.reps.sum()) for line in lines) == len(frames[1])
@@ -107,10 +107,10 @@ def test_plot_lines(benchmark, frames):
 
 @pytest.mark.benchmark(group="analysis: plot and report data")
 def test_report_peaks(benchmark, frames):
-    from commbench.analysis.report import summary
-    from commbench.analysis.report import curveplot
+    from commbench.analysis.curves import curvetables
+    from commbench.analysis.curves import curveplot
 
-    peaks = benchmark(summary.peak_rows, frames[1])
+    peaks = benchmark(curvetables.peak_rows, frames[1])
     lines = curveplot.aggregate(frames[1], "busbw_GBps")
     assert len(peaks) == len(lines)
     assert max(p["peak_busbw"] for p in peaks) == pytest.approx(max(float(line.median.max()) for line in lines))
@@ -118,9 +118,9 @@ def test_report_peaks(benchmark, frames):
 
 @pytest.mark.benchmark(group="analysis: plot and report data")
 def test_report_points(benchmark, frames):
-    from commbench.analysis.report import summary
+    from commbench.analysis.curves import curvetables
 
-    points = benchmark(summary.point_rows, frames[1])
+    points = benchmark(curvetables.point_rows, frames[1])
     assert sum(p["reps"] for p in points) == len(frames[1])
 
 

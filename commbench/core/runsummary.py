@@ -1,7 +1,7 @@
 """A run's rows in a few sentences: whether each point reached the precision its stop rule aimed at
 (and why not), each collective's average and peak busbw, each point's median over repetitions,
 and reduce_scatter's busbw next to all_reduce's. Plain rows in, plain values and text out: the
-sweep's closing lines (harness/closing.py) and the report (analysis/report/summary.py) say the same.
+sweep's closing lines (harness/closing.py) and the report (analysis/curves/curvetables.py) say the same.
 
 Nothing here needs a column the results file lacks: the achieved precision is the half-width of
 the median's confidence interval over `samples_us` (the per-iteration maxima over ranks that the

@@ -25,7 +25,7 @@ from commbench.analysis.gate.bands import parse_bands
 from commbench.analysis.gate.bandsuggest import suggest
 from commbench.analysis.points import pointtable, figurequery
 from commbench.analysis.report import plot, report
-from commbench.analysis.report import curveplot
+from commbench.analysis.curves import curveplot
 from commbench.core.errors import BadInput
 from commbench.core.results import SCHEMA_VERSION, read_results
 

@@ -46,11 +46,14 @@ FEATURES = {
     "pairs": {"points"},
     "tune": {"points"},
     "ncclside": {"points"},
+    "curves": {"points", "tune"},
+    # the list of every feature's report section, below compare and export, which loop over it too
+    "catalog": {"points", "layout", "wire", "replay", "trend", "pairs", "tune", "curves"},
     "compare": {"points", "layout", "replay", "wire"},
     "gate": {"points", "layout", "compare"},
     "check": {"points", "pairs", "gate"},
     "export": {"points", "replay", "pairs"},
-    "report": {"points", "layout", "wire", "replay", "trend", "pairs", "tune", "compare"},
+    "report": {"points", "layout", "wire", "replay", "trend", "pairs", "tune", "curves", "catalog", "compare"},
 }
 TORCH_FREE = {"core", "analysis"}
 HEAVY = {"torch", "deepspeed"}

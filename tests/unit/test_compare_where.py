@@ -10,7 +10,7 @@ import pytest
 
 from commbench.analysis.compare.compare import compare_frames
 from commbench.analysis.points import hostfacts
-from commbench.analysis.report import curveplot
+from commbench.analysis.curves import curveplot
 from commbench.cli.app import main
 from commbench.core.results import read_results
 

@@ -110,7 +110,7 @@ def test_a_gate_entry_without_a_group_matches_no_group_rows():
 
 
 def test_the_plot_of_a_layout_run_draws_a_curve_per_group_and_kind_of_pass():
-    from commbench.analysis.report import curveplot
+    from commbench.analysis.curves import curveplot
 
     rows = layout_rows(repetitions=2)
     fig = curveplot.build_figure(pd.DataFrame(rows), "busbw")
@@ -123,7 +123,7 @@ def test_the_plot_of_a_layout_run_draws_a_curve_per_group_and_kind_of_pass():
 
 
 def test_a_group_label_from_a_file_is_inert_in_the_figure():
-    from commbench.analysis.report import curveplot
+    from commbench.analysis.curves import curveplot
 
     rows = layout_rows(repetitions=1, sizes=(1 << 20,))
     for r in rows:

@@ -14,7 +14,7 @@ import pytest
 from commbench.analysis.compare.compare import compare_frames
 from commbench.analysis.points.runs import describe_run
 from commbench.analysis.report import markdown, report
-from commbench.analysis.report import curveplot
+from commbench.analysis.curves import curveplot
 from commbench.analysis.report.summary import net_rows
 from commbench.cli.app import main
 from commbench.core.linkrate import LinkRate, effective_rate, host_rate, net_rates, rate_text

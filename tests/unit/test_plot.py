@@ -12,7 +12,7 @@ import pytest
 from matplotlib.collections import PolyCollection
 
 from commbench.analysis.report import plot
-from commbench.analysis.report import curveplot
+from commbench.analysis.curves import curveplot
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 

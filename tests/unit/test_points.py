@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from commbench.analysis.points import pointtable, figurequery, points
-from commbench.analysis.report import summary
+from commbench.analysis.curves import curvetables
 from commbench.analysis.wire import wireview
 from commbench.core.errors import BadInput
 
@@ -101,8 +101,8 @@ def test_a_frame_and_its_file_give_the_same_points_and_lines(tmp_path):
         for a, b in zip(mine, theirs):
             for field in ("sizes", "median", "lo", "hi", "reps", "wrong_sizes"):
                 np.testing.assert_array_equal(a[field], b[field])
-    assert _plain(summary.peak_rows(df)) == _plain(summary.peak_rows(on_disk))
-    assert summary.collective_gaps(df) == summary.collective_gaps(on_disk)
+    assert _plain(curvetables.peak_rows(df)) == _plain(curvetables.peak_rows(on_disk))
+    assert curvetables.collective_gaps(df) == curvetables.collective_gaps(on_disk)
 
 
 def test_a_time_curve_keeps_only_positive_times_and_each_run_starts_at_its_first_drawn_row():

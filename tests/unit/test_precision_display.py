@@ -13,7 +13,7 @@ import pytest
 
 from commbench.analysis.points import figures
 from commbench.analysis.report import markdown, report
-from commbench.analysis.report import curveplot
+from commbench.analysis.curves import curveplot
 from commbench.cli.measure import sweep
 from commbench.core import runsummary
 from commbench.core.options import AUTO, AUTO_TARGETS, RunOptions, child_flags, resolve_auto
@@ -134,7 +134,7 @@ def test_the_plot_draws_each_point_s_precision_as_error_bars(tmp_path):
     segments = bars.lines[2][0].get_segments()
     y = [float(s[1][1]) / float(s[0][1]) for s in segments]  # top over bottom of each bar: 1.04 / 0.96
     assert y == pytest.approx([1.04 / 0.96] * len(sizes))
-    assert "bars: each point's 95% CI of its median" in report.reportparts.curves_caption(fig)
+    assert "bars: each point's 95% CI of its median" in curveplot.curves_caption(fig)
     old = frame(_with_ci(make_rows(collectives=("all_reduce",), sizes=sizes, placements=(True,)), None), tmp_path,
                 "old.parquet")
     assert figures.ci_bar_sets(curveplot.build_figure(old)) == []  # older files: no bars, no error

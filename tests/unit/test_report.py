@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench.analysis.report import comparehtml, markdown, report, summary
+from commbench.analysis.curves import curvetables
+from commbench.analysis.report import comparehtml, markdown, report
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
 from commbench.core.units import format_size
@@ -129,7 +130,7 @@ def test_peak_table_has_a_row_per_line_with_the_peak_its_size_algbw_and_wrong(df
 
 
 def test_peak_rows_say_not_checked_when_wrong_is_null(tmp_path):
-    rows = summary.peak_rows(frame(make_rows(wrong=None), tmp_path))
+    rows = curvetables.peak_rows(frame(make_rows(wrong=None), tmp_path))
     assert all(r["wrong"] is None for r in rows)
     html_text = report.peak_table_html(rows)
     assert "not checked" in html_text

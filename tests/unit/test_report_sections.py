@@ -1,4 +1,4 @@
-"""analysis/report/sections.py: the features' report sections declared once, and the HTML page and
+"""analysis/catalog/sections.py: the features' report sections declared once, and the HTML page and
 the Markdown report both built from that list (a section in one is in the other; none is hand-wired)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from commbench.analysis.points.section import Section
-from commbench.analysis.report import markdown, plot, report, sections
+from commbench.analysis.catalog import sections
+from commbench.analysis.report import markdown, plot, report
 from unit import synthetic
 
 

@@ -249,7 +249,7 @@ def test_the_sweep_and_the_report_state_the_gap():
     lines = closing_lines(rows, RunOptions(iters=20))
     assert any(line.startswith("# reduce_scatter busbw is 0.45x all_reduce's") for line in lines)
     assert not any("reduce_scatter busbw is" in line for line in closing_lines(rows[:2], RunOptions(iters=20)))
-    from commbench.analysis.report.summary import collective_gaps
+    from commbench.analysis.curves.curvetables import collective_gaps
 
     df = pd.DataFrame([dict(r, run_id="r1", label="", samples_us=None) for r in rows])
     gaps = collective_gaps(df)

@@ -16,7 +16,7 @@ from matplotlib.patches import Rectangle
 
 from commbench.analysis.compare import compare as cmp
 from commbench.analysis.report import reportparts
-from commbench.analysis.report import curveplot
+from commbench.analysis.curves import curveplot
 from commbench.analysis.tune import zerogrid
 from commbench.cli.app import main
 from commbench.core.errors import BadInput
@@ -225,7 +225,7 @@ def test_buckets_are_drawn_against_bucket_size_in_elements(tmp_path):
     timed = curveplot.build_figure(df, "time")
     assert timed.axes[0].get_ylabel() == "Time per step (µs)" and "Time per step" in timed._suptitle.get_text()
     assert "per operation" not in timed.axes[0].get_ylabel()
-    assert "bucket size" in reportparts.curves_caption(fig)
+    assert "bucket size" in curveplot.curves_caption(fig)
 
 
 def zero_rows(buckets=(500_000_000,)):

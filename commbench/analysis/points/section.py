@@ -1,5 +1,5 @@
 """A report section as its feature declares it: its id and title, the section it follows on the page,
-the rows it claims, its HTML, Markdown and compare hooks and its figure. analysis/report/sections.py
+the rows it claims, its HTML, Markdown and compare hooks and its figure. analysis/catalog/sections.py
 lists every feature's Section; the HTML page, the Markdown report and `commbench plot` loop over that
 list: a new kind of rows adds its folder and a line there, never a branch in report.py, markdown.py or
 plot.py.
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class Inputs:
     """What a section reads: the report's rows, the files they came from (none for a frame), the rows
     each claiming section took (by its id; the rest under the section that claims the rest), the curves'
-    tables (report/summary.py CurveTables; None without curves), the figures the engine drew for large
+    tables (curves/curvetables.py CurveTables; None without curves), the figures the engine drew for large
     inputs, the line rate to mark, and the Markdown report's figure files (by section id)."""
 
     df: pd.DataFrame

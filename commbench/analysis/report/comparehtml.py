@@ -13,7 +13,8 @@ from typing import Any
 
 from commbench.analysis.points.runs import placement_name
 from commbench.analysis.report.htmlparts import esc, table
-from commbench.analysis.report.summary import fnum, fp, missing, ratio_text
+from commbench.analysis.curves.curvetables import fnum, fp, ratio_text
+from commbench.analysis.points.runs import missing
 from commbench.core.units import counted, format_size
 
 

@@ -1,5 +1,5 @@
 """The Markdown form of `commbench report`, for a ticket: the same sections as the HTML page (from
-analysis/report/sections.py's one list), the figures as PNG files beside it (report.write_report writes
+analysis/catalog/sections.py's one list), the figures as PNG files beside it (report.write_report writes
 the page and its figures together, all or none, through core/outputs.py). Every value from a results
 file goes through md(), never raw.
 """
@@ -14,10 +14,11 @@ from commbench.analysis.points.mdtext import md, md_table
 from commbench.analysis.points.runs import describe_run, run_rows
 from commbench.analysis.points.section import Inputs, MarkdownKit, figure_order, page_order
 from commbench.analysis.report import plot
-from commbench.analysis.report import sections
+from commbench.analysis.catalog import sections
 from commbench.analysis.report.reportparts import runs_markdown
-from commbench.analysis.report.summary import curve_tables, ratio_text, report_title
-from commbench.analysis.report.summary import with_ci as with_ci  # a table figure with its CI, by its old name
+from commbench.analysis.curves.curvetables import curve_tables, ratio_text
+from commbench.analysis.report.summary import report_title
+from commbench.analysis.curves.curvetables import with_ci as with_ci  # a table figure with its CI, by its old name
 
 if TYPE_CHECKING:
     import pandas as pd

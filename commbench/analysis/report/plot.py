@@ -1,7 +1,7 @@
 """`commbench plot` and the figure files: which view each kind of rows gets, drawn and written all or none.
 
-Which rows each view takes and how it is drawn is its section's (analysis/report/sections.py: the
-curves over message size are report/curvesection.py's, the ZeRO grid, the pairs matrix and the
+Which rows each view takes and how it is drawn is its section's (analysis/catalog/sections.py: the
+curves over message size are curves/curvesection.py's, the ZeRO grid, the pairs matrix and the
 replayed steps their features'). Here: splitting a results table into its views, the figure's target
 refused before anything is read (never an input, never overwritten without --force), and the
 PNG or SVG bytes written through core/outputs.py.
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from commbench.analysis.points.figures import DPI
 from commbench.analysis.points.section import SectionFigure, figure_order
-from commbench.analysis.report import sections
-from commbench.analysis.report.curveplot import METRICS, Line, build_comparison_figure, build_figure, parse_line_rate
+from commbench.analysis.catalog import sections
+from commbench.analysis.curves.curveplot import METRICS, Line, build_comparison_figure, build_figure, parse_line_rate
 from commbench.core import outputs
 from commbench.core.errors import BadInput
 
@@ -120,7 +120,7 @@ def plot_results(paths: Sequence[str | Path], metric: str = "busbw", out: str | 
 @dataclass
 class Views:
     """The parts of a results table that are drawn differently: the rows each section of
-    analysis/report/sections.py claimed, by its id (None: no such rows), e.g. views.curves (the rows
+    analysis/catalog/sections.py claimed, by its id (None: no such rows), e.g. views.curves (the rows
     over message size), views.zero, views.pairs, views.replay."""
 
     rows: dict[str, pd.DataFrame | None]

@@ -4,7 +4,7 @@ as PNGs beside it) is built by markdown.py; what both show comes from summary.py
 
 Its own core: the comparison against a baseline (when given), the runs' metadata (hosts, ranks,
 backend, device, network, versions, environment) and every point. Between them, the sections of
-analysis/report/sections.py's one list, each declared by its feature: the failed links of a pairs run
+analysis/catalog/sections.py's one list, each declared by its feature: the failed links of a pairs run
 ("Faults"), the runs over time ("Trend"), the pairs heat map, the ZeRO grid, a replay's steps, a
 layout's groups, the curves with their peak-busbw table and settings side by side, and the counters
 on the wire ("Wire").
@@ -34,12 +34,13 @@ from commbench.analysis.points.section import HtmlKit, Inputs, page_order
 from commbench.analysis.report import plot, reportparts
 from commbench.analysis.report.comparehtml import comparison_html
 from commbench.analysis.report.htmlparts import esc, figure_html, table
-from commbench.analysis.report import curveplot, curvesection
+from commbench.analysis.curves import curveplot, curvesection
 from commbench.analysis.report.markdown import build_markdown
-from commbench.analysis.report import sections
-from commbench.analysis.report.summary import (CurveTables, ci_cell, curve_tables, fnum, json_value,
-                                               late_arrivals_by_run, net_rows, report_title, run_facts,
-                                               run_positions, runs_named, size_text, wrong_cell)
+from commbench.analysis.catalog import sections
+from commbench.analysis.curves.curvetables import CurveTables, ci_cell, curve_tables, fnum, size_text, wrong_cell
+from commbench.analysis.points.runs import runs_named
+from commbench.analysis.report.summary import (json_value, late_arrivals_by_run, net_rows, report_title, run_facts,
+                                               run_positions)
 from commbench.core import outputs
 from commbench.core.errors import BadInput, RuntimeFailure
 from commbench.core.units import counted
@@ -56,7 +57,7 @@ def _several(rows: list[dict], name: str) -> bool:
 
 
 def peak_table_html(rows: list[dict]) -> str:
-    """The "Peak bus bandwidth" table (report/curvesection.py's, in the page's cells)."""
+    """The "Peak bus bandwidth" table (curves/curvesection.py's, in the page's cells)."""
     return curvesection.peak_table_html(rows, table)
 
 
@@ -248,7 +249,7 @@ def _comparison_section(df: pd.DataFrame, sources: Sequence[str], baseline_df: p
             else comparison_figure(baseline_df, df) if baseline_df is not None else None)
     if cfig is not None:
         figure = figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
-                             reportparts.comparison_caption(cfig))
+                             curveplot.comparison_caption(cfig))
     return out + [comparison_html(comparison, figure),
                   *(s.compare_html(comparison, esc) for s in sections.SECTIONS if s.compare_html), "</section>"]
 

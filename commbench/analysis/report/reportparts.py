@@ -14,37 +14,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from commbench.analysis.points.figures import ci_bar_sets
-from commbench.analysis.report import curveplot
+from commbench.analysis.curves import curveplot
 from commbench.analysis.points.mdtext import md, md_table
 from commbench.analysis.points.runs import run_rows
 from commbench.analysis.report.summary import json_value, net_rows, run_facts
 from commbench.core.errors import BadInput
-from commbench.core.units import format_size
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
 BASELINE_RUNS = "Baseline runs (before)"
-_LATENCY = f"time per operation of sizes ≤ {format_size(curveplot.SMALL_BYTES)}"
-
-
-def curves_caption(fig: Figure) -> str:
-    """The caption of the curves figure: its top panel, and its bottom one only when it has one."""
-    against = "bucket size" if fig.axes and fig.axes[0].get_xlabel().startswith("Bucket size") else "message size"
-    bars = ", bars: each point's 95% CI of its median" if ci_bar_sets(fig) else ""
-    top = (f"bus bandwidth (nccl-tests definition) against {against}, median over repetitions, "
-           f"band from min to max{bars}.")
-    if not curveplot.has_latency_panel(fig):
-        return top[0].upper() + top[1:]
-    return f"Top: {top} Bottom: {_LATENCY}."
-
-
-def comparison_caption(fig: Figure) -> str:
-    text = "Before (baseline, dashed) and after (solid): median busbw over every run and repetition of each side"
-    return text + (f"; below, the {_LATENCY}." if curveplot.has_latency_panel(fig) else ".")
-
-
 def baseline_runs_markdown(df: pd.DataFrame) -> list[str]:
     """The baseline's runs as the Markdown report's "Runs" section lists the after side's."""
     return runs_markdown(df, BASELINE_RUNS)

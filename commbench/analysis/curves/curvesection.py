@@ -13,8 +13,8 @@ from urllib.parse import quote
 from commbench.analysis.points import settingsview
 from commbench.analysis.points.mdtext import md, md_table
 from commbench.analysis.points.section import HtmlKit, Inputs, MarkdownKit, Section, SectionFigure
-from commbench.analysis.report import curveplot, reportparts
-from commbench.analysis.report.summary import CurveTables, ci_cell, size_text, wrong_cell
+from commbench.analysis.curves import curveplot
+from commbench.analysis.curves.curvetables import CurveTables, ci_cell, size_text, wrong_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,7 +87,7 @@ def _curves_parts(cfig: Figure, tables: CurveTables, kit: HtmlKit) -> list[str]:
     """The figure, the peak table with the reduce-scatter gap, the settings."""
     return ['<section id="curves"><h2>Bandwidth and latency</h2>',
             kit.figure(cfig, "bus bandwidth and small-size latency against message size",
-                       reportparts.curves_caption(cfig)),
+                       curveplot.curves_caption(cfig)),
             "</section>", '<section id="peaks"><h2>Peak bus bandwidth</h2>',
             f'<p class="muted">{PEAKS_NOTE}</p>',
             peak_table_html(tables.peaks, kit.table),

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from commbench.analysis.points import points
-from commbench.analysis.points.figures import CI_BARS, ci_bars, headroom, mpl_text, new_figure, time_axis
+from commbench.analysis.points.figures import CI_BARS, ci_bar_sets, ci_bars, headroom, mpl_text, new_figure, time_axis
 from commbench.analysis.points.frames import present, short
 from commbench.analysis.points.points import BUCKETS_SUFFIX, GROUP
 from commbench.analysis.points.runs import describe_run, placement_name, run_name, run_rows
@@ -480,3 +480,22 @@ def build_comparison_figure(before_df: pd.DataFrame, after_df: pd.DataFrame, met
             [Line2D([], [], color="black", linestyle="--"), Line2D([], [], color="black", linestyle="-")],
             [mpl_text(f"{before_name} (dashed)"), mpl_text(f"{after_name} (solid)")])
     return fig
+
+
+_LATENCY = f"time per operation of sizes ≤ {format_size(SMALL_BYTES)}"
+
+
+def curves_caption(fig: Figure) -> str:
+    """The caption of the curves figure: its top panel, and its bottom one only when it has one."""
+    against = "bucket size" if fig.axes and fig.axes[0].get_xlabel().startswith("Bucket size") else "message size"
+    bars = ", bars: each point's 95% CI of its median" if ci_bar_sets(fig) else ""
+    top = (f"bus bandwidth (nccl-tests definition) against {against}, median over repetitions, "
+           f"band from min to max{bars}.")
+    if not has_latency_panel(fig):
+        return top[0].upper() + top[1:]
+    return f"Top: {top} Bottom: {_LATENCY}."
+
+
+def comparison_caption(fig: Figure) -> str:
+    text = "Before (baseline, dashed) and after (solid): median busbw over every run and repetition of each side"
+    return text + (f"; below, the {_LATENCY}." if has_latency_panel(fig) else ".")

@@ -11,7 +11,7 @@ from commbench.analysis.layout import layoutview
 from commbench.analysis.pairs import pairsview
 from commbench.analysis.points.section import Section
 from commbench.analysis.replay import replayview
-from commbench.analysis.report import curvesection
+from commbench.analysis.curves import curvesection
 from commbench.analysis.trend import trendview
 from commbench.analysis.tune import zeroview
 from commbench.analysis.wire import wiresection
