@@ -13,7 +13,7 @@ from commbench.cli.launcher import launch_workload, launcher_checked
 from commbench.cli.tables import wide_option
 from commbench.cli.options import (Number, check_number, complete_bucket_ops, complete_collectives, complete_dtypes,
                                    complete_ops, env_option, fraction, model_shape, model_shape_options, run_fields,
-                                   run_options, settings_axes, Shape)
+                                   refuse_untaken, run_options, settings_axes, Shape)
 from commbench.core.errors import BadInput
 from commbench.core.options import GRAPH_OPS
 from commbench.core.vocab import ORDER
@@ -294,14 +294,16 @@ def zero(ds_config, model, layers, hidden, vocab, stages, bucket_size, dtype, sc
                        "the one it started with: run the engine once per setting (--label), or drop --engine")
     fields["axes"] = settings_axes(env_axes, fields["backend"], run.get("iface"))
     if engine == "deepspeed":
-        from commbench.workloads.dsengine import SMALL_SHAPE, EnginePlan, EngineWorkload
+        fields["workload"] = "deepspeed"
+        refuse_untaken(fields, "zero", fields["workload"], "runs the schedule in parallel groups, and the DeepSpeed "
+                       "engine trains over every rank as one: drop it, or drop --engine deepspeed")
+        from commbench.workloads.dsengine import SMALL_SHAPE, EnginePlan, EngineWorkload  # torch
 
         if layers is None:  # a preset shape does not train on a small machine: say what runs instead
             shape, name = (SMALL_SHAPE["layers"], SMALL_SHAPE["hidden"], SMALL_SHAPE["vocab"]), "small-2x64"
             print(f"commbench: note: --engine deepspeed trains a {shape[0]}-layer, hidden-{shape[1]} model here; "
                   "pass --layers/--hidden for another shape", file=sys.stderr)
         _engine_fits(shape, wanted, fields["backend"], nproc)
-        fields["workload"] = "deepspeed"
         plan = EnginePlan(stages=wanted, layers=shape[0], hidden=shape[1], vocab=shape[2], model=name,
                           dtype=dt.name, scale=1.0, ds_config=ds_config, steps=steps,
                           validate_schedule=validate_schedule, **buckets, **fields)

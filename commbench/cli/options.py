@@ -272,6 +272,16 @@ def run_fields(nproc: int | None, workload: str, **run) -> dict:
     return dict(fields, run_id=results.make_run_id(), workload=workload)
 
 
+def refuse_untaken(fields: dict, command: str, workload: str, why: str) -> None:
+    """A shared option that `command` takes but its `workload` does not (core/workloadspec.py's
+    families of the one it writes, as Flag.commands name them), given a value: refused, `why` after
+    its flag (`zero --engine deepspeed --layout ...`: zero takes --layout, the engine ignores it)."""
+    for name, default, how in shared_options(command):
+        if not how.taken_by(workload) and fields.get(name) not in (None, default):
+            flag = how.names[0].split("/")[0]
+            raise BadInput(f"{flag} {why}")
+
+
 def check_iface_list(value: str, nproc: int | None) -> None:
     """An --iface list (core/ifaces.py: local rank i the i-th) against the launcher's local ranks, or
     --nproc's, before the workload loads torch (2 s a rank); each rank sets its own name before its

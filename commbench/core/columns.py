@@ -73,6 +73,7 @@ _GROUPED = workloadspec.names(option=workloadspec.LAYOUT)  # replay: its op rows
 _SOLO = workloadspec.names(option=workloadspec.GROUPS)  # --solo: the contention factor
 _STOP_RULE = workloadspec.names(stop_rule=True)  # each rank's own times
 _STEP_ROWS = workloadspec.names(drawn_as=workloadspec.STEPS)
+_ZERO = ("zero", "deepspeed")  # a ZeRO stage's step: the schedule's, and the real engine's (zero --engine deepspeed)
 
 REGISTRY: tuple[Column, ...] = (
     _c("run_id", _S, "", "always", "`YYYYMMDD-HHMMSS-xxxxxx`, one per run", "line run"),
@@ -153,16 +154,18 @@ REGISTRY: tuple[Column, ...] = (
        "where, whatever the launcher's placement; the straggler findings are judged again from it in the report",
        "heavy", writers=MEASURED),
     _c("workload", _S, "", "always",
-       "`sweep`, `buckets`, `zero`, `pairs`, `replay`, `nccl-tests` (an imported log; paired with `sweep` by compare)",
+       "`sweep`, `buckets`, `zero`, `deepspeed` (`zero --engine deepspeed`), `pairs`, `replay`, `nccl-tests` (an "
+       "imported log; paired with `sweep` by compare)",
        "key gate run"),
     _c("bucket_bytes", _I64, "bytes", "`buckets`, `zero`", "the gradient bucket size; null for `sweep`", "key",
        writers=("buckets", "zero")),
-    _c("zero_stage", _I32, "", "`zero`", "the ZeRO stage (0-3); null otherwise", "key", writers=("zero",)),
-    _c("grad_accum", _I32, "micro-batches", "`zero`, the DeepSpeed engine",
+    _c("zero_stage", _I32, "", "`zero`, `deepspeed`", "the ZeRO stage (0-3); null otherwise", "key",
+       writers=_ZERO),
+    _c("grad_accum", _I32, "micro-batches", "`zero`, `deepspeed` (the DeepSpeed engine)",
        "the point's gradient_accumulation_steps (micro-batches per optimizer step; `zero --grad-accum`); part of "
        "a point in compare and gate; `zero` files written before it read as 1 (a step was one micro-batch)",
-       "key", writers=("zero",), absent=(("zero", 1),)),
-    _c("n_collectives", _I32, "", "`buckets`, `zero`, `replay` (a step row)",
+       "key", writers=_ZERO, absent=(("zero", 1),)),
+    _c("n_collectives", _I32, "", "`buckets`, `zero`, `deepspeed`, `replay` (a step row)",
        "collectives issued per timed iteration (the buckets of one step; a replayed step's ops)",
        writers=_STEP_ROWS),
     _c("overlap", _I32, "", "`buckets`, `zero`",
@@ -171,16 +174,16 @@ REGISTRY: tuple[Column, ...] = (
     _c("scale", _F64, "", "`zero`",
        "the fraction of the model's parameters every message carries (`zero --scale`; 1 = the full model)",
        writers=("zero",)),
-    _c("bytes_per_rank", _I64, "bytes", "`zero`",
-       "bytes each rank moves in one optimizer step's collectives (the schedule's, at this scale)",
-       writers=("zero",)),
-    _c("paper_bytes_per_rank", _I64, "bytes", "`zero`",
+    _c("bytes_per_rank", _I64, "bytes", "`zero`, `deepspeed`",
+       "bytes each rank moves in one optimizer step's collectives (the schedule's, at this scale; the engine's: "
+       "its step row's all of them, an op type's row that op's)", writers=_ZERO),
+    _c("paper_bytes_per_rank", _I64, "bytes", "`zero`, `deepspeed` (its step row)",
        "the ZeRO paper's volume per rank and step (2x the parameters' bytes at stages 0-2, 3x at stage 3, "
        "times grad_accum where gradients are reduced every micro-batch, x (n-1)/n), to hold bytes_per_rank against",
-       writers=("zero",)),
-    _c("ops", _S, "", "`zero`, `replay` (a step row)",
+       writers=_ZERO),
+    _c("ops", _S, "", "`zero`, `deepspeed`, `replay` (a step row)",
        "JSON: per collective of the step, its calls and bytes (`{\"all_reduce\": {\"count\": 3, \"bytes\": N}}`)",
-       writers=("zero", "replay")),
+       writers=(*_ZERO, "replay")),
     _c("trace_step", _I32, "", "`replay`",
        "the recorded step the row replays (the first of the steps it stands for, `trace_steps`); -1: the ops "
        "outside any step the job marked. Part of the point", "key", writers=("replay",), since=5),

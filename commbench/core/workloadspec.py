@@ -47,6 +47,10 @@ WORKLOADS: tuple[WorkloadSpec, ...] = (
     WorkloadSpec("sweep", options=frozenset({LAYOUT, GROUPS, SPLIT, METRICS}), stop_rule=True, backend_target=True),
     WorkloadSpec("buckets", options=frozenset({LAYOUT, GROUPS}), stop_rule=True, drawn_as=STEPS),
     WorkloadSpec("zero", options=frozenset({LAYOUT, GROUPS}), stop_rule=True, drawn_as=STEPS),
+    # deepspeed: `zero --engine deepspeed`, the real engine's optimizer steps (a step row, and a row per
+    # op type its comms logger saw): --steps of them, not the stop rule; every rank in one group (no
+    # --layout); step rows, drawn where buckets' are (not a curve: not gated, predicted from or exported)
+    WorkloadSpec("deepspeed", drawn_as=STEPS),
     WorkloadSpec("pairs", drawn_as=LINKS),
     # replay: its trace in every data-parallel group at once (--layout and --order only: no --solo)
     WorkloadSpec("replay", options=frozenset({LAYOUT}), drawn_as=STEPS),

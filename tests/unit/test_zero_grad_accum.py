@@ -166,6 +166,23 @@ def test_bad_axis_or_curve_is_one_line_exit_2(tmp_path, capsys, args, message):
     assert info.value.code == 2 and len(err) == 1 and message in err[0], err
 
 
+@pytest.mark.parametrize("args, flag", [
+    (["--layout", "dp=auto"], "--layout"),
+    (["--order", "dp-tp"], "--order"),
+    (["--group", "dp"], "--group"),
+    (["--solo"], "--solo"),
+])
+def test_the_engine_refuses_the_schedules_groups(tmp_path, capsys, args, flag):
+    """The DeepSpeed engine trains over every rank as one group (core/workloadspec.py: deepspeed takes
+    no --layout family); zero takes them for its schedule, so the engine refuses rather than ignore them."""
+    with pytest.raises(SystemExit) as info:
+        main(["zero", "--out", str(tmp_path / "out"), "--engine", "deepspeed", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1, err
+    assert err[0] == (f"commbench: {flag} runs the schedule in parallel groups, and the DeepSpeed engine trains "
+                      "over every rank as one: drop it, or drop --engine deepspeed"), err
+
+
 def test_compare_keeps_each_grad_accum_value_its_own_point(tmp_path):
     """Rows of one stage and bucket at GAS 1 and GAS 4 are two points, not repetitions of one."""
     from commbench.analysis.compare import compare as cmp
