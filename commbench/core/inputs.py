@@ -66,6 +66,23 @@ class InputMessages:
                     "check that it is the right file")
 
 
+def named_file(label: str, kind: str, limit: int, missing: str, too_big: str, *, fix: str = "pass a YAML file",
+               on_disk: str | None = None, folder: str = "a folder", unreadable: str | None = None,
+               not_text: str | None = None) -> InputMessages:
+    """The messages of a file the user names by what it is (`label`: "bands file", "check profile",
+    "DeepSpeed config"): each opens with the label and the file, then says what to do: `missing` where
+    it does not exist, `fix` where it is `folder`, `on_disk` (default: `fix` on disk) where it is a
+    pipe or a device, `too_big` where it is over `limit`. The defaults are a YAML file's; `unreadable`
+    and `not_text` are whole templates where the label's default lines do not fit."""
+    named = f"{label} {{name}}"
+    return InputMessages(
+        missing=f"{named} does not exist: {missing}", folder=f"{named} is {folder}: {fix}",
+        unreadable=unreadable or f"cannot read {named}: {{error}}",
+        not_text=not_text or f"{{name}} is not UTF-8 text: pass a YAML {label}", kind=kind, limit=limit,
+        not_regular=f"{named} is {{what}}, not a regular file: {on_disk or fix + ' on disk'}",
+        too_big=f"{named} is larger than {{limit}}, the most commbench reads as {{kind}}: {too_big}")
+
+
 def size_text(nbytes: int) -> str:
     """8 B, 4 KiB, 64 MiB (core/units.py format_size; imported late: units is larger than this)."""
     from commbench.core.units import format_size

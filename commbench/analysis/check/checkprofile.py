@@ -15,7 +15,7 @@ from commbench.analysis.gate import bandsfile
 from commbench.analysis.gate.bands import Bands, load_bands, parse_bands
 from commbench.analysis.points.frames import printable
 from commbench.core.errors import BadInput
-from commbench.core.inputs import MAX_BANDS_FILE_BYTES, InputMessages, read_text
+from commbench.core.inputs import MAX_BANDS_FILE_BYTES, named_file, read_text
 from commbench.core.units import parse_rate, parse_size
 
 STEPS = ("doctor", "pairs", "sweep")
@@ -23,15 +23,9 @@ TOP_KEYS = ("version", "steps", "time_budget", "link_rate", "pairs", "sweep", "b
 PAIRS_KEYS = ("size", "iters", "threshold")
 SWEEP_KEYS = ("collective", "sizes", "iters")
 MAX_BUDGET_S = 24 * 3600.0
-PROFILE_FILE = InputMessages(
-    missing="check profile {name} does not exist: write one (docs/CHECK.md) or leave --profile out",
-    folder="check profile {name} is a folder: pass a YAML file",
-    unreadable="cannot read check profile {name}: {error}",
-    not_text="{name} is not UTF-8 text: pass a YAML check profile",
-    kind="a check profile", limit=MAX_BANDS_FILE_BYTES,
-    not_regular="check profile {name} is {what}, not a regular file: pass a YAML file on disk",
-    too_big="check profile {name} is larger than {limit}, the most commbench reads as {kind}: a profile is a "
-            "few lines (docs/CHECK.md)")
+PROFILE_FILE = named_file("check profile", "a check profile", MAX_BANDS_FILE_BYTES,
+                          missing="write one (docs/CHECK.md) or leave --profile out",
+                          too_big="a profile is a few lines (docs/CHECK.md)")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 from commbench.analysis.points.frames import printable
 from commbench.core.errors import BadInput
-from commbench.core.inputs import MAX_BANDS_FILE_BYTES, MAX_NESTING, InputMessages, read_text
+from commbench.core.inputs import MAX_BANDS_FILE_BYTES, MAX_NESTING, named_file, read_text
 
 FORMAT_VERSION = 1  # of a bands file (docs/GATE.md)
 
@@ -27,15 +27,9 @@ MAX_NUMBER_CHARS = 64
 
 FORMAT_HINT = "fix the file (docs/GATE.md has the format)"
 
-BANDS_FILE = InputMessages(
-    missing="bands file {name} does not exist: pass the file --suggest wrote, or write one (docs/GATE.md)",
-    folder="bands file {name} is a folder: pass a YAML file",
-    unreadable="cannot read bands file {name}: {error}",
-    not_text="{name} is not UTF-8 text: pass a YAML bands file",
-    kind="a bands file", limit=MAX_BANDS_FILE_BYTES,
-    not_regular="bands file {name} is {what}, not a regular file: pass a YAML file on disk",
-    too_big="bands file {name} is larger than {limit}, the most commbench reads as {kind}: pass the YAML "
-            "file --suggest wrote (a few KB)")
+BANDS_FILE = named_file("bands file", "a bands file", MAX_BANDS_FILE_BYTES,
+                        missing="pass the file --suggest wrote, or write one (docs/GATE.md)",
+                        too_big="pass the YAML file --suggest wrote (a few KB)")
 
 
 def read_bands_text(path: str | os.PathLike) -> str:

@@ -21,7 +21,7 @@ from typing import Any, NoReturn, overload
 from collections.abc import Mapping
 
 from commbench.core.errors import BadInput
-from commbench.core.inputs import MAX_DS_CONFIG_BYTES, InputMessages, read_text
+from commbench.core.inputs import MAX_DS_CONFIG_BYTES, named_file, read_text
 
 # DeepSpeed 0.19.8 defaults (runtime/zero/config.py DeepSpeedZeroConfig).
 DEFAULT_REDUCE_BUCKET_SIZE = 500_000_000        # reduce_bucket_size: Field(pp_int(5e8), gt=0)
@@ -83,15 +83,12 @@ class DsConfig:
 
 # ----------------------------------------------------------------------------- reading
 
-_CONFIG_FILE = InputMessages(
-    missing="DeepSpeed config {name} does not exist: give the path of your ds_config.json",
-    folder="DeepSpeed config {name} is a directory: give the path of a ds_config.json file",
+_CONFIG_FILE = named_file(
+    "DeepSpeed config", "a ds_config", MAX_DS_CONFIG_BYTES, missing="give the path of your ds_config.json",
+    too_big="give the path of your ds_config.json", fix="give the path of a ds_config.json file",
+    on_disk="give the path of a ds_config.json file", folder="a directory",
     unreadable="DeepSpeed config {name} cannot be read ({error}): check the path and its permissions",
-    not_text="DeepSpeed config {name} is not UTF-8 text (byte {byte}): save it as UTF-8 JSON",
-    kind="a ds_config", limit=MAX_DS_CONFIG_BYTES,
-    not_regular="DeepSpeed config {name} is {what}, not a regular file: give the path of a ds_config.json file",
-    too_big="DeepSpeed config {name} is larger than {limit}, the most commbench reads as {kind}: "
-            "give the path of your ds_config.json")
+    not_text="DeepSpeed config {name} is not UTF-8 text (byte {byte}): save it as UTF-8 JSON")
 
 
 def load(path: str | os.PathLike[str]) -> DsConfig:
