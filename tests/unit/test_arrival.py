@@ -7,34 +7,15 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
 
 from commbench.core.errors import RuntimeFailure
-from commbench.core.launch import RankEnv
 from commbench.harness import arrival
 from commbench.harness.arrival import Absent
 
-
-def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def server_store(world: int) -> dist.TCPStore:
-    return dist.TCPStore("127.0.0.1", 0, world, True, timeout=timedelta(seconds=10), wait_for_workers=False)
-
-
-def client_store(server: dist.TCPStore) -> dist.TCPStore:
-    return dist.TCPStore("127.0.0.1", server.port, 1, False, timeout=timedelta(seconds=10), wait_for_workers=False)
-
-
-def env_of(rank: int, world: int, port: int, launcher: str = "mpi") -> RankEnv:
-    return RankEnv(launcher, rank, world, 0, 1, "127.0.0.1", port)
+from unit.arrivalstores import client_store, closed_port, env_of, server_store
 
 
 # ---- reaching rank 0 -------------------------------------------------------------------------

@@ -16,9 +16,11 @@ from commbench.harness.control import ControlPlane
 from commbench.harness.observer import OwnLink, judge, still_together
 from commbench.harness.runner import failure_line
 
-from unit.test_control import Clock, CountingStore, entry, fakes  # noqa: F401 (a fixture)
+from unit import controlfakes
+from unit.controlfakes import Clock, CountingStore, entry
 from unit.test_link_faults import HOSTS, df_of, round_rows
 
+fakes = controlfakes.fakes  # its fixture, found here
 UP, DOWN = OwnLink("eth0", "up"), OwnLink("eth0", "lowerlayerdown")
 
 
@@ -76,7 +78,7 @@ def test_the_lowest_of_the_ranks_that_still_reach_each_other_says_so():
 # ----------------------------------------------------------------------------- the control plane
 
 
-def _cut_off_plane(fakes, monkeypatch, link: OwnLink, world: int = 4) -> ControlPlane:  # noqa: F811
+def _cut_off_plane(fakes, monkeypatch, link: OwnLink, world: int = 4) -> ControlPlane:
     store = CountingStore()
     for r in range(1, world):
         store.set(control._PEERS + str(r), entry(r))
@@ -90,7 +92,7 @@ def _cut_off_plane(fakes, monkeypatch, link: OwnLink, world: int = 4) -> Control
 
 
 @pytest.mark.failure(row="rank-0-s-own-link-down-mid-sweep")
-def test_rank_0_whose_link_is_down_names_its_own_host_in_the_roll_call_and_the_hang_line(fakes, monkeypatch):  # noqa: F811
+def test_rank_0_whose_link_is_down_names_its_own_host_in_the_roll_call_and_the_hang_line(fakes, monkeypatch):
     plane = _cut_off_plane(fakes, monkeypatch, DOWN)
     try:
         call = plane.roll_call()
@@ -110,7 +112,7 @@ def test_rank_0_whose_link_is_down_names_its_own_host_in_the_roll_call_and_the_h
         plane.close()
 
 
-def test_a_partial_roll_call_probes_the_others_before_the_observer_judges_itself(fakes, monkeypatch):  # noqa: F811
+def test_a_partial_roll_call_probes_the_others_before_the_observer_judges_itself(fakes, monkeypatch):
     plane = _cut_off_plane(fakes, monkeypatch, UP)
     try:
         probed = {}
