@@ -49,10 +49,10 @@ FEATURES = {
     "curves": {"points", "tune"},
     # the list of every feature's report section, below compare and export, which loop over it too
     "catalog": {"points", "layout", "wire", "replay", "trend", "pairs", "tune", "curves"},
-    "compare": {"points", "layout", "replay", "wire"},
+    "compare": {"points", "catalog"},
     "gate": {"points", "layout", "compare"},
     "check": {"points", "pairs", "gate"},
-    "export": {"points", "replay", "pairs"},
+    "export": {"points", "catalog"},
     "report": {"points", "layout", "wire", "replay", "trend", "pairs", "tune", "curves", "catalog", "compare"},
 }
 TORCH_FREE = {"core", "analysis"}

@@ -112,7 +112,7 @@ def test_causes_share_the_collectives_summed_change_and_name_one_that_moved_the_
 def test_compare_of_two_replays_says_regression_for_the_step_and_names_the_collectives_behind_it():
     c = cmp.compare_frames(*fast_and_slow())
     assert c.verdict == "regression" and c.exit_code() == 1
-    (change,) = c.replay
+    (change,) = c.parts["replay"]
     assert change.verdict == "regression"
     assert ("replay step 0 (steps 0-3): 41.2 ms -> 356 ms, regression; all_reduce 88% of the change "
             "(+277 ms, 4 calls), all_gather 12% (+38.0 ms, 1 call)\n") in comparetext.render_table(c, wide=True)
@@ -128,7 +128,7 @@ def test_compare_of_two_replays_says_regression_for_the_step_and_names_the_colle
 def test_compare_of_a_replay_with_itself_is_unchanged_and_names_no_collective():
     before, _ = fast_and_slow()
     c = cmp.compare_frames(before, before.assign(run_id="20250102-000000-abcdef"))
-    (change,) = c.replay
+    (change,) = c.parts["replay"]
     assert change.verdict == "unchanged" and change.causes == []
     assert "replay step 0 (steps 0-3): 41.2 ms -> 41.2 ms, unchanged\n" in comparetext.render_table(c)
 
@@ -136,7 +136,7 @@ def test_compare_of_a_replay_with_itself_is_unchanged_and_names_no_collective():
 def test_compare_of_plain_sweeps_has_no_replay_block():
     c = cmp.compare_frames(pd.DataFrame(make_rows(repetitions=3)),
                            pd.DataFrame(make_rows(repetitions=3, run_id="20250102-000000-abcdef")))
-    assert c.replay == [] and "replay" not in comparetext.render_table(c)
+    assert c.parts["replay"] == [] and "replay" not in comparetext.render_table(c)
     assert "Replayed" not in comparetext.render_markdown(c)
 
 

@@ -21,14 +21,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from commbench.analysis.catalog import sections
 from commbench.analysis.points import settingsview
 from commbench.analysis.points.frames import REQUIRED_COLUMNS, check_frame, jsonable, scalar
 from commbench.analysis.points.runsdiffer import (  # noqa: F401 - SAME_RUN is part of compare's interface (cli/analyze.py)
     DIFFERENCE_COLUMNS, SAME_RUN, WARN_COLUMNS, differences_between, run_values, same_run_warning, warnings_between)
 from commbench.analysis.points.sides import KEY_COLUMNS, Lost, Side, describe_point
-from commbench.analysis.replay import replayrows
-from commbench.analysis.replay.replayrows import StepChange
-from commbench.analysis.wire import wirequery
 from commbench.core import stats
 from commbench.core.columns import TOPOLOGY_COLUMNS
 from commbench.core.errors import BadInput, RuntimeFailure
@@ -94,7 +92,9 @@ class Comparison:
     latency_threshold: float
     allow_within_run: bool = False
     repetitions_needed: int | None = None  # a side, for the number of common points
-    replay: list[StepChange] = field(default_factory=list)  # replayed steps (docs/REPLAY.md)
+    # each section's own findings by its id (points/section.py CompareHooks.compared): "replay", the
+    # replayed steps (docs/REPLAY.md)
+    parts: dict[str, Any] = field(default_factory=dict)
 
     def exit_code(self) -> int:
         if self.verdict == "regression":
@@ -105,6 +105,7 @@ class Comparison:
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
+        out.update(out.pop("parts"))  # each section's findings under its id, beside the points
         out["exit_code"] = self.exit_code()
         return jsonable(out)
 
@@ -155,9 +156,22 @@ def compare_aggregates(before: Aggregate, after: Aggregate, threshold: float = 0
     c = _compare(before.side(), after.side(), b_lost, a_lost,
                  ([same] if same else []) + warnings_between(before.context, after.context),
                  differences_between(before.context, after.context), _settings_of(before.context, after.context),
-                 lambda common: wirequery.likely_causes(before, after, common), limits, allow_within_run)
-    c.replay = replayrows.compared(before, after, c.points)
+                 lambda common: _causes(before, after, common), limits, allow_within_run)
+    for s in sections.SECTIONS:
+        if s.compare is not None and s.compare.compared is not None:
+            c.parts[s.id] = s.compare.compared(before, after, c.points)
     return c
+
+
+def _causes(before: Aggregate, after: Aggregate, common: list[tuple]) -> dict[tuple, str]:
+    """Each point's likely cause, as the sections that name causes see it (the wire's trouble
+    counters), several joined by '; '."""
+    found: dict[tuple, list[str]] = {}
+    for s in sections.SECTIONS:
+        if s.compare is not None and s.compare.causes is not None:
+            for k, cause in s.compare.causes(before, after, common).items():
+                found.setdefault(k, []).append(cause)
+    return {k: "; ".join(v) for k, v in found.items()}
 
 
 def compare_paths(before: Sequence[str | os.PathLike], after: Sequence[str | os.PathLike],

@@ -12,10 +12,9 @@ from typing import Any
 
 from commbench.analysis.compare.compare import (
     REGRESSIONS, VERDICTS, WITHIN_RUN_ALPHA_DIVISOR, Comparison, PointComparison, overall_verdict, p_text, pct_text)
-from commbench.analysis.layout import layoutview
+from commbench.analysis.catalog import sections
 from commbench.analysis.points.frames import printable
-from commbench.analysis.replay import replayview
-from commbench.analysis.wire.wireview import GROWTH
+from commbench.analysis.points.section import CompareKit
 from commbench.core.grouplabel import group_label
 from commbench.core.outtext import LINE_LIMIT, markdown, terminal
 
@@ -100,7 +99,8 @@ def _summary_lines(c: Comparison) -> list[str]:
              f"points: {len(c.points)} compared ("
              + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f"), {len(c.only_before)} before only, "
              f"{len(c.only_after)} after only"]
-    lines += layoutview.group_verdict_lines(c.points, overall_verdict, pct_text)
+    kit = CompareKit(overall_verdict, pct_text)
+    lines += [line for s in sections.SECTIONS if s.compare and s.compare.summary for line in s.compare.summary(c, kit)]
     if c.geomean_ratio is not None:
         lines.append(f"geometric mean busbw ratio over bandwidth-bound points: {c.geomean_ratio:.4f} "
                      f"({pct_text(c.geomean_ratio)})")
@@ -108,10 +108,6 @@ def _summary_lines(c: Comparison) -> list[str]:
                  f"{c.threshold * 100:g}% (bandwidth-bound), {c.latency_threshold * 100:g}% (others)"
                  + ("; within-run samples decide where repetitions cannot (alpha "
                     f"{c.alpha / WITHIN_RUN_ALPHA_DIVISOR:g})" if c.allow_within_run else ""))
-    caused = sum(1 for p in c.points if p.likely_cause)
-    if caused:
-        lines.append(f"wire: trouble counters moved at {caused} point{'s' if caused != 1 else ''} where they were 0 "
-                     f"(or {GROWTH}x smaller) before: the likely cause is in the note")
     if c.repetitions_needed is not None and any(p.verdict == "inconclusive" and p.test != "repetitions"
                                                 for p in c.points):
         lines.append(f"too few repetitions: measure both sides with -R {c.repetitions_needed} or more")
@@ -189,7 +185,8 @@ def render_table(c: Comparison, wide: bool = False) -> str:
             lines += [fmt(r)] if wide else _wrapped_row(fmt(r[:-1] + [""]), r[-1], note_at)
         lines += (_wrapped(f"every point: {shared}") if shared else []) + [""]
     text = _one_sided_lines(c) + [f"warning: {terminal(w, LINE_LIMIT)}" for w in c.warnings]
-    text += [f"differs: {terminal(d, LINE_LIMIT)}" for d in c.differences] + replayview.compare_lines(c.replay)
+    text += [f"differs: {terminal(d, LINE_LIMIT)}" for d in c.differences]
+    text += [line for s in sections.SECTIONS if s.compare and s.compare.text for line in s.compare.text(c)]
     text += _summary_lines(c)
     lines += text if wide else [part for line in text for part in _wrapped(line)]
     return "\n".join(lines) + "\n"
@@ -253,7 +250,8 @@ def render_markdown(c: Comparison) -> str:
     """Markdown for pasting into a ticket."""
     md = lambda text: markdown(text, LINE_LIMIT)  # noqa: E731 - every line from the files, inert
     lines = [f"### commbench compare: **{c.verdict}**", ""]
-    lines += [f"- {s}" for s in _summary_lines(c)[1:]] + replayview.compare_markdown(c.replay)
+    lines += [f"- {s}" for s in _summary_lines(c)[1:]]
+    lines += [line for s in sections.SECTIONS if s.compare and s.compare.markdown for line in s.compare.markdown(c)]
     if c.warnings:
         lines += ["", "**Warnings** (these should not differ):", ""] + [f"- {md(w)}" for w in c.warnings]
     if c.differences:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from commbench.analysis.points.section import Section
+from commbench.analysis.points.section import CompareHooks, CompareKit, Section
 from commbench.core.columns import LAYOUT_POINT
 from commbench.core.grouplabel import group_label
 from commbench.core.outtext import terminal
@@ -231,5 +231,10 @@ def grouped(paths: Any) -> bool:
     return False
 
 
+def _group_lines(c: Any, kit: CompareKit) -> list[str]:
+    return group_verdict_lines(c.points, kit.overall, kit.pct)
+
+
 SECTION = Section("layout", "Layout", "zero", lambda inp, kit: section_html(inp.df, kit.table, kit.esc),
-                  lambda inp, kit: section_markdown(inp.df, kit.table, kit.md), reads_samples=grouped)
+                  lambda inp, kit: section_markdown(inp.df, kit.table, kit.md), reads_samples=grouped,
+                  compare=CompareHooks(summary=lambda c, kit: _group_lines(c, kit)))

@@ -141,10 +141,16 @@ def _time_refused(metric: str) -> str | None:
         if metric == "time" else None
 
 
+def _metrics(q: Any, m: Any) -> None:
+    from commbench.analysis.pairs import pairsmetrics  # linkrank and linkfaults: only when exporting
+
+    pairsmetrics.pairs_metrics(q, m)
+
+
 FAULTS_SECTION = Section("faults", "Faults", "", lambda inp, kit: faults_html(inp.claimed("pairs"), kit),
                          lambda inp, kit: faults_markdown(inp.claimed("pairs"), kit))
 PAIRS_SECTION = Section(
     "pairs", "Links between hosts", "", lambda inp, kit: pairs_html(inp.claimed("pairs"), kit),
     lambda inp, kit: pairs_markdown(inp.claimed("pairs"), inp.figures.get("pairs")), claims=pairsplot.pairs_rows,
     figure=SectionFigure("-pairs", lambda rows, metric, rate, label: pairsplot.build_figure(rows),
-                         refuse=_time_refused))
+                         refuse=_time_refused), metrics=lambda q, m: _metrics(q, m))

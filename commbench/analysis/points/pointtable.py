@@ -182,6 +182,14 @@ class Query:
         return (f"CAST({v} AS DOUBLE) AS v, ({failed} AND NOT {confirm}) AS failed_row, "
                 f"({failed} OR {confirm} OR {empty}) AS excluded")
 
+    def text_column(self, name: str, default: str = "NULL") -> str:
+        """SQL for a column as text, or `default` where the files have no such column."""
+        return f"CAST({quote(name)} AS VARCHAR)" if name in self.source.columns else default
+
+    def workload_sql(self) -> str:
+        """SQL for a row's workload: files from before the column was written hold sweeps."""
+        return f"coalesce({self.text_column('workload')}, 'sweep')"
+
     def run(self, sql: str, params: Sequence = ()) -> pa.Table:
         import duckdb
 

@@ -1,19 +1,22 @@
 """A report section as its feature declares it: its id and title, the section it follows on the page,
-the rows it claims, its HTML, Markdown and compare hooks and its figure. analysis/catalog/sections.py
-lists every feature's Section; the HTML page, the Markdown report and `commbench plot` loop over that
-list: a new kind of rows adds its folder and a line there, never a branch in report.py, markdown.py or
-plot.py.
+the rows it claims, its HTML and Markdown, its figure, its part in `commbench compare` and its metrics
+in `commbench export`. analysis/catalog/sections.py lists every feature's Section; the HTML page, the
+Markdown report, `commbench plot`, compare (its computation, lines and Markdown) and export loop over
+that list: a new kind of rows adds its folder and a line there, never a branch in report.py,
+markdown.py, plot.py, compare or export.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
+
+    from commbench.analysis.points.pointtable import Aggregate, Query
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,38 @@ class SectionFigure:
     refuse: Callable[[str], str | None] | None = None
 
 
+@dataclass(frozen=True)
+class CompareKit:
+    """compare's helpers for a section's summary lines: the verdicts of points folded into one
+    (compare.overall_verdict), a ratio as a signed percentage (comparetext.pct_text)."""
+
+    overall: Callable[[set[str]], str]
+    pct: Callable[[float], str]
+
+
+@dataclass(frozen=True)
+class CompareHooks:
+    """A section's part in `commbench compare` (analysis/compare). `compared(before, after, points)`
+    computes its own findings from both sides' aggregates and the compared points: compare keeps them
+    in Comparison.parts under the section's id (and its JSON under that key). `causes(before, after,
+    keys)` names a likely cause per point key. Its lines, each given the Comparison: `summary` in the
+    verdict's lines after the points' counts (with compare's CompareKit), `text` after the table,
+    `markdown` in the Markdown, `html` on the report page (with the page's escaping)."""
+
+    compared: Callable[[Aggregate, Aggregate, list[Any]], Any] | None = None
+    causes: Callable[[Aggregate, Aggregate, list[tuple]], dict[tuple, str]] | None = None
+    summary: Callable[[Any, CompareKit], list[str]] | None = None
+    text: Callable[[Any], list[str]] | None = None
+    markdown: Callable[[Any], list[str]] | None = None
+    html: Callable[[Any, Callable[[Any], str]], str] | None = None
+
+
+class Gauges(Protocol):
+    """Where a section's metrics go (analysis/export/metrics.py Metrics): one gauge value a call."""
+
+    def set(self, name: str, help_text: str, labels: Mapping[str, Any], value: float) -> None: ...
+
+
 def _own_entry(section: Section, inputs: Inputs, body: str) -> list[tuple[str, str]]:
     return [(section.id, section.title)] if body else []
 
@@ -83,8 +118,9 @@ class Section:
     after: str  # the id of the section it follows on the page and in the Markdown ("": in list order)
     html: Callable[[Inputs, HtmlKit], str]
     markdown: Callable[[Inputs, MarkdownKit], list[str]]
-    # its lines in the page's comparison section (the comparison, the page's escaping), if it adds any
-    compare_html: Callable[[Any, Callable[[Any], str]], str] | None = None
+    compare: CompareHooks | None = None  # its part in `commbench compare`, if it has one
+    # its gauges in `commbench export` (the rows' query, where they go), if it has any (docs/METRICS.md)
+    metrics: Callable[[Query, Gauges], None] | None = None
     # the rows of its kind, taken from those no section before it in the list took (None: none)
     claims: Callable[[pd.DataFrame], pd.DataFrame | None] | None = None
     claims_rest: bool = False  # it takes the rows no section claimed (the curves over message size)

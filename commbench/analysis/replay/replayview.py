@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from commbench.analysis.points.section import Section, SectionFigure
+from commbench.analysis.points.section import CompareHooks, Section, SectionFigure
+from commbench.analysis.replay import replaymetrics, replayrows
 from commbench.analysis.replay.replayrows import LARGEST, Cause, Step, StepChange, steps
 from commbench.core.outtext import markdown, terminal
 from commbench.core.units import counted, format_size, format_us
@@ -200,7 +201,15 @@ def _figure(rows: pd.DataFrame, metric: str, rate: float | None, label: str | No
     return replayplot.build_figure(rows)
 
 
+def _changes(comparison: Any) -> list[StepChange]:
+    """The replayed steps compare found (CompareHooks.compared: replayrows.compared)."""
+    return comparison.parts.get("replay", [])
+
+
 SECTION = Section("replay", "Replay", "zero", lambda inp, kit: section_html(inp.df, kit.table, kit.esc),
                   lambda inp, kit: section_markdown(inp.df, kit.table, kit.md),
-                  lambda comparison, esc: compare_html(comparison.replay, esc), claims=replay_rows,
-                  figure=SectionFigure("-replay", _figure, in_report=False))
+                  claims=replay_rows, figure=SectionFigure("-replay", _figure, in_report=False),
+                  compare=CompareHooks(compared=replayrows.compared, text=lambda c: compare_lines(_changes(c)),
+                                       markdown=lambda c: compare_markdown(_changes(c)),
+                                       html=lambda c, esc: compare_html(_changes(c), esc)),
+                  metrics=replaymetrics.replay_metrics)

@@ -250,8 +250,8 @@ def _comparison_section(df: pd.DataFrame, sources: Sequence[str], baseline_df: p
     if cfig is not None:
         figure = figure_html(cfig, "bus bandwidth before (dashed) and after (solid)",
                              curveplot.comparison_caption(cfig))
-    return out + [comparison_html(comparison, figure),
-                  *(s.compare_html(comparison, esc) for s in sections.SECTIONS if s.compare_html), "</section>"]
+    hooks = [s.compare.html for s in sections.SECTIONS if s.compare and s.compare.html]
+    return out + [comparison_html(comparison, figure), *(html(comparison, esc) for html in hooks), "</section>"]
 
 
 # --------------------------------------------------------------------------- command

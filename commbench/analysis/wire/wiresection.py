@@ -5,8 +5,10 @@ HTML and Markdown. Every report has it."""
 from __future__ import annotations
 
 from commbench.analysis.points.runs import runs_named
-from commbench.analysis.points.section import HtmlKit, Inputs, MarkdownKit, Section
-from commbench.analysis.wire import wireview
+from typing import Any
+
+from commbench.analysis.points.section import CompareHooks, CompareKit, HtmlKit, Inputs, MarkdownKit, Section
+from commbench.analysis.wire import wiremetrics, wirequery, wireview
 
 
 def wire_html(inp: Inputs, kit: HtmlKit) -> str:
@@ -46,4 +48,15 @@ def wire_markdown(inp: Inputs, kit: MarkdownKit) -> list[str]:
     return out
 
 
-SECTION = Section("wire", "Wire", "", wire_html, wire_markdown)
+def compare_summary(c: Any, kit: CompareKit) -> list[str]:
+    """compare's line when trouble counters name the likely cause of some points (their notes say which)."""
+    caused = sum(1 for p in c.points if p.likely_cause)
+    if not caused:
+        return []
+    return [f"wire: trouble counters moved at {caused} point{'s' if caused != 1 else ''} where they were 0 "
+            f"(or {wireview.GROWTH}x smaller) before: the likely cause is in the note"]
+
+
+SECTION = Section("wire", "Wire", "", wire_html, wire_markdown,
+                  compare=CompareHooks(causes=wirequery.likely_causes, summary=compare_summary),
+                  metrics=wiremetrics.wire_metrics)
