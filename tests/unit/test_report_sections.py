@@ -180,3 +180,57 @@ def test_the_page_order_and_the_figure_order_come_from_the_list():
     assert [s.id for s in page_order(sections.SECTIONS)] == ["faults", "trend", "pairs", "zero", "replay", "layout",
                                                              "curves", "wire"]
     assert [s.id for s in figure_order(sections.SECTIONS)] == ["curves", "zero", "pairs", "replay"]
+
+
+def _planted_compare_kind() -> Section:
+    """The planted kind with a part in compare (its count of all_gather points on both sides, a
+    summary line, a text line, Markdown and page lines) and a gauge in export, declared here only."""
+    from commbench.analysis.points.section import CompareHooks
+
+    def compared(before, after, points):
+        return sum(1 for p in points if p.key.get("collective") == "all_gather")
+
+    def metrics(q, m):
+        n = q.run("SELECT count(*) AS n FROM rows WHERE collective = 'all_gather'").column("n").to_pylist()[0]
+        m.set("planted_rows", "The planted kind's rows.", {"kind": "planted"}, n)
+
+    hooks = CompareHooks(compared=compared,
+                         summary=lambda c, kit: [f"planted: {kit.overall({p.verdict for p in c.points})}"],
+                         text=lambda c: [f"planted points: {c.parts['kind']}"],
+                         markdown=lambda c: [f"**planted points: {c.parts['kind']}**"],
+                         html=lambda c, esc: f"<p>planted points: {esc(c.parts['kind'])}</p>")
+    base = _planted_kind()
+    return Section(base.id, base.title, base.after, base.html, base.markdown, claims=base.claims,
+                   compare=hooks, metrics=metrics)
+
+
+def test_a_planted_kind_of_rows_gets_its_part_in_compare_and_export(monkeypatch, tmp_path):
+    from commbench.analysis.compare import compare, comparetext
+    from commbench.analysis.export import metrics
+
+    monkeypatch.setattr(sections, "SECTIONS", (*sections.SECTIONS, _planted_compare_kind()))
+    rows = synthetic.make_rows(repetitions=5)
+    gathers = len({(r["size_bytes"], r["in_place"], r["dtype"]) for r in rows if r["collective"] == "all_gather"})
+    df = pd.DataFrame(rows)
+    c = compare.compare_frames(df, df)
+    assert c.parts["kind"] == gathers and c.to_dict()["kind"] == gathers
+    table = comparetext.render_table(c)
+    assert f"planted points: {gathers}" in table and f"planted: {c.verdict}\n" in table
+    assert table.index(f"planted: {c.verdict}") > table.index("points: ")
+    assert f"**planted points: {gathers}**" in comparetext.render_markdown(c)
+    page = report.build_html(df, comparison=c)
+    assert f"<p>planted points: {gathers}</p>" in page.split('id="comparison"')[1]
+    exported = metrics.collect(df).text().decode()
+    n = sum(1 for r in rows if r["collective"] == "all_gather")
+    assert f'commbench_planted_rows{{kind="planted"}} {float(n)}' in exported
+
+
+def test_compare_and_export_name_no_section_module():
+    """compare's computation and text, and export's gauges, reach the sections through the list only."""
+    from commbench.analysis.compare import compare, comparetext
+    from commbench.analysis.export import metrics
+
+    modules = _section_modules() | {"replayrows", "wirequery", "linkrank", "linkfaults", "railrank",
+                                    "pairsmetrics", "replaymetrics", "wiremetrics"}
+    assert {m.__name__: _module_uses(m, modules) for m in (compare, comparetext, metrics)} == {
+        m.__name__: set() for m in (compare, comparetext, metrics)}
