@@ -133,6 +133,13 @@ def unknown_options(text: str, group: click.Group = cli) -> list[str]:
     return bad
 
 
+def undocumented_options(text: str, command: click.Command) -> list[str]:
+    """The options of `command` that `text` names by none of their spellings."""
+    named = set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", text))
+    return [p.opts[-1] for p in command.params if isinstance(p, click.Option)
+            and not named & {*p.opts, *p.secondary_opts}]
+
+
 SCRIPT = re.compile(r"(?:python3?|bash|sh)\s+((?:tools|benchmarks|slurm)/[\w/.-]+\.(?:py|sh))((?:\s+[^\s`|;&#]+)*)")
 
 
@@ -259,6 +266,14 @@ def test_the_markers_the_tests_and_the_suite_use_are_declared() -> None:
     assert used - DECLARED - BUILTIN_MARKERS == set()
     assert unknown_markers(f"`{(ROOT / 'tools' / 'suite.py').read_text()}`".replace("\n", " ")) == []
     assert DECLARED <= set(re.findall(r"\| `(\w+)", (ROOT / "docs" / "DEVELOPMENT.md").read_text()))
+
+
+def test_options_md_names_every_flag_of_sweep() -> None:
+    """The README sends the reader to docs/OPTIONS.md "for the sweep's flags in full"."""
+    assert "docs/OPTIONS.md for the sweep's flags in full" in " ".join((ROOT / "README.md").read_text().split())
+    assert undocumented_options((ROOT / "docs" / "OPTIONS.md").read_text(), cli.commands["sweep"]) == []
+    planted = undocumented_options("`-b/-e`, `--wire`, `--max-iters`", cli.commands["sweep"])
+    assert planted[:2] == ["--collective", "--step-factor"] and "--wire" not in planted
 
 
 def test_the_readme_lists_every_page() -> None:
