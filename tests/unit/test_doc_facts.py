@@ -1,11 +1,13 @@
 """The hand-kept facts the docs state about the tree are the tree's (issue 56, docs that cannot drift):
-every repo path, module, dotted name and test file they name exists; every `commbench CMD --flag` in
-a code span is an option of that command; every flag given to a script of the tree is one the script
-reads; every pytest marker named is declared in pyproject.toml and every marker the tests use too;
-the schema version, the DeepSpeed and torch versions and the architecture test's caps they quote are
-the code's; and "FILE's `NAME`" names something FILE holds. Each check is a function from a text to
-its problems, fed the real docs and a planted stale text. Reads files only; the CLI is walked as a
-click group in process, never started. (The tables generated from the code have their own checks:
+every repo path, module, dotted name and test file they name exists; every `commbench CMD --FLAG` in
+a code span is an option of that command, and a span that starts with a flag names one some command
+or script takes; every flag given to a script of the tree is one the script reads; every pytest marker
+named is declared in pyproject.toml and every marker the tests use too; the schema version, the
+DeepSpeed and torch versions and the architecture test's caps they quote are the code's; "FILE's
+`NAME`" names something FILE holds; every COMMBENCH_ variable named is one the tree reads; the README
+lists every page and docs/OPTIONS.md every flag of sweep. Each check is a function from a text to its
+problems, fed the real docs and a planted stale text. Reads files only; the CLI is walked as a click
+group in process, never started. (The tables generated from the code have their own checks:
 test_architecture_doc.py, test_columns.py, test_development_doc.py, tools/reliabilitydoc.py; the
 commands in the docs' shell blocks are parsed by tests/integration/test_doc_examples.py.)"""
 
@@ -133,6 +135,31 @@ def unknown_options(text: str, group: click.Group = cli) -> list[str]:
     return bad
 
 
+# Flags of other programs that a page names alone: tcpdump's (pairs --capture runs it), pytest-benchmark's.
+FOREIGN_FLAGS = ("--immediate-mode", "--benchmark-")
+
+
+def all_options(group: click.Group = cli, root: Path = ROOT) -> set[str]:
+    """Every option of every commbench command, and every flag the tree's scripts spell."""
+    names: set[str] = set()
+    stack: list[click.Command] = [group]
+    while stack:
+        command = stack.pop()
+        names |= option_names(command)
+        stack += list(command.commands.values()) if isinstance(command, click.Group) else []
+    scripts = [*(root / "tools").glob("*.py"), *(root / "benchmarks").rglob("*.py"),
+               *(root / "benchmarks").rglob("*.sh"), *(root / "slurm").glob("*.sbatch"), root / ".ci" / "run"]
+    return names | {f for script in scripts for f in re.findall(r"--[a-z][\w-]*", script.read_text())}
+
+
+def unknown_bare_flags(text: str, known: set[str]) -> list[str]:
+    """A code span that starts with a flag (`--baseline`, `-R/--repetitions`, `--layout tp=2`): each long
+    flag in it is one of commbench's options or of the tree's scripts (or a named program's)."""
+    return [f"`{span}`: no command takes {flag}" for span in prose_spans(text) if span.startswith("-")
+            for flag in re.findall(r"(?:^|[\s/\[])(--[a-z][\w-]*)", span)
+            if flag not in known and not flag.startswith(FOREIGN_FLAGS)]
+
+
 def undocumented_options(text: str, command: click.Command) -> list[str]:
     """The options of `command` that `text` names by none of their spellings."""
     named = set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", text))
@@ -242,11 +269,12 @@ def problems(page: Path) -> list[str]:
     steps = {*re.findall(r'Step\("(\w+)"', (ROOT / "tools" / "suite.py").read_text()), "lint", "tests"}
     found = (missing_paths(text, here) + unknown_options(text) + unknown_script_flags(text, steps=steps)
              + unknown_markers(text) + stale_facts(text, quoted_facts()) + unowned_names(text, here)
-             + unknown_env(text, KNOWN_ENV))
+             + unknown_env(text, KNOWN_ENV) + unknown_bare_flags(text, KNOWN_FLAGS))
     return [f"{page.relative_to(ROOT)}: {p}" for p in found]
 
 
 KNOWN_ENV = code_env()
+KNOWN_FLAGS = all_options()
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
@@ -304,6 +332,12 @@ def test_planted_unknown_commands_and_options_are_found() -> None:
     assert unknown_options(text) == [
         "`lab --rate`: no option --rate", "`commbench sweep --no-such`: no option --no-such",
         "`commbench swep -e 8`: no command swep", "`sweep -Z`: no option -Z"]
+
+
+def test_planted_unknown_bare_flags_are_found() -> None:
+    text = "`--baseline`, `-R/--repetitions`, `--layout tp=2 --group dp`, `--benchmark-save`, `--no-such`, `-x/--nope`"
+    assert unknown_bare_flags(text, KNOWN_FLAGS) == ["`--no-such`: no command takes --no-such",
+                                                     "`-x/--nope`: no command takes --nope"]
 
 
 def test_planted_unknown_script_flags_are_found() -> None:
