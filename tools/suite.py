@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The whole suite as CI runs it (.ci/run calls this after its installs), one step after another:
-lint and types, the generated docs' checks, the three test tiers and the benchmarks in short mode.
+lint and types, the generated docs' checks, the test tiers (unit, parallel, pairwise, serial) and the
+benchmarks in short mode.
 
     python tools/suite.py              # every step, in order
     python tools/suite.py unit         # one step (or several, or a group: lint, tests)

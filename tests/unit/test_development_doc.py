@@ -72,3 +72,6 @@ def test_the_suite_names_the_doc_s_step_groups() -> None:
     assert set(suite.GROUPS["lint"]) | set(suite.GROUPS["tests"]) <= {s.name for s in suite.STEPS}
     assert suite.chosen(["unit"]) == [s for s in suite.STEPS if s.name == "unit"]
     assert suite.chosen(["nope"]) is None
+    tiers = [s.name for s in suite.STEPS if s.tier]
+    assert tiers == list(suite.GROUPS["tests"])
+    assert f"the test tiers ({', '.join(tiers)})" in " ".join(suite.__doc__.split())  # its docstring names them
