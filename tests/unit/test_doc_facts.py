@@ -1,5 +1,5 @@
 """The hand-kept facts the docs state about the tree are the tree's (issue 56, docs that cannot drift):
-every repo path, module, dotted name and test file they name exists; every `commbench CMD --FLAG` in
+every repo path, dotted name and file named alone they name exists; every `commbench CMD --FLAG` in
 a code span is an option of that command, and a span that starts with a flag names one some command
 or script takes; every flag given to a script of the tree is one the script reads; every pytest marker
 named is declared in pyproject.toml and every marker the tests use too; the schema version, the
@@ -40,7 +40,11 @@ ROOTS = ("commbench", "docs", "tests", "tools", "benchmarks", "slurm", "grafana"
          "analysis", "cli", "net", "lab", "workloads", "integrations", "unit", "integration")
 PATH = re.compile(rf"(?<![\w./~$-])((?:{'|'.join(ROOTS)})/[\w./-]*\w)(?![\w<*{{])")
 DOTTED = re.compile(r"(?<![\w./-])commbench((?:\.\w+)+)")
-TEST_FILE = re.compile(r"(?<![\w/])(test_\w+\.py)\b")
+BARE_FILE = re.compile(r"(?<![\w/.-])([\w-]+\.(?:py|sh|sbatch))\b")  # a module, test or script by its name alone
+# Files a page names that are not the tree's: the reader's own (a training script, a health check, a
+# sitecustomize.py) and DeepSpeed 0.19.8's sources, which docs/DEEPSPEED.md quotes.
+NOT_OURS = {"train.py", "hc.sh", "sitecustomize.py", "bf16_optimizer.py", "engine.py", "parameter_offload.py",
+            "partition_parameters.py", "partitioned_param_coordinator.py", "stage3.py", "stage_1_and_2.py"}
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 SPAN = re.compile(r"`([^`\n]+)`")
 
@@ -82,12 +86,14 @@ def dotted_exists(dotted: str, pkg: Path) -> bool | None:
 
 
 def missing_paths(text: str, here: Path, root: Path = ROOT) -> list[str]:
-    """The repo paths, commbench.dotted names and test files `text` names that the tree lacks."""
-    tests = {p.name for folder in ("tests", "benchmarks") for p in (root / folder).rglob("test_*.py")}
+    """The repo paths, commbench.dotted names and files named alone (`linkrank.py`, `test_x.py`) that
+    `text` names and the tree lacks."""
+    files = {p.name for folder in ("commbench", "tests", "benchmarks", "tools", "slurm")
+             for p in (root / folder).rglob("*") if p.suffix in (".py", ".sh", ".sbatch")} | NOT_OURS
     missing = [m.group(1) for m in PATH.finditer(text) if not exists(m.group(1), here, root)]
     missing += [f"commbench{m.group(1)}" for m in DOTTED.finditer(text)
                 if dotted_exists(m.group(1), root / "commbench") is False]
-    missing += [m.group(1) for m in TEST_FILE.finditer(text) if m.group(1) not in tests]
+    missing += [m.group(1) for m in BARE_FILE.finditer(text) if m.group(1) not in files]
     return missing
 
 
@@ -316,12 +322,13 @@ def test_planted_unknown_variables_are_found() -> None:
 
 def test_planted_stale_paths_are_found(tmp_path: Path) -> None:
     text = ("see core/columns.py, core/stragglers.run_findings and tests/unit/test_columns.py; "
-            "core/gone.py, core/stragglers.no_such, tests/unit/test_gone.py, test_nothere.py; "
+            "core/gone.py, core/stragglers.no_such, tests/unit/test_gone.py, test_nothere.py, "
+            "linkrank.py, gonemodule.py, train.py; "
             "commbench.core.results.read_results, commbench.core.nothere, commbench.core.results.nope, "
             "`commbench.prom` and results/<run_id>.parquet, tests/test_cli_*.py are no paths")
     assert missing_paths(text, tmp_path) == ["core/gone.py", "core/stragglers.no_such", "tests/unit/test_gone.py",
                                              "commbench.core.nothere", "commbench.core.results.nope",
-                                             "test_nothere.py"]
+                                             "test_nothere.py", "gonemodule.py"]
 
 
 def test_planted_unknown_commands_and_options_are_found() -> None:
