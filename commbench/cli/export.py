@@ -27,7 +27,7 @@ def export(results, textfile, url, job) -> int:
 
     Exit 0: written; 2: bad input; 3: the Pushgateway did not answer.
     """
-    from commbench.analysis.export import metrics
+    from commbench.analysis.export import metrics, pushgateway
 
     if (textfile is None) == (url is None):
         raise BadInput("export needs one of --openmetrics FILE or --push URL: pass one, e.g. "
@@ -36,16 +36,18 @@ def export(results, textfile, url, job) -> int:
     if not job or "/" in job:
         raise BadInput(f"--job {job!r} is not a job name: pass a name without '/', e.g. commbench")
     if url is not None:
-        metrics.check_push_url(url)
+        target = pushgateway.check_push_url(url)  # before reading anything
     if textfile is not None:
         from commbench.core.outputs import check_new
 
         check_new(textfile, "export", "--openmetrics", inputs=results, force=True)  # before reading anything
     found = metrics.collect(results)
+    for line in found.warnings():  # a family over the most series it holds: said once
+        sys.stderr.write(f"commbench: warning: {line}\n")
     if textfile is not None:
         path = metrics.write_textfile(found, textfile, inputs=results)
         sys.stdout.write(f"metrics: {len(found.names())} metrics written to {path}\n")
     else:
         metrics.push(found, url, job)
-        sys.stdout.write(f"metrics: {len(found.names())} metrics pushed to {url} (job {job})\n")
+        sys.stdout.write(f"metrics: {len(found.names())} metrics pushed to {target.shown} (job {job})\n")
     return EXIT_OK

@@ -23,6 +23,7 @@ WIRE_FORMAT = 1
 # that went down drops what it was sending; a drop makes TCP retransmit; the retransmissions are
 # the symptom, the drop the cause). The kinds are net/counters.py's.
 CAUSE_ORDER = ("link", "error", "drop", "pause", "congestion", "retransmit")
+MAX_DELTA = 2**64  # the most a 64-bit counter can move by; a trouble entry's delta past it is damaged
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,20 @@ def troubles(value: Any) -> list[Trouble]:
         for item in entry.get("trouble") or []:
             try:
                 where, counter, delta, kind = item
-                out.append(Trouble(str(host), str(where), str(counter), int(delta), str(kind)))
-            except (TypeError, ValueError):
+                moved = _delta(delta)
+            except (TypeError, ValueError, OverflowError):  # int(inf) overflows: a 1e400 in the JSON
                 continue  # a damaged entry names nothing
+            out.append(Trouble(str(host), str(where), str(counter), moved, str(kind)))
     return sorted(out, key=Trouble.cause_rank)
+
+
+def _delta(value: Any) -> int:
+    """A trouble entry's delta as a count: ValueError for one no counter can have moved by (not a
+    finite number, or outside 0..MAX_DELTA: a damaged or hostile file), so that no sum overflows."""
+    moved = int(value)
+    if not 0 <= moved <= MAX_DELTA:
+        raise ValueError(f"a delta of {moved} is outside a counter's range")
+    return moved
 
 
 def mark(value: Any, limit: int = 2) -> str:

@@ -5,15 +5,19 @@ the replayed steps, the wire trouble counters of each workload's latest run).
 
 Labels stay bounded: no run id, no time, no free text; a series is named by what it measures
 (collective, size bucket, host, rail, counter), so ten runs of one shape make the same series, each
-holding the latest value. The text is prometheus_client's (the text format node_exporter's
-textfile collector reads), written atomically through core/outputs.py or pushed to a Pushgateway.
+holding the latest value. A hostile file cannot poison the text: every label value is made one
+printable line (`_label`) and a family holds at most MAX_SERIES series, the rest counted in
+commbench_series_dropped and said once (docs/METRICS.md). The text is prometheus_client's (the
+text format node_exporter's textfile collector reads), written atomically through core/outputs.py
+or pushed to a Pushgateway (analysis/export/pushgateway.py).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,43 +25,94 @@ import pandas as pd
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from commbench.analysis.catalog import sections
+from commbench.analysis.export.pushgateway import PUSH_TIMEOUT_S, push_registry
 from commbench.analysis.points.pointtable import Query, Source, frame_source, open_source
+from commbench.analysis.points.section import MAX_SERIES
 from commbench.core import workloadspec
-from commbench.core.errors import BadInput, RuntimeFailure
+from commbench.core.errors import BadInput
+from commbench.core.safetext import printable
 from commbench.core.units import format_size
 
 PREFIX = "commbench"
 BUSBW_WORKLOADS = workloadspec.names(drawn_as=workloadspec.CURVE)  # one collective at one size: a busbw gauge
 VERDICTS = {"PASS": 0, "WARN": 1, "FAIL": 2}  # check's per-host verdict as a gauge value
-PUSH_TIMEOUT_S = 5.0
+LABEL_LIMIT = 128  # characters of a label value
+DROPPED = "series_dropped"  # the family counting, per family, the series an export left out
 
 
 class Metrics:
-    """The gauges of one export, registered on a registry of their own (never the global one)."""
+    """The gauges of one export, registered on a registry of their own (never the global one); at
+    most MAX_SERIES series a family, the series left out counted per family (commbench_series_dropped)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._gauges: dict[str, Gauge] = {}
+        self._series: dict[str, set[tuple[str, ...]]] = {}
+        self._dropped: dict[str, int] = {}
 
     def set(self, name: str, help_text: str, labels: Mapping[str, Any], value: float) -> None:
         gauge = self._gauges.get(name)
         if gauge is None:
             gauge = Gauge(f"{PREFIX}_{name}", help_text, list(labels), registry=self.registry)
             self._gauges[name] = gauge
-        gauge.labels(**{k: _label(v) for k, v in labels.items()}).set(value)
+            self._series[name] = set()
+        values = {k: _label(v) for k, v in labels.items()}
+        key = tuple(values.values())
+        seen = self._series[name]
+        if key not in seen:
+            if len(seen) >= MAX_SERIES:
+                self.dropped(name, 1)
+                return
+            seen.add(key)
+        gauge.labels(**values).set(_value(value))
+
+    def dropped(self, name: str, count: int) -> None:
+        """`count` series of family `name` not written (over MAX_SERIES, or left out by a section)."""
+        if count > 0:
+            self._dropped[name] = self._dropped.get(name, 0) + count
+
+    def warnings(self) -> list[str]:
+        """One line per family that lost series, for the command to say once."""
+        return [f"metrics: {n:,} series of {PREFIX}_{name} not written (a family holds at most {MAX_SERIES:,}; "
+                f"counted in {PREFIX}_{DROPPED}): export fewer hosts, traces or runs at once"
+                for name, n in sorted(self._dropped.items())]
 
     def text(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self.ready())
 
     def names(self) -> list[str]:
+        self.ready()
         return sorted(f"{PREFIX}_{n}" for n in self._gauges)
+
+    def ready(self) -> CollectorRegistry:
+        """The registry to write or push, the dropped series counted in it (commbench_series_dropped)."""
+        if not self._dropped:
+            return self.registry
+        gauge = self._gauges.get(DROPPED)
+        if gauge is None:
+            gauge = Gauge(f"{PREFIX}_{DROPPED}", "Series of a metric family this export left out (over the "
+                          "most a family holds).", ["family"], registry=self.registry)
+            self._gauges[DROPPED] = gauge
+        for name, n in self._dropped.items():
+            gauge.labels(family=f"{PREFIX}_{name}").set(n)
+        return self.registry
 
 
 def _label(value: Any) -> str:
-    """A label value: '' for a missing one; never a line break (a label is one line of the text format)."""
+    """A label value: '' for a missing one; one line (whitespace runs, line breaks among them, as
+    one space) of at most LABEL_LIMIT characters, every other character that is not printable
+    (control, bidi, format: core/safetext.py `printable`) as '?'."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    return " ".join(str(value).split())[:128]
+    return printable(" ".join(str(value).split())[:LABEL_LIMIT])
+
+
+def _value(value: Any) -> float:
+    """A gauge's value as a float; one past a float's range (a huge integer sum) reads +-inf, never raises."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def size_bucket(size_bytes: int) -> str:
@@ -166,42 +221,26 @@ def write_textfile(m: Metrics, path: str | os.PathLike, command: str = "export",
     return write_file(path, m.text(), command, flag, inputs=inputs, force=True)
 
 
-def check_push_url(url: str) -> None:
-    """BadInput in one line for a --push value that is not an http(s) address (checked before reading)."""
-    from urllib.parse import urlparse
-
-    parsed = urlparse(url if "://" in url else f"http://{url}")
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise BadInput(f"--push {url}: not an http(s) URL: pass the Pushgateway's address, e.g. http://host:9091")
-
-
 def push(m: Metrics, url: str, job: str = "commbench", timeout: float = PUSH_TIMEOUT_S) -> None:
-    """PUT the metrics to a Pushgateway as job `job` (replacing that job's last push). A gateway
-    that does not answer, or refuses, is a runtime failure in one line."""
-    from urllib.error import HTTPError, URLError
-
-    from prometheus_client import push_to_gateway
-
-    check_push_url(url)
-    try:
-        push_to_gateway(url, job=job, registry=m.registry, timeout=timeout)
-    except HTTPError as exc:
-        raise RuntimeFailure(f"the Pushgateway at {url} refused the metrics (HTTP {exc.code} {exc.reason}): "
-                             "check the URL and the gateway's log") from None
-    except (URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        raise RuntimeFailure(f"the Pushgateway at {url} did not answer within {timeout:g} s ({reason}): "
-                             "check the URL and that the gateway runs") from None
+    """PUT the metrics to a Pushgateway as job `job` (analysis/export/pushgateway.py: the URL's
+    credentials as basic auth, the whole push within `timeout` s, each failure one line)."""
+    push_registry(m.ready(), url, job, timeout)
 
 
 def write_metrics(rows_or_paths: Any, path: str | os.PathLike, check: Mapping[str, str] | None = None,
-                  command: str = "sweep", flag: str = "--metrics") -> Path:
+                  command: str = "sweep", flag: str = "--metrics",
+                  warn: Callable[[str], None] = lambda line: print(f"commbench: warning: {line}", file=sys.stderr,
+                                                                   flush=True)) -> Path:
     """The textfile of `rows_or_paths` (files or folders, a frame, or a run's rows) written to
     `path`, for a command that writes metrics as it finishes (sweep --metrics, check --metrics);
-    `check` adds check's verdicts (host -> PASS/WARN/FAIL). With no rows, only the verdicts."""
+    `check` adds check's verdicts (host -> PASS/WARN/FAIL). With no rows, only the verdicts. A
+    family that lost series is said once through `warn`."""
     if rows_or_paths is None or (isinstance(rows_or_paths, (list, tuple)) and not rows_or_paths):
         m = Metrics()
         check_gauges(m, check or {})
     else:
         m = collect(rows_or_paths, check)
-    return write_textfile(m, path, command, flag)
+    written = write_textfile(m, path, command, flag)
+    for line in m.warnings():
+        warn(line)
+    return written

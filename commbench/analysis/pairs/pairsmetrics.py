@@ -10,12 +10,16 @@ from typing import TYPE_CHECKING
 
 from commbench.analysis.pairs import linkfaults, linkrank, railrank
 from commbench.analysis.points.pointtable import quote
+from commbench.analysis.points.section import MAX_SERIES
 
 if TYPE_CHECKING:
     from commbench.analysis.points.pointtable import Query
     from commbench.analysis.points.section import Gauges
 
-MAX_LINK_SERIES = 4096  # pairs links written one series each up to this many (64 hosts); above, hosts only
+# pairs links written one series each up to the most a family holds (4096: 64 hosts), over every rail;
+# above, hosts only (a part of the links would read as the whole), the links counted as dropped
+MAX_LINK_SERIES = MAX_SERIES
+LINKS = "pairs_link_busbw_bytes_per_second"
 PAIRS_VERDICTS = {"ok": 0, "slow": 1, "failed": 2}  # a pairs host: linkrank's slow, linkfaults' failed host
 
 
@@ -39,9 +43,12 @@ def pairs_metrics(q: Query, m: Gauges) -> None:
     rails = railrank.by_rail(rows, last[0]) if railrank.has_rails(rows) else None
     by_rail = rails if rails else {"": next(iter(linkrank.links_by_run(rows).values()), [])}
     cells: dict[tuple[str, str], str] = {}
+    n_links = sum(len(links) for links in by_rail.values())
     for rail, links in by_rail.items():
         if links:
-            _ranked(m, rail, linkrank.rank_links(links), cells, len(links) <= MAX_LINK_SERIES)
+            _ranked(m, rail, linkrank.rank_links(links), cells, n_links <= MAX_LINK_SERIES)
+    if n_links > MAX_LINK_SERIES:
+        m.dropped(LINKS, n_links)
     found = linkfaults.faults(rows)
     for c in found.named:
         if c.kind == "host":
@@ -71,5 +78,5 @@ def _ranked(m: Gauges, rail: str, r: linkrank.Ranking, cells: dict, with_links: 
             cells[(e.name, rail)] = "slow"
     if with_links:
         for ln in r.links:
-            m.set("pairs_link_busbw_bytes_per_second", "Median bandwidth of a link in the latest pairs run.",
+            m.set(LINKS, "Median bandwidth of a link in the latest pairs run.",
                   {"src_host": ln.src, "dst_host": ln.dst, "rail": rail}, ln.gbps * 1e9)

@@ -99,10 +99,19 @@ class CompareHooks:
     html: Callable[[Any, Callable[[Any], str]], str] | None = None
 
 
+# The most series one metric family of an export holds (analysis/export/metrics.py): a hostile or huge
+# results file cannot make a million; what is left out is counted (commbench_series_dropped) and said once.
+MAX_SERIES = 4096
+
+
 class Gauges(Protocol):
-    """Where a section's metrics go (analysis/export/metrics.py Metrics): one gauge value a call."""
+    """Where a section's metrics go (analysis/export/metrics.py Metrics): one gauge value a call,
+    at most MAX_SERIES series a family (the rest counted as dropped)."""
 
     def set(self, name: str, help_text: str, labels: Mapping[str, Any], value: float) -> None: ...
+
+    def dropped(self, name: str, count: int) -> None:
+        """`count` series of family `name` that a section left out itself (the pairs links above the cap)."""
 
 
 def _own_entry(section: Section, inputs: Inputs, body: str) -> list[tuple[str, str]]:
