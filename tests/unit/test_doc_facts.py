@@ -1,15 +1,16 @@
 """The hand-kept facts the docs state about the tree are the tree's (issue 56, docs that cannot drift):
 every repo path, dotted name and file named alone they name exists; every `commbench CMD --FLAG` in
 a code span is an option of that command, and a span that starts with a flag names one some command
-or script takes; every flag given to a script of the tree is one the script reads; every pytest marker
-named is declared in pyproject.toml and every marker the tests use too; the schema version, the
-DeepSpeed and torch versions and the architecture test's caps they quote are the code's; "FILE's
-`NAME`" names something FILE holds; every COMMBENCH_ variable named is one the tree reads; the README
-lists every page and docs/OPTIONS.md every flag of sweep. Each check is a function from a text to its
-problems, fed the real docs and a planted stale text. Reads files only; the CLI is walked as a click
-group in process, never started. (The tables generated from the code have their own checks:
-test_architecture_doc.py, test_columns.py, test_development_doc.py, tools/reliabilitydoc.py; the
-commands in the docs' shell blocks are parsed by tests/integration/test_doc_examples.py.)"""
+or script takes; every flag given to a script of the tree is one the script reads; every pytest
+marker named is declared in pyproject.toml and every marker the tests use too; the schema version,
+the DeepSpeed and torch versions, the architecture test's caps and the constants (CONSTANTS) they
+quote are the code's; "FILE's `NAME`" names something FILE holds; every COMMBENCH_ variable named is
+one the tree reads; the README lists every page and docs/OPTIONS.md every flag of sweep. Each check
+is a function from a text to its problems, fed the real docs and a planted stale text. Reads files
+only; the CLI is walked as a click group in process, never started. (The tables generated from the
+code have their own checks: test_architecture_doc.py, test_columns.py, test_development_doc.py,
+tools/reliabilitydoc.py; the commands in the docs' shell blocks are parsed by
+tests/integration/test_doc_examples.py.)"""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ import pytest
 
 from commbench.cli.app import cli
 from commbench.core.columns import SCHEMA_VERSION
+from commbench.core.options import AUTO_TARGETS, GRAPH_OPS, MAX_ITERATIONS
+from commbench.lab.state import MAX_RAILS
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md",
@@ -239,6 +242,33 @@ def stale_facts(text: str, facts: dict[str, str]) -> list[str]:
     return bad
 
 
+def pct(share: float) -> str:
+    return f"{share * 100:g}"
+
+
+GLOO, NCCL = AUTO_TARGETS["gloo"], AUTO_TARGETS["nccl"]  # --precision auto and --time-budget auto
+GLOO_AUTO = (pct(GLOO.precision), f"{GLOO.time_budget:g}")
+NCCL_AUTO = (pct(NCCL.precision), f"{NCCL.time_budget:g}")
+# Constants the pages quote in words: the wording (its groups are the numbers) and the code's numbers.
+CONSTANTS = (
+    (r"up to (\d+) rails", (str(MAX_RAILS),)),  # lab up --rails
+    (r"([\d,]+), `--iters`' limit", (f"{MAX_ITERATIONS:,}",)),
+    (r"(?:graph of|captures|point's) (\d+) calls", (str(GRAPH_OPS),)),  # --cuda-graph
+    (r"(\d+)% within ([\d.]+) s a point(?: on gloo|: --precision auto on gloo)", GLOO_AUTO),
+    (r"a gloo sweep (\d+)% within ([\d.]+) s", GLOO_AUTO),
+    (r"(\d+)% within ([\d.]+) s on NCCL", NCCL_AUTO),
+    (r"NCCL (\d+)% within ([\d.]+) s a point", NCCL_AUTO),
+    (r"(\d+)% with gloo, (\d+)% with NCCL", (pct(GLOO.precision), pct(NCCL.precision))),
+)
+
+
+def misquoted(text: str, constants: tuple[tuple[str, tuple[str, ...]], ...] = CONSTANTS) -> list[str]:
+    """The constants `text` quotes (CONSTANTS' wordings, across line breaks) that differ from the code's."""
+    flat = " ".join(text.split())
+    return [f"{m.group(0)!r}: the code's is {', '.join(true)}" for wording, true in constants
+            for m in re.finditer(wording, flat) if m.groups() != true]
+
+
 OWNED = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|toml|txt|sh|md)|\.ci/run)'s\s+"
                    r"(`[^`\s]+`|\[[\w.]+\]|[A-Z][A-Z_]+\b)")
 
@@ -275,7 +305,7 @@ def problems(page: Path) -> list[str]:
     steps = {*re.findall(r'Step\("(\w+)"', (ROOT / "tools" / "suite.py").read_text()), "lint", "tests"}
     found = (missing_paths(text, here) + unknown_options(text) + unknown_script_flags(text, steps=steps)
              + unknown_markers(text) + stale_facts(text, quoted_facts()) + unowned_names(text, here)
-             + unknown_env(text, KNOWN_ENV) + unknown_bare_flags(text, KNOWN_FLAGS))
+             + unknown_env(text, KNOWN_ENV) + unknown_bare_flags(text, KNOWN_FLAGS) + misquoted(text))
     return [f"{page.relative_to(ROOT)}: {p}" for p in found]
 
 
@@ -371,6 +401,16 @@ def test_planted_stale_facts_are_found() -> None:
     bad = "`schema_version` (now 4); DeepSpeed 0.18.1; torch 2.1 here; a module over 700 lines"
     assert [p.split(":")[0] for p in stale_facts(bad, facts)] == [
         "'schema_version` (now 4'", "'DeepSpeed 0.18.1'", "'torch 2.1'", "'module over 700 lines'"]
+
+
+def test_planted_misquoted_constants_are_found() -> None:
+    pages = " ".join(" ".join(page.read_text().split()) for page in PAGES)
+    assert [w for w, _ in CONSTANTS if not re.search(w, pages)] == []  # a wording no page uses checks nothing
+    good = "up to 8 rails; 10,000,000, `--iters`' limit; each point's 20 calls; 5% within 2 s a point on\ngloo"
+    assert misquoted(good) == []
+    bad = "up to 16 rails; each point's 10 calls; 3% within 0.05 s on NCCL, a gloo sweep 3% within 2 s"
+    assert [p.split(":")[0] for p in misquoted(bad)] == ["'up to 16 rails'", "\"point's 10 calls\"",
+                                                           "'a gloo sweep 3% within 2 s'"]
 
 
 def test_planted_unowned_names_are_found(tmp_path: Path) -> None:
