@@ -237,3 +237,20 @@ def test_a_dripping_gateway_ends_the_push_in_time(dripping):
     assert time.monotonic() - t0 < 3.0  # each byte within urllib's per-read timeout: only the total bound ends it
     message = str(err.value)
     assert "did not finish the push within 1 s" in message and "\n" not in message and "pw" not in message
+
+
+def test_export_to_a_dripping_gateway_ends_in_one_line(cli, tmp_path, dripping, monkeypatch):
+    monkeypatch.setattr(pushgateway, "PUSH_TIMEOUT_S", 1.0)  # the command's own bound (5 s), shortened
+    write(tmp_path / "a.parquet", night(1))
+    t0 = time.monotonic()
+    r = cli("export", str(tmp_path / "a.parquet"), "--push", f"http://127.0.0.1:{dripping}")
+    assert time.monotonic() - t0 < 4.0
+    assert r.returncode == 3 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "did not finish the push within 1 s" in r.stderr
+
+
+def test_write_metrics_says_the_drop_on_stderr_once(tmp_path, capsys):
+    hosts = {f"h{i:05d}": "FAIL" for i in range(MAX_SERIES + 1)}
+    metrics.write_metrics(None, tmp_path / "m.prom", check=hosts, command="check")  # what check --metrics calls
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("commbench: warning: metrics: 1 series of commbench_check_host")

@@ -25,7 +25,7 @@ import pandas as pd
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from commbench.analysis.catalog import sections
-from commbench.analysis.export.pushgateway import PUSH_TIMEOUT_S, push_registry
+from commbench.analysis.export.pushgateway import push_registry
 from commbench.analysis.points.pointtable import Query, Source, frame_source, open_source
 from commbench.analysis.points.section import MAX_SERIES
 from commbench.core import workloadspec
@@ -221,9 +221,10 @@ def write_textfile(m: Metrics, path: str | os.PathLike, command: str = "export",
     return write_file(path, m.text(), command, flag, inputs=inputs, force=True)
 
 
-def push(m: Metrics, url: str, job: str = "commbench", timeout: float = PUSH_TIMEOUT_S) -> None:
+def push(m: Metrics, url: str, job: str = "commbench", timeout: float | None = None) -> None:
     """PUT the metrics to a Pushgateway as job `job` (analysis/export/pushgateway.py: the URL's
-    credentials as basic auth, the whole push within `timeout` s, each failure one line)."""
+    credentials as basic auth, the whole push within `timeout` s, PUSH_TIMEOUT_S by default, each
+    failure one line)."""
     push_registry(m.ready(), url, job, timeout)
 
 

@@ -88,11 +88,12 @@ def _is_host(host: str, netloc: str) -> bool:
     return bool(host) and _HOST.match(host) is not None
 
 
-def push_registry(registry: CollectorRegistry, url: str, job: str, timeout: float = PUSH_TIMEOUT_S) -> None:
+def push_registry(registry: CollectorRegistry, url: str, job: str, timeout: float | None = None) -> None:
     """PUT the registry to a Pushgateway as job `job` (replacing that job's last push), with the
     URL's credentials as basic auth. A gateway that does not answer, or not within `timeout` s
     in all, or refuses, is a runtime failure in one line that never names the password."""
     target = check_push_url(url)
+    timeout = PUSH_TIMEOUT_S if timeout is None else timeout  # read at the call: a test may shorten it
     failed: list[BaseException] = []
     worker = threading.Thread(target=_push, args=(registry, target, job, timeout, failed), daemon=True,
                               name="commbench-push")
