@@ -300,12 +300,43 @@ def unknown_env(text: str, known: set[str]) -> list[str]:
     return [name for name in ENV.findall(text) if name not in known]
 
 
+PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+
+def unknown_imports(text: str, pkg: Path = ROOT / "commbench") -> list[str]:
+    """What the pages' Python examples import from commbench that the tree does not hold
+    (`from commbench.analysis import metrics` after metrics moved to analysis/export/)."""
+    found = []
+    for block in PYTHON_BLOCK.findall(text):
+        try:
+            tree = ast.parse(block)
+        except SyntaxError:
+            continue  # an excerpt with "..." in it, not a program
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "commbench":
+                found += [f"from {node.module} import {a.name}: no such name" for a in node.names
+                          if not _importable(f"{node.module}.{a.name}", pkg)]
+            elif isinstance(node, ast.Import):
+                found += [f"import {a.name}: no such module" for a in node.names
+                          if a.name.split(".")[0] == "commbench" and not _importable(a.name, pkg, module=True)]
+    return found
+
+
+def _importable(dotted: str, pkg: Path, module: bool = False) -> bool:
+    """A module of commbench (a file or a package), or, unless `module`, a name a module defines."""
+    place = pkg.joinpath(*dotted.split(".")[1:])
+    if place.is_dir() or place.with_suffix(".py").is_file():
+        return True
+    return not module and bool(dotted_exists(dotted.removeprefix("commbench"), pkg))
+
+
 def problems(page: Path) -> list[str]:
     text, here = page.read_text(), page.parent
     steps = {*re.findall(r'Step\("(\w+)"', (ROOT / "tools" / "suite.py").read_text()), "lint", "tests"}
     found = (missing_paths(text, here) + unknown_options(text) + unknown_script_flags(text, steps=steps)
              + unknown_markers(text) + stale_facts(text, quoted_facts()) + unowned_names(text, here)
-             + unknown_env(text, KNOWN_ENV) + unknown_bare_flags(text, KNOWN_FLAGS) + misquoted(text))
+             + unknown_env(text, KNOWN_ENV) + unknown_bare_flags(text, KNOWN_FLAGS) + misquoted(text)
+             + unknown_imports(text))
     return [f"{page.relative_to(ROOT)}: {p}" for p in found]
 
 
@@ -419,3 +450,10 @@ def test_planted_unowned_names_are_found(tmp_path: Path) -> None:
             "NO_SUCH, tests/conftest.py's `nofixture`, gone.py's `x`")
     assert unowned_names(text, tmp_path) == ["pyproject.toml's [tool.nothing]", "tools/suite.py's NO_SUCH",
                                              "tests/conftest.py's nofixture", "gone.py's x"]
+
+
+def test_planted_stale_imports_are_found() -> None:
+    text = ("```python\nfrom commbench.analysis import metrics\nimport commbench.analysis.engine\n"
+            "from commbench.analysis.export import metrics as m\n```\n```python\nx = ...[\n```\n")
+    assert unknown_imports(text) == ["from commbench.analysis import metrics: no such name",
+                                     "import commbench.analysis.engine: no such module"]
