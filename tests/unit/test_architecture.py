@@ -175,11 +175,15 @@ def _cycles(mods: dict[str, Module]) -> list[list[str]]:
     return found
 
 
-MODS = _modules()
+@pytest.fixture(scope="module")
+def mods() -> dict[str, Module]:
+    """The package's modules and their imports, built when the first test here asks (not at collection,
+    where each xdist worker would pay about a second for it whether or not it runs these tests)."""
+    return _modules()
 
 
-def test_no_import_circles():
-    cycles = _cycles(MODS)
+def test_no_import_circles(mods):
+    cycles = _cycles(mods)
     assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
@@ -187,8 +191,8 @@ def _private_uses(mods: dict[str, Module]) -> dict[str, list[str]]:
     return {m.name: m.private_uses for m in mods.values() if m.private_uses}
 
 
-def test_no_module_imports_another_modules_private_names():
-    uses = _private_uses(MODS)
+def test_no_module_imports_another_modules_private_names(mods):
+    uses = _private_uses(mods)
     assert not uses, "\n".join(f"{m}: {u}" for m, us in uses.items() for u in us)
 
 
@@ -278,8 +282,8 @@ def _climbing(mods: dict[str, Module]) -> list[str]:
     return climbing
 
 
-def test_imports_go_down_the_flow():
-    climbing = _climbing(MODS)
+def test_imports_go_down_the_flow(mods):
+    climbing = _climbing(mods)
     assert not climbing, "imports that climb the flow:\n" + "\n".join(climbing)
 
 
@@ -301,8 +305,8 @@ def _feature_climbing(mods: dict[str, Module]) -> list[str]:
     return wrong
 
 
-def test_analysis_features_import_one_way():
-    wrong = _feature_climbing(MODS)
+def test_analysis_features_import_one_way(mods):
+    wrong = _feature_climbing(mods)
     assert not wrong, "analysis imports against FEATURES:\n" + "\n".join(wrong)
 
 
@@ -336,8 +340,8 @@ def _shared_basenames(mods: dict[str, Module]) -> dict[str, list[str]]:
     return {name: paths for name, paths in sorted(by_name.items()) if len(paths) > 1}
 
 
-def test_module_basenames_are_unique_outside_cli():
-    shared = _shared_basenames(MODS)
+def test_module_basenames_are_unique_outside_cli(mods):
+    shared = _shared_basenames(mods)
     assert not shared, "modules sharing a name outside cli/:\n" + "\n".join(
         f"{name}: {', '.join(paths)}" for name, paths in shared.items())
 
@@ -366,8 +370,8 @@ def _torch_paths(mods: dict[str, Module]) -> dict[str, str]:
     return paths
 
 
-def test_core_and_analysis_never_reach_torch():
-    paths = _torch_paths(MODS)
+def test_core_and_analysis_never_reach_torch(mods):
+    paths = _torch_paths(mods)
     assert not paths, "\n".join(paths.values())
 
 
@@ -382,13 +386,13 @@ def _long_functions(mods: dict[str, Module]) -> list[str]:
     return long
 
 
-def test_functions_are_short():
-    long = _long_functions(MODS)
+def test_functions_are_short(mods):
+    long = _long_functions(mods)
     assert not long, "functions over 80 lines:\n" + "\n".join(long)
 
 
-def test_modules_are_short_and_live_in_packages():
-    long = [f"{m.path.relative_to(ROOT)} ({n} lines)" for m in MODS.values()
+def test_modules_are_short_and_live_in_packages(mods):
+    long = [f"{m.path.relative_to(ROOT)} ({n} lines)" for m in mods.values()
             if (n := len(m.path.read_text().splitlines())) > MAX_MODULE_LINES]
     assert not long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(long)
     loose = sorted(p.name for p in PKG.glob("*.py"))
@@ -411,9 +415,9 @@ def _documented() -> set[str]:
     return set(re.findall(r"`((?:[a-z_]+/)*[a-z_]+\.py)`", DOC.read_text()))
 
 
-def test_architecture_doc_names_every_module_and_only_real_ones():
+def test_architecture_doc_names_every_module_and_only_real_ones(mods):
     named = _documented()
-    real = {str(m.path.relative_to(PKG)) for m in MODS.values()
+    real = {str(m.path.relative_to(PKG)) for m in mods.values()
             if m.path.name != "__init__.py" or m.path.read_text().strip()}
     assert sorted(named - real) == [], "named in docs/ARCHITECTURE.md but not in commbench/"
     assert sorted(real - named) == [], "in commbench/ but not named in docs/ARCHITECTURE.md"
