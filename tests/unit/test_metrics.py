@@ -71,7 +71,8 @@ def test_ten_runs_make_the_same_series(tmp_path):
     for i in range(10):
         write(tmp_path / f"s{i}.parquet", night(i, speed=400.0 - i))
         write(tmp_path / f"p{i}.parquet", pairs_night(i, rate=RATES))
-        counts.append(len(samples(metrics.collect([tmp_path]).text())))
+        if i in (0, 1, 9):  # one run, the first older run, ten runs (each export reads every file so far)
+            counts.append(len(samples(metrics.collect([tmp_path]).text())))
     assert len(set(counts)) == 1 and counts[0] > 40
 
 
