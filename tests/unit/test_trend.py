@@ -21,6 +21,29 @@ def changed(tmp_path_factory) -> Path:
     return synthetic.write_nights(tmp_path_factory.mktemp("changed"), [400.0] * 15 + [100.0] * 9)
 
 
+@pytest.fixture(scope="module")
+def found_changed(changed) -> trend.Trend:
+    """trend.trend of `changed`, judged once for the tests that only read the answer."""
+    return trend.trend([changed])
+
+
+@pytest.fixture(scope="module")
+def steady(tmp_path_factory) -> Path:
+    """24 steady nights at 400 Gbit/s, written once for the tests that only read them. Its first n
+    nights are, file for file, what write_nights([400.0] * n) writes (each night's rows and wobble
+    depend only on its index), so a test that needs fewer nights copies them (nights())."""
+    return synthetic.write_nights(tmp_path_factory.mktemp("steady"), [400.0] * 24)
+
+
+def nights(steady: Path, n: int, tmp_path: Path) -> Path:
+    """A folder of the first `n` steady nights, of the test's own, to add files to."""
+    folder = tmp_path / "nightly"
+    folder.mkdir()
+    for f in sorted(steady.glob("*.parquet"))[:n]:
+        shutil.copy(f, folder / f.name)
+    return folder
+
+
 def test_pettitt_finds_the_first_value_after_a_step_and_a_small_p():
     x = [10.0] * 15 + [3.0] * 9
     x = [v + 0.01 * i for i, v in enumerate(x)]  # no ties
@@ -41,9 +64,8 @@ def test_smallest_p_and_runs_needed_agree():
     assert math.isclose(trend.smallest_p(24), 2 * math.exp(-6 * 144**2 / (24**3 + 24**2)))
 
 
-def test_a_rate_drop_from_run_16_is_named_at_run_16_with_the_link_rate(tmp_path):
-    folder = synthetic.write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
-    found = trend.trend([folder])
+def test_a_rate_drop_from_run_16_is_named_at_run_16_with_the_link_rate(found_changed):
+    found = found_changed
     assert len(found.runs) == 24
     assert found.change_runs() == [15]  # position 15: run 16
     assert found.runs[15].index == 16
@@ -64,24 +86,24 @@ def test_the_cli_names_run_16_exits_1_and_json_lists_the_points(changed, cli):
     assert all(c["change"] < -0.5 for c in got["changes"] if c["point"]["size_bytes"] == 1 << 24)
 
 
-def test_steady_runs_name_nothing_and_exit_0(tmp_path, cli):
-    folder = synthetic.write_nights(tmp_path, [400.0] * 24)
+def test_steady_runs_name_nothing_and_exit_0(steady, cli):
+    folder = steady
     proc = cli("trend", str(folder))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no change" in proc.stdout
     assert "CHANGE" not in proc.stdout
 
 
-def test_too_few_runs_is_no_verdict_exit_3(tmp_path, cli):
-    folder = synthetic.write_nights(tmp_path, [400.0] * 4)
+def test_too_few_runs_is_no_verdict_exit_3(steady, tmp_path, cli):
+    folder = nights(steady, 4, tmp_path)
     proc = cli("trend", str(folder))
     assert proc.returncode == 3
     assert proc.stderr.count("\n") == 1 and "4 runs cannot show a change" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_runs_of_different_world_sizes_are_refused_in_one_line(tmp_path, cli):
-    folder = synthetic.write_nights(tmp_path, [400.0] * 8)
+def test_runs_of_different_world_sizes_are_refused_in_one_line(steady, tmp_path, cli):
+    folder = nights(steady, 8, tmp_path)
     rows = synthetic.night_rows(9, 400.0, np.random.default_rng(1))
     for r in rows:
         r["world_size"] = 4
@@ -116,10 +138,10 @@ def test_a_slow_host_of_pairs_links_is_named_as_the_common_end(tmp_path):
     assert {c.hosts() for c in found.changes} <= {(s, d) for s in hosts for d in hosts if "cbnode3" in (s, d)}
 
 
-def test_the_plot_draws_each_changed_point_and_marks_run_16(changed):
+def test_the_plot_draws_each_changed_point_and_marks_run_16(found_changed):
     from commbench.analysis.trend import trendplot
 
-    found = trend.trend([changed])
+    found = found_changed
     fig = trendplot.draw(found)
     lines = fig.axes[0].get_lines()
     marks = [ln for ln in lines if list(ln.get_xdata()) == [15.5, 15.5]]
@@ -129,8 +151,8 @@ def test_the_plot_draws_each_changed_point_and_marks_run_16(changed):
     assert all(list(ln.get_xdata()) == list(range(1, 25)) for ln in drawn)
 
 
-def test_cli_plot_writes_the_figure_and_refuses_a_bad_suffix(tmp_path, cli):
-    folder = synthetic.write_nights(tmp_path, [400.0] * 24)
+def test_cli_plot_writes_the_figure_and_refuses_a_bad_suffix(steady, tmp_path, cli):
+    folder = steady
     assert cli("trend", str(folder), "--plot", str(tmp_path / "t.png")).returncode == 0
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
     bad = cli("trend", str(folder), "--plot", str(tmp_path / "t.txt"))
@@ -158,8 +180,8 @@ def test_the_first_15_real_lab_runs_name_nothing(tmp_path):
     assert len(found.runs) == 15 and found.changes == []
 
 
-def test_runs_of_different_collectives_are_refused_in_one_line(tmp_path, cli):
-    folder = synthetic.write_nights(tmp_path, [400.0] * 8)
+def test_runs_of_different_collectives_are_refused_in_one_line(steady, tmp_path, cli):
+    folder = nights(steady, 8, tmp_path)
     rows = synthetic.night_rows(9, 400.0, np.random.default_rng(1))
     for r in rows:
         r["collective"] = "all_gather"
