@@ -1,5 +1,7 @@
 """analysis/catalog/sections.py: the features' report sections declared once, and the HTML page and
-the Markdown report both built from that list (a section in one is in the other; none is hand-wired)."""
+the Markdown report both built from that list (a section in one is in the other; none is hand-wired).
+Its subject is which sections, links, headings and files a report has, not the drawing: the tests that
+build pages take `undrawn` (tests/unit/conftest.py), as drawing is tested by test_plot and test_report."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def _planted() -> Section:
                    lambda inp, kit: ["## Planted", "", kit.md(f"{inp.runs} run(s)"), ""])
 
 
-def test_a_section_in_the_list_is_in_the_page_and_the_markdown(monkeypatch):
+def test_a_section_in_the_list_is_in_the_page_and_the_markdown(monkeypatch, undrawn):
     """One line in the list, nothing else: the page has its link and body, the Markdown its heading."""
     df = pd.DataFrame(synthetic.make_rows(collectives=("all_reduce",), sizes=(1 << 16,), placements=(False,)))
     monkeypatch.setattr(sections, "SECTIONS", (*sections.SECTIONS, _planted()))
@@ -34,7 +36,7 @@ def test_a_section_in_the_list_is_in_the_page_and_the_markdown(monkeypatch):
     assert text.index("## Planted") < text.index("## Bandwidth and latency")
 
 
-def test_the_markdown_report_of_nightly_runs_has_the_trend_section(tmp_path):
+def test_the_markdown_report_of_nightly_runs_has_the_trend_section(tmp_path, undrawn):
     """The drift this list ends: the Markdown report claimed the page's sections but had no Trend."""
     folder = synthetic.write_nights(tmp_path, [400.0] * 15 + [100.0] * 9)
     text = report.write_report([str(folder)], out=tmp_path / "r.md")[0].read_text()
@@ -143,7 +145,7 @@ def _planted_kind() -> Section:
     return Section("kind", "Kind", "zero", html, md, claims=claims, figure=SectionFigure("-planted", draw))
 
 
-def test_a_planted_kind_of_rows_gets_its_section_its_markdown_and_its_figure(monkeypatch, tmp_path):
+def test_a_planted_kind_of_rows_gets_its_section_its_markdown_and_its_figure(monkeypatch, tmp_path, undrawn):
     monkeypatch.setattr(sections, "SECTIONS", (*sections.SECTIONS, _planted_kind()))
     rows = synthetic.make_rows(repetitions=1)
     path = synthetic.write(tmp_path / "run.parquet", rows)
@@ -204,7 +206,7 @@ def _planted_compare_kind() -> Section:
                    compare=hooks, metrics=metrics)
 
 
-def test_a_planted_kind_of_rows_gets_its_part_in_compare_and_export(monkeypatch, tmp_path):
+def test_a_planted_kind_of_rows_gets_its_part_in_compare_and_export(monkeypatch, tmp_path, undrawn):
     from commbench.analysis.compare import compare, comparetext
     from commbench.analysis.export import metrics
 
