@@ -51,7 +51,7 @@ def test_compare_of_plain_runs_has_no_group_column():
     assert "group" not in text.splitlines()[0] and "groups," not in text
 
 
-def test_the_report_of_a_layout_run_has_a_layout_section_with_groups_slowest_and_contention():
+def test_the_report_of_a_layout_run_has_a_layout_section_with_groups_slowest_and_contention(undrawn):
     from commbench.analysis.report import report
 
     rows = layout_rows(repetitions=3, slow_group=1)
@@ -72,7 +72,7 @@ def test_the_report_of_a_layout_run_has_a_layout_section_with_groups_slowest_and
     assert "Late ranks per group" in layout and "dp1 [1,3]: no rank or host stood out" in layout
 
 
-def test_the_report_of_a_plain_run_has_no_layout_section():
+def test_the_report_of_a_plain_run_has_no_layout_section(undrawn):
     from commbench.analysis.report import report
 
     assert 'id="layout"' not in report.build_html(pd.DataFrame(make_rows(repetitions=2)), ["synthetic"])

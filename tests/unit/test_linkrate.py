@@ -98,7 +98,7 @@ def test_plot_subtitle_shows_the_shaped_rate(tmp_path):
     assert "400 Gbit/s link" in describe_run(dict(unshaped.iloc[0]))
 
 
-def test_report_network_table_shows_the_shaped_rate(tmp_path):
+def test_report_network_table_shows_the_shaped_rate(tmp_path, undrawn):
     df = frame(lab_rows(800_000_000, "after", "20261201-000000-bbbbbb"), tmp_path)
     rows = net_rows(json.loads(df["net"].iloc[0]))
     assert rows == [["cscnode1", "eth0", "1500", "ethernet", SHAPED_800M, "up"],

@@ -153,7 +153,7 @@ def test_time_axes_are_labelled_in_one_human_unit(tmp_path):
     assert figures.time_unit(300.0) == (1.0, "µs") and figures.time_unit(0.5) == (1.0, "µs")
 
 
-def test_the_report_puts_the_plus_minus_next_to_every_headline_figure(tmp_path):
+def test_the_report_puts_the_plus_minus_next_to_every_headline_figure(tmp_path, undrawn):
     rows = _with_ci(make_rows(collectives=("all_reduce",), sizes=(1024, 1 << 20), placements=(True,),
                               repetitions=1), 0.123)
     df = frame(rows, tmp_path)

@@ -179,7 +179,7 @@ def test_an_output_that_is_an_input_is_refused_even_with_force(args, links, need
     does="only with an explicit `--force`, which renames a complete temporary over it (a reader never sees half a "
          "file); `--force` never replaces a FIFO, a device or a folder",
 )
-def test_force_replaces_an_existing_report_or_figure(inputs, tmp_path, capsys):
+def test_force_replaces_an_existing_report_or_figure(inputs, tmp_path, capsys, undrawn):
     for name in ("c.txt", "c.png", "g.txt"):
         (tmp_path / name).write_text("old\n")
     code, out, err = run(["compare", str(inputs["a"]), str(inputs["b"]), "--out", str(tmp_path / "c.txt"),

@@ -191,7 +191,7 @@ def test_the_report_of_a_replay_has_a_replay_section_with_collectives_largest_op
     assert '<td>all_reduce</td><td class="num">4</td><td class="num">130.8 KiB</td>' in section
 
 
-def test_the_markdown_report_of_a_replay_has_the_same_tables_and_a_plain_run_has_none():
+def test_the_markdown_report_of_a_replay_has_the_same_tables_and_a_plain_run_has_none(undrawn):
     from commbench.analysis.report import markdown, report
 
     df = pd.DataFrame(replay_rows({0: FAST}, repetitions=2))
@@ -221,7 +221,7 @@ def test_a_step_of_many_ops_lists_its_five_largest_and_many_steps_are_bounded():
     assert len(parts) == 1 + 2 * replayview.MAX_STEPS + 1
 
 
-def test_the_reports_comparison_with_a_replay_baseline_lists_the_replayed_steps():
+def test_the_reports_comparison_with_a_replay_baseline_lists_the_replayed_steps(undrawn):
     from commbench.analysis.report import report
 
     before, after = fast_and_slow()

@@ -269,7 +269,7 @@ def test_many_halfwidths_at_once_equal_the_one_at_a_time():
     assert [str(w) for w in widths[300:]] == ["nan", "nan", "nan", "inf"]
 
 
-def test_the_html_and_markdown_reports_state_the_gap(tmp_path):
+def test_the_html_and_markdown_reports_state_the_gap(tmp_path, undrawn):
     from commbench.analysis.report import markdown, report
     from unit.synthetic import frame, make_rows
 

@@ -235,7 +235,7 @@ def test_report_of_old_files_writes_html_and_markdown_with_a_baseline(files, tmp
     assert "likely cause: cbnode2 eth0 qdisc drops +3,630, cbnode2 tcp RetransSegs +5,472" in comparison
 
 
-def test_wire_values_from_the_file_are_escaped(tmp_path):
+def test_wire_values_from_the_file_are_escaped(tmp_path, undrawn):
     evil = (EVIL, "eth0 | [x](y)", "drops", 7, "drop")
     df = read_results([write(tmp_path / "evil.parquet", rows_with_wire(at_size(1 << 20, evil),
                                                                       hosts=(EVIL, "cbnode2")))])
