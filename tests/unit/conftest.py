@@ -43,7 +43,8 @@ def undrawn(monkeypatch) -> None:
     a figure on 2 cores, most of a report's time). For tests whose subject is something else (the
     writer, a report's text, its sections and captions) on plain synthetic rows: which figures and
     panels are built, and with what lines, is unchanged. Drawing itself is tested by test_plot.py,
-    test_report.py, test_golden_results.py and the heat-map tests (test_zerogrid, test_pairs,
+    test_report.py's pages and figures (its settings-section, stylesheet and default-out tests take
+    this), test_golden_results.py, test_aggregate.py and the heat-map tests (test_zerogrid, test_pairs,
     test_fault_views), which never use this."""
     from commbench.analysis.report import plot
 

@@ -238,7 +238,7 @@ def test_md_escapes_what_markdown_would_interpret():
     assert markdown.md("line\nbreak") == "line\\\\nbreak"  # one line; the break shown as an escape (issue #39)
 
 
-def test_format_follows_the_out_suffix_and_default_out_is_next_to_the_first_result(tmp_path):
+def test_format_follows_the_out_suffix_and_default_out_is_next_to_the_first_result(tmp_path, undrawn):
     assert report.resolve_format(None, "x.md") == "markdown"
     assert report.resolve_format(None, "x.html") == "html" and report.resolve_format(None, None) == "html"
     assert report.resolve_format("markdown", "x.txt") == "markdown"
@@ -313,7 +313,7 @@ def expected_medians(d, collective, in_place):
     return sel.groupby(["size_bytes", "settings"])["busbw_GBps"].median().unstack()
 
 
-def test_html_settings_section_has_best_and_worst_setting_per_size(tmp_path):
+def test_html_settings_section_has_best_and_worst_setting_per_size(tmp_path, undrawn):
     d = frame(settings_rows(), tmp_path)
     page = Page(report.build_html(d, ["env.parquet"]))
     assert ("a", {"href": "#settings"}) in page.tags
@@ -360,7 +360,7 @@ def test_markdown_settings_section(tmp_path):
 
 
 @pytest.mark.parametrize("settings", [(), (ETH0,)])
-def test_no_settings_section_with_one_setting_or_none(tmp_path, settings):
+def test_no_settings_section_with_one_setting_or_none(tmp_path, settings, undrawn):
     rows = settings_rows(settings=settings) if settings else make_rows()
     d = frame(rows, tmp_path)
     html_text = report.build_html(d, ["run.parquet"])
@@ -393,7 +393,7 @@ def test_settings_beside_rows_without_one_and_ties(tmp_path):
     assert settingsview.settings_text([None]) == "none"
 
 
-def test_the_page_carries_the_stylesheet_shipped_beside_the_module(tmp_path):
+def test_the_page_carries_the_stylesheet_shipped_beside_the_module(tmp_path, undrawn):
     """The CSS is package data (report/report.css, pyproject.toml's package-data): read through
     importlib.resources and inlined whole in the page's one <style>, so the page stays self-contained."""
     from importlib import resources
