@@ -231,13 +231,13 @@ def test_no_test_imports_a_private_name():
     assert not found, "tests import private names (test through the public name):\n" + "\n".join(found)
 
 
-def other_spellings(source: str) -> list[str]:
+def other_spellings(source: str | ast.Module) -> list[str]:
     """Imports of a test helper by a spelling other than the one tests/conftest.py puts on sys.path
     (`unit.synthetic`, `helpers`, an integration file by its own name): a relative import, or one
     through the `tests` package, which would load a second copy of the module under another name.
     (tests.integration.conftest is imported by that name on purpose: `conftest` alone is tests/'s own.)"""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
         if isinstance(node, ast.ImportFrom):
             name = "." * node.level + (node.module or "")
             if node.level or (name.startswith("tests.") and name != "tests.integration"):
@@ -258,7 +258,7 @@ def test_the_spelling_scan_finds_another_spelling():
 
 def test_tests_import_their_helpers_by_one_spelling():
     found = [f"{path.relative_to(ROOT)}: {f}" for path in sorted((ROOT / "tests").rglob("*.py"))
-             if path != Path(__file__) for f in other_spellings(path.read_text())]
+             if path != Path(__file__) for f in other_spellings(tree(path))]  # the trees the private scan parsed
     assert not found, ("tests import a helper by another spelling (write `from unit.X`, `from helpers`, "
                        "or an integration file by its name):\n" + "\n".join(found))
 
