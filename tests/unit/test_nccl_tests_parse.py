@@ -369,7 +369,7 @@ def test_rows_from_two_interleaved_processes_after_duplicated_headers():
     dup = (DATA / NO_ROWS).read_text()
     rows = ("  1310720000     327680000     float     sum    2861.4  458.07    0.00  0e+00    0.49  2.7e+06    0.00"
             "  0e+00\n")
-    parsed = text_parsed(dup + rows + rows.replace("2861.4", "2799.0"))
+    parsed = text_parsed(dup + rows + rows.replace("2861.4  458.07", "2799.0  468.28"))  # algbw = size / time
     df = frame(parsed)
     assert parsed.warnings == [SINGLE_RANK_HINT]
     assert set(df.world_size) == {1} and list(df.repetition) == [0, 0, 1, 1]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import math
 
 from commbench.core import vocab
 from commbench.core.errors import BadInput
@@ -86,6 +87,31 @@ def count_problem(h: Half, collective: str, world: int | None) -> str | None:
             f"multiple of {unit} B (at most {MAX_WORLD} ranks)")
 
 
+def algbw_problem(h: Half, collective: str) -> str | None:
+    """What is wrong with the row's algbw for its size and time, or None: nccl-tests' algbw is the
+    size over the time it prints (each collective's *GetBw: count x element size [x ranks] / time),
+    both rounded as printed; before 2.0 the gather family's was (ranks - 1) of its ranks' chunks
+    over the time (with busbw = algbw). Not judged under -C (the time printed is CPU time, the
+    bandwidths still of the wall time), nor where the time or algbw was printed as 0."""
+    t, alg = h.time, h.algbw
+    if h.cputime or not t or not alg or not h.size or not math.isfinite(t) or not math.isfinite(alg):
+        return None
+    tol_t = h.time_unit if h.time_unit is not None else 0.005
+    tol_alg = h.alg_unit if h.alg_unit is not None else 0.005
+    low = (alg - tol_alg) * (t - tol_t) * 1e3 / h.size - _REL  # algbw x time / size: 1 as nccl-tests prints
+    high = (alg + tol_alg) * (t + tol_t) * 1e3 / h.size + _REL
+    if low <= 1.0 <= high:
+        return None
+    spec = vocab.known(collective)
+    legacy = spec is not None and spec.per_rank_count and busbw_problem(h, collective, None) is None \
+        and abs((h.busbw or 0) - alg) <= tol_alg + (h.bus_unit or 0.005)
+    factors = _factors(collective)
+    at = bisect.bisect_left(factors, low)  # the least factor (ranks - 1) / ranks at or above `low`
+    if legacy and at < len(factors) and factors[at] <= high:
+        return None
+    return f"algbw {alg:g} GB/s is not size {h.size} B / time {t:g} us = {h.size / t / 1e3:.4g} GB/s"
+
+
 def busbw_problem(h: Half, collective: str, world: int | None) -> str | None:
     """What is wrong with the row's busbw for its algbw, collective and rank count, or None. A
     bandwidth printed as 0 (below the print precision, or a build that prints none) is not judged."""
@@ -120,6 +146,30 @@ def busbw_problem(h: Half, collective: str, world: int | None) -> str | None:
             f"ranks" + (": algbw and busbw are swapped?" if bus < alg else ""))
 
 
+def world_range(h: Half, collective: str) -> tuple[int, int] | None:
+    """The rank counts (lowest, highest) whose bus factor makes the row's busbw of its algbw within
+    the precision each was printed with; None when the row says nothing of the rank count (a
+    collective whose factor is the same on every count, an algbw printed as 0, a busbw printed as
+    0 beside an algbw under 1 GB/s). The factors grow with the count, so the fits are one run."""
+    by_world = _by_world(collective)
+    alg, bus = h.algbw, h.busbw
+    if len(set(by_world[1:])) < 2 or not alg or bus is None or (not bus and alg < 1.0):
+        return None
+    tol_alg = h.alg_unit if h.alg_unit is not None else 0.005
+    tol_bus = h.bus_unit if h.bus_unit is not None else 0.005
+    lo = (bus - tol_bus) / (alg + tol_alg) - _REL
+    hi = (bus + tol_bus) / max(alg - tol_alg, 1e-300) + _REL
+    first, last = bisect.bisect_left(by_world, lo), bisect.bisect_right(by_world, hi)
+    return (first + 1, last) if first < last else (0, 0)  # (0, 0): no count fits
+
+
+@functools.cache
+def _by_world(collective: str) -> list[float]:
+    """The bus factors of `collective` on 1..MAX_WORLD ranks, in the order of the count."""
+    spec = vocab.known(collective)
+    return [spec.busbw_factor(n) for n in range(1, MAX_WORLD + 1)] if spec else []
+
+
 @functools.cache
 def _factors(collective: str) -> list[float]:
     """The bus factors of `collective` on 1..MAX_WORLD ranks, sorted."""
@@ -137,7 +187,7 @@ class Refusals:
     def judge(self, h: Half, collective: str, world: int | None) -> None:
         self.rows += 1
         for kind, problem in (("count", count_problem(h, collective, world)),
-                              ("busbw", busbw_problem(h, collective, world))):
+                              ("busbw", busbw_problem(h, collective, world)), ("algbw", algbw_problem(h, collective))):
             if problem is not None:
                 self.by_kind.setdefault(kind, []).append((h.line, problem))
 

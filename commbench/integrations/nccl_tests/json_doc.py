@@ -155,7 +155,8 @@ def _halves(row, i: int, source: str):
         h = Half(size, count, dtype.strip(), op.strip() if isinstance(op, str) else None, root, in_place, t,
                  _jnum(body.get("alg_bw"), f"{at}.{name}.alg_bw", source),
                  _jnum(body.get("bus_bw"), f"{at}.{name}.bus_bw", source),
-                 int(nwrong) if nwrong is not None else None, iters=iters, line=i)
+                 int(nwrong) if nwrong is not None else None, iters=iters, line=i,
+                 cputime="time" not in body and "cpu_time" in body)
         _per_iteration(h, row.get(f"{name}_per_iter"), f"{at}.{name}_per_iter", source)
         yield h
 

@@ -40,6 +40,8 @@ class Half:
     line: int = 0
     alg_unit: float | None = None  # half a unit of the last digit algbw was printed with (None: a -J value)
     bus_unit: float | None = None
+    time_unit: float | None = None  # half a unit of the time's last printed digit (None: a -J value)
+    cputime: bool = False  # -C: the time is CPU time, the bandwidths still of the wall time
 
 
 @dataclass(frozen=True)

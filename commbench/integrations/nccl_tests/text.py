@@ -183,7 +183,8 @@ def parse_row(text: str, layout: Layout | None, source: str, line: int, final: b
                     raise BadInput(f"{where(source, line)}: #wrong {check[:40]!r} is out of range")
                 wrong = int(value)
         h = Half(size, count, dtype, op, root, in_place, t, alg, bus, wrong, error, line=line,
-                 alg_unit=half_unit(grp[1]), bus_unit=half_unit(grp[2]))
+                 alg_unit=half_unit(grp[1]), bus_unit=half_unit(grp[2]), time_unit=half_unit(grp[0]),
+                 cputime=layout.time_name == "cputime")
         if layout.per_iter:
             h.tmin = _number(grp[4], "i_min", source, line)
             h.tmax = _number(grp[5], "i_max", source, line)
