@@ -45,6 +45,27 @@ def nccl_version_string(code: int | str | None) -> str | None:
     return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"
 
 
+# nccl-tests' own version (src/common.h NCCL_TESTS_VERSION: 2.19.6), a fork's suffix allowed.
+_TESTS_VERSION = re.compile(r"[1-9]\.[0-9]{1,3}(?:\.[0-9]{1,3})?(?:[-+~][0-9A-Za-z.+~-]{0,40})?", re.ASCII)
+
+
+def version_problem(tests_version: str | None, codes: dict[str, str | int | None]) -> str | None:
+    """What is wrong with the versions a header prints, or None: nccl-tests' own (major 1 to 9,
+    as `2.19.6`), and NCCL's codes (`nccl-headers=`, `nccl-library=`): NCCL_VERSION_CODE, major x
+    1000 + minor x 100 + patch before 2.9 (2000..2999), major x 10000 + minor x 100 + patch since
+    (20900..99999)."""
+    if tests_version is not None and not _TESTS_VERSION.fullmatch(tests_version):
+        return f"nccl-tests version {tests_version[:40]!r}: a version like 2.19.6 was expected"
+    for name, code in codes.items():
+        if code is None:
+            continue
+        n = int(code) if isinstance(code, int) or (isinstance(code, str) and code.isdigit() and len(code) < 12) else -1
+        if not (2000 <= n <= 2999 or 20900 <= n <= 99999):
+            return (f"{name}={str(code)[:40]} is no NCCL version code (major x 10000 + minor x 100 + patch: 21903 is "
+                    "2.19.3)")
+    return None
+
+
 def _norm_name(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 

@@ -34,7 +34,9 @@ def _decode(data: bytes, source: str) -> str:
     if nul >= 0:
         line = data.count(b"\n", 0, nul) + 1
         raise BadInput(f"{where(source, line)}: binary data (NUL byte): not an nccl-tests log")
-    text = data.decode("utf-8", errors="replace")
+    # An editor's byte order mark before the first line is no part of the log; one further on is
+    # (text.py names it).
+    text = data.removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="replace")
     # Counted per character kind (str.count, no list of positions: 64 MiB of junk is 30 M of them).
     bad = sum(text.count(ch) for ch in _NOT_TEXT_CHARS)
     if bad and bad > max(8, len(text) // 100):

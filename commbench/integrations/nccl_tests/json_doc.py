@@ -11,9 +11,9 @@ import os
 
 from commbench.core.errors import BadInput
 from commbench.integrations.nccl_tests.format import (IDENT, INT, INT32_MAX, INT64_MAX, NUMBER, SINGLE_RANK_HINT,
-                                                      local_time, nccl_version_string, where)
+                                                      local_time, nccl_version_string, version_problem, where)
 from commbench.integrations.nccl_tests.model import Half, RankInfo, Stream
-from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, finalize
+from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder
 
 
 def _jnum(value, what: str, source: str) -> float | None:
@@ -66,12 +66,13 @@ def parse_json_document(text: str, source: str, builder: RecordBuilder) -> Parse
                                                                        and oob["count"] > 0)):
         failed = True
     parsed.failed = failed
+    notes = builder.finish(unit="result")  # the world size of rows whose document did not say it; rows left out
     builder.refusals.raise_any(source, unit="result")
     parsed.skipped = dict(builder.skipped)
     if not parsed.records:
         raise BadInput(f"{where(source, 1)}: the JSON document holds no result rows"
                        + (f" (only rows {', '.join(parsed.skipped)})" if parsed.skipped else ""))
-    finalize(parsed.records)
+    parsed.warnings.extend(notes)
     if s.several_processes:
         parsed.warnings.append(SINGLE_RANK_HINT)
     if failed:
@@ -99,7 +100,11 @@ def _stream_of(doc: dict, source: str) -> Stream:
     """What the document says about the whole run (versions, program, config, ranks), as the text
     parser's Stream holds it, so both readers build rows the same way."""
     s = Stream()
-    s.nccl_version = nccl_version_string(doc.get("nccl_version"))
+    code = doc.get("nccl_version")
+    bad = version_problem(None, {"nccl_version": code if isinstance(code, (int, str)) else None})
+    if bad is not None:
+        raise BadInput(f"{source}: JSON {bad}: not a document nccl-tests wrote")
+    s.nccl_version = nccl_version_string(code)
     args = doc.get("args")
     if isinstance(args, list) and args and isinstance(args[0], str):
         s.program = os.path.basename(args[0])

@@ -85,6 +85,7 @@ class Stream:
         self.layout: Layout | None = None
         self.rows = 0
         self.headers = 0  # nThread lines in this section: more than one = several processes printed it
+        self.header_line: int | None = None  # the first of them
         self.dup_rank = False
         self.seen: set[str] = set()
 
@@ -111,10 +112,20 @@ class Stream:
         group = self.split_group()
         return [self.ranks[r] for r in sorted(self.ranks) if group is None or self.ranks[r].group == group]
 
+    def cut_ranks(self) -> tuple[int, int] | None:
+        """(lowest, highest) rank number of Rank lines that are not the whole list 0..n-1 (a log's
+        tail, its first Rank lines cut, as users paste it); None when they are, or there are none."""
+        if not self.ranks or self.several_processes:
+            return None
+        lo, hi = min(self.ranks), max(self.ranks)
+        return (lo, hi) if lo != 0 or hi + 1 != len(self.ranks) else None
+
     def world(self) -> int | None:
+        """The rank count the header says; None when it does not (no Rank lines, or cut ones:
+        records.py then takes it from the rows' busbw/algbw, worldsize.py)."""
         if self.several_processes and self.nthread and self.ngpus:
             return self.nthread * self.ngpus
-        if self.ranks:
+        if self.ranks and self.cut_ranks() is None:
             return len(self._members())
         return None
 
@@ -125,6 +136,8 @@ class Stream:
         device_name = ", ".join(names) if names else None
         if not infos:
             return [], None, None, device_name
+        if self.cut_ranks() is not None:  # the hosts of the ranks shown; how many in all is not known
+            return hosts, None, None, device_name
         if self.several_processes:
             world = self.world() or 1
             return hosts, 1, world, device_name

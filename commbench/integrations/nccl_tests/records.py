@@ -1,13 +1,13 @@
 """nccl-tests halves -> commbench result rows: the run's columns, the stream's topology, repetitions,
-bandwidths printed as 0.00 recomputed (S, algbw, busbw as docs/RESULTS.md defines them), and the
-world size a log did not print inferred from busbw/algbw."""
+bandwidths printed as 0.00 recomputed (S, algbw, busbw as docs/RESULTS.md defines them), rows
+nccl-tests prints but commbench does not keep left out and named (values.py), and the world size a
+log did not print (no Rank lines, or cut ones) found from busbw/algbw (worldsize.py)."""
 
 from __future__ import annotations
 
 import collections
 import datetime as dt
 import json
-import math
 from dataclasses import dataclass, field
 
 import commbench
@@ -17,6 +17,8 @@ from commbench.integrations.nccl_tests.format import (LAUNCHER, WORKLOAD, bus_fa
                                                       rooted, where)
 from commbench.integrations.nccl_tests.arith import Refusals
 from commbench.integrations.nccl_tests.model import Half, Stream
+from commbench.integrations.nccl_tests.values import WHY, keep
+from commbench.integrations.nccl_tests.worldsize import infer_world
 
 
 @dataclass
@@ -45,6 +47,9 @@ class RecordBuilder:
         self.skipped: collections.Counter = collections.Counter()  # reason -> halves not kept
         self.transport: str | None = None
         self.refusals = Refusals()  # rows whose arithmetic nccl-tests could not have printed
+        self.left_out: dict[str, list[int]] = {}  # reason -> the lines (JSON: results) of the halves left out
+        # Rows whose log does not say the world size: judged once `finish` has it from their ratio.
+        self.pending: list[tuple[Half, str, dict, tuple[int, int] | None]] = []
 
     def collective_for(self, stream: Stream, line: int) -> str:
         name = self.collective or collective_from_program(stream.program) or self.hint
@@ -56,22 +61,28 @@ class RecordBuilder:
 
     def record(self, h: Half, stream: Stream) -> dict | None:
         """The row of one half, or None for halves commbench does not keep (counted in `skipped`)."""
-        if h.size == 0:
-            self.skipped["of size 0"] += 1
-            return None
-        if h.time is None or not math.isfinite(h.time) or h.time <= 0:
-            self.skipped["without a time"] += 1
+        reason = keep(h, where(self.source, h.line))
+        if reason is not None:
+            self.skipped[reason] += 1
+            self.left_out.setdefault(reason, []).append(h.line)
             return None
         coll = self.collective_for(stream, h.line)
         world = stream.world()
-        self.refusals.judge(h, coll, world)
+        rec = self._columns(h, stream, coll, world)
+        if world is None:
+            self.pending.append((h, coll, rec, stream.cut_ranks()))
+        else:
+            self.refusals.judge(h, coll, world)
+        return rec
+
+    def _columns(self, h: Half, stream: Stream, coll: str, world: int | None) -> dict:
         hosts, nnodes, per_node, device_name = stream.topology()
         dtype, op = dtype_name(h.dtype), op_name(h.op)
         root = h.root if h.root is not None else (None if rooted(coll) else -1)
         key = (coll, dtype, op, root, h.size, h.in_place)
         rep = self.reps[key]
         self.reps[key] += 1
-        t = h.time
+        t = float(h.time or 0)  # keep() left out the halves without one
         alg, bus = h.algbw, h.busbw
         if not alg:
             alg = h.size / t / 1e3  # printed 0.00 (below the print precision) or nan: S/t
@@ -106,6 +117,43 @@ class RecordBuilder:
         }
 
 
+    def finish(self, unit: str = "line") -> list[str]:
+        """The world size of the rows whose log did not say it (no Rank lines, or cut ones), from
+        their busbw/algbw and the rank numbers shown (worldsize.py), each such row then judged with
+        it and its bandwidths printed as 0.00 recomputed; and a line for each kind of row left out.
+        The lines to say (how the world size was found, which rows were left out)."""
+        groups: dict[tuple[str, tuple[int, int] | None], list[tuple[Half, dict]]] = collections.defaultdict(list)
+        for h, coll, rec, shown in self.pending:
+            groups[(coll, shown)].append((h, rec))
+        self.pending = []
+        notes = []
+        for (coll, shown), rows in groups.items():
+            found = infer_world(coll, [h for h, _ in rows], shown, self.source)
+            if found.note:
+                notes.append(found.note)
+            for h, rec in rows:
+                self.refusals.judge(h, coll, found.world)
+                if found.world is not None:
+                    _with_world(rec, coll, found.world)
+        for reason, halves in self.left_out.items():
+            lines = sorted(set(halves))
+            shown_lines = ", ".join(map(str, lines[:8])) + (f" and {len(lines) - 8} more" if len(lines) > 8 else "")
+            many = "s" if len(halves) > 1 else ""
+            notes.append(f"{len(halves)} half-row{many} {reason} left out ({unit}{'s' * (len(lines) > 1)} "
+                         f"{shown_lines}): {WHY[reason]}")
+        return notes
+
+
+def _with_world(rec: dict, coll: str, n: int) -> None:
+    """A row's world size found after it was made: its columns that follow from it."""
+    rec["world_size"] = n
+    if n == 1:
+        rec["nnodes"], rec["ranks_per_node"] = 1, 1
+    factor = bus_factor(coll, n)
+    if factor and rec["busbw_GBps"] == 0.0 and rec["algbw_GBps"]:
+        rec["busbw_GBps"] = rec["algbw_GBps"] * factor
+
+
 def _split_columns(stream: Stream) -> dict:
     """A split log's rows as `sweep --split` writes its own (group_dim `split`, every group at once),
     so compare pairs an imported group with a measured one; an unsplit log's, null."""
@@ -119,47 +167,6 @@ def _split_plan(stream: Stream) -> dict:
     if stream.split_group() is None:
         return {}
     return {"split_ranks": len(stream.ranks), "split_groups": len({i.group for i in stream.ranks.values()})}
-
-
-def finalize(records: list[dict]) -> None:
-    """World size where the output did not say (no Rank lines): from busbw/algbw, then the
-    bandwidths printed as 0.00 recomputed with it."""
-    by_coll: dict[str, list[dict]] = collections.defaultdict(list)
-    for r in records:
-        if r["world_size"] is None:
-            by_coll[r["collective"]].append(r)
-    for coll, rows in by_coll.items():
-        n = _infer_world(coll, rows)
-        if n is None:
-            continue
-        for r in rows:
-            r["world_size"] = n
-            if n == 1:
-                r["nnodes"], r["ranks_per_node"] = 1, 1
-            factor = bus_factor(coll, n)
-            if factor and r["busbw_GBps"] == 0.0 and r["algbw_GBps"]:
-                r["busbw_GBps"] = r["algbw_GBps"] * factor
-
-
-def _infer_world(coll: str, rows: list[dict]) -> int | None:
-    """busbw/algbw is the bus factor of n ranks: 0 for one rank, 2(n-1)/n for all_reduce, (n-1)/n
-    for the gather/scatter family. Every row with a printed algbw of 1 GB/s or more must agree,
-    within the print precision (2 decimals), on exactly one n; otherwise the answer is unknown."""
-    if bus_factor(coll, 2) is None or bus_factor(coll, 2) == bus_factor(coll, 3):
-        return None  # a constant factor (broadcast, reduce, sendrecv) says nothing about n
-    factors = {n: bus_factor(coll, n) for n in range(1, 4097)}
-    candidates: set[int] | None = None
-    for r in rows:
-        alg, bus = r["algbw_GBps"], r["busbw_GBps"]
-        if alg is None or bus is None or not alg >= 1.0:
-            continue
-        ratio = bus / alg
-        tol = 0.006 * (1 + ratio) / alg  # both printed to +-0.005
-        fits = {n for n, f in factors.items() if abs(f - ratio) <= tol}
-        candidates = fits if candidates is None else candidates & fits
-    if candidates is not None and len(candidates) == 1:
-        return candidates.pop()
-    return None
 
 
 def base_columns(run_id: str, label: str, started_at: dt.datetime, env: dict, plan: dict) -> dict:

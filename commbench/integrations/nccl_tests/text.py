@@ -25,10 +25,10 @@ import re
 
 from commbench.core.errors import BadInput
 from commbench.integrations.nccl_tests.format import (IDENT, INT, INT32_MAX, INT64_MAX, NUMBER, SINGLE_RANK_HINT,
-                                                      STAMP, nccl_version_string, where)
+                                                      STAMP, nccl_version_string, version_problem, where)
 from commbench.integrations.nccl_tests.arith import half_unit
 from commbench.integrations.nccl_tests.model import Half, Layout, RankInfo, Stream
-from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder, finalize
+from commbench.integrations.nccl_tests.records import Parsed, RecordBuilder
 from commbench.net.ncclinfo import TransportCollector
 from commbench.net.nccltuning import TuningCollector
 
@@ -58,6 +58,13 @@ _OOB = re.compile(r"^Out of bounds values\s*:\s*([0-9]+)\s*(OK|FAILED)?", re.ASC
 _JSON_OUT = re.compile(r"^Writing JSON output to (.+?)\s*$")
 _ROWLIKE = re.compile(r"^\s*[0-9]+\s+[0-9]+\s+[A-Za-z_][A-Za-z0-9_]*(\s|$)", re.ASCII)
 _UINT = re.compile(r"[0-9]+", re.ASCII)
+# A row whose size or count has a sign or is hexadecimal: nccl-tests prints both with %li, decimal
+# digits only (util.cu writeBenchmarkLinePreamble), so this is no row of its own.
+_NUM = r"[-+]?(?:0[xX][0-9a-fA-F]+|[0-9]+)"
+_SIGNED_ROW = re.compile(rf"^\s*({_NUM})\s+({_NUM})\s+[A-Za-z_][A-Za-z0-9_]*(\s|$)", re.ASCII)
+# Characters that show nothing (a byte order mark, zero-width spaces, bidi marks): a row with one
+# in it is not read as a row, so one there is named rather than the row passed over.
+_INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]")
 # _ROWLIKE with any script's digits (Unicode \d: '１０２４', '१०२४'): a line nccl-tests did not print as it is.
 _ROWLIKE_ANY = re.compile(r"^\s*\d+\s+\d+\s+[^\W\d]\w*(\s|$)")
 
@@ -73,7 +80,7 @@ _PRINTED_OPS = {"sum", "prod", "max", "min", "avg", "mulsum", "none"}
 
 def _number(tok: str, what: str, source: str, line: int) -> float | None:
     """A printed time, bandwidth or check value: a number of 0 or more, or nan (None)."""
-    if not NUMBER.fullmatch(tok) or tok.startswith("-"):
+    if not NUMBER.fullmatch(tok) or (tok.startswith("-") and tok.lower() != "-nan"):  # glibc prints 0/0 as -nan
         raise BadInput(f"{where(source, line)}: {what} {tok[:40]!r} is not a number of 0 or more: not a "
                        "result row commbench can read")
     v = float(tok)
@@ -258,6 +265,7 @@ class TextParser:
         key, line = _unprefixed(raw)
         if not line.strip():
             return []
+        self._invisible(line, lineno)
         if _is_debug(line):
             self._debug_line(key, line)
             return []
@@ -278,8 +286,28 @@ class TextParser:
         if hashed or not _ROWLIKE.match(content):
             if not hashed and _ROWLIKE_ANY.match(content):  # a row's shape in digits nccl-tests never prints
                 self.unreadable.append(lineno)
+            if not hashed and (m := _SIGNED_ROW.match(content)):
+                field, tok = ("size", m.group(1)) if not _UINT.fullmatch(m.group(1)) else ("count", m.group(2))
+                raise BadInput(f"{where(self.source, lineno)}: {field} {tok[:40]!r}: a whole number in decimal digits, "
+                               "without a sign, was expected (nccl-tests prints it with %li)")
             return []  # banners, units, warnings, anything else: not ours
         return self._row(s, content, lineno, final)
+
+    def _invisible(self, line: str, lineno: int) -> None:
+        """BadInput for a character that shows nothing (U+FEFF, a zero-width space, a bidi mark)
+        in a line nccl-tests printed (a row, a header line): it prints none, and the line would
+        otherwise be passed over without a word. One before the first character of the file (an
+        editor's byte order mark) was taken off when it was read."""
+        found = _INVISIBLE.search(line)
+        if found is None:
+            return
+        bare = _INVISIBLE.sub("", line).strip()
+        content = bare.lstrip("#").strip()
+        if _ROWLIKE.match(bare) or _SIGNED_ROW.match(bare) or any(
+                r.match(content) for r in (_VERSION, _STARTING, _NTHREAD, _RANK, _OOB)):
+            raise BadInput(f"{where(self.source, lineno)}: an invisible character U+{ord(found.group(0)):04X} in a "
+                           "line nccl-tests printed: it prints none (two logs joined, one saved by an editor with a "
+                           "byte order mark?): import each log as its own file, without it")
 
     def _debug_line(self, key: object, line: str) -> None:
         """NCCL's part of the line to the collectors; a row piece before it kept for the row."""
@@ -340,6 +368,9 @@ class TextParser:
         Rank): what it says is kept in the stream, and a header after rows starts a new section."""
         if m := _VERSION.match(content):
             self._section_line(s, "version")
+            bad = version_problem(m.group(1), {"nccl-headers": m.group(2), "nccl-library": m.group(3)})
+            if bad is not None:
+                raise BadInput(f"{where(self.source, self.last_line)}: {bad}: not a header nccl-tests printed")
             s.tests_version = m.group(1)
             s.nccl_version = nccl_version_string(m.group(3) or m.group(2)) or s.nccl_version
             return True
@@ -349,8 +380,15 @@ class TextParser:
             return True
         if m := _NTHREAD.match(content):
             self._section_line(s, "nthread")
+            nthread, ngpus = self._count(m.group(1), "nThread"), self._count(m.group(2), "nGpus")
+            if s.headers and (s.nthread, s.ngpus) != (nthread, ngpus):  # several processes print the same one
+                raise BadInput(f"{where(self.source, self.last_line)}: nThread {nthread} nGpus {ngpus}, where the "
+                               f"header at line {s.header_line} said nThread {s.nthread} nGpus {s.ngpus}: one run's "
+                               "processes print the same header, so these are two runs' lines in one file: import "
+                               "each run's log as its own file")
             s.headers += 1
-            s.nthread, s.ngpus = self._count(m.group(1), "nThread"), self._count(m.group(2), "nGpus")
+            s.header_line = s.header_line or self.last_line
+            s.nthread, s.ngpus = nthread, ngpus
             if it := _ITERS.search(content):
                 s.warmup, s.iters = self._count(it.group(1), "warmup iters"), self._count(it.group(2), "iters")
             if agg := _AGG.search(content):
@@ -430,6 +468,7 @@ class TextParser:
             p.warnings.append(f"{n} line{'s' if n > 1 else ''} shaped like a result row but not in ASCII digits "
                               f"(lines {lines}{' ...' if n > 8 else ''}) not imported: nccl-tests prints ASCII "
                               "digits only; check those lines of the log")
+        notes = self.builder.finish()  # the world size of rows whose log did not print it; rows left out
         if strict:
             self.builder.refusals.raise_any(self.source)
         elif (refused := self.builder.refusals.message(self.source)) is not None:
@@ -454,8 +493,8 @@ class TextParser:
                 extra = " after the header: the run stopped before its first size"
             raise BadInput(f"{where(self.source, self.last_line)}: no nccl-tests result rows in the file "
                            f"(it ends here){extra}")
-        finalize(p.records)
-        self.tuning.fill(p.records)  # after finalize: all_gather's per-rank bytes need the world size
+        p.warnings.extend(notes)
+        self.tuning.fill(p.records)  # after finish: all_gather's per-rank bytes need the world size
         if symptom:
             p.warnings.append(SINGLE_RANK_HINT)
         if p.failed:
