@@ -459,6 +459,16 @@ class TextParser:
         zero_busbw = bool(self.parsed.records) and not self.busbw_printed_nonzero and self.algbw_printed_nonzero
         return several or (zero_busbw and self.rows_without_ranks)
 
+    def _finish(self, strict: bool) -> list[str]:
+        """The builder's lines to say: how the world size of rows whose log did not print it was
+        found, the rows left out. A live run (not `strict`) says a refusal too: its rows are written."""
+        try:
+            return self.builder.finish()
+        except BadInput as exc:
+            if strict:
+                raise
+            return [str(exc)]
+
     def close(self, strict: bool = True) -> Parsed:
         p = self.parsed
         for key in list(self.pending):
@@ -468,7 +478,7 @@ class TextParser:
             p.warnings.append(f"{n} line{'s' if n > 1 else ''} shaped like a result row but not in ASCII digits "
                               f"(lines {lines}{' ...' if n > 8 else ''}) not imported: nccl-tests prints ASCII "
                               "digits only; check those lines of the log")
-        notes = self.builder.finish()  # the world size of rows whose log did not print it; rows left out
+        notes = self._finish(strict)
         if strict:
             self.builder.refusals.raise_any(self.source)
         elif (refused := self.builder.refusals.message(self.source)) is not None:
