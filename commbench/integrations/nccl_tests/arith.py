@@ -92,9 +92,12 @@ def algbw_problem(h: Half, collective: str) -> str | None:
     size over the time it prints (each collective's *GetBw: count x element size [x ranks] / time),
     both rounded as printed; before 2.0 the gather family's was (ranks - 1) of its ranks' chunks
     over the time (with busbw = algbw). Not judged under -C (the time printed is CPU time, the
-    bandwidths still of the wall time), nor where the time or algbw was printed as 0."""
-    t, alg = h.time, h.algbw
+    bandwidths still of the wall time), for hypercube and alltoallv (other bytes: (n-1) chunks, the
+    largest rank's), nor where the time or algbw was printed as 0."""
+    t, alg, spec = h.time, h.algbw, vocab.known(collective)
     if h.cputime or not t or not alg or not h.size or not math.isfinite(t) or not math.isfinite(alg):
+        return None
+    if spec is None or spec not in vocab.COLLECTIVES:  # hypercube's and alltoallv's algbw are of other bytes
         return None
     tol_t = h.time_unit if h.time_unit is not None else 0.005
     tol_alg = h.alg_unit if h.alg_unit is not None else 0.005
@@ -102,8 +105,7 @@ def algbw_problem(h: Half, collective: str) -> str | None:
     high = (alg + tol_alg) * (t + tol_t) * 1e3 / h.size + _REL
     if low <= 1.0 <= high:
         return None
-    spec = vocab.known(collective)
-    legacy = spec is not None and spec.per_rank_count and busbw_problem(h, collective, None) is None \
+    legacy = spec.per_rank_count and busbw_problem(h, collective, None) is None \
         and abs((h.busbw or 0) - alg) <= tol_alg + (h.bus_unit or 0.005)
     factors = _factors(collective)
     at = bisect.bisect_left(factors, low)  # the least factor (ranks - 1) / ranks at or above `low`
