@@ -39,11 +39,33 @@ def test_profile_defaults_and_values():
     ("link_rate: fast", "link_rate 'fast' is not a rate"),
     ("steps: []", "steps is empty"),
     ("version: 2", "version 2 is not one this commbench reads"),
+    # what the red team found taken (issue 58): an empty or null document, a list, a float count, an
+    # escape in a collective, sizes and rates past any machine
+    ("", "p.yaml: the profile is empty: write its keys (at least 'version: 1'"),
+    ("null", "p.yaml: the profile is empty"),
+    ("~\n", "p.yaml: the profile is empty"),
+    ("[]", "p.yaml must be a mapping of version, steps"),
+    ("pairs: {iters: 2.5}", "pairs: iters 2.5 must be a whole number from 1 to 10000"),
+    ("sweep: {iters: 5.0}", "sweep: iters 5.0 must be a whole number from 1 to 10000"),
+    ("sweep: {iters: true}", "sweep: iters True must be a whole number"),
+    ('sweep: {collective: "all_reduce\\e[31m"}',
+     "p.yaml: sweep: collective 'all_reduce\\x1b[31m' must name one collective: one of all_reduce, reduce_scatter"),
+    ("sweep: {collective: [all_reduce]}", "sweep: collective ['all_reduce'] must name one collective"),
+    ("sweep: {collective: 'all_reduce,all_gather'}", "must name one collective: one of all_reduce"),
+    ("sweep: {collective: all}", "must name one collective"),
+    ("pairs: {size: 1e15}", "pairs: size 1e15 is past any machine's: a check's sizes go up to 16 GiB"),
+    ("sweep: {sizes: [1M, 17G]}", "sweep: sizes 17G is past any machine's"),
+    ("link_rate: 1e30Gbps", "link_rate 1e30Gbps is past any link's: give a rail's rate (at most 100 Tbit/s)"),
 ])
 def test_profile_refusals_name_the_key_and_what_is_allowed(text, words):
     with pytest.raises(BadInput) as exc:
         checkprofile.parse(text, "p.yaml")
-    assert words in str(exc.value) and "\n" not in str(exc.value)
+    assert words in str(exc.value) and "\n" not in str(exc.value) and "\x1b" not in str(exc.value)
+
+
+def test_a_profile_takes_a_collective_by_any_of_its_names_and_sizes_up_to_the_bound():
+    p = checkprofile.parse("sweep: {collective: allreduce, sizes: [1M, 16G], iters: 3}\n", "p.yaml")
+    assert (p.sweep_collective, p.sweep_sizes, p.sweep_iters) == ("all_reduce", (1 << 20, 16 << 30), 3)
 
 
 def test_profile_bands_inline_and_from_a_file(tmp_path):

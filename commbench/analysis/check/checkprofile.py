@@ -16,13 +16,18 @@ from commbench.analysis.gate.bands import Bands, load_bands, parse_bands
 from commbench.analysis.points.frames import printable
 from commbench.core.errors import BadInput
 from commbench.core.inputs import MAX_BANDS_FILE_BYTES, named_file, read_text
-from commbench.core.units import parse_rate, parse_size
+from commbench.core.units import format_size, parse_rate, parse_size
+from commbench.core.vocab import ORDER, resolve
 
 STEPS = ("doctor", "pairs", "sweep")
 TOP_KEYS = ("version", "steps", "time_budget", "link_rate", "pairs", "sweep", "bands")
 PAIRS_KEYS = ("size", "iters", "threshold")
 SWEEP_KEYS = ("collective", "sizes", "iters")
 MAX_BUDGET_S = 24 * 3600.0
+# Past any machine's: a health check's message sizes (the largest GPU holds 141 GB; nccl-tests' usual
+# top is 8-16 GiB) and a rail's rate (today's fastest NICs carry 800 Gbit/s to 1.6 Tbit/s).
+MAX_CHECK_BYTES = 16 << 30
+MAX_LINK_RATE_BITS = 100e12
 PROFILE_FILE = named_file("check profile", "a check profile", MAX_BANDS_FILE_BYTES,
                           missing="write one (docs/CHECK.md) or leave --profile out",
                           too_big="a profile is a few lines (docs/CHECK.md)")
@@ -61,7 +66,11 @@ def _keys(doc: Any, allowed: tuple[str, ...], where: str) -> dict:
 
 
 def parse(text: str, source: str = "<profile>", base: Path | None = None) -> Profile:
-    doc = _keys(bandsfile.load_yaml(text, source) or {}, TOP_KEYS, source)
+    loaded = bandsfile.load_yaml(text, source)
+    if loaded is None:  # an empty file or a bare null: more likely the wrong file than the default's wish
+        raise BadInput(f"{source}: the profile is empty: write its keys (at least 'version: 1', docs/CHECK.md), "
+                       "or leave out --profile for the default check")
+    doc = _keys(loaded, TOP_KEYS, source)
     if doc.get("version", 1) != 1:
         raise BadInput(f"{source}: version {printable(repr(doc.get('version')))} is not one this commbench reads: "
                        "write 'version: 1'")
@@ -76,14 +85,14 @@ def parse(text: str, source: str = "<profile>", base: Path | None = None) -> Pro
     return Profile(
         steps=steps,
         time_budget_s=_number(doc.get("time_budget", Profile.time_budget_s), f"{source}: time_budget", 1, MAX_BUDGET_S),
-        link_rate_bits=None if rate is None else parse_rate(str(rate), f"{source}: link_rate"),
+        link_rate_bits=None if rate is None else _rate(rate, f"{source}: link_rate"),
         pairs_size=_size(pairs.get("size", "4M"), f"{source}: pairs: size"),
-        pairs_iters=int(_number(pairs.get("iters", 5), f"{source}: pairs: iters", 1, 10000)),
+        pairs_iters=_count(pairs.get("iters", 5), f"{source}: pairs: iters", 10000),
         threshold=_number(pairs.get("threshold", 0.8), f"{source}: pairs: threshold", 0.01, 0.99),
-        sweep_collective=printable(str(sweep.get("collective", "all_reduce"))),
+        sweep_collective=_collective(sweep.get("collective", "all_reduce"), f"{source}: sweep: collective"),
         sweep_sizes=tuple(_size(s, f"{source}: sweep: sizes") for s in _list(sweep.get("sizes", ["1M", "4M"]),
                                                                                f"{source}: sweep: sizes")),
-        sweep_iters=int(_number(sweep.get("iters", 5), f"{source}: sweep: iters", 1, 10000)),
+        sweep_iters=_count(sweep.get("iters", 5), f"{source}: sweep: iters", 10000),
         bands=bands, source=source)
 
 
@@ -111,8 +120,42 @@ def _number(value: Any, where: str, low: float, high: float) -> float:
     return float(value)
 
 
+def _count(value: Any, where: str, high: int) -> int:
+    """A number of iterations: a whole number (2.5 is refused, never cut to 2)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise BadInput(f"{where} {printable(repr(value))} must be a whole number from 1 to {high}")
+    return value
+
+
 def _size(value: Any, where: str) -> int:
-    return parse_size(str(value), where)
+    size = parse_size(str(value), where)
+    if size > MAX_CHECK_BYTES:
+        raise BadInput(f"{where} {printable(str(value))} is past any machine's: a check's sizes go up to "
+                       f"{format_size(MAX_CHECK_BYTES)}")
+    return size
+
+
+def _rate(value: Any, where: str) -> float:
+    bits = parse_rate(str(value), where)
+    if bits > MAX_LINK_RATE_BITS:
+        raise BadInput(f"{where} {printable(str(value))} is past any link's: give a rail's rate "
+                       f"(at most {MAX_LINK_RATE_BITS / 1e12:g} Tbit/s), e.g. 400Gbps")
+    return bits
+
+
+def _key(value: Any) -> str:
+    return str(value).strip().lower()
+
+
+def _collective(value: Any, where: str) -> str:
+    """One collective by any of its names (core/vocab.py), as the sweep child is given it."""
+    try:
+        picked = resolve(value) if isinstance(value, str) else []
+    except BadInput:  # not a name of commbench's (core/vocab.py)
+        picked = []
+    if len(picked) != 1 or _key(value) == "all":
+        raise BadInput(f"{where} {printable(repr(value))} must name one collective: one of {', '.join(ORDER)}")
+    return picked[0].name
 
 
 def _bands(value: Any, source: str, base: Path) -> Bands | None:
